@@ -1,0 +1,265 @@
+"""The canonical trace: three long tables and a manifest (schema version 1).
+
+Every parser and collector produces these tables; everything after them (timeline, attribution,
+replay, reports) reads only these. All timestamps are ``Datetime("ns", "UTC")``; memory is integer
+bytes; token counts are integers; a count the source does not state is null, never invented.
+
+Deviations from the first DESIGN.md sketch, deliberate:
+
+* every table carries ``source`` (the parser or sampler that produced the row), so that a finding
+  can cite its evidence;
+* ``samples`` and ``events`` carry ``pid`` (null unless the row is about one process), because
+  per-process memory (NVML, nvidia-smi ``--query-compute-apps``, the PyTorch OOM "Process N has"
+  clauses) is what tells foreign memory from the server's own;
+* ``samples.value`` is Float64 so that ratios and byte counts share one long column; values of
+  byte, token, block and count metrics are validated to be whole numbers.
+
+Validation happens at stage boundaries through :func:`conform`, which fails in one place with a
+column-level message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final, Literal
+
+import polars as pl
+
+from oomtrace.errors import SchemaError
+
+SCHEMA_VERSION: Final = 1
+
+TS: Final = pl.Datetime("ns", "UTC")
+
+
+def _schema(columns: dict[str, Any]) -> pl.Schema:
+    return pl.Schema(columns)
+
+
+TableName = Literal["samples", "requests", "events"]
+TABLES: Final[tuple[TableName, ...]] = ("samples", "requests", "events")
+
+SAMPLES: Final = _schema(
+    {
+        "ts": TS,
+        "node": pl.String,
+        "source": pl.String,
+        "device": pl.Int32,
+        "pid": pl.Int64,
+        "metric": pl.String,
+        "value": pl.Float64,
+    }
+)
+
+REQUESTS: Final = _schema(
+    {
+        "ts": TS,
+        "node": pl.String,
+        "source": pl.String,
+        "request_id": pl.String,
+        "event": pl.String,
+        "prompt_tokens": pl.Int64,
+        "max_tokens": pl.Int64,
+        "output_tokens": pl.Int64,
+        "cached_tokens": pl.Int64,
+    }
+)
+
+EVENTS: Final = _schema(
+    {
+        "ts": TS,
+        "node": pl.String,
+        "source": pl.String,
+        "device": pl.Int32,
+        "pid": pl.Int64,
+        "kind": pl.String,
+        "requested_bytes": pl.Int64,
+        "total_bytes": pl.Int64,
+        "free_bytes": pl.Int64,
+        "allocated_bytes": pl.Int64,
+        "reserved_unallocated_bytes": pl.Int64,
+        "process_bytes": pl.Int64,
+        "detail": pl.String,
+    }
+)
+
+SCHEMAS: Final[dict[TableName, pl.Schema]] = {
+    "samples": SAMPLES,
+    "requests": REQUESTS,
+    "events": EVENTS,
+}
+
+# Columns that must never be null. Everything else is nullable: null means "not stated".
+REQUIRED: Final[dict[TableName, tuple[str, ...]]] = {
+    "samples": ("ts", "node", "source", "metric", "value"),
+    "requests": ("ts", "node", "source", "request_id", "event"),
+    "events": ("ts", "node", "source", "kind"),
+}
+
+MetricKind = Literal["bytes", "ratio", "count", "tokens", "blocks", "counter", "rate"]
+
+# The closed metric vocabulary, name to (kind, meaning); the unit is in the name.
+METRICS: Final[Mapping[str, tuple[MetricKind, str]]] = {
+    # KV pool, as the engine reports it
+    "kv_usage_ratio": ("ratio", "share of the KV pool's blocks (or tokens) in use, 0 to 1"),
+    "kv_blocks_used": ("blocks", "KV blocks in use"),
+    "kv_blocks_total": ("blocks", "KV blocks in the pool"),
+    "kv_tokens_used": ("tokens", "token slots of the KV pool in use"),
+    "kv_tokens_total": ("tokens", "token slots in the KV pool"),
+    "kv_tokens_max_seen": ("tokens", "largest sequence length the engine has seen (llama.cpp)"),
+    # scheduler
+    "requests_running": ("count", "requests resident in the running batch"),
+    "requests_waiting": ("count", "requests queued for admission"),
+    "requests_swapped": ("count", "requests swapped out to CPU (vLLM V0)"),
+    "requests_deferred": ("count", "requests deferred by the scheduler"),
+    "preemptions_total": ("counter", "cumulative preemptions (recompute or swap) since start"),
+    "preemptions_in_interval": ("count", "preemptions or retractions since the previous report"),
+    "prompt_throughput_tokens_per_s": ("rate", "prefill tokens per second over the last interval"),
+    "generation_throughput_tokens_per_s": ("rate", "decode tokens per second, last interval"),
+    "prefix_cache_hit_ratio": ("ratio", "prefix cache hit rate, 0 to 1"),
+    # device memory, from NVML, nvidia-smi or DCGM
+    "device_total_bytes": ("bytes", "installed device memory"),
+    "device_used_bytes": ("bytes", "device memory in use by all contexts"),
+    "device_used_peak_bytes": ("bytes", "largest device_used_bytes seen since the previous sample"),
+    "device_free_bytes": ("bytes", "free device memory"),
+    "device_reserved_bytes": ("bytes", "memory reserved by the driver and firmware"),
+    "process_used_bytes": ("bytes", "device memory used by one process (pid column)"),
+    "process_used_peak_bytes": ("bytes", "largest process_used_bytes since the previous sample"),
+    # PyTorch caching allocator
+    "torch_allocated_bytes": ("bytes", "bytes in live tensors"),
+    "torch_reserved_bytes": ("bytes", "bytes held by the caching allocator (reserved is not live)"),
+    "torch_allocated_peak_bytes": ("bytes", "peak allocated since the previous sample"),
+    "torch_reserved_peak_bytes": ("bytes", "peak reserved since the previous sample"),
+    "torch_alloc_retries_total": ("counter", "cudaMalloc failures that forced a cache flush"),
+    "torch_ooms_total": ("counter", "out-of-memory errors raised by the allocator"),
+    # the collector's own health, per source (source column names the collector source)
+    "collector_up": ("ratio", "1 when the last attempt of this source succeeded, else 0"),
+    "collector_samples_total": ("counter", "samples this collector source has taken"),
+    "collector_errors_total": ("counter", "failed attempts of this collector source"),
+    "collector_deadline_misses_total": ("counter", "ticks that started later than scheduled"),
+}
+
+WHOLE_NUMBER_KINDS: Final = frozenset({"bytes", "count", "tokens", "blocks", "counter"})
+
+RequestEvent = Literal[
+    "arrived",
+    "admitted",
+    "first_token",
+    "progress",
+    "preempted",
+    "resumed",
+    "finished",
+    "aborted",
+    "rejected",
+]
+REQUEST_EVENTS: Final[tuple[str, ...]] = (
+    "arrived",
+    "admitted",
+    "first_token",
+    "progress",
+    "preempted",
+    "resumed",
+    "finished",
+    "aborted",
+    "rejected",
+)
+
+EVENT_KINDS: Final[Mapping[str, str]] = {
+    "oom": "an allocation failed for lack of device memory",
+    "startup_kv_insufficient": "the engine refused to start: the cache cannot hold one request",
+    "startup_no_kv_memory": "the engine refused to start: nothing left for the KV cache",
+    "preemption": "the scheduler preempted or retracted requests",
+    "engine_dead": "the engine process died or stopped answering",
+    "engine_start": "the engine (re)started",
+    "xid": "an NVIDIA Xid error",
+    "warning": "a warning worth showing beside the timeline",
+    "source_gap": "a source could not be read for a while (collector health)",
+}
+
+
+def empty(table: TableName) -> pl.DataFrame:
+    """An empty frame of the table's schema."""
+    return pl.DataFrame(schema=SCHEMAS[table])
+
+
+def conform(table: TableName, frame: pl.DataFrame, *, what: str = "") -> pl.DataFrame:
+    """Return ``frame`` with the table's columns, order and dtypes, or raise :class:`SchemaError`.
+
+    Missing nullable columns are added as nulls; extra columns are an error (a misspelt column
+    would otherwise vanish). Casts are strict: a value that does not fit is an error naming the
+    column, not a silent null.
+    """
+    schema = SCHEMAS[table]
+    where = f"{table} table" + (f" from {what}" if what else "")
+    extra = [c for c in frame.columns if c not in schema]
+    if extra:
+        raise SchemaError(f"{where}: unknown column(s) {', '.join(extra)}; expected {list(schema)}")
+    missing_required = [c for c in REQUIRED[table] if c not in frame.columns]
+    if missing_required:
+        raise SchemaError(f"{where}: missing required column(s) {', '.join(missing_required)}")
+    columns: list[pl.Expr] = []
+    for name, dtype in schema.items():
+        if name not in frame.columns:
+            columns.append(pl.lit(None, dtype=dtype).alias(name))
+            continue
+        current = frame.schema[name]
+        if current == dtype:
+            columns.append(pl.col(name))
+        elif isinstance(dtype, pl.Datetime) and isinstance(current, pl.Datetime):
+            if current.time_zone is None:
+                raise SchemaError(f"{where}: column {name} has no time zone; localise it to UTC")
+            columns.append(pl.col(name).dt.convert_time_zone("UTC").dt.cast_time_unit("ns"))
+        else:
+            columns.append(pl.col(name).cast(dtype, strict=True))
+    try:
+        out = frame.select(columns)
+    except (pl.exceptions.InvalidOperationError, pl.exceptions.ComputeError) as err:
+        raise SchemaError(f"{where}: {_first_line(err)}") from err
+    _check_values(table, out, where)
+    return out
+
+
+def _check_values(table: TableName, frame: pl.DataFrame, where: str) -> None:
+    nulls = frame.select(pl.col(c).null_count() for c in REQUIRED[table]).row(0, named=True)
+    for column, count in nulls.items():
+        if count:
+            raise SchemaError(f"{where}: column {column} has {count} null value(s)")
+    if table == "samples":
+        _check_vocabulary(frame, "metric", METRICS, where)
+        whole = [m for m, (kind, _) in METRICS.items() if kind in WHOLE_NUMBER_KINDS]
+        bad = frame.filter(
+            pl.col("metric").is_in(whole) & (pl.col("value") != pl.col("value").round(0))
+        )
+        if bad.height:
+            row = bad.row(0, named=True)
+            raise SchemaError(
+                f"{where}: column value holds a fraction ({row['value']}) for whole-number "
+                f"metric {row['metric']}"
+            )
+    elif table == "requests":
+        _check_vocabulary(frame, "event", REQUEST_EVENTS, where)
+        _check_non_negative(frame, ["prompt_tokens", "max_tokens", "output_tokens"], where)
+    else:
+        _check_vocabulary(frame, "kind", EVENT_KINDS, where)
+        _check_non_negative(frame, [c for c in EVENTS if c.endswith("_bytes")], where)
+
+
+def _check_vocabulary(
+    frame: pl.DataFrame, column: str, vocabulary: Mapping[str, object] | tuple[str, ...], where: str
+) -> None:
+    unknown = frame.filter(~pl.col(column).is_in(list(vocabulary)))[column].unique().sort()
+    if unknown.len():
+        raise SchemaError(
+            f"{where}: column {column} has value(s) outside the vocabulary: "
+            f"{', '.join(unknown.head(5).to_list())}"
+        )
+
+
+def _check_non_negative(frame: pl.DataFrame, columns: list[str], where: str) -> None:
+    for column in columns:
+        if frame.filter(pl.col(column) < 0).height:
+            raise SchemaError(f"{where}: column {column} has negative values")
+
+
+def _first_line(err: Exception) -> str:
+    return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__

@@ -1,0 +1,137 @@
+"""A trace directory: ``samples.parquet``, ``requests.parquet``, ``events.parquet`` and
+``manifest.json``.
+
+The Parquet files are plain (no oomtrace-specific metadata is needed to read them): DuckDB and
+pandas read them as they are. The manifest is a small JSON document with sorted keys, so that two
+ingests of the same inputs give byte-identical files.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from oomtrace import __version__
+from oomtrace.diagnostics import SourceDiagnostics
+from oomtrace.errors import InputError, SchemaError
+from oomtrace.schema import SCHEMA_VERSION, TABLES, TableName, conform, empty
+
+MANIFEST = "manifest.json"
+
+
+@dataclass
+class Manifest:
+    """Everything about a trace that is not a row: where it came from and what was assumed.
+
+    ``engine_config`` keys, where known: ``num_gpu_blocks``, ``block_size``, ``kv_cache_tokens``,
+    ``max_concurrency``, ``max_concurrency_tokens``, ``max_model_len``,
+    ``gpu_memory_utilization``, ``model_weights_bytes``, ``available_kv_cache_bytes``,
+    ``cuda_graph_bytes`` (and others an engine states, such as ``max_num_seqs``).
+    ``engine`` holds ``name`` (``vllm``, ``sglang``, ...) and ``version_family``.
+    ``clock`` records how year-less or zone-less timestamps were placed in time.
+    """
+
+    schema_version: int = SCHEMA_VERSION
+    nodes: list[str] = field(default_factory=list)
+    engine: dict[str, Any] = field(default_factory=dict)
+    model: dict[str, Any] = field(default_factory=dict)
+    engine_config: dict[str, Any] = field(default_factory=dict)
+    clock: dict[str, Any] = field(default_factory=dict)
+    sources: list[SourceDiagnostics] = field(default_factory=list)
+    created_by: str = f"oomtrace {__version__}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema_version": self.schema_version,
+            "created_by": self.created_by,
+            "nodes": sorted(self.nodes),
+            "engine": self.engine,
+            "model": self.model,
+            "engine_config": self.engine_config,
+            "clock": self.clock,
+            "sources": [s.to_json() for s in self.sources],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], *, what: str = MANIFEST) -> Manifest:
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise SchemaError(
+                f"{what}: schema version {version!r} is not {SCHEMA_VERSION}; re-run "
+                "`oomtrace ingest` on the original files with this version of oomtrace"
+            )
+        return cls(
+            schema_version=version,
+            nodes=list(data.get("nodes", [])),
+            engine=dict(data.get("engine", {})),
+            model=dict(data.get("model", {})),
+            engine_config=dict(data.get("engine_config", {})),
+            clock=dict(data.get("clock", {})),
+            sources=[SourceDiagnostics.from_json(s) for s in data.get("sources", [])],
+            created_by=str(data.get("created_by", "")),
+        )
+
+
+@dataclass
+class Trace:
+    """The canonical tables of one incident, already conformed to their schemas."""
+
+    samples: pl.DataFrame = field(default_factory=lambda: empty("samples"))
+    requests: pl.DataFrame = field(default_factory=lambda: empty("requests"))
+    events: pl.DataFrame = field(default_factory=lambda: empty("events"))
+    manifest: Manifest = field(default_factory=Manifest)
+
+    def table(self, name: TableName) -> pl.DataFrame:
+        frame: pl.DataFrame = getattr(self, name)
+        return frame
+
+
+def write_trace(trace: Trace, out_dir: Path, *, overwrite: bool = False) -> None:
+    """Write the trace; refuses to replace an existing trace unless ``overwrite``."""
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise InputError(f"{out_dir}: exists and is not a directory; choose another --out")
+    if (out_dir / MANIFEST).exists() and not overwrite:
+        raise InputError(f"{out_dir}: already holds a trace; pass --force to replace it")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name in TABLES:
+        frame = conform(name, trace.table(name), what=str(out_dir))
+        frame.write_parquet(out_dir / f"{name}.parquet", compression="zstd", statistics=True)
+    text = json.dumps(trace.manifest.to_json(), indent=2, sort_keys=True, ensure_ascii=True)
+    (out_dir / MANIFEST).write_text(text + "\n", encoding="utf-8")
+
+
+def is_trace_dir(path: Path) -> bool:
+    return Path(path).is_dir() and (Path(path) / MANIFEST).is_file()
+
+
+def read_trace(path: Path) -> Trace:
+    """Read a trace directory written by :func:`write_trace` (or by hand, in the same form)."""
+    path = Path(path)
+    if not is_trace_dir(path):
+        raise InputError(
+            f"{path}: not a trace directory (no {MANIFEST}); create one with "
+            "`oomtrace ingest FILE... --out DIR`"
+        )
+    try:
+        manifest = Manifest.from_json(
+            json.loads((path / MANIFEST).read_text(encoding="utf-8")), what=str(path / MANIFEST)
+        )
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as err:
+        raise InputError(f"{path / MANIFEST}: unreadable manifest ({err}); re-run ingest") from err
+    tables: dict[str, pl.DataFrame] = {}
+    for name in TABLES:
+        file = path / f"{name}.parquet"
+        if not file.exists():
+            tables[name] = empty(name)
+            continue
+        try:
+            frame = pl.read_parquet(file)
+        except (OSError, pl.exceptions.PolarsError) as err:
+            raise InputError(f"{file}: unreadable Parquet ({err}); re-run ingest") from err
+        tables[name] = conform(name, frame, what=str(file))
+    return Trace(tables["samples"], tables["requests"], tables["events"], manifest)

@@ -1,0 +1,32 @@
+"""Small factories for canonical rows, with defaults, so each test states only what matters."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import polars as pl
+
+from oomtrace.schema import conform
+
+T0 = datetime(2025, 3, 14, 9, 0, 0, tzinfo=UTC)
+
+
+def at(seconds: float) -> datetime:
+    """A timestamp ``seconds`` after :data:`T0`."""
+    return T0 + timedelta(seconds=seconds)
+
+
+def samples(*rows: dict[str, Any]) -> pl.DataFrame:
+    base = {"node": "node-a", "source": "test", "device": 0, "pid": None}
+    return conform("samples", pl.DataFrame([{**base, **r} for r in rows]))
+
+
+def requests(*rows: dict[str, Any]) -> pl.DataFrame:
+    base = {"node": "node-a", "source": "test"}
+    return conform("requests", pl.DataFrame([{**base, **r} for r in rows]))
+
+
+def events(*rows: dict[str, Any]) -> pl.DataFrame:
+    base = {"node": "node-a", "source": "test", "device": 0}
+    return conform("events", pl.DataFrame([{**base, **r} for r in rows]))

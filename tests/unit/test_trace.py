@@ -1,0 +1,88 @@
+"""Trace directories round-trip, are plain Parquet, and refuse to be overwritten silently."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+import pytest
+from polars.testing import assert_frame_equal
+
+from oomtrace.diagnostics import SourceDiagnostics
+from oomtrace.errors import InputError, SchemaError
+from oomtrace.trace import Manifest, Trace, read_trace, write_trace
+from tests.factories import at, events, requests, samples
+
+
+def _trace() -> Trace:
+    diag = SourceDiagnostics(name="server.log", parser="vllm-log", node="node-a", lines_read=3)
+    diag.skip("unrecognised", 1, "prompt: 'secret text' and more")
+    return Trace(
+        samples=samples({"ts": at(0), "metric": "device_used_bytes", "value": 2.0**33}),
+        requests=requests(
+            {"ts": at(1), "request_id": "<b>r1</b>", "event": "admitted", "prompt_tokens": 4096}
+        ),
+        events=events({"ts": at(2), "kind": "oom", "requested_bytes": None}),
+        manifest=Manifest(nodes=["node-a"], engine_config={"block_size": 16}, sources=[diag]),
+    )
+
+
+def test_a_trace_round_trips_through_its_directory(tmp_path: Path) -> None:
+    trace = _trace()
+    write_trace(trace, tmp_path / "t")
+    back = read_trace(tmp_path / "t")
+    assert_frame_equal(back.samples, trace.samples)
+    assert_frame_equal(back.requests, trace.requests)
+    assert_frame_equal(back.events, trace.events)
+    assert back.manifest.to_json() == trace.manifest.to_json()
+
+
+def test_diagnostic_examples_never_keep_prompt_text(tmp_path: Path) -> None:
+    write_trace(_trace(), tmp_path / "t")
+    text = (tmp_path / "t" / "manifest.json").read_text()
+    assert "secret" not in text
+    assert "<redacted 11 chars>" in text
+
+
+def test_duckdb_and_pandas_read_the_files_without_oomtrace(tmp_path: Path) -> None:
+    write_trace(_trace(), tmp_path / "t")
+    con = duckdb.connect()
+    row = con.execute(
+        f"select request_id, prompt_tokens, event from '{tmp_path / 't' / 'requests.parquet'}'"
+    ).fetchone()
+    assert row == ("<b>r1</b>", 4096, "admitted")
+    frame = pd.read_parquet(tmp_path / "t" / "samples.parquet")
+    assert frame["value"].tolist() == [2.0**33]
+    assert str(frame["ts"].dtype).startswith("datetime64[ns, UTC]")
+
+
+def test_existing_traces_are_not_replaced_without_force(tmp_path: Path) -> None:
+    write_trace(_trace(), tmp_path / "t")
+    with pytest.raises(InputError, match="already holds a trace; pass --force"):
+        write_trace(_trace(), tmp_path / "t")
+    write_trace(_trace(), tmp_path / "t", overwrite=True)
+
+
+def test_reading_a_directory_without_a_manifest_says_how_to_make_one(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match=r"not a trace directory .*`oomtrace ingest"):
+        read_trace(tmp_path)
+
+
+def test_a_manifest_of_another_schema_version_is_refused(tmp_path: Path) -> None:
+    write_trace(_trace(), tmp_path / "t")
+    manifest = tmp_path / "t" / "manifest.json"
+    data = json.loads(manifest.read_text())
+    data["schema_version"] = 99
+    manifest.write_text(json.dumps(data))
+    with pytest.raises(SchemaError, match="schema version 99 is not 1"):
+        read_trace(tmp_path / "t")
+
+
+def test_manifest_is_deterministic(tmp_path: Path) -> None:
+    write_trace(_trace(), tmp_path / "a")
+    write_trace(_trace(), tmp_path / "b")
+    assert (tmp_path / "a" / "manifest.json").read_bytes() == (
+        tmp_path / "b" / "manifest.json"
+    ).read_bytes()
