@@ -1,0 +1,215 @@
+"""Run the fast simulator on a workload and turn its arrays into a :class:`ReplayResult`."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Final
+
+import numpy as np
+import polars as pl
+
+from oomtrace.replay import kernel
+from oomtrace.replay.model import (
+    OUTCOME_SCHEMA,
+    OUTCOMES,
+    SERIES_SCHEMA,
+    ReplayResult,
+    ReplaySettings,
+    ReplaySummary,
+    TimeModel,
+)
+from oomtrace.replay.workload import Workload
+
+log = logging.getLogger(__name__)
+
+SERIES_POINTS: Final = 1000
+
+
+@dataclass(frozen=True)
+class RawRun:
+    """The simulator's arrays: per-request ``state`` (columns ``kernel.S_*``), one ``series``
+    row per probe, and ``totals`` = [peak blocks, first exhaustion ns or -1, preemptions]."""
+
+    state: Any
+    series: Any
+    totals: Any
+
+
+def request_arrays(workload: Workload, settings: ReplaySettings) -> dict[str, Any]:
+    """The int64 input arrays of :func:`kernel.simulate` for ``settings``."""
+    frame = workload.requests
+    p = frame["prompt_tokens"].to_numpy().astype(np.int64)
+    o = frame["output_tokens"].to_numpy().astype(np.int64)
+    block = settings.block_size
+    if settings.policy == "reserve":
+        contract = p + np.maximum(frame["max_tokens"].to_numpy().astype(np.int64), o)
+        res = (contract + block - 1) // block
+    else:
+        res = (p + o - 1 + block - 1) // block
+    return {
+        "arr": frame["arrival_ns"].to_numpy().astype(np.int64),
+        "p": p,
+        "o": o,
+        "pre": frame["prefill_ns"].to_numpy().astype(np.int64),
+        "dl": frame["decode_ns_per_token"].to_numpy().astype(np.int64),
+        "res": res.astype(np.int64),
+    }
+
+
+def limits_array(settings: ReplaySettings) -> Any:
+    return np.array(
+        [
+            settings.block_size,
+            kernel.RESERVE if settings.policy == "reserve" else kernel.ON_DEMAND,
+            settings.max_num_seqs or 0,
+            settings.max_num_batched_tokens or 0,
+            -1 if settings.max_waiting is None else settings.max_waiting,
+        ],
+        dtype=np.int64,
+    )
+
+
+def simulate(
+    workload: Workload,
+    settings: ReplaySettings,
+    probes_ns: Any = None,
+    arrays: dict[str, Any] | None = None,
+) -> RawRun:
+    """Run the compiled simulator; ``probes_ns`` are sorted instants (ns from ``workload.t0``)."""
+    a = arrays if arrays is not None else request_arrays(workload, settings)
+    probes = np.empty(0, dtype=np.int64) if probes_ns is None else np.asarray(probes_ns, np.int64)
+    state, series, totals = kernel.simulate(
+        a["arr"], a["p"], a["o"], a["pre"], a["dl"], a["res"], settings.kv_blocks,
+        limits_array(settings), probes,
+    )  # fmt: skip
+    return RawRun(state, series, totals)
+
+
+def replay(
+    workload: Workload, settings: ReplaySettings, *, series_points: int = SERIES_POINTS
+) -> ReplayResult:
+    """Replay ``workload`` under ``settings``; with ``series_points`` > 0 the pool series is read
+    at that many evenly spaced instants from the first arrival to the last finish."""
+    arrays = request_arrays(workload, settings)
+    raw = simulate(workload, settings, arrays=arrays)
+    series = _empty_series()
+    if series_points > 0 and workload.size:
+        end = int(max(raw.state[:, kernel.S_FINISH].max(), arrays["arr"].max()))
+        step = max(1, -(-(end + 1) // series_points))
+        probes = np.arange(step, end + step + 1, step, dtype=np.int64)
+        raw = simulate(workload, settings, probes, arrays=arrays)
+        series = series_frame(raw.series, probes, workload.t0, settings.kv_blocks)
+    return result_from_raw(workload, settings, raw, series)
+
+
+def _empty_series() -> pl.DataFrame:
+    return pl.DataFrame(schema=SERIES_SCHEMA)
+
+
+def series_frame(series: Any, probes: Any, t0: datetime, kv_blocks: int) -> pl.DataFrame:
+    """The pool read at each probe: the level just before it and the highest level since the
+    previous probe, with running and waiting counts."""
+    return (
+        pl.DataFrame(
+            {
+                "ts": pl.Series(probes, dtype=pl.Int64),
+                "kv_blocks_used": series[:, 0],
+                "kv_blocks_peak": series[:, 3],
+                "requests_running": series[:, 1],
+                "requests_waiting": series[:, 2],
+            }
+        )
+        .select(
+            ts=pl.lit(t0, dtype=pl.Datetime("ns", "UTC")) + pl.duration(nanoseconds=pl.col("ts")),
+            kv_blocks_used="kv_blocks_used",
+            kv_blocks_peak="kv_blocks_peak",
+            kv_usage_ratio=pl.col("kv_blocks_used") / kv_blocks,
+            requests_running="requests_running",
+            requests_waiting="requests_waiting",
+        )
+        .cast(dict(SERIES_SCHEMA))
+    )  # type: ignore[arg-type]
+
+
+def outcomes_frame(workload: Workload, state: Any) -> pl.DataFrame:
+    """One row per request: replayed admission, finish, queueing delay, preemptions, outcome."""
+    t0 = pl.lit(workload.t0, dtype=pl.Datetime("ns", "UTC"))
+
+    def at(column: str) -> pl.Expr:
+        ns = pl.col(column)
+        return pl.when(ns >= 0).then(t0 + pl.duration(nanoseconds=ns))
+
+    kernel_cols = pl.DataFrame(
+        {
+            "admit_ns": state[:, kernel.S_ADMIT],
+            "finish_ns": state[:, kernel.S_FINISH],
+            "preemptions": state[:, kernel.S_NPRE],
+            "reason": state[:, kernel.S_REASON],
+        }
+    )
+    frame = pl.concat([workload.requests, kernel_cols], how="horizontal")
+    return frame.select(
+        "request_id",
+        "arrival",
+        admitted=at("admit_ns"),
+        finished=at("finish_ns"),
+        queue_delay_s=pl.when(pl.col("admit_ns") >= 0).then(
+            (pl.col("admit_ns") - pl.col("arrival_ns")) / 1e9
+        ),
+        preemptions="preemptions",
+        outcome=pl.col("reason").replace_strict(dict(enumerate(OUTCOMES)), return_dtype=pl.String),
+        prompt_tokens="prompt_tokens",
+        output_tokens="output_tokens",
+        output_source="output_source",
+    ).cast(dict(OUTCOME_SCHEMA))  # type: ignore[arg-type]
+
+
+def result_from_raw(
+    workload: Workload, settings: ReplaySettings, raw: RawRun, series: pl.DataFrame
+) -> ReplayResult:
+    outcomes = outcomes_frame(workload, raw.state)
+    summary = summarise(workload, settings, raw, outcomes)
+    time_model = TimeModel(
+        output_sources=workload.source_counts("output_source"),
+        prefill_sources=workload.source_counts("prefill_source"),
+        decode_sources=workload.source_counts("decode_source"),
+        decode_fallback_tokens_per_s=workload.decode_fallback_tokens_per_s,
+        prefill_fallback_tokens_per_s=workload.prefill_fallback_tokens_per_s,
+    )
+    return ReplayResult(settings, summary, outcomes, series, time_model, workload.notes)
+
+
+def summarise(
+    workload: Workload, settings: ReplaySettings, raw: RawRun, outcomes: pl.DataFrame
+) -> ReplaySummary:
+    delays = outcomes.select(
+        p50=pl.col("queue_delay_s").quantile(0.5, interpolation="linear"),
+        p99=pl.col("queue_delay_s").quantile(0.99, interpolation="linear"),
+        top=pl.col("queue_delay_s").max(),
+        finished=(pl.col("outcome") == "finished").sum(),
+        preempted=(pl.col("preemptions") > 0).sum(),
+        end=pl.col("finished").max(),
+    ).row(0, named=True)
+    peak, first_over, preemptions = (int(x) for x in raw.totals)
+    block_bytes = settings.block_bytes
+    return ReplaySummary(
+        overflow=first_over >= 0,
+        overflow_ts=None if first_over < 0 else workload.t0 + _ns(first_over),
+        peak_blocks=peak,
+        peak_bytes=None if block_bytes is None else peak * block_bytes,
+        preemptions=preemptions,
+        preempted_requests=int(delays["preempted"]),
+        rejections=workload.size - int(delays["finished"]),
+        requests=workload.size,
+        finished=int(delays["finished"]),
+        queue_delay_p50_s=delays["p50"],
+        queue_delay_p99_s=delays["p99"],
+        queue_delay_max_s=delays["top"],
+        end_ts=delays["end"],
+    )
+
+
+def _ns(value: int) -> timedelta:
+    return timedelta(microseconds=value / 1000)

@@ -1,0 +1,209 @@
+"""What a replay is asked (settings) and what it answers (results).
+
+The simulated engine, precisely (both simulators implement exactly this):
+
+* A request arrives, joins the tail of the waiting queue, and is admitted first come, first
+  served: the head is admitted while the running count is below ``max_num_seqs``, its blocks fit
+  the free pool, and (with ``max_num_batched_tokens``) its prefill chunk fits the prefill budget;
+  a head that does not fit blocks the queue, as in vLLM's V1 scheduler.
+* ``reserve``: admission holds ``ceil((prompt + max_tokens) / block_size)`` blocks until finish.
+* ``on-demand``: admission holds the blocks of the tokens to prefill (the prompt; after a
+  preemption, prompt plus the tokens already produced). After its prefill a request produces one
+  output token every ``decode_ns_per_token``; each produced token except the last is stored,
+  taking a new block whenever it starts one. When a token finds no free block the newest running
+  request is preempted (all its blocks freed, its output so far kept, back to the head of the
+  queue to be recomputed), repeatedly until the tokens fit: vLLM V1's recompute preemption. A
+  recompute prefill takes the request's prefill time scaled by (prompt + produced) / prompt.
+* A request finishes when it produces its last token and frees everything at once.
+* A request that could never fit the pool alone is rejected on arrival; with ``max_waiting`` an
+  arrival that finds the queue full after the admission pass is rejected.
+* At one instant: finishes first, then the tokens produced at that instant (and any pool
+  exhaustion), then prefill ends, then arrivals in arrival order; an admission pass follows each.
+  With ``max_num_batched_tokens`` each prefill holds ``min(tokens to prefill, budget)`` tokens
+  of the budget from admission to the end of its prefill (chunked prefill, simplified: decode
+  tokens do not count against the budget).
+
+The pool's *level* is the number of blocks held. The *peak* is the highest level, read just
+before each release and, at an exhaustion, the whole pool. *Overflow* means the pool ran dry:
+under ``on-demand`` every overflow preempts; under ``reserve`` it cannot happen.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Final, Literal
+
+import polars as pl
+
+from oomtrace.errors import UsageError
+
+Policy = Literal["on-demand", "reserve"]
+POLICIES: Final[tuple[Policy, ...]] = ("on-demand", "reserve")
+
+OUTCOMES: Final = ("finished", "rejected_too_large", "rejected_queue_full")
+
+OUTCOME_SCHEMA: Final = pl.Schema(
+    {
+        "request_id": pl.String,
+        "arrival": pl.Datetime("ns", "UTC"),
+        "admitted": pl.Datetime("ns", "UTC"),
+        "finished": pl.Datetime("ns", "UTC"),
+        "queue_delay_s": pl.Float64,
+        "preemptions": pl.Int64,
+        "outcome": pl.String,
+        "prompt_tokens": pl.Int64,
+        "output_tokens": pl.Int64,
+        "output_source": pl.String,
+    }
+)
+
+SERIES_SCHEMA: Final = pl.Schema(
+    {
+        "ts": pl.Datetime("ns", "UTC"),
+        "kv_blocks_used": pl.Int64,
+        "kv_blocks_peak": pl.Int64,
+        "kv_usage_ratio": pl.Float64,
+        "requests_running": pl.Int64,
+        "requests_waiting": pl.Int64,
+    }
+)
+
+
+@dataclass(frozen=True)
+class ReplaySettings:
+    """The admission settings one replay runs under."""
+
+    kv_blocks: int
+    block_size: int = 16
+    policy: Policy = "on-demand"
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    max_waiting: int | None = None
+    kv_bytes_per_token: int | None = None
+
+    def __post_init__(self) -> None:
+        checks = {
+            "--kv-blocks": (self.kv_blocks, 1),
+            "--block-size": (self.block_size, 1),
+            "--max-num-seqs": (self.max_num_seqs, 1),
+            "--max-num-batched-tokens": (self.max_num_batched_tokens, 1),
+            "--max-waiting": (self.max_waiting, 0),
+            "--kv-bytes-per-token": (self.kv_bytes_per_token, 1),
+        }
+        for name, (value, least) in checks.items():
+            if value is not None and value < least:
+                raise UsageError(f"{name} {value} is below {least}; give {least} or more")
+        if self.policy not in POLICIES:
+            raise UsageError(f"--policy {self.policy!r}: choose one of {', '.join(POLICIES)}")
+
+    @property
+    def block_bytes(self) -> int | None:
+        if self.kv_bytes_per_token is None:
+            return None
+        return self.kv_bytes_per_token * self.block_size
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "policy": self.policy,
+            "kv_blocks": self.kv_blocks,
+            "block_size": self.block_size,
+            "max_num_seqs": self.max_num_seqs,
+            "max_num_batched_tokens": self.max_num_batched_tokens,
+            "max_waiting": self.max_waiting,
+            "kv_bytes_per_token": self.kv_bytes_per_token,
+            "kv_pool_bytes": None
+            if self.block_bytes is None
+            else self.block_bytes * self.kv_blocks,
+        }
+
+
+@dataclass(frozen=True)
+class ReplaySummary:
+    """The headline numbers of one replay."""
+
+    overflow: bool
+    overflow_ts: datetime | None
+    peak_blocks: int
+    peak_bytes: int | None
+    preemptions: int
+    preempted_requests: int
+    rejections: int
+    requests: int
+    finished: int
+    queue_delay_p50_s: float | None
+    queue_delay_p99_s: float | None
+    queue_delay_max_s: float | None
+    end_ts: datetime | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "overflow": self.overflow,
+            "overflow_ts": _iso(self.overflow_ts),
+            "peak_blocks": self.peak_blocks,
+            "peak_bytes": self.peak_bytes,
+            "preemptions": self.preemptions,
+            "preempted_requests": self.preempted_requests,
+            "rejections": self.rejections,
+            "requests": self.requests,
+            "finished": self.finished,
+            "queue_delay_p50_s": _round(self.queue_delay_p50_s),
+            "queue_delay_p99_s": _round(self.queue_delay_p99_s),
+            "queue_delay_max_s": _round(self.queue_delay_max_s),
+            "end_ts": _iso(self.end_ts),
+        }
+
+    @property
+    def passes(self) -> bool:
+        """No overflow, no preemption: what ``--search`` looks for."""
+        return not self.overflow and self.preemptions == 0
+
+
+@dataclass(frozen=True)
+class TimeModel:
+    """How service times were obtained, counted per source, for the reader of a result."""
+
+    output_sources: dict[str, int]
+    prefill_sources: dict[str, int]
+    decode_sources: dict[str, int]
+    decode_fallback_tokens_per_s: float | None
+    prefill_fallback_tokens_per_s: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "output_tokens": self.output_sources,
+            "prefill": self.prefill_sources,
+            "decode": self.decode_sources,
+            "decode_fallback_tokens_per_s": _round(self.decode_fallback_tokens_per_s),
+            "prefill_fallback_tokens_per_s": _round(self.prefill_fallback_tokens_per_s),
+            "assumption": "service times are the recorded ones and do not change with load",
+        }
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    """One replay: its settings, summary, per-request outcomes (:data:`OUTCOME_SCHEMA`) and pool
+    series (:data:`SERIES_SCHEMA`, empty when not asked for)."""
+
+    settings: ReplaySettings
+    summary: ReplaySummary
+    outcomes: pl.DataFrame
+    series: pl.DataFrame
+    time_model: TimeModel
+    notes: tuple[str, ...] = field(default=())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self.summary.to_json(),
+            "settings": self.settings.to_json(),
+            "time_model": self.time_model.to_json(),
+            "notes": list(self.notes),
+        }
+
+
+def _iso(ts: datetime | None) -> str | None:
+    return None if ts is None else ts.isoformat().replace("+00:00", "Z")
+
+
+def _round(value: float | None, digits: int = 6) -> float | None:
+    return None if value is None else round(value, digits)
