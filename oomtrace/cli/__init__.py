@@ -17,7 +17,9 @@ from oomtrace import __version__
 from oomtrace.errors import OomtraceError
 
 # name -> (module, one-line help). Every built-in command is registered here and nowhere else.
-COMMANDS: dict[str, tuple[str, str]] = {}
+COMMANDS: dict[str, tuple[str, str]] = {
+    "replay": ("oomtrace.cli.replay", "Replay recorded traffic under other admission limits."),
+}
 
 
 def one_line(text: str) -> str:

@@ -1,1 +1,52 @@
-"""What-if replay of recorded traffic on a paged KV pool under other admission settings."""
+"""What-if replay of recorded traffic on a paged KV pool under other admission settings.
+
+Typical use::
+
+    workload = build_workload(read_trace(path))
+    result = replay(workload, ReplaySettings(kv_blocks=8000, max_num_seqs=128))
+    found = search(workload, settings, "max-num-seqs")
+    cal = calibrate(trace, workload, recorded_settings(trace.manifest))
+
+The simulated engine is described in :mod:`oomtrace.replay.model`.
+"""
+
+from oomtrace.replay.calibrate import Calibration, calibrate, recorded_settings
+from oomtrace.replay.engine import replay
+from oomtrace.replay.model import (
+    POLICIES,
+    Policy,
+    ReplayResult,
+    ReplaySettings,
+    ReplaySummary,
+    blocks_from_budget,
+)
+from oomtrace.replay.search import SEARCH_TARGETS, SearchResult, SearchTarget, search
+from oomtrace.replay.workload import (
+    TimeOptions,
+    Workload,
+    build_workload,
+    workload_from_arrays,
+    workload_from_frame,
+)
+
+__all__ = [
+    "POLICIES",
+    "SEARCH_TARGETS",
+    "Calibration",
+    "Policy",
+    "ReplayResult",
+    "ReplaySettings",
+    "ReplaySummary",
+    "SearchResult",
+    "SearchTarget",
+    "TimeOptions",
+    "Workload",
+    "blocks_from_budget",
+    "build_workload",
+    "calibrate",
+    "recorded_settings",
+    "replay",
+    "search",
+    "workload_from_arrays",
+    "workload_from_frame",
+]

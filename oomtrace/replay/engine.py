@@ -30,7 +30,7 @@ SERIES_POINTS: Final = 1000
 @dataclass(frozen=True)
 class RawRun:
     """The simulator's arrays: per-request ``state`` (columns ``kernel.S_*``), one ``series``
-    row per probe, and ``totals`` = [peak blocks, first exhaustion ns or -1, preemptions]."""
+    row per probe, and ``totals`` (see :func:`kernel.simulate`)."""
 
     state: Any
     series: Any
@@ -94,7 +94,7 @@ def replay(
     at that many evenly spaced instants from the first arrival to the last finish."""
     arrays = request_arrays(workload, settings)
     raw = simulate(workload, settings, arrays=arrays)
-    series = _empty_series()
+    series = empty_series()
     if series_points > 0 and workload.size:
         end = int(max(raw.state[:, kernel.S_FINISH].max(), arrays["arr"].max()))
         step = max(1, -(-(end + 1) // series_points))
@@ -104,7 +104,7 @@ def replay(
     return result_from_raw(workload, settings, raw, series)
 
 
-def _empty_series() -> pl.DataFrame:
+def empty_series() -> pl.DataFrame:
     return pl.DataFrame(schema=SERIES_SCHEMA)
 
 
@@ -129,8 +129,8 @@ def series_frame(series: Any, probes: Any, t0: datetime, kv_blocks: int) -> pl.D
             requests_running="requests_running",
             requests_waiting="requests_waiting",
         )
-        .cast(dict(SERIES_SCHEMA))
-    )  # type: ignore[arg-type]
+        .cast(SERIES_SCHEMA)
+    )
 
 
 def outcomes_frame(workload: Workload, state: Any) -> pl.DataFrame:
@@ -163,7 +163,7 @@ def outcomes_frame(workload: Workload, state: Any) -> pl.DataFrame:
         prompt_tokens="prompt_tokens",
         output_tokens="output_tokens",
         output_source="output_source",
-    ).cast(dict(OUTCOME_SCHEMA))  # type: ignore[arg-type]
+    ).cast(OUTCOME_SCHEMA)
 
 
 def result_from_raw(
@@ -190,9 +190,10 @@ def summarise(
         top=pl.col("queue_delay_s").max(),
         finished=(pl.col("outcome") == "finished").sum(),
         preempted=(pl.col("preemptions") > 0).sum(),
+        too_large=(pl.col("outcome") == "rejected_too_large").sum(),
         end=pl.col("finished").max(),
     ).row(0, named=True)
-    peak, first_over, preemptions = (int(x) for x in raw.totals)
+    peak, first_over, preemptions = (int(x) for x in raw.totals[:3])
     block_bytes = settings.block_bytes
     return ReplaySummary(
         overflow=first_over >= 0,
@@ -202,12 +203,14 @@ def summarise(
         preemptions=preemptions,
         preempted_requests=int(delays["preempted"]),
         rejections=workload.size - int(delays["finished"]),
+        rejected_too_large=int(delays["too_large"]),
         requests=workload.size,
         finished=int(delays["finished"]),
         queue_delay_p50_s=delays["p50"],
         queue_delay_p99_s=delays["p99"],
         queue_delay_max_s=delays["top"],
         end_ts=delays["end"],
+        max_running=int(raw.totals[3]),
     )
 
 

@@ -41,7 +41,7 @@ def _inline(func: F) -> F:
     return cast("F", njit(cache=True, nogil=True, inline="always")(func))
 
 
-INF = np.int64(1 << 61)  # doubled in comparisons below, so well inside int64
+INF = 1 << 61  # doubled in comparisons below, so well inside int64
 
 # policy codes
 ON_DEMAND = 0
@@ -81,7 +81,9 @@ C_ACTIVE = 11  # 1 while block boundaries are tracked one by one (the pool could
 C_TAU = 12  # dormant: every S_BLK (and so C_USED) is exact as of this instant, not after
 C_RACC = 13  # dormant: running requests since C_TAU (leaves not subtracted: a bound)
 C_COMMIT = 14  # sum of S_FINAL over running requests: the level can never exceed it
-NSC = 15
+C_MAXRUN = 15  # most requests running at once
+C_MAXPF = 16  # most prefill tokens in flight at once (tracked only with a prefill budget)
+NSC = 17
 
 
 @_inline
@@ -282,6 +284,7 @@ def _start(
     if st[i, S_ADMIT] < 0:
         st[i, S_ADMIT] = t
     _link(i, st, sc)
+    sc[C_MAXRUN] = max(sc[C_MAXRUN], sc[C_NRUN])
     held = res[i] if policy == RESERVE else _blocks(p[i] + g0, block)
     st[i, S_BLK] = held
     sc[C_USED] += held
@@ -293,6 +296,7 @@ def _start(
     if budget > 0:
         st[i, S_CHUNK] = min(p[i] + g0, budget)
         sc[C_PF] += st[i, S_CHUNK]
+        sc[C_MAXPF] = max(sc[C_MAXPF], sc[C_PF])
     boundary = INF
     if policy == ON_DEMAND:
         st[i, S_KNEXT] = (-(p[i] + g0)) % block + 1
@@ -441,7 +445,8 @@ def simulate(
 
     Returns ``st`` (per-request state, columns ``S_*``), ``series`` (one row per probe: blocks
     held just before the probe, running, waiting, highest level since the previous probe) and
-    ``totals`` = [peak blocks, first exhaustion ns or -1, preemptions].
+    ``totals`` = [peak blocks, first exhaustion ns or -1, preemptions, most running at once, most
+    prefill tokens in flight at once].
     """
     n = arr.shape[0]
     block, policy, max_wait = limits[0], limits[1], limits[4]
@@ -459,7 +464,8 @@ def simulate(
     ph = np.empty((3, 64), dtype=np.int64)
     xh = np.empty((3, 64), dtype=np.int64)
     series = np.zeros((probes.shape[0], 4), dtype=np.int64)
-    totals = np.array([0, -1, 0], dtype=np.int64)
+    totals = np.zeros(5, dtype=np.int64)
+    totals[1] = -1
     nxt, j, now, left_at, bin_max, admit_due = 0, 0, -1, -1, 0, False
     while True:
         sc[C_FH], tf = _heap_top(fh, sc[C_FH], st)
@@ -543,5 +549,5 @@ def simulate(
                 # still waiting (arrivals join the tail) and the queue is full
                 sc[C_WLEN] -= 1
                 st[i, S_STATUS], st[i, S_REASON] = 4, 2
-    totals[2] = sc[C_PRE_TOTAL]
+    totals[2], totals[3], totals[4] = sc[C_PRE_TOTAL], sc[C_MAXRUN], sc[C_MAXPF]
     return st, series, totals

@@ -38,35 +38,45 @@ import polars as pl
 
 from oomtrace.errors import UsageError
 
+
+def _columns(columns: dict[str, Any]) -> dict[str, Any]:
+    """Column name to dtype (classes and instances mixed, as polars accepts)."""
+    return columns
+
+
 Policy = Literal["on-demand", "reserve"]
 POLICIES: Final[tuple[Policy, ...]] = ("on-demand", "reserve")
 
 OUTCOMES: Final = ("finished", "rejected_too_large", "rejected_queue_full")
 
 OUTCOME_SCHEMA: Final = pl.Schema(
-    {
-        "request_id": pl.String,
-        "arrival": pl.Datetime("ns", "UTC"),
-        "admitted": pl.Datetime("ns", "UTC"),
-        "finished": pl.Datetime("ns", "UTC"),
-        "queue_delay_s": pl.Float64,
-        "preemptions": pl.Int64,
-        "outcome": pl.String,
-        "prompt_tokens": pl.Int64,
-        "output_tokens": pl.Int64,
-        "output_source": pl.String,
-    }
+    _columns(
+        {
+            "request_id": pl.String,
+            "arrival": pl.Datetime("ns", "UTC"),
+            "admitted": pl.Datetime("ns", "UTC"),
+            "finished": pl.Datetime("ns", "UTC"),
+            "queue_delay_s": pl.Float64,
+            "preemptions": pl.Int64,
+            "outcome": pl.String,
+            "prompt_tokens": pl.Int64,
+            "output_tokens": pl.Int64,
+            "output_source": pl.String,
+        }
+    )
 )
 
 SERIES_SCHEMA: Final = pl.Schema(
-    {
-        "ts": pl.Datetime("ns", "UTC"),
-        "kv_blocks_used": pl.Int64,
-        "kv_blocks_peak": pl.Int64,
-        "kv_usage_ratio": pl.Float64,
-        "requests_running": pl.Int64,
-        "requests_waiting": pl.Int64,
-    }
+    _columns(
+        {
+            "ts": pl.Datetime("ns", "UTC"),
+            "kv_blocks_used": pl.Int64,
+            "kv_blocks_peak": pl.Int64,
+            "kv_usage_ratio": pl.Float64,
+            "requests_running": pl.Int64,
+            "requests_waiting": pl.Int64,
+        }
+    )
 )
 
 
@@ -129,12 +139,14 @@ class ReplaySummary:
     preemptions: int
     preempted_requests: int
     rejections: int
+    rejected_too_large: int
     requests: int
     finished: int
     queue_delay_p50_s: float | None
     queue_delay_p99_s: float | None
     queue_delay_max_s: float | None
     end_ts: datetime | None
+    max_running: int
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -145,18 +157,21 @@ class ReplaySummary:
             "preemptions": self.preemptions,
             "preempted_requests": self.preempted_requests,
             "rejections": self.rejections,
+            "rejected_too_large": self.rejected_too_large,
             "requests": self.requests,
             "finished": self.finished,
             "queue_delay_p50_s": _round(self.queue_delay_p50_s),
             "queue_delay_p99_s": _round(self.queue_delay_p99_s),
             "queue_delay_max_s": _round(self.queue_delay_max_s),
             "end_ts": _iso(self.end_ts),
+            "max_running": self.max_running,
         }
 
     @property
     def passes(self) -> bool:
-        """No overflow, no preemption: what ``--search`` looks for."""
-        return not self.overflow and self.preemptions == 0
+        """What ``--search`` looks for: the pool never ran dry, nothing was preempted, and no
+        request was turned away for being larger than the pool."""
+        return not self.overflow and self.preemptions == 0 and self.rejected_too_large == 0
 
 
 @dataclass(frozen=True)
@@ -207,3 +222,22 @@ def _iso(ts: datetime | None) -> str | None:
 
 def _round(value: float | None, digits: int = 6) -> float | None:
     return None if value is None else round(value, digits)
+
+
+def blocks_from_budget(
+    *,
+    device_bytes: int,
+    weights_bytes: int,
+    reserve_bytes: int,
+    kv_bytes_per_token: int,
+    block_size: int,
+) -> int:
+    """KV blocks that fit what is left of the device after weights and the runtime reserve."""
+    left = device_bytes - weights_bytes - reserve_bytes
+    block_bytes = kv_bytes_per_token * block_size
+    if left < block_bytes:
+        raise UsageError(
+            f"--device-memory leaves {left:,} B after --weights and --reserve, less than one KV "
+            f"block ({block_bytes:,} B); give more device memory or less weights/reserve"
+        )
+    return left // block_bytes

@@ -51,6 +51,8 @@ class _Pool:
     seq: int = 0
     preemptions: int = 0
     first_over: int = -1
+    max_running: int = 0
+    max_pf: int = 0
     running: list[int] = field(default_factory=list)
     waiting: deque[int] = field(default_factory=deque)
     events: list[tuple[int, int, int, int, int]] = field(default_factory=list)
@@ -106,7 +108,8 @@ def simulate_reference(
     state = np.zeros((len(reqs), 12), dtype=np.int64)
     for k, r in enumerate(reqs):
         state[k, 5:9] = (r.admit, r.finish, r.npre, r.reason)
-    return state, series, np.array([peak, s.first_over, s.preemptions], dtype=np.int64)
+    totals = [peak, s.first_over, s.preemptions, s.max_running, s.max_pf]
+    return state, series, np.array(totals, dtype=np.int64)
 
 
 def _blocks(tokens: int, block: int) -> int:
@@ -143,6 +146,7 @@ def _admit(s: _Pool, reqs: list[_Req], t: int) -> None:
         r.ver += 1
         r.seq, s.seq = s.seq, s.seq + 1
         s.running.append(i)
+        s.max_running = max(s.max_running, len(s.running))
         if r.admit < 0:
             r.admit = t
         pre = r.pre if r.produced == 0 else max(1, r.pre * (r.p + r.produced) // max(r.p, 1))
@@ -150,6 +154,7 @@ def _admit(s: _Pool, reqs: list[_Req], t: int) -> None:
         if s.budget:
             r.chunk, r.in_prefill = chunk, True
             s.pf += chunk
+            s.max_pf = max(s.max_pf, s.pf)
             heapq.heappush(s.events, (t + pre, PREFILL_END, i, i, r.ver))
 
 

@@ -23,31 +23,39 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Final
+from typing import Any, Final
 
 import polars as pl
 
 from oomtrace.errors import InputError, UsageError
 from oomtrace.trace import Trace
 
+
+def _columns(columns: dict[str, Any]) -> dict[str, Any]:
+    """Column name to dtype (classes and instances mixed, as polars accepts)."""
+    return columns
+
+
 DEFAULT_PREFILL_TOKENS_PER_S: Final = 10_000.0
 NS: Final = 1_000_000_000
 EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 
 WORKLOAD_SCHEMA: Final = pl.Schema(
-    {
-        "request_id": pl.String,
-        "arrival": pl.Datetime("ns", "UTC"),
-        "arrival_ns": pl.Int64,
-        "prompt_tokens": pl.Int64,
-        "output_tokens": pl.Int64,
-        "max_tokens": pl.Int64,
-        "prefill_ns": pl.Int64,
-        "decode_ns_per_token": pl.Int64,
-        "output_source": pl.String,
-        "prefill_source": pl.String,
-        "decode_source": pl.String,
-    }
+    _columns(
+        {
+            "request_id": pl.String,
+            "arrival": pl.Datetime("ns", "UTC"),
+            "arrival_ns": pl.Int64,
+            "prompt_tokens": pl.Int64,
+            "output_tokens": pl.Int64,
+            "max_tokens": pl.Int64,
+            "prefill_ns": pl.Int64,
+            "decode_ns_per_token": pl.Int64,
+            "output_source": pl.String,
+            "prefill_source": pl.String,
+            "decode_source": pl.String,
+        }
+    )
 )
 
 
@@ -203,7 +211,7 @@ def _with_times(per: pl.DataFrame, options: TimeOptions, notes: list[str]) -> Wo
         decode_source=pl.when(pl.col("own_decode_ns").is_not_null())
         .then(pl.lit("recorded"))
         .otherwise(pl.lit(decode_from)),
-    ).cast(dict(WORKLOAD_SCHEMA))  # type: ignore[arg-type]
+    ).cast(WORKLOAD_SCHEMA)
     return Workload(
         requests=frame,
         t0=t0 if isinstance(t0, datetime) else EPOCH,
@@ -258,6 +266,6 @@ def workload_from_frame(frame: pl.DataFrame, *, t0: datetime | None = None) -> W
         arrival=pl.lit(start, dtype=pl.Datetime("ns", "UTC"))
         + pl.duration(nanoseconds=pl.col("arrival_ns"))
     )
-    frame = frame.select(list(WORKLOAD_SCHEMA)).cast(dict(WORKLOAD_SCHEMA))  # type: ignore[arg-type]
+    frame = frame.select(list(WORKLOAD_SCHEMA)).cast(WORKLOAD_SCHEMA)
     frame = frame.sort("arrival_ns", maintain_order=True)
     return Workload(frame, start, (), None, None)

@@ -1,0 +1,211 @@
+"""Calibration: replay with the settings the engine actually ran with, compare with what it
+reported, and say how far the what-if can be trusted.
+
+Observed KV usage comes from ``kv_blocks_used`` samples (divided by ``num_gpu_blocks``) or
+``kv_usage_ratio`` samples; the simulated level is read at the same instants. Observed
+preemptions come from ``preempted`` request events, else the increase of ``preemptions_total``,
+else the sum of ``preemptions_in_interval``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final
+
+import numpy as np
+import polars as pl
+
+from oomtrace.errors import InputError
+from oomtrace.replay import engine
+from oomtrace.replay.model import ReplaySettings
+from oomtrace.replay.workload import Workload
+from oomtrace.trace import Manifest, Trace
+
+CLOSE_MAE: Final = 0.05
+ROUGH_MAE: Final = 0.15
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The replay under the recorded settings against the observed run."""
+
+    settings: ReplaySettings
+    observed_from: str | None
+    samples: int
+    kv_usage_mae: float | None
+    kv_usage_max_error: float | None
+    kv_usage_bias: float | None
+    preemptions_observed: int | None
+    preemptions_observed_from: str | None
+    preemptions_simulated: int
+    verdict: str
+    caveats: tuple[str, ...]
+    comparison: pl.DataFrame
+
+    def to_json(self) -> dict[str, Any]:
+        def r(x: float | None) -> float | None:
+            return None if x is None else round(x, 6)
+
+        return {
+            "settings": self.settings.to_json(),
+            "observed_from": self.observed_from,
+            "samples": self.samples,
+            "kv_usage_mae": r(self.kv_usage_mae),
+            "kv_usage_max_error": r(self.kv_usage_max_error),
+            "kv_usage_bias": r(self.kv_usage_bias),
+            "preemptions_observed": self.preemptions_observed,
+            "preemptions_observed_from": self.preemptions_observed_from,
+            "preemptions_simulated": self.preemptions_simulated,
+            "preemptions_difference": None
+            if self.preemptions_observed is None
+            else self.preemptions_simulated - self.preemptions_observed,
+            "verdict": self.verdict,
+            "caveats": list(self.caveats),
+        }
+
+
+def recorded_settings(
+    manifest: Manifest, *, kv_bytes_per_token: int | None = None
+) -> ReplaySettings:
+    """The settings the engine ran with, from ``manifest.engine_config``."""
+    config = manifest.engine_config
+    blocks = config.get("num_gpu_blocks")
+    if not isinstance(blocks, int) or blocks < 1:
+        raise InputError(
+            "the trace's manifest does not state num_gpu_blocks, so the recorded run cannot be "
+            "replayed for calibration; pass --kv-blocks, or --no-calibrate"
+        )
+    block_size = config.get("block_size")
+    seqs = config.get("max_num_seqs")
+    tokens = config.get("max_num_batched_tokens")
+    return ReplaySettings(
+        kv_blocks=blocks,
+        block_size=block_size if isinstance(block_size, int) and block_size > 0 else 16,
+        policy="on-demand",
+        max_num_seqs=seqs if isinstance(seqs, int) and seqs > 0 else None,
+        max_num_batched_tokens=tokens if isinstance(tokens, int) and tokens > 0 else None,
+        kv_bytes_per_token=kv_bytes_per_token,
+    )
+
+
+def _observed_usage(samples: pl.DataFrame, blocks: int) -> tuple[pl.DataFrame, str | None]:
+    used = samples.filter(pl.col("metric") == "kv_blocks_used")
+    if used.height:
+        frame = used.select("ts", observed=pl.col("value") / blocks)
+        return frame, "kv_blocks_used / num_gpu_blocks"
+    ratio = samples.filter(pl.col("metric") == "kv_usage_ratio")
+    if ratio.height:
+        return ratio.select("ts", observed=pl.col("value")), "kv_usage_ratio"
+    return pl.DataFrame(schema={"ts": pl.Datetime("ns", "UTC"), "observed": pl.Float64}), None
+
+
+def _observed_preemptions(trace: Trace, node: str | None) -> tuple[int | None, str | None]:
+    requests, samples = trace.requests, trace.samples
+    if node is not None:
+        requests = requests.filter(pl.col("node") == node)
+        samples = samples.filter(pl.col("node") == node)
+    events = requests.filter(pl.col("event") == "preempted").height
+    if events:
+        return events, "preempted request events"
+    counter = samples.filter(pl.col("metric") == "preemptions_total").sort("ts")
+    if counter.height >= 2:
+        # a counter that goes down was reset (engine restart): it counts again from zero
+        step = pl.col("value").diff()
+        rise = counter.select(
+            pl.when(step >= 0).then(step).otherwise(pl.col("value")).slice(1).sum()
+        ).item()
+        return int(rise), "increase of preemptions_total"
+    interval = samples.filter(pl.col("metric") == "preemptions_in_interval")["value"]
+    if interval.len():
+        return int(interval.sum()), "sum of preemptions_in_interval"
+    return None, None
+
+
+def calibrate(
+    trace: Trace, workload: Workload, settings: ReplaySettings, *, node: str | None = None
+) -> Calibration:
+    """Replay ``workload`` under ``settings`` (normally :func:`recorded_settings`) and compare."""
+    samples = trace.samples if node is None else trace.samples.filter(pl.col("node") == node)
+    observed, observed_from = _observed_usage(samples, settings.kv_blocks)
+    start = workload.t0
+    requests = trace.requests if node is None else trace.requests.filter(pl.col("node") == node)
+    end = requests["ts"].max()
+    observed = observed.filter(pl.col("ts").is_between(start, end)).sort("ts")
+    probes = (
+        observed.select((pl.col("ts") - pl.lit(start)).dt.total_nanoseconds())
+        .to_series()
+        .to_numpy()
+        .astype(np.int64)
+    )
+    raw = engine.simulate(workload, settings, probes)
+    comparison = observed.with_columns(
+        simulated=pl.Series(raw.series[:, 0] / settings.kv_blocks, dtype=pl.Float64)
+    ).with_columns(error=pl.col("simulated") - pl.col("observed"))
+    stats = comparison.select(
+        mae=pl.col("error").abs().mean(),
+        worst=pl.col("error").abs().max(),
+        bias=pl.col("error").mean(),
+    ).row(0, named=True)
+    seen, seen_from = _observed_preemptions(trace, node)
+    simulated = int(raw.totals[2])
+    caveats = _caveats(trace, workload)
+    verdict = _verdict(stats["mae"], stats["worst"], seen, simulated, comparison.height)
+    return Calibration(
+        settings=settings,
+        observed_from=observed_from,
+        samples=comparison.height,
+        kv_usage_mae=stats["mae"],
+        kv_usage_max_error=stats["worst"],
+        kv_usage_bias=stats["bias"],
+        preemptions_observed=seen,
+        preemptions_observed_from=seen_from,
+        preemptions_simulated=simulated,
+        verdict=verdict,
+        caveats=caveats,
+        comparison=comparison,
+    )
+
+
+def _verdict(
+    mae: float | None, worst: float | None, seen: int | None, simulated: int, samples: int
+) -> str:
+    if mae is None or worst is None or samples == 0:
+        usage = "no KV usage was observed while these requests ran, so the pool level is unchecked"
+        grade = "unchecked"
+    else:
+        usage = (
+            f"simulated KV usage is off by {100 * mae:.1f} points on average "
+            f"({100 * worst:.1f} at worst) over {samples} samples"
+        )
+        grade = "close" if mae <= CLOSE_MAE else "rough" if mae <= ROUGH_MAE else "poor"
+    if seen is not None:
+        usage += f"; preemptions simulated {simulated}, observed {seen}"
+        off = abs(simulated - seen) > max(2, 0.2 * seen)
+        if off and grade == "close":
+            grade = "rough"
+    trust = {
+        "close": "the what-if can be trusted for overflow, peaks and preemption counts to "
+        "within about that error",
+        "rough": "the what-if can be trusted for whether the pool runs dry and for trends, not "
+        "for exact peaks or preemption counts",
+        "poor": "do not rely on the what-if's numbers: the replay does not reproduce this run",
+        "unchecked": "treat the what-if as unverified",
+    }[grade]
+    return f"{grade}: {usage}; {trust}"
+
+
+def _caveats(trace: Trace, workload: Workload) -> tuple[str, ...]:
+    notes = list(workload.notes)
+    bounded = workload.requests.filter(pl.col("output_source") == "max_tokens_bound").height
+    if bounded:
+        notes.append(
+            f"{bounded} request(s) have no recorded output length and are replayed at max_tokens "
+            "(an upper bound: the replay overstates their blocks)"
+        )
+    cached = trace.requests.filter(pl.col("cached_tokens") > 0).height
+    if cached:
+        notes.append(
+            f"{cached} request event(s) report prefix-cache hits; the replay does not share "
+            "blocks between requests, so it overstates usage where prefixes were shared"
+        )
+    return tuple(notes)
