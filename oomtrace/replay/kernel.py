@@ -223,7 +223,7 @@ def _next_boundary(i: int, st: Any, p: Any, o: Any, dl: Any, block: int) -> int:
     return int(st[i, S_FIRST] + (k - 1) * dl[i])
 
 
-@_inline
+@_jit
 def _sync(
     t: int, st: Any, sc: Any, xh: Any, rate: Any, arrays: tuple[Any, Any, Any, Any, Any], block: int
 ) -> Any:
@@ -305,7 +305,7 @@ def _start(
     return int(t + seg_pre + (o[i] - g0 - 1) * dl[i]), int(t + seg_pre), boundary
 
 
-@_inline
+@_jit
 def _preempt_until_fits(t: int, pool: int, st: Any, wq: Any, sc: Any, o: Any, dl: Any) -> None:
     """The pool ran dry at ``t``: preempt (recompute) the newest running request until the
     tokens stored at ``t`` fit, as vLLM's V1 scheduler pops the end of its running list. A
@@ -369,7 +369,7 @@ def _admit_pass(
     return fh, ph, xh
 
 
-@_inline
+@_jit
 def _sleep(now: int, st: Any, sc: Any, rate: Any, dl: Any, block: int) -> None:
     """Stop tracking block boundaries: the running requests fit the pool at their final
     lengths, so it cannot run dry until more are admitted."""
@@ -411,8 +411,8 @@ def _cross(
     return last
 
 
-@_inline
-def _arrive(i: int, pool: int, max_wait: int, st: Any, wq: Any, sc: Any, res: Any) -> bool:
+@_jit
+def _arrive(i: int, pool: int, st: Any, wq: Any, sc: Any, res: Any) -> bool:
     """Queue arrival ``i``; False if it can never fit the pool (rejected)."""
     if res[i] > pool:
         st[i, S_STATUS], st[i, S_REASON] = 4, 1
@@ -466,18 +466,24 @@ def simulate(
     series = np.zeros((probes.shape[0], 4), dtype=np.int64)
     totals = np.zeros(5, dtype=np.int64)
     totals[1] = -1
-    nxt, j, now, left_at, bin_max, admit_due = 0, 0, -1, -1, 0, False
+    nxt, j, now, left_at, bin_max, admit_due, arriving = 0, 0, -1, -1, 0, False, -1
     while True:
         sc[C_FH], tf = _heap_top(fh, sc[C_FH], st)
         sc[C_PH], tp = _heap_top(ph, sc[C_PH], st)
         sc[C_XH], tx = _heap_top(xh, sc[C_XH], st)
         t_evt = min(tf, tx, tp, arr[nxt] if nxt < n else INF)
         if admit_due and sc[C_WLEN] == 0:
-            admit_due = False
+            admit_due, arriving = False, -1
         if admit_due and (t_evt > now or (tf != t_evt and tx != t_evt)):  # noqa: PLR1714
-            # one admission pass after an instant's finishes and block boundaries
+            # one admission pass after an instant's finishes and block boundaries, and after
+            # each prefill end and arrival (the only call site: the pass is inlined)
             admit_due = False
             fh, ph, xh = _admit_pass(now, pool, limits, st, wq, sc, rate, arrays, (fh, ph, xh))
+            if arriving >= 0 and max_wait >= 0 and sc[C_WLEN] > max_wait:
+                # the arrival is still waiting (arrivals join the tail) and the queue is full
+                sc[C_WLEN] -= 1
+                st[arriving, S_STATUS], st[arriving, S_REASON] = 4, 2
+            arriving = -1
             continue
         horizon = min(t_evt, probes[j]) if j < probes.shape[0] else t_evt
         if policy == ON_DEMAND:
@@ -539,15 +545,11 @@ def simulate(
             sc[C_PH] = _heap_pop(ph, sc[C_PH])
             sc[C_PF] -= st[i, S_CHUNK]
             st[i, S_CHUNK] = 0
-            fh, ph, xh = _admit_pass(t_evt, pool, limits, st, wq, sc, rate, arrays, (fh, ph, xh))
+            admit_due = True
             continue
         i = nxt
         nxt += 1
-        if _arrive(i, pool, max_wait, st, wq, sc, res):
-            fh, ph, xh = _admit_pass(t_evt, pool, limits, st, wq, sc, rate, arrays, (fh, ph, xh))
-            if max_wait >= 0 and sc[C_WLEN] > max_wait:
-                # still waiting (arrivals join the tail) and the queue is full
-                sc[C_WLEN] -= 1
-                st[i, S_STATUS], st[i, S_REASON] = 4, 2
+        if _arrive(i, pool, st, wq, sc, res):
+            admit_due, arriving = True, i
     totals[2], totals[3], totals[4] = sc[C_PRE_TOTAL], sc[C_MAXRUN], sc[C_MAXPF]
     return st, series, totals
