@@ -97,8 +97,8 @@ def replay(
     series = empty_series()
     if series_points > 0 and workload.size:
         end = int(max(raw.state[:, kernel.S_FINISH].max(), arrays["arr"].max()))
-        step = max(1, -(-(end + 1) // series_points))
-        probes = np.arange(step, end + step + 1, step, dtype=np.int64)
+        step = max(1, -(-end // series_points))
+        probes = np.arange(step, step * -(-end // step) + 1, step, dtype=np.int64)
         raw = simulate(workload, settings, probes, arrays=arrays)
         series = series_frame(raw.series, probes, workload.t0, settings.kv_blocks)
     return result_from_raw(workload, settings, raw, series)
