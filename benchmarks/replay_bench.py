@@ -24,10 +24,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from replay_gen import day_of_traffic  # noqa: E402
+from replay_gen import day_of_traffic
 
-from oomtrace.replay import ReplaySettings, engine, workload_from_frame  # noqa: E402
-from oomtrace.replay.reference import simulate_reference  # noqa: E402
+from oomtrace.replay import ReplaySettings, engine, workload_from_frame
+from oomtrace.replay.reference import simulate_reference
 
 T = TypeVar("T")
 
