@@ -12,6 +12,7 @@ The simulated engine is described in :mod:`oomtrace.replay.model`.
 
 from oomtrace.replay.calibrate import Calibration, calibrate, recorded_settings
 from oomtrace.replay.engine import replay
+from oomtrace.replay.events import replayed_requests
 from oomtrace.replay.model import (
     POLICIES,
     Policy,
@@ -46,6 +47,7 @@ __all__ = [
     "calibrate",
     "recorded_settings",
     "replay",
+    "replayed_requests",
     "search",
     "workload_from_arrays",
     "workload_from_frame",

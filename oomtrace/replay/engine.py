@@ -35,6 +35,7 @@ class RawRun:
     state: Any
     series: Any
     totals: Any
+    log: Any
 
 
 def request_arrays(workload: Workload, settings: ReplaySettings) -> dict[str, Any]:
@@ -58,7 +59,7 @@ def request_arrays(workload: Workload, settings: ReplaySettings) -> dict[str, An
     }
 
 
-def limits_array(settings: ReplaySettings) -> Any:
+def limits_array(settings: ReplaySettings, *, record: bool = False) -> Any:
     return np.array(
         [
             settings.block_size,
@@ -66,6 +67,7 @@ def limits_array(settings: ReplaySettings) -> Any:
             settings.max_num_seqs or 0,
             settings.max_num_batched_tokens or 0,
             -1 if settings.max_waiting is None else settings.max_waiting,
+            1 if record else 0,
         ],
         dtype=np.int64,
     )
@@ -76,15 +78,18 @@ def simulate(
     settings: ReplaySettings,
     probes_ns: Any = None,
     arrays: dict[str, Any] | None = None,
+    *,
+    record: bool = False,
 ) -> RawRun:
-    """Run the compiled simulator; ``probes_ns`` are sorted instants (ns from ``workload.t0``)."""
+    """Run the compiled simulator; ``probes_ns`` are sorted instants (ns from ``workload.t0``);
+    ``record`` keeps the event log (admissions, preemptions, finishes, rejections)."""
     a = arrays if arrays is not None else request_arrays(workload, settings)
     probes = np.empty(0, dtype=np.int64) if probes_ns is None else np.asarray(probes_ns, np.int64)
-    state, series, totals = kernel.simulate(
+    state, series, totals, log = kernel.simulate(
         a["arr"], a["p"], a["o"], a["pre"], a["dl"], a["res"], settings.kv_blocks,
-        limits_array(settings), probes,
+        limits_array(settings, record=record), probes,
     )  # fmt: skip
-    return RawRun(state, series, totals)
+    return RawRun(state, series, totals, log)
 
 
 def replay(

@@ -83,7 +83,14 @@ C_RACC = 13  # dormant: running requests since C_TAU (leaves not subtracted: a b
 C_COMMIT = 14  # sum of S_FINAL over running requests: the level can never exceed it
 C_MAXRUN = 15  # most requests running at once
 C_MAXPF = 16  # most prefill tokens in flight at once (tracked only with a prefill budget)
-NSC = 17
+C_LOG = 17  # rows in the event log
+NSC = 18
+
+# event log kinds (when limits[5] asks for the log)
+LOG_ADMIT = 1  # extra: when this residency produces its next token (end of its prefill)
+LOG_PREEMPT = 2  # extra: output tokens produced so far
+LOG_FINISH = 3  # extra: 0
+LOG_REJECT = 4  # extra: the rejection reason (S_REASON)
 
 
 @_inline
@@ -176,6 +183,19 @@ def _heap_top(h: Any, size: int, st: Any) -> tuple[int, int]:
     if size == 0:
         return size, INF
     return size, int(h[0, 0])
+
+
+@_inline
+def _log(lg: Any, sc: Any, t: int, i: int, kind: int, extra: int) -> Any:
+    """Append (t, i, kind, extra) to the event log, growing it when full."""
+    size = sc[C_LOG]
+    if size == lg.shape[1]:
+        grown = np.empty((4, 2 * size), dtype=np.int64)
+        grown[:, :size] = lg
+        lg = grown
+    lg[0, size], lg[1, size], lg[2, size], lg[3, size] = t, i, kind, extra
+    sc[C_LOG] = size + 1
+    return lg
 
 
 @_inline
@@ -306,7 +326,9 @@ def _start(
 
 
 @_jit
-def _preempt_until_fits(t: int, pool: int, st: Any, wq: Any, sc: Any, o: Any, dl: Any) -> None:
+def _preempt_until_fits(
+    t: int, pool: int, st: Any, wq: Any, sc: Any, o: Any, dl: Any, lg: Any, record: bool
+) -> Any:
     """The pool ran dry at ``t``: preempt (recompute) the newest running request until the
     tokens stored at ``t`` fit, as vLLM's V1 scheduler pops the end of its running list. A
     preempted request keeps the tokens it produced up to ``t``."""
@@ -318,9 +340,12 @@ def _preempt_until_fits(t: int, pool: int, st: Any, wq: Any, sc: Any, o: Any, dl
         st[v, S_STATUS] = 1
         st[v, S_NPRE] += 1
         sc[C_PRE_TOTAL] += 1
+        if record:
+            lg = _log(lg, sc, t, v, LOG_PREEMPT, st[v, S_G0])
         sc[C_WHEAD] = (sc[C_WHEAD] - 1 + n) % n
         wq[sc[C_WHEAD]] = v
         sc[C_WLEN] += 1
+    return lg
 
 
 @_inline
@@ -333,13 +358,14 @@ def _admit_pass(
     sc: Any,
     rate: Any,
     arrays: tuple[Any, Any, Any, Any, Any],
-    heaps: tuple[Any, Any, Any],
-) -> tuple[Any, Any, Any]:
+    heaps: tuple[Any, Any, Any, Any],
+) -> tuple[Any, Any, Any, Any]:
     """Admit from the head of the waiting queue, first come first served, while the head fits
-    (blocks, ``max_num_seqs``, prefill token budget). Returns the (possibly grown) heaps."""
+    (blocks, ``max_num_seqs``, prefill token budget). Returns the (possibly grown) heaps and
+    event log."""
     p, res = arrays[0], arrays[4]
     block, policy, max_seqs, budget = limits[0], limits[1], limits[2], limits[3]
-    fh, ph, xh = heaps
+    fh, ph, xh, lg = heaps
     n = st.shape[0]
     while sc[C_WLEN] > 0:
         i = wq[sc[C_WHEAD]]
@@ -358,6 +384,8 @@ def _admit_pass(
         sc[C_WLEN] -= 1
         finish, prefill_end, boundary = _start(i, t, st, sc, rate, arrays, limits)
         ver = st[i, S_VER]
+        if limits[5] == 1:
+            lg = _log(lg, sc, t, i, LOG_ADMIT, prefill_end)
         fh = _heap_push(fh, sc[C_FH], finish, i, ver)
         sc[C_FH] += 1
         if budget > 0:
@@ -366,7 +394,7 @@ def _admit_pass(
         if boundary < INF:
             xh = _heap_push(xh, sc[C_XH], boundary, i, ver)
             sc[C_XH] += 1
-    return fh, ph, xh
+    return fh, ph, xh, lg
 
 
 @_jit
@@ -434,19 +462,21 @@ def simulate(
     pool: int,
     limits: Any,
     probes: Any,
-) -> tuple[Any, Any, Any]:
+) -> tuple[Any, Any, Any, Any]:
     """Run the replay.
 
     Inputs (int64 arrays, one row per request in arrival order): ``arr`` arrival ns, ``p`` prompt
     tokens, ``o`` output tokens (>= 1), ``pre`` prefill ns (>= 1), ``dl`` ns per output token
     (>= 1), ``res`` blocks reserved at admission (reserve) or held at the final length
     (on-demand). ``limits`` = [block_size, policy, max_num_seqs (0: none), prefill token budget
-    (0: none), max waiting (-1: none)]. ``probes``: sorted instants at which to read the pool.
+    (0: none), max waiting (-1: none), 1 to keep the event log]. ``probes``: sorted instants at
+    which to read the pool.
 
     Returns ``st`` (per-request state, columns ``S_*``), ``series`` (one row per probe: blocks
     held just before the probe, running, waiting, highest level since the previous probe) and
     ``totals`` = [peak blocks, first exhaustion ns or -1, preemptions, most running at once, most
-    prefill tokens in flight at once].
+    prefill tokens in flight at once], and the event log (rows: time, request, kind ``LOG_*``,
+    extra; empty unless asked for).
     """
     n = arr.shape[0]
     block, policy, max_wait = limits[0], limits[1], limits[4]
@@ -463,6 +493,8 @@ def simulate(
     fh = np.empty((3, 64), dtype=np.int64)
     ph = np.empty((3, 64), dtype=np.int64)
     xh = np.empty((3, 64), dtype=np.int64)
+    lg = np.empty((4, 64), dtype=np.int64)
+    record = limits[5] == 1
     series = np.zeros((probes.shape[0], 4), dtype=np.int64)
     totals = np.zeros(5, dtype=np.int64)
     totals[1] = -1
@@ -478,11 +510,14 @@ def simulate(
             # one admission pass after an instant's finishes and block boundaries, and after
             # each prefill end and arrival (the only call site: the pass is inlined)
             admit_due = False
-            fh, ph, xh = _admit_pass(now, pool, limits, st, wq, sc, rate, arrays, (fh, ph, xh))
+            heaps = _admit_pass(now, pool, limits, st, wq, sc, rate, arrays, (fh, ph, xh, lg))
+            fh, ph, xh, lg = heaps
             if arriving >= 0 and max_wait >= 0 and sc[C_WLEN] > max_wait:
                 # the arrival is still waiting (arrivals join the tail) and the queue is full
                 sc[C_WLEN] -= 1
                 st[arriving, S_STATUS], st[arriving, S_REASON] = 4, 2
+                if record:
+                    lg = _log(lg, sc, now, arriving, LOG_REJECT, 2)
             arriving = -1
             continue
         horizon = min(t_evt, probes[j]) if j < probes.shape[0] else t_evt
@@ -520,6 +555,8 @@ def simulate(
             _leave(i, st, sc)
             st[i, S_STATUS] = 3
             st[i, S_FINISH] = t_evt
+            if record:
+                lg = _log(lg, sc, t_evt, i, LOG_FINISH, 0)
             now, admit_due = t_evt, True
             continue
         now = t_evt
@@ -537,7 +574,7 @@ def simulate(
                 if totals[1] < 0:
                     totals[1] = t_evt
                 bin_max, totals[0] = pool, pool
-                _preempt_until_fits(t_evt, pool, st, wq, sc, o, dl)
+                lg = _preempt_until_fits(t_evt, pool, st, wq, sc, o, dl, lg, record)
             admit_due = True
             continue
         if tp == t_evt:
@@ -551,5 +588,7 @@ def simulate(
         nxt += 1
         if _arrive(i, pool, st, wq, sc, res):
             admit_due, arriving = True, i
+        elif record:
+            lg = _log(lg, sc, t_evt, i, LOG_REJECT, 1)
     totals[2], totals[3], totals[4] = sc[C_PRE_TOTAL], sc[C_MAXRUN], sc[C_MAXPF]
-    return st, series, totals
+    return st, series, totals, lg[:, : sc[C_LOG]]

@@ -62,7 +62,7 @@ def simulate_reference(
     arrays: dict[str, Any], kv_blocks: int, limits: Any, probes: Any = ()
 ) -> tuple[Any, Any, Any]:
     """Same inputs and outputs as :func:`oomtrace.replay.kernel.simulate`."""
-    block, policy, max_seqs, budget, max_wait = (int(x) for x in limits)
+    block, policy, max_seqs, budget, max_wait = (int(x) for x in limits[:5])
     s = _Pool(kv_blocks, block, policy == 1, max_seqs, budget, max_wait)
     reqs = [
         _Req(int(p), int(o), int(pre), int(dl), int(res))
