@@ -17,7 +17,10 @@ from oomtrace import __version__
 from oomtrace.errors import OomtraceError
 
 # name -> (module, one-line help). Every built-in command is registered here and nowhere else.
-COMMANDS: dict[str, tuple[str, str]] = {}
+COMMANDS: dict[str, tuple[str, str]] = {
+    "ingest": ("oomtrace.cli.ingest", "Turn logs, metrics and captures into a canonical trace."),
+    "inspect": ("oomtrace.cli.inspect", "Show what oomtrace reads from one file."),
+}
 
 
 def one_line(text: str) -> str:
