@@ -1,0 +1,133 @@
+"""The budget worksheet against what was observed: planned reserve against the measured peak.
+
+The plan is the budget worksheet's document when one is given (``oomtrace budget --json``),
+otherwise what the engine stated at start-up (weights, KV cache, CUDA graphs, memory
+utilisation). The observation is the trace's own peak of device memory. The difference is the
+point of the section: a runtime reserve planned at 1 GiB next to a measured 3 GiB of runtime
+memory is the finding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import polars as pl
+
+from oomtrace.report.model import Column, Section, Table
+from oomtrace.report.records import table_from_mapping, table_from_records
+from oomtrace.trace import Manifest
+from oomtrace.units import format_bytes
+
+COLUMNS = (
+    Column("item", "item", "text"),
+    Column("planned_bytes", "planned", "bytes"),
+    Column("observed_bytes", "observed", "bytes"),
+    Column("basis", "basis", "text"),
+)
+
+
+def _first(mapping: Mapping[str, Any], *keys: str) -> int | None:
+    for key in keys:
+        value = mapping.get(key)
+        if isinstance(value, Mapping):
+            value = value.get("bytes", value.get("total_bytes", value.get("per_gpu_bytes")))
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return int(value)
+    return None
+
+
+def _observed_peak(
+    samples: pl.DataFrame, incident: Mapping[str, Any] | None
+) -> tuple[int | None, str]:
+    for metrics, what in (
+        (["device_used_peak_bytes", "device_used_bytes"], "highest device memory sampled (NVML)"),
+        (["torch_reserved_peak_bytes", "torch_reserved_bytes"], "highest allocator reserved"),
+    ):
+        values = samples.filter(pl.col("metric").is_in(metrics))["value"]
+        if values.len():
+            return int(values.max()), what  # type: ignore[arg-type]
+    peak = (incident or {}).get("peak_bytes")
+    return (int(peak), "incident peak") if isinstance(peak, int | float) else (None, "")
+
+
+def _device_total(samples: pl.DataFrame, plan: Mapping[str, Any]) -> int | None:
+    stated = _first(plan, "device_bytes", "device_memory_bytes", "device_total_bytes")
+    if stated is not None:
+        return stated
+    values = samples.filter(pl.col("metric") == "device_total_bytes")["value"]
+    return int(values.max()) if values.len() else None  # type: ignore[arg-type]
+
+
+def budget_section(
+    worksheet: Mapping[str, Any] | None,
+    manifest: Manifest,
+    samples: pl.DataFrame,
+    incident: Mapping[str, Any] | None,
+) -> Section:
+    config = manifest.engine_config
+    plan: Mapping[str, Any] = worksheet or {}
+    source = "worksheet" if worksheet else "engine start-up"
+    device = _device_total(samples, plan)
+    weights = _first(plan, "weights_bytes", "weights") or _first(config, "model_weights_bytes")
+    cache = _first(plan, "available_cache_bytes", "kv_cache_bytes") or _first(
+        config, "available_kv_cache_bytes"
+    )
+    reserve = _first(plan, "reserve_bytes", "reserve")
+    reserve_basis = f"{source}: runtime reserve"
+    if reserve is None and device is not None and weights is not None and cache is not None:
+        utilisation = config.get("gpu_memory_utilization")
+        budget = int(device * float(utilisation)) if utilisation else device
+        reserve = budget - weights - cache
+        reserve_basis = "engine start-up: memory budget less weights and KV cache"
+    peak, peak_basis = _observed_peak(samples, incident)
+    runtime = None
+    if peak is not None and weights is not None and cache is not None:
+        runtime = peak - weights - cache
+    planned_total = None
+    if weights is not None and cache is not None and reserve is not None:
+        planned_total = weights + cache + reserve
+    rows = (
+        ("device memory", device, device, "installed (NVML, or the worksheet)"),
+        ("model weights", weights, weights, f"{source}: weights as loaded"),
+        ("KV cache pool", cache, cache, f"{source}: preallocated pool (reserved, not occupied)"),
+        (
+            "runtime reserve (activations, graphs, workspace)",
+            reserve,
+            runtime,
+            f"{reserve_basis}; observed: peak less weights and KV pool",
+        ),
+        ("total at peak", planned_total, peak, peak_basis or "no memory samples"),
+    )
+    tables: list[tuple[str, Table]] = []
+    if any(r[1] is not None or r[2] is not None for r in rows):
+        tables.append(("planned_vs_observed", Table(COLUMNS, tuple(rows))))
+    if worksheet:
+        items = worksheet.get("rows") or worksheet.get("items")
+        if isinstance(items, list) and items:
+            tables.append(("worksheet", table_from_records(items)))
+        else:
+            tables.append(("worksheet", table_from_mapping(worksheet)))
+    verdict = _reserve_sentence(reserve, runtime)
+    return Section(
+        "budget",
+        "Budget worksheet against what was observed",
+        paragraphs=(f"The plan ({source}) next to what the trace measured. {verdict}".strip(),),
+        tables=tuple(tables),
+        empty="Neither a worksheet nor the engine's start-up statements give a memory plan.",
+    )
+
+
+def _reserve_sentence(reserve: int | None, runtime: int | None) -> str:
+    if reserve is None or runtime is None:
+        return ""
+    if runtime > reserve:
+        return (
+            f"At the peak, memory outside the weights and the KV pool reached "
+            f"{format_bytes(runtime)}, {format_bytes(runtime - reserve)} more than the "
+            f"{format_bytes(reserve)} planned for it."
+        )
+    return (
+        f"At the peak, memory outside the weights and the KV pool was {format_bytes(runtime)}, "
+        f"within the {format_bytes(reserve)} planned for it."
+    )
