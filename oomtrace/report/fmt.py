@@ -44,7 +44,7 @@ def value_text(value: Value, kind: Kind) -> str:  # noqa: PLR0911 - one format p
 def cell_text(value: Value, kind: Kind) -> str:
     """Like :func:`value_text` but without the unit word for tokens and blocks (the column
     title carries it)."""
-    if value is not None and kind in ("tokens", "blocks") and not isinstance(value, str):
+    if kind in ("tokens", "blocks") and isinstance(value, int | float):
         return f"{int(value):,}"
     return value_text(value, kind)
 

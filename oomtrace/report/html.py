@@ -37,7 +37,7 @@ dl.figs{display:grid;grid-template-columns:max-content auto;gap:2px 16px;margin:
 dl.figs dt{color:#555}dl.figs dd{margin:0;font-variant-numeric:tabular-nums}
 table{border-collapse:collapse;margin:.4em 0 1em;font-size:.88em}
 th,td{padding:3px 8px;border-bottom:1px solid #eee;text-align:left;vertical-align:top}
-th{background:#fafafa}td.n{text-align:right;font-variant-numeric:tabular-nums}
+th{background:#fafafa}td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 td.id{font-family:ui-monospace,Menlo,Consolas,monospace;word-break:break-all}
 figure{margin:.6em 0 1em}figcaption{color:#555;font-size:.85em}
 .chart{min-height:60px}.empty{color:#777;font-style:italic}
@@ -48,11 +48,13 @@ footer{margin-top:3em;color:#777;font-size:.8em;border-top:1px solid #eee;paddin
 SCRIPT = """
 (function () {
   var specs = JSON.parse(document.getElementById("oomtrace-specs").textContent);
+  window.oomtraceViews = {};
   var options = {renderer: "svg", tooltip: {theme: "light"},
                  actions: {export: true, source: false, compiled: false, editor: false}};
   Object.keys(specs).forEach(function (key) {
     var el = document.getElementById("chart-" + key);
-    vegaEmbed(el, specs[key], options).then(function () {
+    vegaEmbed(el, specs[key], options).then(function (result) {
+      window.oomtraceViews[key] = result.view;
       el.setAttribute("data-rendered", "true");
     }).catch(function (err) {
       el.setAttribute("data-rendered", "error");
