@@ -54,7 +54,7 @@ class Chromium:
         self.timeout_s = timeout_s
         self.profile = tempfile.mkdtemp(prefix="oomtrace-chromium-")
         # a file, not a pipe: Chromium's chatter must never fill a pipe and stall the browser
-        self._log = tempfile.TemporaryFile()
+        self._log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in close()
         to_child_r, self._to_child = os.pipe()
         self._from_child, from_child_w = os.pipe()
 
