@@ -13,9 +13,23 @@ F = TypeVar("F", bound=Callable[..., Any])
 def ingest_options(func: F) -> F:
     """``--format``, ``--node``, ``--year``, ``--tz``: passed to the command as keywords and
     turned into :class:`oomtrace.ingest.IngestOptions` by :func:`to_ingest_options`."""
+    return ingest_options_named("--format")(func)
+
+
+def ingest_options_named(format_flag: str) -> Callable[[F], F]:
+    """:func:`ingest_options` with the parser option spelt ``format_flag``: for a command whose
+    ``--format`` means its output format (``oomtrace report``)."""
+
+    def decorate(func: F) -> F:
+        return _decorate(func, format_flag)
+
+    return decorate
+
+
+def _decorate(func: F, format_flag: str) -> F:
     decorators = [
         click.option(
-            "--format",
+            format_flag,
             "format_name",
             metavar="NAME",
             help="Parser to use instead of sniffing (see `oomtrace inspect --formats`).",
