@@ -20,6 +20,10 @@ from oomtrace.errors import OomtraceError
 COMMANDS: dict[str, tuple[str, str]] = {
     "ingest": ("oomtrace.cli.ingest", "Turn logs, metrics and captures into a canonical trace."),
     "inspect": ("oomtrace.cli.inspect", "Show what oomtrace reads from one file."),
+    "report": (
+        "oomtrace.cli.report",
+        "Write the incident report: terminal, Markdown, JSON or HTML.",
+    ),
 }
 
 

@@ -129,32 +129,32 @@ def incident_findings(ids: tuple[str, ...] = CULPRITS) -> dict[str, Any]:
         }
         for k, rid in enumerate(ids)
     ]
+    incidents: list[dict[str, Any]] = [
+        {
+            "class": "kv_exhaustion",
+            "start": _iso(OOM_S - 60),
+            "peak_ts": _iso(OOM_S),
+            "peak_bytes": 23 * GiB + 900 * MiB,
+            "coverage": 0.92,
+            "culprits": culprits,
+            "evidence": [
+                {
+                    "text": "KV usage 100% for 4 s before the OOM",
+                    "source": "vllm-log:incident/server.log",
+                }
+            ],
+        },
+        {
+            "class": "transient_peak",
+            "start": _iso(20),
+            "peak_ts": _iso(30),
+            "peak_bytes": 21 * GiB,
+            "coverage": 0.5,
+            "culprits": [],
+        },
+    ]
     return {
         "findings_version": 1,
-        "incidents": [
-            {
-                "class": "kv_exhaustion",
-                "start": _iso(OOM_S - 60),
-                "peak_ts": _iso(OOM_S),
-                "peak_bytes": 23 * GiB + 900 * MiB,
-                "coverage": 0.92,
-                "culprits": culprits,
-                "evidence": [
-                    {
-                        "text": "KV usage 100% for 4 s before the OOM",
-                        "source": "vllm-log:incident/server.log",
-                    }
-                ],
-            },
-            {
-                "class": "transient_peak",
-                "start": _iso(20),
-                "peak_ts": _iso(30),
-                "peak_bytes": 21 * GiB,
-                "coverage": 0.5,
-                "culprits": [],
-            },
-        ],
         "ledger": {
             "ts": _iso(OOM_S),
             "rows": [
@@ -185,7 +185,26 @@ def incident_findings(ids: tuple[str, ...] = CULPRITS) -> dict[str, Any]:
             },
         ],
         "gaps": [{"kind": "no KV usage series", "detail": "the log states no KV cache usage"}],
-    }
+    } | {"incidents": [_with_window(i, ids) if k == 0 else i for k, i in enumerate(incidents)]}
+
+
+def _with_window(incident: dict[str, Any], ids: tuple[str, ...]) -> dict[str, Any]:
+    """The analysis' ``requests_in_window`` rows for the primary incident (ISO times)."""
+    rows = [
+        {
+            "request_id": r["request_id"],
+            "seg": 0,
+            "from_ts": r["start"].isoformat().replace("+00:00", "Z"),
+            "to_ts": r["end"].isoformat().replace("+00:00", "Z"),
+            "tokens_from": 0,
+            "tokens_to": r["stored_tokens"],
+            "bytes_to": r["kv_bytes"],
+            "end_basis": "stated",
+            "culprit_rank": None,
+        }
+        for r in incident_lanes(ids).to_dicts()
+    ]
+    return {**incident, "requests_in_window": rows}
 
 
 def incident_lanes(ids: tuple[str, ...] = CULPRITS) -> pl.DataFrame:
