@@ -17,6 +17,7 @@ from oomtrace.budget.worksheet import (
     resolve_weights,
 )
 from oomtrace.errors import UsageError
+from oomtrace.units import format_bytes
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,10 @@ def compute_budget(request: BudgetRequest) -> tuple[Worksheet, Ledger | None]:
     typed errors of :mod:`oomtrace.errors` for unusable input; a budget that does not fit is a
     result here (see :func:`oomtrace.budget.worksheet.check_fits`)."""
     if request.device_bytes <= 0:
-        raise UsageError("--device-memory must be more than 0 bytes; write e.g. 24GiB or 80GB")
+        raise UsageError(
+            f"--device-memory {format_bytes(request.device_bytes)} must be more than 0 bytes; "
+            "write e.g. 24GiB or 80GB"
+        )
     contract = RequestContract.from_options(
         request.max_input_tokens, request.max_new_tokens, request.tokens
     )

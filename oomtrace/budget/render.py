@@ -236,7 +236,8 @@ def render_ledger(ledger: Ledger) -> list[str]:
     rows = ledger.rows
     lines = [f"admission ledger: {ledger.source} ({rows.height} requests)"]
     lines += [
-        f"  left out: {gap.count} rows, {gap.reason} (first: {escape(gap.example)})"
+        f"  left out: {gap.count} {'row' if gap.count == 1 else 'rows'}, {gap.reason} "
+        f"(first: {escape(gap.example)})"
         for gap in ledger.gaps
     ]
     lines.append(

@@ -203,7 +203,10 @@ def build_worksheet(
     concurrency: int | None = None,
 ) -> Worksheet:
     if device_bytes <= 0:
-        raise UsageError("--device-memory must be more than 0 bytes; write e.g. 24GiB or 80GB")
+        raise UsageError(
+            f"--device-memory {format_bytes(device_bytes)} must be more than 0 bytes; "
+            "write e.g. 24GiB or 80GB"
+        )
     if reserve.bytes >= device_bytes:
         flag = "--reserve-measured" if reserve.kind == "measured" else "--reserve"
         raise UsageError(

@@ -121,15 +121,18 @@ def command(**options: Any) -> None:
     from oomtrace.budget.worksheet import check_fits
     from oomtrace.units import parse_bytes
 
-    def size(name: str) -> int | None:
+    def size(name: str, *, allow_negative: bool = False) -> int | None:
         value = options.pop(name)
         flag = "--" + name.replace("_", "-")
-        return None if value is None else parse_bytes(value, what=flag)
+        if value is None:
+            return None
+        return parse_bytes(value, what=flag, allow_negative=allow_negative)
 
     as_json = options.pop("as_json")
     params = options.pop("params")
     request = BudgetRequest(
-        device_bytes=size("device_memory") or 0,
+        # A negative device is reported by compute_budget with the same message as zero.
+        device_bytes=size("device_memory", allow_negative=True) or 0,
         reserve_bytes=size("reserve"),
         reserve_measured_bytes=size("reserve_measured"),
         weights_bytes=size("weights_bytes"),
