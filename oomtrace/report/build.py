@@ -63,14 +63,15 @@ def build_report(inputs: ReportInputs, options: ReportOptions | None = None) -> 
         if (ts := parse_time(i.get("peak_ts"))) is not None
     ]
     marks = series.markers(trace.events, peaks)
-    memory = _memory_section(trace, inputs.series, marks, findings, options)
+    picked = series.pick_samples(trace.samples)
+    memory = _memory_section(trace, picked, inputs.series, marks, findings, options)
     sections = (
         _incidents_section(incidents),
         memory,
-        _activity_section(trace, marks, options),
+        _activity_section(trace, picked, marks, options),
         lanes_section(inputs.lanes, primary, marks, options.max_lanes),
         _ledger_section(findings.get("ledger") or (primary or {}).get("ledger")),
-        budget_section(inputs.worksheet, trace.manifest, trace.samples, primary),
+        budget_section(inputs.worksheet, trace.manifest, memory.charts, primary),
         gaps_section(trace.manifest.sources, findings.get("gaps")),
     )
     return Report(
@@ -132,12 +133,13 @@ def _incidents_section(incidents: list[Mapping[str, Any]]) -> Section:
 
 def _memory_section(
     trace: Trace,
+    picked: pl.DataFrame,
     modelled: pl.DataFrame | None,
     marks: pl.DataFrame,
     findings: Mapping[str, Any],
     options: ReportOptions,
 ) -> Section:
-    frame, read = series.memory_series(trace.samples, modelled, buckets=options.buckets)
+    frame, read = series.memory_series(picked, modelled, buckets=options.buckets)
     weights = trace.manifest.engine_config.get("model_weights_bytes")
     levels = pl.DataFrame(
         {"series": ["weights"] * (weights is not None), "value": [float(weights or 0)]}
@@ -195,8 +197,10 @@ def _caption(points: int, read: int, buckets: int) -> str:
     )
 
 
-def _activity_section(trace: Trace, marks: pl.DataFrame, options: ReportOptions) -> Section:
-    counts, read = series.activity_series(trace.samples, buckets=options.buckets)
+def _activity_section(
+    trace: Trace, picked: pl.DataFrame, marks: pl.DataFrame, options: ReportOptions
+) -> Section:
+    counts, read = series.activity_series(picked, buckets=options.buckets)
     requests = trace.requests
     admitted = requests.filter(pl.col("event").is_in(["admitted", "resumed"]))["ts"]
     everything = pl.concat(

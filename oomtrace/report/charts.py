@@ -51,8 +51,20 @@ def epoch_ms(frame: pl.DataFrame, *columns: str) -> pl.DataFrame:
     return frame.with_columns(pl.col(c).dt.epoch("ms") for c in columns)
 
 
-def _values(frame: pl.DataFrame) -> alt.Data:
-    return alt.Data(values=frame.to_dicts())  # type: ignore[no-untyped-call]
+class _Datasets:
+    """Chart data kept out of Altair's hands: layers refer to a named dataset, and the rows go
+    into the spec's top-level ``datasets`` after ``to_dict``. Altair validates every inline
+    row against the Vega-Lite JSON schema, which for a day-long trace took tens of seconds;
+    the named form is the same Vega-Lite, validated on the spec alone."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.values: dict[str, list[dict[str, Any]]] = {}
+
+    def add(self, name: str, frame: pl.DataFrame) -> alt.Data:
+        key = f"{self.prefix}_{name}"
+        self.values[key] = frame.to_dicts()
+        return alt.Data(name=key)  # type: ignore[no-untyped-call]
 
 
 def _time_x(field: str = "t", title: str = "time (UTC)") -> alt.X:
@@ -79,13 +91,13 @@ def _colour_scale(names: list[str], colours: dict[str, str]) -> alt.Scale:
     return alt.Scale(domain=domain, range=colour_range)
 
 
-def _markers_layer(markers: pl.DataFrame) -> alt.Chart:
+def _markers_layer(markers: pl.DataFrame, data_sets: _Datasets) -> alt.Chart:
     """Vertical rules for OOMs, the spike and other point events; ``markers`` has
     ``ts, kind, label, detail``."""
     data = epoch_ms(markers.rename({"ts": "t"}), "t")
     kinds = sorted(set(data["kind"].to_list()))
     layer: alt.Chart = (
-        alt.Chart(_values(data))
+        alt.Chart(data_sets.add("markers", data))
         .mark_rule(strokeWidth=2, strokeDash=[6, 3])
         .encode(
             x=alt.X("t:T"),
@@ -101,8 +113,9 @@ def _markers_layer(markers: pl.DataFrame) -> alt.Chart:
     return layer
 
 
-def _finish(chart: alt.TopLevelMixin, title: str) -> dict[str, Any]:
+def _finish(chart: alt.TopLevelMixin, title: str, data_sets: _Datasets) -> dict[str, Any]:
     spec: dict[str, Any] = chart.properties(title=title).to_dict()
+    spec["datasets"] = {**spec.get("datasets", {}), **data_sets.values}
     return spec
 
 
@@ -117,8 +130,9 @@ def memory_chart(
     names = sorted(set(data["series"].to_list()) | set(levels["series"].to_list()))
     colour = alt.Color("series:N", title="series", scale=_colour_scale(names, SERIES_COLOURS))
     zoom = alt.selection_interval(name="zoom_memory", bind="scales", encodings=["x"])
+    data_sets = _Datasets("memory")
     lines = (
-        alt.Chart(_values(data))
+        alt.Chart(data_sets.add("series", data))
         .mark_line(interpolate="step-after", strokeWidth=1.5, point=False)
         .encode(
             x=_time_x(),
@@ -136,7 +150,7 @@ def memory_chart(
     if levels.height:
         level_data = levels.with_columns((pl.col("value") / GiB).round(4).alias("gib"))
         layers.append(
-            alt.Chart(_values(level_data))
+            alt.Chart(data_sets.add("levels", level_data))
             .mark_rule(strokeDash=[2, 2], strokeWidth=1.5)
             .encode(
                 y="gib:Q",
@@ -148,9 +162,9 @@ def memory_chart(
             )
         )
     if markers.height:
-        layers.append(_markers_layer(markers))
+        layers.append(_markers_layer(markers, data_sets))
     chart = alt.layer(*layers).properties(width=WIDTH, height=320)
-    return _finish(chart, title)
+    return _finish(chart, title, data_sets)
 
 
 def activity_chart(
@@ -159,16 +173,17 @@ def activity_chart(
     """Requests running, waiting and preempted (``ts, series, value``) over admissions per
     interval (``ts, end, admissions``), with the same markers as the memory chart."""
     zoom = alt.selection_interval(name="zoom_activity", bind="scales", encodings=["x"])
+    data_sets = _Datasets("activity")
     layers: list[alt.Chart] = []
     if admissions.height:
         adm = epoch_ms(admissions.rename({"ts": "t", "end": "t2"}), "t", "t2")
         layers.append(
-            alt.Chart(_values(adm))
+            alt.Chart(data_sets.add("admissions", adm))
             .mark_rect(opacity=0.35, color="#7f7f7f")
             .encode(
                 x=_time_x(),
                 x2="t2:T",
-                y=alt.Y("admissions:Q", title="requests"),
+                y=alt.Y("admissions:Q", title="admitted per slice", axis=alt.Axis(orient="right")),
                 tooltip=[
                     _time_tip("t", "from (UTC)"),
                     _time_tip("t2", "to (UTC)"),
@@ -180,7 +195,7 @@ def activity_chart(
         data = epoch_ms(counts.rename({"ts": "t"}), "t")
         names = sorted(set(data["series"].to_list()))
         layers.append(
-            alt.Chart(_values(data))
+            alt.Chart(data_sets.add("series", data))
             .mark_line(interpolate="step-after", strokeWidth=1.5)
             .encode(
                 x=_time_x(),
@@ -197,9 +212,10 @@ def activity_chart(
         )
     layers[0] = layers[0].add_params(zoom)
     if markers.height:
-        layers.append(_markers_layer(markers))
-    chart = alt.layer(*layers).properties(width=WIDTH, height=220)
-    return _finish(chart, title)
+        layers.append(_markers_layer(markers, data_sets))
+    # admissions per slice and requests resident differ by orders of magnitude: two y axes
+    chart = alt.layer(*layers).resolve_scale(y="independent").properties(width=WIDTH, height=220)
+    return _finish(chart, title, data_sets)
 
 
 def swimlane_chart(lanes: pl.DataFrame, markers: pl.DataFrame, *, title: str) -> dict[str, Any]:
@@ -216,6 +232,7 @@ def swimlane_chart(lanes: pl.DataFrame, markers: pl.DataFrame, *, title: str) ->
     order = data.group_by("request_id").agg(pl.col("t").min()).sort(["t", "request_id"])
     y = alt.Y("request_id:N", title=None, sort=order["request_id"].to_list())
     zoom = alt.selection_interval(name="zoom_lanes", bind="scales", encodings=["x"])
+    data_sets = _Datasets("lanes")
     tooltip = [
         alt.Tooltip("request_id:N", title="request"),
         alt.Tooltip("state:N", title="state"),
@@ -226,7 +243,7 @@ def swimlane_chart(lanes: pl.DataFrame, markers: pl.DataFrame, *, title: str) ->
         alt.Tooltip("culprit:N", title="culprit"),
     ]
     bars = (
-        alt.Chart(_values(data))
+        alt.Chart(data_sets.add("intervals", data))
         .mark_bar(height={"band": 0.8})
         .encode(
             x=_time_x(),
@@ -249,23 +266,24 @@ def swimlane_chart(lanes: pl.DataFrame, markers: pl.DataFrame, *, title: str) ->
     layers: list[alt.Chart] = [bars]
     if flagged.height:
         layers.append(
-            alt.Chart(_values(flagged.sort("request_id")))
+            alt.Chart(data_sets.add("culprits", flagged.sort("request_id")))
             .mark_text(align="left", dx=4, color="#ffffff", fontWeight="bold")
             .encode(x="t:T", y=y, text="culprit:N")
         )
     if markers.height:
-        layers.append(_markers_layer(markers))
+        layers.append(_markers_layer(markers, data_sets))
     lanes_count = data["request_id"].n_unique()
     height = max(80, 16 * lanes_count)
     chart = alt.layer(*layers).properties(width=WIDTH, height=height)
-    return _finish(chart, title)
+    return _finish(chart, title, data_sets)
 
 
 def budget_chart(parts: pl.DataFrame, *, title: str) -> dict[str, Any]:
     """Planned against observed as stacked bars: ``bar, part, bytes, order``."""
     data = parts.with_columns((pl.col("bytes") / GiB).round(4).alias("gib"))
+    data_sets = _Datasets("budget")
     chart = (
-        alt.Chart(_values(data))
+        alt.Chart(data_sets.add("parts", data))
         .mark_bar()
         .encode(
             y=alt.Y("bar:N", title=None, sort=None),
@@ -280,4 +298,4 @@ def budget_chart(parts: pl.DataFrame, *, title: str) -> dict[str, Any]:
         )
         .properties(width=WIDTH, height=90)
     )
-    return _finish(chart, title)
+    return _finish(chart, title, data_sets)

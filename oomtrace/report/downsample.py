@@ -36,19 +36,44 @@ def peak_preserving(
         raise UsageError(f"max_buckets {max_buckets}: give at least one bucket")
     keys = list(by)
     data = frame.filter(pl.col(value).is_not_null() & pl.col(value).is_not_nan())
-    data = data.sort([*keys, ts], maintain_order=True)
     if data.height <= 2 * max_buckets:
-        return data
+        return data.sort([*keys, ts], maintain_order=True)
+    # Rows in time order, so that the first minimum of a bucket is the earliest one (a stable
+    # sort by time alone; traces usually arrive sorted and skip it).
+    if not data[ts].is_sorted():
+        data = data.sort(ts, maintain_order=True)
     stamp = pl.col(ts).cast(pl.Int64) if data.schema[ts].is_temporal() else pl.col(ts)
     bounds = data.select(stamp.min().alias("lo"), stamp.max().alias("hi")).row(0)
     low, high = int(bounds[0]), int(bounds[1])
     # Integer bucket width (ceil), so a day in nanoseconds never overflows and the last sample
     # lands in the last bucket.
     width = max(1, -(-(high - low + 1) // max_buckets))
-    indexed = data.with_row_index("_row").with_columns(((stamp - low) // width).alias("_bucket"))
-    picks = indexed.group_by([*keys, "_bucket"]).agg(
+    # One integer per (group, bucket): grouping on it is several times faster than on strings.
+    code = _group_code(data, keys)
+    indexed = data.with_row_index("_row").with_columns(
+        (code * (max_buckets + 1) + (stamp - low) // width).alias("_cell")
+    )
+    picks = indexed.group_by("_cell").agg(
         pl.col("_row").get(pl.col(value).arg_min()).alias("_low"),
         pl.col("_row").get(pl.col(value).arg_max()).alias("_high"),
     )
-    keep = pl.concat([picks["_low"], picks["_high"]]).unique()
-    return indexed.filter(pl.col("_row").is_in(keep.implode())).drop("_row", "_bucket")
+    keep = pl.concat([picks["_low"], picks["_high"]]).unique().sort()
+    out = indexed.drop("_cell")[keep.to_list()].drop("_row")
+    return out.sort([*keys, ts], maintain_order=True)
+
+
+def _group_code(frame: pl.DataFrame, keys: list[str]) -> pl.Series:
+    """A dense integer (0, 1, ...) per distinct combination of ``keys``: a binary search into
+    the few distinct values, much cheaper than grouping on strings."""
+    if not keys:
+        return pl.Series("_code", [0] * frame.height, dtype=pl.Int64)
+    if len(keys) == 1:
+        column = frame[keys[0]]
+    else:
+        column = frame.select(
+            pl.concat_str(
+                [pl.col(k).cast(pl.String).fill_null("\x00") for k in keys], separator="\x1f"
+            )
+        ).to_series()
+    distinct = column.unique().sort(nulls_last=True)
+    return distinct.search_sorted(column).cast(pl.Int64)

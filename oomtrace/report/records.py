@@ -27,7 +27,7 @@ def kind_of(key: str) -> Kind:  # noqa: PLR0911 - one rule per unit suffix
     """The display kind of a record key, by the naming rule (units in names)."""
     if key == "request_id" or key.endswith("_id"):
         return "id"
-    if key.endswith("_bytes") or key == "bytes":
+    if key.endswith("_bytes") or key == "bytes" or "_bytes_per_" in key:
         return "bytes"
     if key.endswith("_tokens") or key == "tokens":
         return "tokens"

@@ -14,11 +14,16 @@ from typing import Any
 
 import polars as pl
 
-from oomtrace.report.model import Column, Section, Table
+from oomtrace.report.charts import budget_chart
+from oomtrace.report.model import Chart, Column, Section, Table
 from oomtrace.report.records import table_from_mapping, table_from_records
 from oomtrace.trace import Manifest
 from oomtrace.units import format_bytes
 
+TITLE = "Planned against observed"
+PARTS_SCHEMA = pl.Schema(
+    {"bar": pl.String(), "part": pl.String(), "bytes": pl.Int64(), "order": pl.Int64()}
+)
 COLUMNS = (
     Column("item", "item", "text"),
     Column("planned_bytes", "planned", "bytes"),
@@ -38,37 +43,49 @@ def _first(mapping: Mapping[str, Any], *keys: str) -> int | None:
 
 
 def _observed_peak(
-    samples: pl.DataFrame, incident: Mapping[str, Any] | None
+    memory: pl.DataFrame, incident: Mapping[str, Any] | None
 ) -> tuple[int | None, str]:
-    for metrics, what in (
-        (["device_used_peak_bytes", "device_used_bytes"], "highest device memory sampled (NVML)"),
-        (["torch_reserved_peak_bytes", "torch_reserved_bytes"], "highest allocator reserved"),
+    # the display series keep every bucket's maximum, so their highest value is the recorded one
+    for names, what in (
+        (["device used peak", "device used (NVML)"], "highest device memory sampled (NVML)"),
+        (["allocator reserved peak", "allocator reserved"], "highest allocator reserved"),
     ):
-        values = samples.filter(pl.col("metric").is_in(metrics))["value"]
+        # "GPU 1 device used (NVML)" on a multi-GPU trace: every GPU counts
+        values = memory.filter(pl.any_horizontal(pl.col("series").str.ends_with(n) for n in names))[
+            "value"
+        ]
         if values.len():
             return int(values.max()), what  # type: ignore[arg-type]
     peak = (incident or {}).get("peak_bytes")
     return (int(peak), "incident peak") if isinstance(peak, int | float) else (None, "")
 
 
-def _device_total(samples: pl.DataFrame, plan: Mapping[str, Any]) -> int | None:
+def _device_total(memory: pl.DataFrame, plan: Mapping[str, Any]) -> int | None:
     stated = _first(plan, "device_bytes", "device_memory_bytes", "device_total_bytes")
     if stated is not None:
         return stated
-    values = samples.filter(pl.col("metric") == "device_total_bytes")["value"]
+    values = memory.filter(pl.col("series").str.ends_with("device total"))["value"]
     return int(values.max()) if values.len() else None  # type: ignore[arg-type]
 
 
 def budget_section(
     worksheet: Mapping[str, Any] | None,
     manifest: Manifest,
-    samples: pl.DataFrame,
+    memory_charts: tuple[Chart, ...],
     incident: Mapping[str, Any] | None,
 ) -> Section:
+    """``memory_charts``: the memory section's chart, whose data holds every recorded peak."""
+    memory = (
+        memory_charts[0].data
+        if memory_charts
+        else pl.DataFrame(
+            schema={"ts": pl.Datetime("ns", "UTC"), "series": pl.String, "value": pl.Float64}
+        )
+    )
     config = manifest.engine_config
     plan: Mapping[str, Any] = worksheet or {}
     source = "worksheet" if worksheet else "engine start-up"
-    device = _device_total(samples, plan)
+    device = _device_total(memory, plan)
     weights = _first(plan, "weights_bytes", "weights") or _first(config, "model_weights_bytes")
     cache = _first(plan, "available_cache_bytes", "kv_cache_bytes") or _first(
         config, "available_kv_cache_bytes"
@@ -80,7 +97,7 @@ def budget_section(
         budget = int(device * float(utilisation)) if utilisation else device
         reserve = budget - weights - cache
         reserve_basis = "engine start-up: memory budget less weights and KV cache"
-    peak, peak_basis = _observed_peak(samples, incident)
+    peak, peak_basis = _observed_peak(memory, incident)
     runtime = None
     if peak is not None and weights is not None and cache is not None:
         runtime = peak - weights - cache
@@ -108,14 +125,45 @@ def budget_section(
             tables.append(("worksheet", table_from_records(items)))
         else:
             tables.append(("worksheet", table_from_mapping(worksheet)))
+        notes = [str(a) for a in worksheet.get("assumptions") or []]
+        if notes:
+            lines = tuple((note,) for note in notes)
+            tables.append(
+                ("assumptions", Table((Column("assumption", "assumption", "text"),), lines))
+            )
     verdict = _reserve_sentence(reserve, runtime)
+    parts = _parts(weights, cache, reserve, runtime)
+    chart_list: tuple[Chart, ...] = ()
+    if parts.height:
+        spec = budget_chart(parts, title=TITLE)
+        caption = "Planned: weights, KV pool and reserve; observed: the same at the measured peak."
+        chart_list = (Chart("budget", TITLE, caption, spec, parts),)
     return Section(
         "budget",
         "Budget worksheet against what was observed",
         paragraphs=(f"The plan ({source}) next to what the trace measured. {verdict}".strip(),),
         tables=tuple(tables),
+        charts=chart_list,
         empty="Neither a worksheet nor the engine's start-up statements give a memory plan.",
     )
+
+
+def _parts(
+    weights: int | None, cache: int | None, reserve: int | None, runtime: int | None
+) -> pl.DataFrame:
+    """Stacked bars, planned over observed, when every part of both is known."""
+    if weights is None or cache is None or reserve is None or runtime is None:
+        return pl.DataFrame(schema=PARTS_SCHEMA)
+    names = ("model weights", "KV cache pool", "runtime reserve")
+    rows = [
+        (bar, name, value, order)
+        for bar, values in (
+            ("planned", (weights, cache, reserve)),
+            ("observed", (weights, cache, max(runtime, 0))),
+        )
+        for order, (name, value) in enumerate(zip(names, values, strict=True))
+    ]
+    return pl.DataFrame(rows, schema=PARTS_SCHEMA, orient="row")
 
 
 def _reserve_sentence(reserve: int | None, runtime: int | None) -> str:

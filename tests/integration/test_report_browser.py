@@ -88,7 +88,7 @@ def test_every_chart_draws_a_non_empty_svg(page: Any) -> None:
                      marks: svg ? svg.querySelectorAll('path, rect, line').length : 0};
            })""",
     )
-    assert [c["key"] for c in charts] == ["memory", "activity", "lanes"]
+    assert [c["key"] for c in charts] == ["memory", "activity", "lanes", "budget"]
     for chart in charts:
         assert chart["state"] == "true", chart
         assert chart["width"] > 300, chart

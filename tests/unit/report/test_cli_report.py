@@ -59,6 +59,7 @@ def test_markdown_writes_its_charts_beside_it(inputs: tuple[Path, Path], tmp_pat
     assert "](incident-charts/memory.svg)" in out.read_text(encoding="utf-8")
     assert sorted(p.name for p in (tmp_path / "incident-charts").iterdir()) == [
         "activity.svg",
+        "budget.svg",
         "lanes.svg",
         "memory.svg",
     ]

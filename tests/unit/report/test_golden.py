@@ -39,6 +39,7 @@ def test_markdown_report_matches_its_golden_file_and_links_its_charts(report: Re
     check_golden("report/kv-scenario/report.md", rendered.text)
     assert sorted(rendered.assets) == [
         "report-charts/activity.svg",
+        "report-charts/budget.svg",
         "report-charts/lanes.svg",
         "report-charts/memory.svg",
     ]
