@@ -122,12 +122,15 @@ def resolve_weights(
         return Weights(weights_bytes, _per_gpu(weights_bytes, tp), basis)
     model_dtype = (arch.dtype if arch else None) or ASSUMED_MODEL_DTYPE
     dtype, per_param = weight_bytes_per_param(weight_dtype, model_dtype)
+    label = dtype
+    if weight_dtype == "auto" and (arch is None or arch.dtype is None):
+        label = f"{dtype}, assumed: pass --weight-dtype"
     if params is not None:
         total = int(-(-params * per_param // 1))
         return Weights(
             total,
             _per_gpu(total, tp),
-            f"{params:,} params (--params) x {_b(per_param)} ({dtype})",
+            f"{params:,} params (--params) x {_b(per_param)} ({label})",
             params,
             dtype,
         )
@@ -145,7 +148,7 @@ def resolve_weights(
             "directory holding the checkpoint's *.safetensors files"
         )
     total = int(-(-count * per_param // 1))
-    basis = f"{count:,} params (exact, from config.json) x {_b(per_param)} ({dtype})"
+    basis = f"{count:,} params (exact, from config.json) x {_b(per_param)} ({label})"
     return Weights(total, _per_gpu(total, tp), basis, count, dtype)
 
 
