@@ -20,6 +20,7 @@ from oomtrace.errors import OomtraceError
 COMMANDS: dict[str, tuple[str, str]] = {
     "ingest": ("oomtrace.cli.ingest", "Turn logs, metrics and captures into a canonical trace."),
     "inspect": ("oomtrace.cli.inspect", "Show what oomtrace reads from one file."),
+    "budget": ("oomtrace.cli.budget", "GPU memory budget worksheet for serving a model."),
 }
 
 
