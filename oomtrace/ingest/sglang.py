@@ -36,6 +36,7 @@ from oomtrace.ingest.torch_oom import PREFILTER, extract_ooms
 
 # A second or two between an outer (kubectl/docker) time and SGLang's own is normal buffering.
 _OUTER_TOLERANCE_S: Final = 2.0
+_OUTER_ISO: Final = r"(?:^|[\s|])" + ISO
 _SNIFF_PREFIX = re.compile(pat.PREFIX_SNIFF)
 _SNIFF_MESSAGES = re.compile(
     pat.PREFIX_SNIFF
@@ -114,7 +115,8 @@ class _Acc:
             ranks=pl.col("ranks").str.strip_chars(),
             _own=pl.col("stamp").str.to_datetime("%Y-%m-%d %H:%M:%S", time_unit="ns", strict=False)
             + pl.duration(milliseconds=pl.col("ms").cast(pl.Int64, strict=False).fill_null(0)),
-            _o=pl.col("outer").str.extract_groups(ISO),
+            # kubectl/docker put an RFC 3339 time first; on lines without SGLang's prefix too.
+            _o=pl.coalesce("outer", pl.col("line").str.slice(0, 80)).str.extract_groups(_OUTER_ISO),
         )
         frame = frame.unnest("_o").with_columns(
             _outer=pl.when(pl.col("zone").is_not_null()).then(

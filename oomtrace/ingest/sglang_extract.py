@@ -242,7 +242,7 @@ def engine_config(startup: pl.DataFrame) -> tuple[dict[str, Any], dict[str, Any]
             model[key] = values[0]
     if any(k.endswith("_bytes") for k in config):
         notes.append(
-            f"SGLang startup memory figures are per GPU (rank {lead or 'untagged'}), printed in "
+            f"SGLang startup memory figures are per GPU ({f'rank {lead}' if lead else 'one rank'}), printed in "
             "GiB with two decimals (SGLang writes GB), so each is exact to about 5 MiB"
         )
     return config, model, notes
