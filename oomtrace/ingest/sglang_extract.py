@@ -241,9 +241,10 @@ def engine_config(startup: pl.DataFrame) -> tuple[dict[str, Any], dict[str, Any]
         if values.len():
             model[key] = values[0]
     if any(k.endswith("_bytes") for k in config):
+        rank = f"rank {lead}" if lead else "one rank"
         notes.append(
-            f"SGLang startup memory figures are per GPU ({f'rank {lead}' if lead else 'one rank'}), printed in "
-            "GiB with two decimals (SGLang writes GB), so each is exact to about 5 MiB"
+            f"SGLang startup memory figures are per GPU ({rank}), printed in GiB with two "
+            "decimals (SGLang writes GB), so each is exact to about 5 MiB"
         )
     return config, model, notes
 

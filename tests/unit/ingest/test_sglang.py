@@ -260,8 +260,10 @@ def test_collector_lines_use_arrival_times_to_find_the_zone() -> None:
     lines = pl.DataFrame(
         {
             "line": [
-                "[2025-06-01 14:00:00] Decode batch, #running-req: 3, #token: 10, token usage: "
-                "0.01, cuda graph: True, gen throughput (token/s): 1.00, #queue-req: 0",
+                (
+                    "[2025-06-01 14:00:00] Decode batch, #running-req: 3, #token: 10, token usage: "
+                    "0.01, cuda graph: True, gen throughput (token/s): 1.00, #queue-req: 0"
+                ),
                 "Traceback (most recent call last):",
                 "RuntimeError: CUDA error: out of memory",
             ],
