@@ -80,10 +80,12 @@ def retractions(frame: pl.DataFrame) -> pl.DataFrame:
         "ts",
         pl.col("ranks").fill_null(""),
         "msg",
-        count=pl.col("msg").str.extract(r"#retracted_reqs: (\d+)", 1).cast(pl.Int64),
-        aborted=pl.col("msg").str.extract(r"#aborted_retracted_reqs: (\d+)", 1).cast(pl.Int64),
+        count=pl.col("msg").str.extract(r"#retracted_reqs: (\d+)", 1).cast(pl.Int64, strict=False),
+        aborted=pl.col("msg")
+        .str.extract(r"#aborted_retracted_reqs: (\d+)", 1)
+        .cast(pl.Int64, strict=False),
         dp=pl.col("ranks").str.extract(r"DP(\d+)", 1),
-    )
+    ).drop_nulls("count")
 
 
 def _unique_retractions(frame: pl.DataFrame) -> pl.DataFrame:
@@ -288,14 +290,17 @@ def requests(frame: pl.DataFrame, diag: SourceDiagnostics) -> pl.DataFrame:
         .then(pl.lit("aborted"))
         .otherwise(pl.lit("finished")),
         prompt_tokens=pl.coalesce(
-            meta.str.extract(r"'prompt_tokens': (\d+)", 1).cast(pl.Int64), prompt.cast(pl.Int64)
+            meta.str.extract(r"'prompt_tokens': (\d+)", 1).cast(pl.Int64, strict=False),
+            prompt.cast(pl.Int64, strict=False),
         ),
         max_tokens=msg.str.extract_all(r"'max_new_tokens': (?:\d+|None)")
         .list.last()
         .str.extract(r"(\d+)", 1)
-        .cast(pl.Int64),
-        output_tokens=meta.str.extract(r"'completion_tokens': (\d+)", 1).cast(pl.Int64),
-        cached_tokens=meta.str.extract(r"'cached_tokens': (\d+)", 1).cast(pl.Int64),
+        .cast(pl.Int64, strict=False),
+        output_tokens=meta.str.extract(r"'completion_tokens': (\d+)", 1).cast(
+            pl.Int64, strict=False
+        ),
+        cached_tokens=meta.str.extract(r"'cached_tokens': (\d+)", 1).cast(pl.Int64, strict=False),
         _line=pl.col("line"),
     )
     missing = out.filter(pl.col("request_id").is_null())

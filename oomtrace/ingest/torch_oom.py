@@ -115,7 +115,9 @@ def extract_ooms(lines: pl.DataFrame, text: str = "text") -> tuple[pl.DataFrame,
         .with_columns(
             _layout=pl.lit("sizeless"),
             _what=pl.col("_t").str.extract("(" + _SIZELESS + ")", 1),
-            device=pl.col("_t").str.extract(r"(?:GPU|device) (\d+)", 1).cast(pl.Int32),
+            device=pl.col("_t")
+            .str.extract(r"(?:GPU|device) (\d+)", 1)
+            .cast(pl.Int32, strict=False),
         )
     )
     events = pl.concat([sized, sizeless], how="diagonal_relaxed")
@@ -168,7 +170,7 @@ def _sized(hits: pl.DataFrame, pattern: str, names: list[str], layout: str) -> p
         )
     return found.with_columns(
         _layout=pl.lit(layout),
-        device=pl.col("device").cast(pl.Int32),
+        device=pl.col("device").cast(pl.Int32, strict=False),
         requested_bytes=size("req"),
         free_bytes=size("free"),
     ).select(~pl.selectors.matches(r"_(n|u)$"))
@@ -183,7 +185,7 @@ def _ggml(hits: pl.DataFrame) -> pl.DataFrame | None:
         "ts",
         "_t",
         _layout=pl.lit("ggml"),
-        device=pl.col("d").cast(pl.Int32),
+        device=pl.col("d").cast(pl.Int32, strict=False),
         requested_bytes=bytes_expr(pl.col("n"), pl.col("u")),
         free_bytes=pl.lit(None, dtype=pl.Int64),
     )
@@ -218,7 +220,7 @@ def _process_samples(events: pl.DataFrame) -> pl.DataFrame:
     return listed.select(
         "ts",
         "device",
-        pid=pl.col(names[0]).cast(pl.Int64),
+        pid=pl.col(names[0]).cast(pl.Int64, strict=False),
         metric=pl.lit("process_used_bytes"),
         value=bytes_expr(pl.col(names[1]), pl.col(names[2])).cast(pl.Float64),
     )

@@ -82,8 +82,14 @@ def load_plain(data: bytes, what: str) -> Any:
         ) from err
 
 
+_MAX_DEVICES: Final = 1 << 16
+_MAX_INT: Final = 1 << 53  # 8 PiB, or 285 years of microseconds: anything larger is damage
+
+
 def _int(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+    """A count, size or time: a non-negative int that fits (bools are ints in Python: refused)."""
+    ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value < _MAX_INT
+    return value if ok else None  # type: ignore[return-value]
 
 
 def _segments(snapshot: dict[str, Any], diag: SourceDiagnostics) -> dict[int, dict[str, int]]:
@@ -95,6 +101,7 @@ def _segments(snapshot: dict[str, Any], diag: SourceDiagnostics) -> dict[int, di
     bad = 0
     for seg in raw:
         device = _int(seg.get("device")) if isinstance(seg, dict) else None
+        device = device if device is not None and device < _MAX_DEVICES else None
         size = _int(seg.get("total_size")) if isinstance(seg, dict) else None
         if device is None or size is None or not isinstance(seg, dict):
             bad += 1
@@ -215,6 +222,12 @@ class TorchSnapshotParser:
             )
         final = _segments(snapshot, diag)
         trace = _trace_frame(snapshot, diag)
+        largest = max([trace["size"].sum(), *(max(v.values()) for v in final.values())])
+        if largest >= 1 << 62:
+            raise InputError(
+                f"{source.name}: memory sizes beyond any real device (sum {largest:,} bytes); "
+                "the snapshot is damaged, pass the file as torch wrote it"
+            )
         when = _dump_time(trace, ctx.mtime, diag)
         result = ParseResult(engine_config=_settings(snapshot))
         frames = _samples_and_events(trace, final, when, diag)
