@@ -4,6 +4,7 @@ file's modification time as a stated assumption when the log has none."""
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import shutil
 from datetime import UTC, datetime
@@ -11,9 +12,11 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from oomtrace.cli import cli
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.errors import InputError
 from oomtrace.ingest import IngestOptions, ingest_paths, sniff
@@ -207,3 +210,25 @@ def test_arbitrary_bytes_never_raise(tmp_path: Path, data: bytes) -> None:
     diag = SourceDiagnostics("x", "p", "n")
     PARSER.parse(InputFile(path, path.name), ParseContext(mtime=MTIME), diag)
     assert diag.lines_recognised >= 1
+
+
+def test_cli_inspect_shows_the_stated_time_assumption(tmp_path: Path) -> None:
+    log = _copy(tmp_path, "llama-server.log")
+    result = CliRunner().invoke(cli, ["inspect", str(log), "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert (doc["parser"], doc["confidence"]) == ("pytorch-log", 0.55)
+    assert doc["counts"] == {"events": 1, "requests": 0, "samples": 0}
+    (source,) = doc["manifest"]["sources"]
+    assert source["notes"][0].startswith("this log has no timestamps: every event is placed at")
+
+
+def test_cli_names_a_log_without_an_oom_and_the_remedy(tmp_path: Path) -> None:
+    path = tmp_path / "plain.log"
+    path.write_text("2025-01-01 00:00:00 INFO hello\n")
+    result = CliRunner().invoke(cli, ["ingest", str(path), "--out", str(tmp_path / "t")])
+    assert result.exit_code == 2
+    assert result.output.startswith(
+        "oomtrace: error: plain.log: no known format; no parser recognised it (tried: "
+    )
+    assert result.output.rstrip().endswith("pass --format")

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import gzip
+import json
 import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 
 import polars as pl
 import pytest
+from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
+from oomtrace.cli import cli
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.ingest import IngestOptions, ingest_paths, sniff
 from oomtrace.ingest.base import ParseContext, registry
@@ -339,3 +342,28 @@ def test_arbitrary_bytes_never_raise(tmp_path: Path, data: bytes) -> None:
     path = tmp_path / "x.log"
     path.write_bytes(data)
     PARSER.parse(InputFile(path, path.name), ParseContext(), SourceDiagnostics("x", "s", "n"))
+
+
+def test_cli_ingest_writes_the_trace_and_inspect_names_the_parser(tmp_path: Path) -> None:
+    log = tmp_path / "server.log.gz"
+    log.write_bytes(gzip.compress((DATA / "v0.4-tp2.log").read_bytes()))
+    runner = CliRunner()
+    result = runner.invoke(cli, ["ingest", str(log), "--out", str(tmp_path / "trace")])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[0] == (
+        f"wrote {tmp_path / 'trace'}: 20 samples, 4 request events, 6 events"
+    )
+    assert pl.read_parquet(tmp_path / "trace" / "samples.parquet").height == 20
+    inspected = runner.invoke(cli, ["inspect", str(log), "--json", "--tz", "UTC"])
+    assert inspected.exit_code == 0, inspected.output
+    doc = json.loads(inspected.output)
+    assert (doc["parser"], doc["confidence"]) == ("sglang-log", 0.95)
+    assert doc["counts"] == {"events": 6, "requests": 4, "samples": 20}
+    assert doc["manifest"]["engine"] == {"name": "sglang", "version_family": "0.3-0.4"}
+    assert doc["manifest"]["clock"] == {"tz": "UTC", "tz_assumed": False}
+
+
+def test_cli_refuses_an_unknown_zone(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["inspect", str(DATA / "v0.3.6.log"), "--tz", "Mars/Base"])
+    assert result.exit_code == 2
+    assert "--tz 'Mars/Base': unknown time zone" in result.output
