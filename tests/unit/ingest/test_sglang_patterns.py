@@ -119,3 +119,15 @@ def test_each_batch_field_sample_is_read(field: pat.Field) -> None:
 
 def test_every_kind_has_a_check() -> None:
     assert set(CHECKS) == {k.name for k in pat.KINDS}
+
+
+@pytest.mark.parametrize("field", pat.FIELDS, ids=lambda f: f.name)
+def test_each_field_key_is_literal_text_of_its_sample(field: pat.Field) -> None:
+    assert field.key in field.sample
+    assert "\\" not in field.key
+
+
+@pytest.mark.parametrize("kind", [k for k in pat.KINDS if k.starts], ids=lambda k: k.name)
+def test_each_kind_sample_starts_with_one_of_its_literal_first_words(kind: pat.Kind) -> None:
+    message = kind.sample.split("] ", 1)[1]
+    assert message.startswith(kind.starts)
