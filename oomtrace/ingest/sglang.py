@@ -32,12 +32,15 @@ from oomtrace.ingest import sglang_patterns as pat
 from oomtrace.ingest.base import ParseContext, ParseResult
 from oomtrace.ingest.textio import InputFile
 from oomtrace.ingest.timestamps import ISO, TS_DTYPE, localize, naive, with_offset
-from oomtrace.ingest.torch_oom import PREFILTER, extract_ooms
+from oomtrace.ingest.torch_oom import OOM_SHAPES, PREFILTER, extract_ooms
 
 # A second or two between an outer (kubectl/docker) time and SGLang's own is normal buffering.
 _OUTER_TOLERANCE_S: Final = 2.0
 _OUTER_ISO: Final = r"(?:^|[\s|])" + ISO
 _SNIFF_PREFIX = re.compile(pat.PREFIX_SNIFF)
+_SNIFF_RANKS = re.compile(
+    r"\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d{3})?(?: (?:DP|TP|PP|EP)\d+)+\] "
+)
 _SNIFF_MESSAGES = re.compile(
     pat.PREFIX_SNIFF
     + r"(?:Decode batch|Prefill batch|server_args=ServerArgs\(|Load weight (?:begin|end)|"
@@ -271,7 +274,13 @@ class _Acc:
         self.keep(
             "requests", extract.requests(used.filter(kinds.is_in(["receive", "finish"])), self.diag)
         )
-        self.diag.lines_recognised += used.filter(kinds != "batch").height
+        not_oom = used.filter((kinds == "torch_oom") & ~pl.col("line").str.contains(OOM_SHAPES))
+        self.diag.skip(
+            "mentions memory but is no known out-of-memory message",
+            not_oom.height,
+            _example(not_oom["line"]),
+        )
+        self.diag.lines_recognised += used.filter(kinds != "batch").height - not_oom.height
 
     def _note_families(self, frame: pl.DataFrame) -> None:
         # Only families newer than the newest seen so far can change the answer.
@@ -398,7 +407,10 @@ class SGLangLogParser:
             return 0.0
         if any(_SNIFF_MESSAGES.search(line) for line in lines):
             return 0.95
-        return 0.6 if prefixed * 2 >= len([x for x in lines if x.strip()]) else 0.3
+        # "[date time] message" alone is a common Python logging format; rank tags are SGLang's.
+        if any(_SNIFF_RANKS.search(line) for line in lines):
+            return 0.8
+        return 0.45
 
     def parse(self, source: InputFile, ctx: ParseContext, diag: SourceDiagnostics) -> ParseResult:
         acc = _Acc(ctx, diag)

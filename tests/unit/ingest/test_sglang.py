@@ -367,3 +367,20 @@ def test_cli_refuses_an_unknown_zone(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["inspect", str(DATA / "v0.3.6.log"), "--tz", "Mars/Base"])
     assert result.exit_code == 2
     assert "--tz 'Mars/Base': unknown time zone" in result.output
+
+
+def test_a_python_log_in_the_same_date_format_is_not_claimed_by_sglang() -> None:
+    generic = "[2025-01-01 10:00:00] step 1 loss 2.0\n[2025-01-01 10:00:01] step 2 loss 1.9\n"
+    assert PARSER.sniff(generic, "train.log") < 0.5
+    assert (
+        PARSER.sniff("[2025-01-01 10:00:00 TP1] Ignore import error when loading x\n", "x") == 0.8
+    )
+
+
+def test_memory_talk_that_is_no_oom_is_skipped_with_its_reason() -> None:
+    frame = pl.DataFrame({"line": ["[2025-01-01 00:00:00] Tip: to avoid out of memory, lower it"]})
+    diag = SourceDiagnostics("x", "sglang-log", "n")
+    result = PARSER.parse_lines(frame, ParseContext(), diag)
+    assert result.events is None
+    assert diag.lines_recognised == 0
+    assert diag.skipped["mentions memory but is no known out-of-memory message"].count == 1
