@@ -384,3 +384,20 @@ def test_memory_talk_that_is_no_oom_is_skipped_with_its_reason() -> None:
     assert result.events is None
     assert diag.lines_recognised == 0
     assert diag.skipped["mentions memory but is no known out-of-memory message"].count == 1
+
+
+def test_non_ascii_outer_prefixes_keep_line_order_and_times() -> None:
+    lines = [
+        "[2025-01-01 00:00:00 TP0] Decode batch. #running-req: 1, #queue-req: 0",
+        "Mär 01 gpu-knoten [2025-01-01 00:00:05 TP0] Decode batch. #running-req: 5, #queue-req: 2",
+        "RuntimeError: CUDA error: out of memory",
+        "[2025-01-01 00:00:09 TP0] Decode batch. #running-req: 0, #queue-req: 0",
+    ]
+    result = PARSER.parse_lines(
+        pl.DataFrame({"line": lines}), ParseContext(), SourceDiagnostics("x", "s", "n")
+    )
+    assert result.samples is not None
+    running = result.samples.filter(pl.col("metric") == "requests_running").sort("ts")
+    assert running["value"].to_list() == [1, 5, 0]
+    assert result.events is not None
+    assert result.events["ts"].to_list() == [_utc(2025, 1, 1, 0, 0, 5)]
