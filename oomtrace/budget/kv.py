@@ -193,6 +193,7 @@ def kv_spec(
     model_dtype = arch.dtype
     if model_dtype is None:
         model_dtype = ASSUMED_MODEL_DTYPE
+    if arch.dtype is None and (kv_cache_dtype == "auto" or arch.recurrent):
         notes.append(
             f"model dtype not stated: assumed {ASSUMED_MODEL_DTYPE}; pass --kv-cache-dtype "
             "and --weight-dtype to state it"

@@ -3,11 +3,12 @@ assumption beside it) and for machines (a stable JSON document with sorted keys)
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 from oomtrace.budget.engine import EngineView
-from oomtrace.budget.kv import KVGroup
-from oomtrace.budget.layers import AttentionLayer
+from oomtrace.budget.kv import KVGroup, KVSpec
+from oomtrace.budget.layers import AttentionLayer, ModelArchitecture
 from oomtrace.budget.ledger import Ledger
 from oomtrace.budget.worksheet import Worksheet
 from oomtrace.units import format_bytes
@@ -70,14 +71,11 @@ def _kv_lines(ws: Worksheet) -> list[str]:
     if spec.unbounded_kv_bytes_per_token != spec.kv_bytes_per_token:
         grows = [g for g in groups if g.kind in ("full", "mla")]
         growth = " + ".join(f"{g.layers} {_describe(g)} x {_b(g.bytes_per_token)}" for g in grows)
-        lines.append(
-            _line(
-                " ",
-                "KV growth once windows full",
-                format_bytes(spec.unbounded_kv_bytes_per_token),
-                f"{growth or 'nothing'}: windowed layers stop growing",
-            )
-        )
+        note = f"{growth} per token; windowed layers stop growing"
+        if not grows:
+            note = "every layer is windowed: a sequence stops growing at its window"
+        value = format_bytes(spec.unbounded_kv_bytes_per_token)
+        lines.append(_line(" ", "KV growth once windows full", value, note))
     return lines
 
 
@@ -119,6 +117,8 @@ def _sequence_note(ws: Worksheet) -> str:
     exact = f"({_b(ws.sequence_bytes)})"
     if kinds <= {"full", "mla"} and not spec.state_groups:
         return f"{n:,} tokens x {format_bytes(spec.kv_bytes_per_token)}, {rounding} {exact}"
+    if not spec.groups:
+        return f"recurrent state only, the same at any length {exact}"
     held = [f"{_describe(g)} layers hold {g.resident_tokens(n):,}" for g in spec.groups]
     if spec.chunk_size and n > spec.chunk_size:
         held.append(f"peak when a chunk is full ({spec.chunk_size:,})")
@@ -279,22 +279,44 @@ def render_ledger(ledger: Ledger) -> list[str]:
     return lines
 
 
+def _model_json(arch: ModelArchitecture) -> dict[str, Any]:
+    return {
+        "name": arch.name,
+        "model_type": arch.model_type,
+        "family": arch.family,
+        "source": None if arch.source is None else str(arch.source),
+        "layers": arch.num_layers,
+        "dtype": arch.dtype,
+        "dtype_source": arch.dtype_source,
+        "context_tokens": arch.context_tokens,
+    }
+
+
+def _spec_json(spec: KVSpec) -> dict[str, Any]:
+    states = {"conv": spec.conv_state_dtype, "ssm": spec.ssm_state_dtype}
+    return {
+        "kv_cache_dtype": spec.kv_dtype,
+        "kv_element_bytes": spec.kv_element_bytes,
+        "kv_bytes_per_token": spec.kv_bytes_per_token,
+        "unbounded_kv_bytes_per_token": spec.unbounded_kv_bytes_per_token,
+        "state_bytes_per_sequence": spec.state_bytes_per_sequence,
+        "state_dtypes": states if spec.state_groups else None,
+        "kv_groups": [asdict(g) for g in spec.groups],
+        "state_groups": [asdict(g) for g in spec.state_groups],
+        "tensor_parallel": spec.tensor_parallel,
+    }
+
+
 def to_json(ws: Worksheet, ledger: Ledger | None = None) -> dict[str, Any]:
-    """The stable document behind ``--json``."""
-    spec, w, arch = ws.spec, ws.weights, ws.arch
-    engine = ws.engine
-    doc: dict[str, Any] = {
+    """The stable document behind ``--json`` (every figure in bytes or tokens)."""
+    w, target = ws.weights, ws.concurrency
+    concurrency = None
+    if target is not None:
+        shortfall = ws.concurrency_shortfall_bytes
+        concurrency = {"target": target, "fits": shortfall == 0, "shortfall_bytes": shortfall}
+    return {
         "schema": SCHEMA,
-        "model": {
-            "name": arch.name,
-            "model_type": arch.model_type,
-            "family": arch.family,
-            "source": None if arch.source is None else str(arch.source),
-            "layers": arch.num_layers,
-            "dtype": arch.dtype,
-            "dtype_source": arch.dtype_source,
-            "context_tokens": arch.context_tokens,
-        },
+        "model": _model_json(ws.arch),
         "device_bytes": ws.device_bytes,
         "weights_bytes": w.per_gpu_bytes,
         "weights_total_bytes": w.total_bytes,
@@ -306,60 +328,19 @@ def to_json(ws: Worksheet, ledger: Ledger | None = None) -> dict[str, Any]:
         "reserve_kind": ws.reserve.kind,
         "reserve_basis": ws.reserve.basis,
         "available_cache_bytes": ws.available_cache_bytes,
-        "kv_cache_dtype": spec.kv_dtype,
-        "kv_element_bytes": spec.kv_element_bytes,
-        "kv_bytes_per_token": spec.kv_bytes_per_token,
-        "unbounded_kv_bytes_per_token": spec.unbounded_kv_bytes_per_token,
-        "state_bytes_per_sequence": spec.state_bytes_per_sequence,
-        "state_dtypes": None
-        if not spec.state_groups
-        else {"conv": spec.conv_state_dtype, "ssm": spec.ssm_state_dtype},
-        "kv_groups": [
-            {
-                "kind": g.kind,
-                "layers": g.layers,
-                "bytes_per_token": g.bytes_per_token,
-                "window": g.window,
-            }
-            for g in spec.groups
-        ],
-        "state_groups": [
-            {
-                "kind": s.kind,
-                "layers": s.layers,
-                "conv_bytes": s.conv_bytes,
-                "ssm_bytes": s.ssm_bytes,
-            }
-            for s in spec.state_groups
-        ],
+        **_spec_json(ws.spec),
         "stored_tokens_per_sequence": ws.contract.stored_tokens,
         "max_input_tokens": ws.contract.max_input_tokens,
         "max_new_tokens": ws.contract.max_new_tokens,
         "block_size": ws.block_size,
-        "tensor_parallel": spec.tensor_parallel,
         "sequence_bytes": ws.sequence_bytes,
         "max_sequences": ws.max_sequences,
         "fits": ws.fits,
-        "concurrency": None
-        if ws.concurrency is None
-        else {
-            "target": ws.concurrency,
-            "fits": ws.max_sequences >= ws.concurrency,
-            "shortfall_bytes": ws.concurrency_shortfall_bytes,
-        },
-        "vllm": {
-            "reserved_bytes_per_sequence": engine.reserved_bytes_per_sequence,
-            "max_sequences": engine.max_sequences,
-            "max_num_batched_tokens": engine.max_num_batched_tokens,
-            "block_size": engine.block_size,
-            "group_size": engine.group_size,
-            "padding_layers": engine.padding_layers,
-            "notes": list(engine.notes),
-        },
+        "concurrency": concurrency,
+        "vllm": asdict(ws.engine),
         "assumptions": assumptions(ws),
         "ledger": None if ledger is None else _ledger_json(ledger),
     }
-    return doc
 
 
 def _ledger_json(ledger: Ledger) -> dict[str, Any]:

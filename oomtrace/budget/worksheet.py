@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
+from pathlib import Path
 from typing import Literal
 
 from oomtrace.budget.dtypes import ASSUMED_MODEL_DTYPE, weight_bytes_per_param
@@ -121,30 +122,23 @@ def resolve_weights(
         return Weights(weights_bytes, _per_gpu(weights_bytes, tp), basis)
     model_dtype = (arch.dtype if arch else None) or ASSUMED_MODEL_DTYPE
     dtype, per_param = weight_bytes_per_param(weight_dtype, model_dtype)
+    label = dtype
+    if weight_dtype == "auto" and (arch is None or arch.dtype is None):
+        label = f"{dtype}, assumed: pass --weight-dtype"
     if params is not None:
         total = int(-(-params * per_param // 1))
         return Weights(
             total,
             _per_gpu(total, tp),
-            f"{params:,} params (--params) x {_b(per_param)} ({dtype})",
+            f"{params:,} params (--params) x {_b(per_param)} ({label})",
             params,
             dtype,
         )
     if arch is None or arch.source is None:
         raise UsageError("no weights: give --params (e.g. 7e9 or 7B) or --weights-bytes")
-    directory = arch.source.parent if arch.source else None
-    tensors = checkpoint_tensors(directory) if directory else None
-    if tensors is not None and tensors.total_bytes > 0:
-        if weight_dtype != "auto":
-            raise UsageError(
-                f"--weight-dtype {weight_dtype} applies to a parameter count, but the checkpoint's "
-                f"tensors already give the bytes ({format_bytes(tensors.total_bytes)}); "
-                "drop it or pass --params"
-            )
-        basis = f"checkpoint tensors ({tensors.source})"
-        return Weights(
-            tensors.total_bytes, _per_gpu(tensors.total_bytes, tp), basis, by_dtype=tensors.by_dtype
-        )
+    from_checkpoint = _checkpoint_weights(arch.source.parent, weight_dtype, tp)
+    if from_checkpoint is not None:
+        return from_checkpoint
     count = count_dense_parameters(arch.model_type, arch.config)
     # A multimodal checkpoint also loads a vision tower, which its text config does not count.
     if count is None or arch.multimodal:
@@ -154,8 +148,24 @@ def resolve_weights(
             "directory holding the checkpoint's *.safetensors files"
         )
     total = int(-(-count * per_param // 1))
-    basis = f"{count:,} params (exact, from config.json) x {_b(per_param)} ({dtype})"
+    basis = f"{count:,} params (exact, from config.json) x {_b(per_param)} ({label})"
     return Weights(total, _per_gpu(total, tp), basis, count, dtype)
+
+
+def _checkpoint_weights(directory: Path, weight_dtype: str, tp: int) -> Weights | None:
+    """Weights from the safetensors beside the config, when there are any."""
+    tensors = checkpoint_tensors(directory)
+    if tensors is None or tensors.total_bytes == 0:
+        return None
+    if weight_dtype != "auto":
+        raise UsageError(
+            f"--weight-dtype {weight_dtype} applies to a parameter count, but the checkpoint's "
+            f"tensors already give the bytes ({format_bytes(tensors.total_bytes)}); "
+            "drop it or pass --params"
+        )
+    basis = f"checkpoint tensors ({tensors.source})"
+    total = tensors.total_bytes
+    return Weights(total, _per_gpu(total, tp), basis, by_dtype=tensors.by_dtype)
 
 
 def _b(per_param: Fraction) -> str:

@@ -25,7 +25,11 @@ from oomtrace.ingest.textio import InputFile
 log = logging.getLogger(__name__)
 
 # module:attribute of every built-in parser, in sniffing tie-break order.
-BUILTIN_PARSERS: tuple[str, ...] = ()
+BUILTIN_PARSERS: tuple[str, ...] = (
+    "oomtrace.ingest.sglang:PARSER",
+    "oomtrace.ingest.torch_snapshot:PARSER",
+    "oomtrace.ingest.pytorch_log:PARSER",
+)
 
 ENTRY_POINT_GROUP = "oomtrace.parsers"
 

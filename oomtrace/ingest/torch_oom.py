@@ -12,6 +12,8 @@ process the message lists. The message layouts (reference/formats.md §2.1):
   process has X memory in use. ][L allowed; ]Of the allocated memory X is allocated by PyTorch,
   [with X allocated in private pools (e.g., CUDA Graphs), ]and U is reserved by PyTorch but
   unallocated.`` (torch >= 2.1; 2.1 prints "capacty");
+* ``ggml``: llama.cpp's ``ggml_backend_cuda_buffer_type_alloc_buffer: allocating A MiB on device
+  d: cudaMalloc failed: out of memory`` (the requested size and device only);
 * ``sizeless``: ``CUDA error: out of memory``, ``CUBLAS_STATUS_ALLOC_FAILED``,
   ``CUDNN_STATUS_ALLOC_FAILED``, ``Tried to allocate more than 1EB memory``, the 2.14
   ``preemptively rejected`` form: an ``oom`` event whose sizes are null, never 0.
@@ -79,7 +81,11 @@ _SIZELESS: Final = (
     r"Tried to allocate more than 1EB memory|Allocation was preemptively rejected|"
     r"(?:CUDA|XPU|NPU) out of memory"
 )
-_PREFILTER: Final = r"out of memory|ALLOC_FAILED|preemptively rejected"
+_GGML: Final = r"allocating ([0-9.]+) (MiB) on device (\d+): cudaMalloc failed: out of memory"
+# Cheap test that a line may hold an OOM; parsers use it to pick the lines worth keeping.
+PREFILTER: Final = r"out of memory|ALLOC_FAILED|preemptively rejected"
+# Any line that extract_ooms turns into an event matches this (used to count recognised lines).
+OOM_SHAPES: Final = "|".join(f"(?:{p})" for p in (_OLD, _NEW, _GGML, _SIZELESS))
 
 EVENT_COLUMNS: Final = [
     "ts", "device", "kind", "requested_bytes", "total_bytes", "free_bytes", "allocated_bytes",
@@ -94,12 +100,14 @@ def extract_ooms(lines: pl.DataFrame, text: str = "text") -> tuple[pl.DataFrame,
     Cost: one literal-ish scan of every line; the detailed patterns run only on the few lines
     that mention running out of memory.
     """
-    hits = lines.filter(pl.col(text).str.contains(_PREFILTER)).select(
-        "ts", pl.col(text).alias("_t")
-    )
+    hits = lines.filter(pl.col(text).str.contains(PREFILTER)).select("ts", pl.col(text).alias("_t"))
     if hits.height == 0:
         return _empty_events(), _empty_samples()
-    found = [_sized(hits, _OLD, _OLD_NAMES, "old"), _sized(hits, _NEW, _NEW_NAMES, "sentences")]
+    found = [
+        _sized(hits, _OLD, _OLD_NAMES, "old"),
+        _sized(hits, _NEW, _NEW_NAMES, "sentences"),
+        _ggml(hits),
+    ]
     sized = pl.concat([f for f in found if f is not None] or [hits.clear()], how="diagonal_relaxed")
     sizeless = (
         hits.join(sized.select("_t").unique(), on="_t", how="anti")
@@ -107,7 +115,9 @@ def extract_ooms(lines: pl.DataFrame, text: str = "text") -> tuple[pl.DataFrame,
         .with_columns(
             _layout=pl.lit("sizeless"),
             _what=pl.col("_t").str.extract("(" + _SIZELESS + ")", 1),
-            device=pl.col("_t").str.extract(r"(?:GPU|device) (\d+)", 1).cast(pl.Int32),
+            device=pl.col("_t")
+            .str.extract(r"(?:GPU|device) (\d+)", 1)
+            .cast(pl.Int32, strict=False),
         )
     )
     events = pl.concat([sized, sizeless], how="diagonal_relaxed")
@@ -116,6 +126,8 @@ def extract_ooms(lines: pl.DataFrame, text: str = "text") -> tuple[pl.DataFrame,
     detail = (
         pl.when(pl.col("_layout") == "sizeless")
         .then(pl.format("{} (no size stated)", pl.col("_what")))
+        .when(pl.col("_layout") == "ggml")
+        .then(pl.lit("llama.cpp (ggml) cudaMalloc failed: out of memory"))
         .otherwise(pl.format("PyTorch OOM message ({} layout)", pl.col("_layout")))
     )
     events = events.with_columns(kind=pl.lit("oom"), detail=detail)
@@ -158,10 +170,25 @@ def _sized(hits: pl.DataFrame, pattern: str, names: list[str], layout: str) -> p
         )
     return found.with_columns(
         _layout=pl.lit(layout),
-        device=pl.col("device").cast(pl.Int32),
+        device=pl.col("device").cast(pl.Int32, strict=False),
         requested_bytes=size("req"),
         free_bytes=size("free"),
     ).select(~pl.selectors.matches(r"_(n|u)$"))
+
+
+def _ggml(hits: pl.DataFrame) -> pl.DataFrame | None:
+    groups = pl.col("_t").str.extract_groups(_GGML).struct.rename_fields(["n", "u", "d"])
+    found = hits.with_columns(_g=groups).unnest("_g").filter(pl.col("n").is_not_null())
+    if found.height == 0:
+        return None
+    return found.select(
+        "ts",
+        "_t",
+        _layout=pl.lit("ggml"),
+        device=pl.col("d").cast(pl.Int32, strict=False),
+        requested_bytes=bytes_expr(pl.col("n"), pl.col("u")),
+        free_bytes=pl.lit(None, dtype=pl.Int64),
+    )
 
 
 def _dedupe(events: pl.DataFrame) -> pl.DataFrame:
@@ -193,7 +220,7 @@ def _process_samples(events: pl.DataFrame) -> pl.DataFrame:
     return listed.select(
         "ts",
         "device",
-        pid=pl.col(names[0]).cast(pl.Int64),
+        pid=pl.col(names[0]).cast(pl.Int64, strict=False),
         metric=pl.lit("process_used_bytes"),
         value=bytes_expr(pl.col(names[1]), pl.col(names[2])).cast(pl.Float64),
     )
