@@ -17,7 +17,12 @@ from oomtrace import __version__
 from oomtrace.errors import OomtraceError
 
 # name -> (module, one-line help). Every built-in command is registered here and nowhere else.
-COMMANDS: dict[str, tuple[str, str]] = {}
+COMMANDS: dict[str, tuple[str, str]] = {
+    "analyze": (
+        "oomtrace.cli.analyze",
+        "Find the requests and the moment that ran the GPU out of memory.",
+    ),
+}
 
 
 def one_line(text: str) -> str:
