@@ -329,7 +329,8 @@ def _close_open_segments(
         last_ts=pl.col("ts").max(), last_tokens=pl.col("tokens").last()
     )
     seg = segments.join(last, on=KEYS, how="left").join(
-        summary.select("node", "request_id", "contract_tokens"), on=["node", "request_id"]
+        summary.select("node", "request_id", "contract_tokens", "first_token_ts"),
+        on=["node", "request_id"],
     )
     ends = pl.DataFrame(
         {"node": list(trace_end), "trace_end": list(trace_end.values())},
@@ -347,11 +348,14 @@ def _close_open_segments(
         check_sortedness=False,  # both sides sorted just above; polars cannot check with `by`
     )
     spent = pl.lit(None, dtype=TS)
+    seg = seg.with_columns(decodes=_decodes())
     if rate.tokens_per_s:
         seconds = (pl.col("contract_tokens") - pl.col("last_tokens")).clip(lower_bound=0) / (
             rate.tokens_per_s
         )
-        spent = pl.col("anchor") + pl.duration(nanoseconds=(seconds * NS_PER_S).cast(pl.Int64))
+        spent = pl.when(pl.col("decodes")).then(
+            pl.col("anchor") + pl.duration(nanoseconds=(seconds * NS_PER_S).cast(pl.Int64))
+        )
     # A request still open when the trace ends is resident at its last instant: it leaves one
     # microsecond after (the finest step a Python datetime has), so that look-ups at the trace
     # end still count it.
@@ -375,6 +379,14 @@ def _close_open_segments(
     )
 
 
+def _decodes() -> pl.Expr:
+    """A request decodes once its first token is out. Where the node states first tokens, one
+    without a first token is still in prefill and neither grows nor spends its contract; where
+    the node never states them, decoding is assumed from the start (an upper bound)."""
+    stated = pl.col("first_token_ts").is_not_null()
+    return stated | ~stated.any().over("node")
+
+
 def _model_knots(
     stated: pl.DataFrame,
     segments: pl.DataFrame,
@@ -384,12 +396,6 @@ def _model_knots(
 ) -> pl.DataFrame:
     """Add model knots after the last statement of every segment whose end count is not stated:
     growth at the decode rate, capped by the contract, up to the segment's end."""
-    # A request decodes once its first token is out. Where the node states first tokens, one
-    # without a first token is still in prefill and does not grow; where it never does, growth
-    # is modelled from the start (an upper bound).
-    decodes = pl.col("first_token_ts").is_not_null() | ~pl.col(
-        "first_token_ts"
-    ).is_not_null().any().over("node")
     tail = (
         stated.group_by(KEYS)
         .agg(last_ts=pl.col("ts").last(), last_tokens=pl.col("tokens").last())
@@ -398,7 +404,7 @@ def _model_knots(
             summary.select("node", "request_id", "contract_tokens", "first_token_ts"),
             on=["node", "request_id"],
         )
-        .with_columns(decodes=decodes)
+        .with_columns(decodes=_decodes())
         .filter(pl.col("end_output").is_null())
     )
     cap = pl.col("contract_tokens").cast(pl.Float64)

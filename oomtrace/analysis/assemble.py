@@ -135,6 +135,8 @@ def build_incident(
     observed_kv = _observed_kv(prep, node, peak, window)
     if (cls == "kv_exhaustion" or kv_spike) and observed_kv is not None:
         observed, basis = observed_kv, "observed KV in use"
+    elif anchor.spike is not None and anchor.spike.kind == "modelled":
+        observed, basis = None, "nothing observed at the peak (the spike is in the modelled KV)"
     elif peak_bytes is not None:
         observed = peak_bytes
         basis = (

@@ -201,7 +201,9 @@ def holes(samples: pl.DataFrame) -> pl.DataFrame:
         .unique()
         .sort(*SERIES_KEYS, "ts", nulls_last=True)
         .with_columns(start=pl.col("ts").shift(1).over(SERIES_KEYS))
-        .with_columns(seconds=(pl.col("ts") - pl.col("start")).dt.total_nanoseconds() / 1e9)
+        .with_columns(
+            seconds=((pl.col("ts") - pl.col("start")).dt.total_nanoseconds() / 1e9).round(6)
+        )
     )
     gaps = gaps.with_columns(usual_s=pl.col("seconds").median().over(SERIES_KEYS))
     limit = pl.max_horizontal(pl.col("usual_s") * HOLE_FACTOR, pl.lit(HOLE_MIN_S))
