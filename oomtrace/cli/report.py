@@ -68,16 +68,31 @@ def planned_files(out: Path, assets: dict[str, bytes]) -> list[Path]:
     type=click.Path(path_type=Path, dir_okay=False, exists=True),
     help="A budget worksheet (`oomtrace budget --json` output) to set against what was observed.",
 )
+@click.option(
+    "--window",
+    default="60s",
+    show_default=True,
+    help="Look-back before each peak for the analysis (as `oomtrace analyze --window`).",
+)
+@click.option(
+    "--top",
+    default=10,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Culprits kept per incident.",
+)
 @click.option("--max-points", default=1000, show_default=True, help="Time slices per chart.")
 @click.option("--max-lanes", default=60, show_default=True, help="Requests in the swimlanes.")
 @ingest_options_named("--input-format")
-def command(
+def command(  # noqa: PLR0917 - click passes every option
     inputs: tuple[Path, ...],
     out: Path | None,
     report_format: str | None,
     force: bool,
     findings_path: Path | None,
     worksheet_path: Path | None,
+    window: str,
+    top: int,
     max_points: int,
     max_lanes: int,
     **kwargs: Any,
@@ -93,7 +108,7 @@ def command(
     from oomtrace.errors import UsageError
     from oomtrace.ingest import load_any
     from oomtrace.report import ReportOptions, build_report, render
-    from oomtrace.report.inputs import from_findings_document, load_document
+    from oomtrace.report.inputs import from_findings_document, from_findings_object, load_document
 
     fmt = output_format(out, report_format)
     if max_points < 1 or max_lanes < 1:
@@ -101,8 +116,15 @@ def command(
     trace = load_any(list(inputs), to_ingest_options(kwargs))
     worksheet = load_document(worksheet_path, "--worksheet") if worksheet_path else None
     if findings_path is None:
-        raise UsageError("pass --findings FILE (the output of `oomtrace analyze --json`)")
-    inputs_ = from_findings_document(load_document(findings_path, "--findings"), trace, worksheet)
+        from oomtrace.analysis.options import AnalyzeOptions, parse_duration
+        from oomtrace.attribution import analyze
+
+        options = AnalyzeOptions(window_s=parse_duration(window, what="--window"), top_culprits=top)
+        inputs_ = from_findings_object(analyze(trace, options), trace, worksheet)
+    else:
+        inputs_ = from_findings_document(
+            load_document(findings_path, "--findings"), trace, worksheet
+        )
     report = build_report(inputs_, ReportOptions(buckets=max_points, max_lanes=max_lanes))
     asset_dir = f"{out.stem}-charts" if out is not None else "charts"
     rendered = render(report, fmt, asset_dir=asset_dir)  # type: ignore[arg-type]

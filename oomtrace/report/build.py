@@ -27,6 +27,30 @@ from oomtrace.report.verdict import build_verdict, incident_label
 from oomtrace.report.worksheet import budget_section
 from oomtrace.trace import Trace
 
+RECONCILIATION_ORDER = (
+    "name",
+    "a",
+    "b",
+    "median_gap_bytes",
+    "max_gap_bytes",
+    "max_gap_ts",
+    "points",
+    "interpretation",
+)
+LEDGER_ORDER = (
+    "request_id",
+    "prompt_tokens",
+    "max_tokens",
+    "reserved_tokens",
+    "reserved_bytes",
+    "stored_tokens",
+    "blocks",
+    "stored_bytes",
+    "share",
+    "basis",
+    "resident_since",
+)
+
 
 @dataclass(frozen=True)
 class ReportOptions:
@@ -126,7 +150,7 @@ def _incidents_section(incidents: list[Mapping[str, Any]]) -> Section:
         "incidents",
         "Incidents",
         paragraphs=("Every incident the analysis found, the primary one first.",),
-        tables=(("incidents", table_from_records(rows)),) if rows else (),
+        tables=(("incidents", table_from_records(rows, order=tuple(rows[0]))),) if rows else (),
         empty="The analysis found no incident.",
     )
 
@@ -160,10 +184,11 @@ def _memory_section(
             }
             for s in stats
         ]
-        tables.append(("series", table_from_records(renamed)))
+        tables.append(("series", table_from_records(renamed, order=tuple(renamed[0]))))
     recon = findings.get("reconciliation")
     if isinstance(recon, list) and recon:
-        tables.append(("reconciliation", table_from_records(recon)))
+        rows = [_with_unit(r) for r in recon if isinstance(r, Mapping)]
+        tables.append(("reconciliation", table_from_records(rows, order=RECONCILIATION_ORDER)))
     elif isinstance(recon, Mapping) and recon:
         tables.append(("reconciliation", table_from_mapping(recon)))
     chart_list: tuple[Chart, ...] = ()
@@ -186,6 +211,18 @@ def _memory_section(
         charts=chart_list,
         empty="The trace has no memory samples: memory cannot be charted.",
     )
+
+
+def _with_unit(row: Mapping[str, Any]) -> dict[str, Any]:
+    """Reconciliation gaps carry their unit in a separate field; put it in the key, where the
+    report's naming rule looks for it (``max_gap`` in bytes -> ``max_gap_bytes``)."""
+    unit = row.get("unit")
+    suffix = f"_{unit}" if unit in ("bytes", "tokens", "blocks") else ""
+    out = {k: v for k, v in row.items() if k != "unit"}
+    for key in ("median_gap", "max_gap"):
+        if key in out:
+            out[key + suffix] = out.pop(key)
+    return out
 
 
 def _caption(points: int, read: int, buckets: int) -> str:
@@ -234,7 +271,8 @@ def _activity_section(
                             "highest_at": s["highest_at"],
                         }
                         for s in stats
-                    ]
+                    ],
+                    order=("series", "points", "lowest_count", "highest_count", "highest_at"),
                 ),
             )
         )
@@ -244,7 +282,8 @@ def _activity_section(
             (
                 "lifecycle",
                 table_from_records(
-                    [{"event": r["event"], "events_count": r["n"]} for r in lifecycle.to_dicts()]
+                    [{"event": r["event"], "events_count": r["n"]} for r in lifecycle.to_dicts()],
+                    order=("event", "events_count"),
                 ),
             )
         )
@@ -283,7 +322,7 @@ def _ledger_section(ledger: Any) -> Section:
     rest = {k: v for k, v in ledger.items() if k not in ("rows", "requests", "totals")}
     tables: list[tuple[str, Any]] = []
     if rows:
-        tables.append(("requests", table_from_records(rows, order=("request_id",))))
+        tables.append(("requests", table_from_records(rows, order=LEDGER_ORDER)))
     if isinstance(totals, Mapping):
         tables.append(("totals", table_from_mapping({**totals, **rest})))
     elif rest:

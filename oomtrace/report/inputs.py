@@ -42,7 +42,8 @@ SERIES_SCHEMA: Final = pl.Schema({"ts": TS, "series": pl.String(), "value": pl.F
 class FindingsLike(Protocol):
     """The in-memory findings: a JSON document plus full-resolution frames."""
 
-    series: pl.DataFrame
+    @property
+    def series(self) -> pl.DataFrame: ...
 
     def to_json(self) -> dict[str, Any]: ...
 

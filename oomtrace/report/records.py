@@ -15,6 +15,7 @@ from typing import Any
 from oomtrace.report.fmt import value_text
 from oomtrace.report.model import Column, Kind, Table, Value
 
+TIME_KEYS = ("start", "end", "peak", "arrived", "admitted", "finished", "window_start")
 _TITLES = {
     "request_id": "request",
     "share": "share",
@@ -33,13 +34,13 @@ def kind_of(key: str) -> Kind:  # noqa: PLR0911 - one rule per unit suffix
         return "tokens"
     if key.endswith("_blocks") or key == "blocks":
         return "blocks"
-    if key == "ts" or key.endswith(("_ts", "_at")) or key in ("start", "end", "peak"):
+    if key == "ts" or key.endswith(("_ts", "_at", "_since", "_until")) or key in TIME_KEYS:
         return "time"
     if key in ("share", "coverage") or key.endswith(("_share", "_ratio", "_fraction")):
         return "share"
     if key.endswith(("_s", "_seconds")):
         return "seconds"
-    if key.startswith(("n_", "num_")) or key.endswith(("_count", "_total", "requests")):
+    if key.startswith(("n_", "num_")) or key.endswith(("_count", "_total", "requests", "points")):
         return "count"
     return "text"
 
@@ -89,22 +90,23 @@ def table_from_records(
     drop: Sequence[str] = (),
     note: str = "",
 ) -> Table:
-    """Columns in ``order`` first, then the others in first-seen order; ``drop`` leaves keys
+    """Columns in ``order`` first, then the others sorted by name (the same columns whether the
+    records came from an object or from a JSON document with sorted keys); ``drop`` leaves keys
     out (nested detail shown elsewhere)."""
     keys: list[str] = [k for k in order if any(k in r for r in records)]
-    for record in records:
-        keys.extend(k for k in record if k not in keys and k not in drop)
+    rest = {k for r in records for k in r if k not in keys and k not in drop}
+    keys.extend(sorted(rest))
     columns = tuple(Column(k, title_of(k), kind_of(k)) for k in keys)
     rows = tuple(tuple(coerce(r.get(c.key), c.kind) for c in columns) for r in records)
     return Table(columns, rows, note)
 
 
 def table_from_mapping(mapping: Mapping[str, Any], *, note: str = "") -> Table:
-    """A two-column ``item, value`` table from a flat mapping, each value shown with its kind
-    (the value column is text: kinds differ per row)."""
+    """A two-column ``item, value`` table from a flat mapping, sorted by key, each value shown
+    with its kind (the value column is text: kinds differ per row)."""
     rows = tuple(
         (title_of(k), value_text(coerce(v, kind_of(k)), kind_of(k)))
-        for k, v in mapping.items()
+        for k, v in sorted(mapping.items())
         if not isinstance(v, Mapping | list)
     )
     return Table((Column("item", "item", "text"), Column("value", "value", "text")), rows, note)

@@ -55,7 +55,29 @@ CLASS_EXPLANATIONS: Final[dict[str, str]] = {
     "none": "The trace shows no out-of-memory event and no memory spike worth reporting.",
 }
 
-CULPRIT_ORDER: Final = ("rank", "request_id", "share", "tokens", "blocks", "bytes", "reason")
+CULPRIT_ORDER: Final = (
+    "rank",
+    "request_id",
+    "share",
+    "tokens",
+    "blocks",
+    "bytes",
+    "basis",
+    "prompt_tokens",
+    "max_tokens",
+    "growth_tokens",
+    "resident_since",
+    "reason",
+)
+# Shown in the reason text or in the findings document, not as columns.
+CULPRIT_HIDDEN: Final = (
+    "evidence",
+    "tokens_low",
+    "tokens_high",
+    "arrived",
+    "admitted_in_window",
+    "in_prefill",
+)
 
 
 def incident_label(incident_class: str) -> str:
@@ -65,7 +87,7 @@ def incident_label(incident_class: str) -> str:
 def culprit_table(culprits: Sequence[Mapping[str, Any]]) -> Table:
     ranked = [{"rank": i + 1, **c} for i, c in enumerate(culprits)]
     note = "" if ranked else "The analysis named no request."
-    return table_from_records(ranked, order=CULPRIT_ORDER, drop=("evidence",), note=note)
+    return table_from_records(ranked, order=CULPRIT_ORDER, drop=CULPRIT_HIDDEN, note=note)
 
 
 def build_verdict(incident: Mapping[str, Any] | None) -> Verdict:
@@ -108,9 +130,9 @@ def build_verdict(incident: Mapping[str, Any] | None) -> Verdict:
 
 def _paragraph(cls: str, incident: Mapping[str, Any], culprits: list[Mapping[str, Any]]) -> str:
     parts = [CLASS_EXPLANATIONS.get(cls, CLASS_EXPLANATIONS["unknown"])]
-    reason = incident.get("reason") or incident.get("summary")
+    reason = str(incident.get("reason") or incident.get("summary") or "").strip()
     if reason:
-        parts.append(str(reason).rstrip(".") + ".")
+        parts.append(reason[:1].upper() + reason[1:].rstrip(".") + ".")
     peak_ts = parse_time(incident.get("peak_ts"))
     if incident.get("peak_bytes") is not None and peak_ts is not None:
         parts.append(
@@ -143,13 +165,27 @@ def _evidence_lines(evidence: Any) -> list[str]:
         return []
     if isinstance(evidence, str):
         return [evidence]
-    lines: list[str] = []
-    for item in evidence:
-        if isinstance(item, Mapping):
-            text = item.get("text") or item.get("statement") or item.get("detail")
-            source = item.get("source")
-            body = str(text) if text else ", ".join(f"{k}={v}" for k, v in sorted(item.items()))
-            lines.append(f"{body} [{source}]" if source and text else body)
-        else:
-            lines.append(str(item))
-    return lines
+    return [_evidence_line(item) for item in evidence]
+
+
+def _evidence_line(item: Any) -> str:
+    """``2025-03-14T09:03:29.000Z samples from metrics: metric=kv_blocks_used, value=977``."""
+    if not isinstance(item, Mapping):
+        return str(item)
+    text = item.get("text") or item.get("statement") or item.get("detail")
+    values = item.get("values")
+    if not text and isinstance(values, Mapping):
+        text = ", ".join(f"{k}={v}" for k, v in sorted(values.items()))
+    if not text:
+        text = ", ".join(f"{k}={v}" for k, v in sorted(item.items()))
+    ts = parse_time(item.get("ts"))
+    where = " ".join(
+        p
+        for p in (
+            iso(ts) if ts else "",
+            str(item.get("table") or ""),
+            f"from {item['source']}" if item.get("source") else "",
+        )
+        if p
+    )
+    return f"{where}: {text}" if where else str(text)
