@@ -17,6 +17,14 @@ from oomtrace.units import GiB
 
 WIDTH: Final = 860
 TIME_FORMAT: Final = "%Y-%m-%d %H:%M:%S.%L"
+# Every tick label stands alone (Vega's default multi-format prints ".500" for a half second,
+# which reads as nothing once neighbouring labels are thinned out): the time of day, the
+# milliseconds when there are any, and the date at midnight.
+TIME_LABEL: Final = (
+    "(datum.value % 86400000 == 0 ? utcFormat(datum.value, '%Y-%m-%d ') : '')"
+    " + utcFormat(datum.value, '%H:%M:%S')"
+    " + (datum.value % 1000 ? utcFormat(datum.value, '.%L') : '')"
+)
 
 # Fixed colours per series so that the same quantity looks the same in every report.
 SERIES_COLOURS: Final[dict[str, str]] = {
@@ -72,7 +80,7 @@ def _time_x(field: str = "t", title: str = "time (UTC)") -> alt.X:
         f"{field}:T",
         title=title,
         scale=alt.Scale(type="utc"),
-        axis=alt.Axis(labelOverlap=True),
+        axis=alt.Axis(labelExpr=TIME_LABEL, labelOverlap=True),
     )
 
 

@@ -14,7 +14,10 @@ from typing import Any
 
 import pytest
 
+from oomtrace.attribution import analyze
+from oomtrace.ingest import IngestOptions, load_any
 from oomtrace.report import ReportInputs, build_report, render
+from oomtrace.report.inputs import from_findings_object
 from tests.integration.chromium import Chromium, find_chromium
 from tests.unit.report.scenario import (
     incident_findings,
@@ -45,7 +48,27 @@ def chromium_path() -> str:
 
 
 @pytest.fixture(scope="module")
-def page(chromium_path: str, tmp_path_factory: pytest.TempPathFactory) -> Any:
+def browser(chromium_path: str) -> Any:
+    with Chromium(chromium_path) as chromium:
+        yield chromium
+
+
+def open_report(browser: Chromium, html: Path) -> str:
+    """Open ``html`` in a new offline tab and wait until every chart has rendered (or failed)."""
+    session = browser.open_page()
+    browser.send("Page.navigate", {"url": html.as_uri()}, session)
+    browser.wait_for_event("Page.loadEventFired", session, 30)
+    expected = browser.evaluate(session, "document.querySelectorAll('.chart').length")
+    browser.wait_until(
+        session,
+        f"document.querySelectorAll('[data-rendered]').length === {expected}",
+        30,
+    )
+    return session
+
+
+@pytest.fixture(scope="module")
+def page(browser: Chromium, tmp_path_factory: pytest.TempPathFactory) -> Any:
     # GIVEN an incident report whose culprits have ids full of markup
     trace = incident_trace(HOSTILE)
     inputs = ReportInputs(
@@ -55,25 +78,16 @@ def page(chromium_path: str, tmp_path_factory: pytest.TempPathFactory) -> Any:
     out = tmp_path_factory.mktemp("report") / "incident.html"
     out.write_text(html, encoding="utf-8")
     # WHEN it is opened in a headless Chromium with the network off
-    with Chromium(chromium_path) as browser:
-        session = browser.open_page()
-        browser.send("Page.navigate", {"url": out.as_uri()}, session)
-        browser.wait_for_event("Page.loadEventFired", session, 30)
-        expected = browser.evaluate(session, "document.querySelectorAll('.chart').length")
-        browser.wait_until(
-            session,
-            f"document.querySelectorAll('[data-rendered]').length === {expected}",
-            30,
-        )
-        # a picture for people, taken before any test zooms or hovers
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        browser.screenshot(session, ARTIFACTS / "report.png")
-        browser.send(
-            "Emulation.setDeviceMetricsOverride",
-            {"width": 1200, "height": 900, "deviceScaleFactor": 1, "mobile": False},
-            session,
-        )
-        yield browser, session, out
+    session = open_report(browser, out)
+    # a picture for people, taken before any test zooms or hovers
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    browser.screenshot(session, ARTIFACTS / "report.png")
+    browser.send(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": 1200, "height": 900, "deviceScaleFactor": 1, "mobile": False},
+        session,
+    )
+    return browser, session, out
 
 
 def test_every_chart_draws_a_non_empty_svg(page: Any) -> None:
@@ -192,6 +206,37 @@ def test_wheel_zooms_the_time_axis(page: Any) -> None:
         10,
     )
     assert after[1] - after[0] < before[1] - before[0]
+
+
+def test_a_report_from_a_raw_engine_log_renders_cleanly(browser: Chromium, tmp_path: Path) -> None:
+    # GIVEN the report of an SGLang log, ingested and analysed from the raw file
+    log = ROOT / "tests" / "data" / "sglang" / "v0.4-tp2.log"
+    trace = load_any([log], IngestOptions())
+    report = build_report(from_findings_object(analyze(trace), trace))
+    out = tmp_path / "sglang.html"
+    out.write_text(render(report, "html").text, encoding="utf-8")
+    # WHEN it is opened offline
+    session = open_report(browser, out)
+    # THEN every chart drew, and nothing was logged or thrown
+    states = browser.evaluate(
+        session,
+        "Array.from(document.querySelectorAll('.chart')).map(el => el.dataset.rendered + ':' +"
+        " el.querySelectorAll('svg path, svg rect').length)",
+    )
+    assert states
+    for state in states:
+        rendered, marks = state.split(":")
+        assert rendered == "true"
+        assert int(marks) > 0
+    assert browser.session_events(session, "Runtime.exceptionThrown") == []
+    logged = [
+        e
+        for e in browser.session_events(session, "Log.entryAdded", "Runtime.consoleAPICalled")
+        if e["params"].get("entry", e["params"]).get("level", e["params"].get("type"))
+        in ("error", "warning")
+    ]
+    assert logged == []
+    browser.screenshot(session, ARTIFACTS / "report-sglang.png")
 
 
 def test_a_screenshot_is_written_for_people(page: Any) -> None:

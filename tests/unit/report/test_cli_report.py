@@ -124,3 +124,49 @@ def test_unreadable_findings_name_the_file(inputs: tuple[Path, Path], tmp_path: 
     code, _, err = _run("report", str(trace_dir), "--findings", str(bad))
     assert code == 2
     assert err == f"oomtrace: error: --findings {bad}: expected a JSON object, found list\n"
+
+
+DATA = Path(__file__).resolve().parents[2] / "data"
+
+
+def test_raw_log_files_are_ingested_and_analysed_on_the_fly(tmp_path: Path) -> None:
+    # GIVEN only the log an SGLang server left behind (a KV pool filling up, then retractions)
+    log = DATA / "sglang" / "v0.4-tp2.log"
+    out = tmp_path / "incident.json"
+    # WHEN the report is asked for the raw file
+    code, _, err = _run("report", str(log), "-o", str(out))
+    # THEN the file is ingested, analysed and reported in one step
+    assert code == 0, err
+    doc = json.loads(out.read_text(encoding="utf-8"))
+    assert doc["verdict"]["class"] == "kv_exhaustion"
+    gaps = next(s for s in doc["sections"] if s["key"] == "gaps")
+    assert [r["source"] for r in gaps["tables"]["inputs"]["rows"]] == ["v0.4-tp2.log"]
+
+
+def test_a_trace_directory_is_analysed_when_no_findings_are_given(
+    inputs: tuple[Path, Path],
+) -> None:
+    trace_dir, _ = inputs
+    code, out, err = _run("report", str(trace_dir), "--format", "json")
+    assert code == 0, err
+    assert json.loads(out)["report_version"] == 1
+
+
+def test_a_bad_window_is_refused_in_one_line(inputs: tuple[Path, Path]) -> None:
+    trace_dir, _ = inputs
+    code, _, err = _run("report", str(trace_dir), "--window", "60")
+    assert code == 2
+    assert err == (
+        "oomtrace: error: --window '60' is not a duration; write e.g. '60s', '2m' or '500ms'\n"
+    )
+
+
+def test_markdown_needs_a_file_for_its_charts(inputs: tuple[Path, Path]) -> None:
+    trace_dir, findings = inputs
+    code, _, err = _run(
+        "report", str(trace_dir), "--findings", str(findings), "--format", "markdown"
+    )
+    assert code == 2
+    assert err == (
+        "oomtrace: error: Markdown writes its charts beside the file: pass -o report.md\n"
+    )
