@@ -171,20 +171,7 @@ def _memory_section(
         else {"series": [], "value": []},
         schema={"series": pl.String, "value": pl.Float64},
     )
-    tables: list[tuple[str, Any]] = []
-    stats = series.summary(frame, value_kind="bytes")
-    if stats:
-        renamed = [
-            {
-                "series": s["series"],
-                "points": s["points"],
-                "lowest_bytes": s["lowest"],
-                "highest_bytes": s["highest"],
-                "highest_at": s["highest_at"],
-            }
-            for s in stats
-        ]
-        tables.append(("series", table_from_records(renamed, order=tuple(renamed[0]))))
+    tables = _summary_table(frame, "bytes")
     recon = findings.get("reconciliation")
     if isinstance(recon, list) and recon:
         rows = [_with_unit(r) for r in recon if isinstance(r, Mapping)]
@@ -234,67 +221,57 @@ def _caption(points: int, read: int, buckets: int) -> str:
     )
 
 
+def _summary_table(frame: pl.DataFrame, unit: str) -> list[tuple[str, Any]]:
+    """Per series: points drawn, lowest and highest (``lowest_bytes`` ...), when highest."""
+    stats = series.summary(frame, value_kind=unit)
+    if not stats:
+        return []
+    keys = ("series", "points", f"lowest_{unit}", f"highest_{unit}", "highest_at")
+    rows = [
+        dict(
+            zip(
+                keys,
+                (s["series"], s["points"], s["lowest"], s["highest"], s["highest_at"]),
+                strict=True,
+            )
+        )
+        for s in stats
+    ]
+    return [("series", table_from_records(rows, order=keys))]
+
+
+def _admissions(trace: Trace, buckets: int) -> pl.DataFrame:
+    """Admitted or resumed requests per time slice of the whole trace."""
+    admitted = trace.requests.filter(pl.col("event").is_in(["admitted", "resumed"]))["ts"]
+    if not admitted.len():
+        return pl.DataFrame()
+    stamps = pl.concat([s for s in (trace.samples["ts"], trace.requests["ts"]) if s.len()])
+    low, high = stamps.min(), stamps.max()
+    if not isinstance(low, datetime) or not isinstance(high, datetime):
+        return pl.DataFrame()
+    end = high + timedelta(microseconds=1)
+    return series.counts_per_bucket(admitted, low, end, buckets=buckets, name="admissions")
+
+
+def _lifecycle_table(requests: pl.DataFrame) -> list[tuple[str, Any]]:
+    counted = requests.group_by("event").agg(pl.len().alias("n")).sort("event")
+    rows = [{"event": r["event"], "events_count": r["n"]} for r in counted.to_dicts()]
+    return (
+        [("lifecycle", table_from_records(rows, order=("event", "events_count")))] if rows else []
+    )
+
+
 def _activity_section(
     trace: Trace, picked: pl.DataFrame, marks: pl.DataFrame, options: ReportOptions
 ) -> Section:
     counts, read = series.activity_series(picked, buckets=options.buckets)
-    requests = trace.requests
-    admitted = requests.filter(pl.col("event").is_in(["admitted", "resumed"]))["ts"]
-    everything = pl.concat(
-        [s for s in (trace.samples["ts"], requests["ts"]) if s.len()] or [admitted]
-    )
-    admissions = pl.DataFrame()
-    if admitted.len():
-        low, high = everything.min(), everything.max()
-        assert isinstance(low, datetime)
-        assert isinstance(high, datetime)
-        admissions = series.counts_per_bucket(
-            admitted,
-            low,
-            high + timedelta(microseconds=1),
-            buckets=min(options.buckets, 400),
-            name="admissions",
-        )
-    tables: list[tuple[str, Any]] = []
-    stats = series.summary(counts, value_kind="count")
-    if stats:
-        tables.append(
-            (
-                "series",
-                table_from_records(
-                    [
-                        {
-                            "series": s["series"],
-                            "points": s["points"],
-                            "lowest_count": s["lowest"],
-                            "highest_count": s["highest"],
-                            "highest_at": s["highest_at"],
-                        }
-                        for s in stats
-                    ],
-                    order=("series", "points", "lowest_count", "highest_count", "highest_at"),
-                ),
-            )
-        )
-    lifecycle = requests.group_by("event").agg(pl.len().alias("n")).sort("event")
-    if lifecycle.height:
-        tables.append(
-            (
-                "lifecycle",
-                table_from_records(
-                    [{"event": r["event"], "events_count": r["n"]} for r in lifecycle.to_dicts()],
-                    order=("event", "events_count"),
-                ),
-            )
-        )
+    admissions = _admissions(trace, min(options.buckets, 400))
+    tables = [*_summary_table(counts, "count"), *_lifecycle_table(trace.requests)]
     chart_list: tuple[Chart, ...] = ()
     if counts.height or admissions.height:
         spec = charts.activity_chart(counts, admissions, marks, title="Requests")
-        chart_list = (
-            Chart(
-                "activity", "Requests", _caption(counts.height, read, options.buckets), spec, counts
-            ),
-        )
+        caption = _caption(counts.height, read, options.buckets)
+        chart_list = (Chart("activity", "Requests", caption, spec, counts),)
     return Section(
         "activity",
         "Requests running, waiting and preempted",

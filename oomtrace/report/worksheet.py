@@ -10,6 +10,7 @@ memory is the finding.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
@@ -21,6 +22,9 @@ from oomtrace.trace import Manifest
 from oomtrace.units import format_bytes
 
 TITLE = "Planned against observed"
+MEMORY_SCHEMA = pl.Schema(
+    {"ts": pl.Datetime("ns", "UTC"), "series": pl.String(), "value": pl.Float64()}
+)
 PARTS_SCHEMA = pl.Schema(
     {"bar": pl.String(), "part": pl.String(), "bytes": pl.Int64(), "order": pl.Int64()}
 )
@@ -68,21 +72,65 @@ def _device_total(memory: pl.DataFrame, plan: Mapping[str, Any]) -> int | None:
     return int(values.max()) if values.len() else None  # type: ignore[arg-type]
 
 
-def budget_section(
-    worksheet: Mapping[str, Any] | None,
-    manifest: Manifest,
-    memory_charts: tuple[Chart, ...],
-    incident: Mapping[str, Any] | None,
-) -> Section:
-    """``memory_charts``: the memory section's chart, whose data holds every recorded peak."""
-    memory = (
-        memory_charts[0].data
-        if memory_charts
-        else pl.DataFrame(
-            schema={"ts": pl.Datetime("ns", "UTC"), "series": pl.String, "value": pl.Float64}
+@dataclass(frozen=True)
+class Plan:
+    """The plan's figures and the observed ones (bytes; None where unknown)."""
+
+    source: str
+    device: int | None
+    weights: int | None
+    cache: int | None
+    reserve: int | None
+    reserve_basis: str
+    peak: int | None
+    peak_basis: str
+
+    @property
+    def runtime(self) -> int | None:
+        """Memory outside the weights and the KV pool at the measured peak."""
+        if self.peak is None or self.weights is None or self.cache is None:
+            return None
+        return self.peak - self.weights - self.cache
+
+    @property
+    def planned_total(self) -> int | None:
+        if self.weights is None or self.cache is None or self.reserve is None:
+            return None
+        return self.weights + self.cache + self.reserve
+
+    def rows(self) -> tuple[tuple[str, int | None, int | None, str], ...]:
+        src = self.source
+        return (
+            ("device memory", self.device, self.device, "installed (NVML, or the worksheet)"),
+            ("model weights", self.weights, self.weights, f"{src}: weights as loaded"),
+            (
+                "KV cache pool",
+                self.cache,
+                self.cache,
+                f"{src}: preallocated pool (reserved, not occupied)",
+            ),
+            (
+                "runtime reserve (activations, graphs, workspace)",
+                self.reserve,
+                self.runtime,
+                f"{self.reserve_basis}; observed: peak less weights and KV pool",
+            ),
+            (
+                "total at peak",
+                self.planned_total,
+                self.peak,
+                self.peak_basis or "no memory samples",
+            ),
         )
-    )
-    config = manifest.engine_config
+
+
+def make_plan(
+    worksheet: Mapping[str, Any] | None,
+    config: Mapping[str, Any],
+    memory: pl.DataFrame,
+    incident: Mapping[str, Any] | None,
+) -> Plan:
+    """The worksheet's plan if given, else the engine's own statements at start-up."""
     plan: Mapping[str, Any] = worksheet or {}
     source = "worksheet" if worksheet else "engine start-up"
     device = _device_total(memory, plan)
@@ -98,50 +146,49 @@ def budget_section(
         reserve = budget - weights - cache
         reserve_basis = "engine start-up: memory budget less weights and KV cache"
     peak, peak_basis = _observed_peak(memory, incident)
-    runtime = None
-    if peak is not None and weights is not None and cache is not None:
-        runtime = peak - weights - cache
-    planned_total = None
-    if weights is not None and cache is not None and reserve is not None:
-        planned_total = weights + cache + reserve
-    rows = (
-        ("device memory", device, device, "installed (NVML, or the worksheet)"),
-        ("model weights", weights, weights, f"{source}: weights as loaded"),
-        ("KV cache pool", cache, cache, f"{source}: preallocated pool (reserved, not occupied)"),
-        (
-            "runtime reserve (activations, graphs, workspace)",
-            reserve,
-            runtime,
-            f"{reserve_basis}; observed: peak less weights and KV pool",
-        ),
-        ("total at peak", planned_total, peak, peak_basis or "no memory samples"),
-    )
+    return Plan(source, device, weights, cache, reserve, reserve_basis, peak, peak_basis)
+
+
+def _worksheet_tables(worksheet: Mapping[str, Any]) -> list[tuple[str, Table]]:
+    items = worksheet.get("rows") or worksheet.get("items")
+    if isinstance(items, list) and items:
+        tables = [("worksheet", table_from_records(items))]
+    else:
+        tables = [("worksheet", table_from_mapping(worksheet))]
+    notes = tuple((str(a),) for a in worksheet.get("assumptions") or [])
+    if notes:
+        tables.append(("assumptions", Table((Column("assumption", "assumption", "text"),), notes)))
+    return tables
+
+
+def budget_section(
+    worksheet: Mapping[str, Any] | None,
+    manifest: Manifest,
+    memory_charts: tuple[Chart, ...],
+    incident: Mapping[str, Any] | None,
+) -> Section:
+    """``memory_charts``: the memory section's chart, whose data holds every recorded peak."""
+    memory = memory_charts[0].data if memory_charts else pl.DataFrame(schema=MEMORY_SCHEMA)
+    plan = make_plan(worksheet, manifest.engine_config, memory, incident)
+    rows = plan.rows()
     tables: list[tuple[str, Table]] = []
     if any(r[1] is not None or r[2] is not None for r in rows):
-        tables.append(("planned_vs_observed", Table(COLUMNS, tuple(rows))))
+        tables.append(("planned_vs_observed", Table(COLUMNS, rows)))
     if worksheet:
-        items = worksheet.get("rows") or worksheet.get("items")
-        if isinstance(items, list) and items:
-            tables.append(("worksheet", table_from_records(items)))
-        else:
-            tables.append(("worksheet", table_from_mapping(worksheet)))
-        notes = [str(a) for a in worksheet.get("assumptions") or []]
-        if notes:
-            lines = tuple((note,) for note in notes)
-            tables.append(
-                ("assumptions", Table((Column("assumption", "assumption", "text"),), lines))
-            )
-    verdict = _reserve_sentence(reserve, runtime)
-    parts = _parts(weights, cache, reserve, runtime)
+        tables += _worksheet_tables(worksheet)
+    parts = _parts(plan.weights, plan.cache, plan.reserve, plan.runtime)
     chart_list: tuple[Chart, ...] = ()
     if parts.height:
         spec = budget_chart(parts, title=TITLE)
         caption = "Planned: weights, KV pool and reserve; observed: the same at the measured peak."
         chart_list = (Chart("budget", TITLE, caption, spec, parts),)
+    verdict = _reserve_sentence(plan.reserve, plan.runtime)
     return Section(
         "budget",
         "Budget worksheet against what was observed",
-        paragraphs=(f"The plan ({source}) next to what the trace measured. {verdict}".strip(),),
+        paragraphs=(
+            f"The plan ({plan.source}) next to what the trace measured. {verdict}".strip(),
+        ),
         tables=tuple(tables),
         charts=chart_list,
         empty="Neither a worksheet nor the engine's start-up statements give a memory plan.",
