@@ -25,7 +25,11 @@ from oomtrace.ingest.textio import InputFile
 log = logging.getLogger(__name__)
 
 # module:attribute of every built-in parser, in sniffing tie-break order.
-BUILTIN_PARSERS: tuple[str, ...] = ("oomtrace.ingest.nvidia_smi:PARSER",)
+BUILTIN_PARSERS: tuple[str, ...] = (
+    "oomtrace.ingest.nvidia_smi:PARSER",
+    "oomtrace.ingest.prometheus:PARSER",
+    "oomtrace.ingest.prometheus_query:PARSER",
+)
 
 ENTRY_POINT_GROUP = "oomtrace.parsers"
 
