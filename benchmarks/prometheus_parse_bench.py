@@ -75,9 +75,7 @@ def exposition(i: int) -> str:
         out += [f"# HELP vllm:{name} {name}.", f"# TYPE vllm:{name} histogram"]
         for le in [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 8192, "+Inf"]:
             le_text = le if le == "+Inf" else f"{float(le)}"
-            out.append(
-                f'vllm:{name}_bucket{{engine="0",le="{le_text}",model_name="m"}} {float(i)}'
-            )
+            out.append(f'vllm:{name}_bucket{{engine="0",le="{le_text}",model_name="m"}} {float(i)}')
         out.append(f'vllm:{name}_count{{engine="0",model_name="m"}} {float(i)}')
         out.append(f'vllm:{name}_sum{{engine="0",model_name="m"}} {float(i * 3)}')
         out.append(f'vllm:{name}_created{{engine="0",model_name="m"}} 1.79e+09')

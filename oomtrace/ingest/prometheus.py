@@ -38,8 +38,14 @@ from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.errors import InputError
 from oomtrace.ingest import prometheus_dialects as d
 from oomtrace.ingest.base import ParseContext, ParseResult
-from oomtrace.ingest.prometheus_lines import parse_samples, stamps_to_ts
-from oomtrace.ingest.prometheus_map import ConfigInfo, note_unmapped, raw_frame, to_result
+from oomtrace.ingest.prometheus_lines import parse_samples
+from oomtrace.ingest.prometheus_map import (
+    ConfigInfo,
+    note_unmapped,
+    raw_frame,
+    seconds_to_ts,
+    to_result,
+)
 from oomtrace.ingest.prometheus_times import TIME_LINE, parse_times
 from oomtrace.ingest.textio import InputFile
 from oomtrace.schema import TS
@@ -274,7 +280,7 @@ def _no_times() -> pl.DataFrame:
 
 def _config_time(stamp: float | None, scrape: int, times: pl.DataFrame) -> datetime | None:
     if stamp is not None:
-        found = stamps_to_ts(pl.Series([stamp], dtype=pl.Float64))
+        found = seconds_to_ts(pl.Series([stamp], dtype=pl.Float64))
         return found[0]  # type: ignore[no-any-return]
     found = times.filter(pl.col("scrape") == scrape)["scrape_ts"]
     return found[0] if found.len() else None

@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.ingest import prometheus_dialects as d
-from oomtrace.ingest.prometheus_map import raw_frame
+from oomtrace.ingest.prometheus_map import millis_to_ts, raw_frame, seconds_to_ts
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,15 @@ def parse_samples(
         raw, config_rows = _slow(pl.concat([slow, configs]), diag)
         if raw is not None:
             parts.append(raw)
-    return (pl.concat(parts) if parts else None), config_rows
+    if not parts:
+        return None, config_rows
+    raw = pl.concat(parts)
+    bad = raw.filter(pl.col("stamp_bad"))
+    diag.skip(
+        "sample timestamp outside 1970-2255", bad.height, bad["key"][0] if bad.height else None
+    )
+    diag.lines_recognised -= bad.height
+    return raw.filter(~pl.col("stamp_bad")).drop("stamp_bad"), config_rows
 
 
 def _fast(frame: pl.DataFrame) -> pl.DataFrame:
@@ -92,7 +100,8 @@ def _fast(frame: pl.DataFrame) -> pl.DataFrame:
     )
     base = frame.select(
         row=pl.int_range(pl.len(), dtype=pl.UInt32),
-        ts=_epoch_ns(pl.col("stamp").cast(pl.Int64) * 1_000_000),
+        ts=millis_to_ts(pl.col("stamp").cast(pl.Int64, strict=False)),
+        stamp_bad=pl.col("stamp").is_not_null(),
         name="name",
         value="number",
         scrape="scrape",
@@ -105,7 +114,8 @@ def _fast(frame: pl.DataFrame) -> pl.DataFrame:
     )
     out = base.join(labels, on="row", how="left", maintain_order="left")
     missing = [pl.lit(None, pl.String).alias(lab) for lab in d.LABELS if lab not in out.columns]
-    return out.with_columns(missing).select("ts", "name", "value", *d.LABELS, "scrape", "key")
+    out = out.with_columns(missing, stamp_bad=pl.col("stamp_bad") & pl.col("ts").is_null())
+    return out.select("ts", "name", "value", *d.LABELS, "scrape", "key", "stamp_bad")
 
 
 def _slow(
@@ -125,7 +135,7 @@ def _slow(
         return None, configs
     stamps = pl.Series([parsed[j].timestamp for j in rows], dtype=pl.Float64)
     raw = raw_frame(
-        stamps_to_ts(stamps),
+        seconds_to_ts(stamps),
         [parsed[j].name for j in rows],
         [parsed[j].value for j in rows],
         [parsed[j].labels for j in rows],
@@ -137,6 +147,7 @@ def _slow(
     return raw.with_columns(
         scrape=pl.Series([scrapes[j] for j in rows], dtype=pl.Int64),
         key=pl.Series(keys, dtype=pl.String),
+        stamp_bad=stamps.is_not_null() & pl.col("ts").is_null(),
     ), configs
 
 
@@ -159,14 +170,3 @@ def _client_parse(lines: list[str], diag: SourceDiagnostics) -> list[Any]:
         if len(found) != 1:
             diag.skip("sample line prometheus_client cannot parse", 1, line)
     return out
-
-
-def _epoch_ns(nanos: pl.Expr) -> pl.Expr:
-    return nanos.cast(pl.Datetime("ns")).dt.replace_time_zone("UTC")
-
-
-def stamps_to_ts(seconds: pl.Series) -> pl.Series:
-    """prometheus_client hands exposition timestamps (milliseconds) over as float seconds:
-    rounded back to the millisecond."""
-    millis = (seconds * 1000).round(0).cast(pl.Int64)
-    return (millis * 1_000_000).cast(pl.Datetime("ns")).dt.replace_time_zone("UTC")

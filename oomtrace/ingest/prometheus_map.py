@@ -45,6 +45,24 @@ _HOST = "host"
 _WHOLE: Final = [m for m, (kind, _) in METRICS.items() if kind in WHOLE_NUMBER_KINDS]
 
 
+# Timestamps oomtrace can hold: nanoseconds since 1970 as Int64 reach 2262.
+MAX_MS: Final = 9_000_000_000_000
+
+
+def millis_to_ts(millis: pl.Expr) -> pl.Expr:
+    """Epoch milliseconds to UTC nanosecond instants; out of range (or negative) gives null."""
+    nanos = pl.when(millis.is_between(0, MAX_MS)).then(millis * 1_000_000)
+    return nanos.cast(pl.Datetime("ns")).dt.replace_time_zone("UTC")
+
+
+def seconds_to_ts(seconds: pl.Series) -> pl.Series:
+    """Float epoch seconds (prometheus_client's and the HTTP API's form) to instants, rounded to
+    the millisecond that the exposition format and Prometheus store."""
+    frame = pl.DataFrame({"s": seconds.cast(pl.Float64, strict=False)})
+    millis = pl.when(pl.col("s").is_between(0, MAX_MS / 1000)).then((pl.col("s") * 1000).round(0))
+    return frame.select(millis_to_ts(millis.cast(pl.Int64)).alias("ts")).to_series()
+
+
 @dataclass(frozen=True)
 class ConfigInfo:
     """One ``vllm:cache_config_info`` sample: when it was seen and all its labels."""

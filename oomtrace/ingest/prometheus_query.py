@@ -26,7 +26,13 @@ from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.errors import InputError
 from oomtrace.ingest import prometheus_dialects as d
 from oomtrace.ingest.base import ParseContext, ParseResult
-from oomtrace.ingest.prometheus_map import ConfigInfo, note_unmapped, raw_frame, to_result
+from oomtrace.ingest.prometheus_map import (
+    ConfigInfo,
+    note_unmapped,
+    raw_frame,
+    seconds_to_ts,
+    to_result,
+)
 from oomtrace.ingest.textio import InputFile
 
 log = logging.getLogger(__name__)
@@ -123,7 +129,7 @@ def _to_result(series: list[dict[str, Any]], diag: SourceDiagnostics) -> ParseRe
         if name is None:
             nameless += len(points)
         elif name == d.CACHE_CONFIG_INFO and points:
-            stamp = _times(pl.Series([points[0][0]], dtype=pl.Float64))[0]
+            stamp = seconds_to_ts(pl.Series([points[0][0]], dtype=pl.Float64))[0]
             configs.append(ConfigInfo(stamp, item["metric"]))
             diag.lines_recognised += len(points)
         elif name in d.WANTED_NAMES:
@@ -159,7 +165,7 @@ def _raw(wanted: list[dict[str, Any]], diag: SourceDiagnostics) -> pl.DataFrame:
     )
     index = index.explode() if index.len() else pl.Series([], dtype=pl.UInt32)
     values = texts.str.strip_chars().cast(pl.Float64, strict=False)
-    ts = _times(stamps)
+    ts = seconds_to_ts(stamps)
     labels = [{k: str(v) for k, v in s["metric"].items()} for s in wanted]
     per_series = raw_frame(
         pl.Series([None] * len(wanted), dtype=ts.dtype),
@@ -175,11 +181,6 @@ def _raw(wanted: list[dict[str, Any]], diag: SourceDiagnostics) -> pl.DataFrame:
     raw = raw.filter(pl.col("value").is_not_null() & pl.col("ts").is_not_null())
     diag.lines_recognised += raw.height
     return raw.select("ts", "name", "value", *d.LABELS)
-
-
-def _times(seconds: pl.Series) -> pl.Series:
-    millis = (seconds * 1000).round(0).cast(pl.Int64)
-    return (millis * 1_000_000).cast(pl.Datetime("ns")).dt.replace_time_zone("UTC")
 
 
 PARSER = PrometheusQueryJsonParser()

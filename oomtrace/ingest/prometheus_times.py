@@ -48,9 +48,11 @@ def parse_times(
         ts=pl.coalesce(
             _epoch(pl.col("t")),
             _iso(pl.col("t"), zone),
-            pl.col("t").str.to_datetime("%a, %d %b %Y %H:%M:%S %z", strict=False, time_unit="ns"),
+            pl.col("t")
+            .str.to_datetime("%a, %d %b %Y %H:%M:%S %z", strict=False, time_unit="ns")
+            .dt.convert_time_zone("UTC"),
             _cdate(pl.col("t"), abbr, zone),
-        ).dt.convert_time_zone("UTC"),
+        ),
         local=(
             pl.col("t").str.contains(rf"^{_ISO}$")
             & ~pl.col("t").str.contains(r"(?:Z|[+-]\d{2}:?\d{2})$")
@@ -96,5 +98,4 @@ def _cdate(text: pl.Expr, abbr: pl.Expr, zone: str) -> pl.Expr:
     naive = bare.str.to_datetime("%a %b %e %H:%M:%S %Y", strict=False, time_unit="ns")
     in_utc = naive.dt.replace_time_zone("UTC")
     local = naive.dt.replace_time_zone(zone, ambiguous="earliest", non_existent="null")
-    placed = pl.when(abbr.is_in(_UTC_NAMES)).then(in_utc).otherwise(local)
-    return placed.dt.convert_time_zone("UTC")
+    return pl.when(abbr.is_in(_UTC_NAMES)).then(in_utc).otherwise(local.dt.convert_time_zone("UTC"))
