@@ -29,7 +29,7 @@ import logging
 import re
 from collections import Counter
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Final
 
 import polars as pl
@@ -53,6 +53,7 @@ from oomtrace.schema import TS
 log = logging.getLogger(__name__)
 
 BATCH_CHARS: Final = 32 * 1024 * 1024
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _NAME: Final = r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\s*\{|\s)"
 _META: Final = r"^#\s*(?:HELP|TYPE|UNIT|EOF)\b"
 _SNIFF_META: Final = re.compile(r"^# (?:HELP|TYPE) [a-zA-Z_:][a-zA-Z0-9_:]*", re.MULTILINE)
@@ -82,23 +83,23 @@ class PrometheusTextParser:
 
 
 def parse_scrapes(
-    scrapes: Iterable[tuple[datetime, str]],
+    scrapes: Iterable[tuple[datetime | int, str]],
     diag: SourceDiagnostics,
     batch_chars: int = BATCH_CHARS,
 ) -> ParseResult:
-    """Canonical rows from scrapes: each item is (scrape time, timezone-aware; exposition text).
+    """Canonical rows from scrapes, each ``(scrape time, exposition text)``; the time is a
+    timezone-aware datetime or an int of UTC epoch nanoseconds (what the collector records).
 
     For the collector and for files alike. Families outside the dialect table are counted in
-    ``diag``, not returned; ``vllm:cache_config_info`` goes to ``engine_config``.
+    ``diag``, not returned; ``vllm:cache_config_info`` goes to ``engine_config``. Work is done in
+    batches of about ``batch_chars`` characters of text.
     """
     reader = _Reader(diag)
-    times: list[datetime] = []
+    times: list[int] = []
     texts: list[str] = []
     size = 0
     for when, text in scrapes:
-        if when.tzinfo is None:
-            raise ValueError(f"scrape time {when.isoformat()} has no time zone; pass UTC")
-        times.append(when)
+        times.append(when if isinstance(when, int) else _epoch_ns(when))
         texts.append(text)
         size += len(text)
         if size >= batch_chars:
@@ -107,6 +108,12 @@ def parse_scrapes(
     if texts:
         reader.feed_scrapes(times, texts)
     return reader.finish_scrapes()
+
+
+def _epoch_ns(when: datetime) -> int:
+    if when.tzinfo is None:
+        raise ValueError(f"scrape time {when.isoformat()} has no time zone; pass UTC")
+    return (when - _EPOCH) // timedelta(microseconds=1) * 1000
 
 
 class _Reader:
@@ -144,11 +151,12 @@ class _Reader:
         self.scrapes += times.height
         self._feed(frame.filter(~is_time).select("line", "scrape"))
 
-    def feed_scrapes(self, times: list[datetime], texts: list[str]) -> None:
+    def feed_scrapes(self, times: list[int], texts: list[str]) -> None:
         ids = pl.int_range(self.scrapes, self.scrapes + len(texts), eager=True)
-        self.scrape_times.append(
-            pl.DataFrame({"scrape": ids, "scrape_ts": pl.Series(times, dtype=TS)})
+        stamps = (
+            pl.Series(times, dtype=pl.Int64).cast(pl.Datetime("ns")).dt.replace_time_zone("UTC")
         )
+        self.scrape_times.append(pl.DataFrame({"scrape": ids, "scrape_ts": stamps}))
         self.scrapes += len(texts)
         lines = (
             pl.DataFrame({"scrape": ids, "line": texts})

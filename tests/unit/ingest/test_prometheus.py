@@ -466,6 +466,13 @@ def test_parse_scrapes_in_small_batches_gives_the_same_rows() -> None:
     assert whole.samples["value"].to_list() == [float(i) for i in range(50)]
 
 
+def test_parse_scrapes_takes_epoch_nanoseconds_as_the_collector_records_them() -> None:
+    ns = 1741942800_123456789
+    result = parse_scrapes([(ns, SCRAPE.format(n=4) + "\n")], SourceDiagnostics("a", "p", "n"))
+    assert result.samples is not None
+    assert result.samples["ts"].dt.epoch("ns").to_list() == [ns]
+
+
 def test_parse_scrapes_wants_aware_times() -> None:
     with pytest.raises(ValueError, match="has no time zone"):
         parse_scrapes([(datetime(2025, 3, 14), "x 1\n")], SourceDiagnostics("a", "p", "n"))
