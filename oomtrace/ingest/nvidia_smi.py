@@ -64,7 +64,7 @@ _HEADER_KNOWN: Final = (
 )
 _ROW_TIMESTAMP: Final = r"^\s*\d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2}\.\d{3}\s*,"
 _UNAVAILABLE: Final = r"^\[.*\]$|^N/A$"
-_QUANTITY: Final = r"^([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]+)?$"
+_QUANTITY: Final = r"^(?<number>[0-9]+(?:\.[0-9]+)?)\s*(?<unit>[A-Za-z]+)?$"
 
 HEADER_EXAMPLE: Final = "timestamp, index, memory.used [MiB], memory.total [MiB]"
 
@@ -76,15 +76,27 @@ class Layout:
     fields: tuple[str, ...]
     units: tuple[str | None, ...]
 
-    @property
-    def row_pattern(self) -> str:
-        # One free-text field may hold commas (a process path); every other value may not.
-        greedy = next((f for f in self.fields if f in TEXT_FIELDS), None)
-        parts = [
-            rf"(?<f{i}>.*?)" if field == greedy else rf"(?<f{i}>[^,]*?)"
-            for i, field in enumerate(self.fields)
-        ]
-        return r"^\s*" + r"\s*,\s*".join(parts) + r"\s*$"
+    def cells(self) -> tuple[pl.Expr, list[pl.Expr]]:
+        """Whether a row fits this layout, and its cells ``f0``, ``f1``, ... (stripped), from
+        a ``parts`` column holding the line split on commas.
+
+        Split on commas (a regular expression with one group per field costs five times as
+        much); one free-text field may hold commas (a process path): it takes what is left
+        between the fields before and after it."""
+        n = len(self.fields)
+        parts = pl.col("parts")  # the line split on commas, computed once
+        count = parts.list.len()
+        greedy = next((i for i, f in enumerate(self.fields) if f in TEXT_FIELDS), None)
+        cells: list[pl.Expr] = []
+        for i in range(n):
+            if greedy is None or i < greedy:
+                cell = parts.list.get(i, null_on_oob=True)
+            elif i == greedy:
+                cell = parts.list.slice(i, count - n + 1).list.join(",")
+            else:
+                cell = parts.list.get(i - n, null_on_oob=True)
+            cells.append(cell.str.strip_chars().alias(f"f{i}"))
+        return (count == n if greedy is None else count >= n), cells
 
     def column(self, field: str) -> str | None:
         return f"f{self.fields.index(field)}" if field in self.fields else None
@@ -212,12 +224,11 @@ def _read_chunk(lines: pl.Series, first_line: int, state: _State, diag: SourceDi
 
 
 def _read_rows(rows: pl.DataFrame, layout: Layout, state: _State, diag: SourceDiagnostics) -> None:
-    cells = rows.select("n", "line", cells=pl.col("line").str.extract_groups(layout.row_pattern))
-    cells = cells.unnest("cells")
-    fit = pl.col("f0").is_not_null()
-    misfit = cells.filter(~fit)
+    fits, columns = layout.cells()
+    rows = rows.with_columns(parts=pl.col("line").str.split(",")).with_columns(fit=fits)
+    misfit = rows.filter(~pl.col("fit"))
     diag.skip("not a row of the CSV header above it", misfit.height, _first(misfit["line"]))
-    cells = cells.filter(fit)
+    cells = rows.filter(pl.col("fit")).select("n", "line", *columns)
     ts_col = layout.column("timestamp")
     if ts_col is None:
         state.timeless += cells.height
@@ -234,22 +245,23 @@ def _read_rows(rows: pl.DataFrame, layout: Layout, state: _State, diag: SourceDi
     cells = cells.filter(pl.col("local").is_not_null())
     diag.lines_recognised += cells.height
     _note_layout(layout, state, diag)
-    columns = [pl.col("n"), pl.col("local")]
     index_col = layout.column("index")
-    device = pl.col(index_col).str.strip_chars().cast(pl.Int32, strict=False) if index_col else None
-    columns.append((device if device is not None else pl.lit(None, pl.Int32)).alias("device"))
     ref_field = next((f for f in REF_FIELDS if f in layout.fields), None)
-    ref = pl.col(f"f{layout.fields.index(ref_field)}").str.strip_chars() if ref_field else None
-    columns.append((ref if ref is not None else pl.lit(None, pl.String)).alias("device_ref"))
     pid_col = layout.column("pid")
-    pid = pl.col(pid_col).str.strip_chars().cast(pl.Int64, strict=False) if pid_col else None
-    columns.append((pid if pid is not None else pl.lit(None, pl.Int64)).alias("pid"))
     metrics = [f for f in layout.fields if f in MEMORY_FIELDS]
-    columns.extend(
-        _memory_bytes(field, layout, cells, diag).alias(MEMORY_FIELDS[field]) for field in metrics
+    cells = _memory_bytes(cells, metrics, layout, diag)
+    ref_col = layout.column(ref_field) if ref_field else None
+    device = pl.col(index_col).cast(pl.Int32, strict=False) if index_col else None
+    pid = pl.col(pid_col).cast(pl.Int64, strict=False) if pid_col else None
+    wide = cells.select(
+        "n",
+        "local",
+        (pl.lit(None, pl.Int32) if device is None else device).alias("device"),
+        (pl.lit(None, pl.String) if ref_col is None else pl.col(ref_col)).alias("device_ref"),
+        (pl.lit(None, pl.Int64) if pid is None else pid).alias("pid"),
+        *(pl.col(MEMORY_FIELDS[f]) for f in metrics),
     )
-    wide = cells.select(columns)
-    if device is not None and ref is not None:
+    if index_col and ref_field:
         state.pairs.append(wide.select("device_ref", "device").drop_nulls().unique())
     if not metrics:
         return
@@ -263,34 +275,46 @@ def _read_rows(rows: pl.DataFrame, layout: Layout, state: _State, diag: SourceDi
 
 
 def _memory_bytes(
-    field: str, layout: Layout, cells: pl.DataFrame, diag: SourceDiagnostics
-) -> pl.Expr:
-    """Integer bytes of one memory column; unavailable and unreadable values become null and are
-    counted in a note."""
-    raw = pl.col(f"f{layout.fields.index(field)}").str.strip_chars()
-    unavailable = raw.str.contains(_UNAVAILABLE)
-    number = raw.str.extract(_QUANTITY, 1)
-    unit = raw.str.extract(_QUANTITY, 2)
-    counts = cells.select(
-        unavailable=unavailable.sum(),
-        unreadable=(number.is_null() & ~unavailable).sum(),
-        unreadable_example=raw.filter(number.is_null() & ~unavailable).first(),
-        unitless=(number.is_not_null() & unit.is_null()).sum(),
-    ).row(0, named=True)
-    if counts["unavailable"]:
-        diag.note(
-            f"{field}: {counts['unavailable']:,} value(s) were [N/A], [Not Supported] or "
-            "another unavailable state; left out"
-        )
-    if counts["unreadable"]:
-        diag.note(
-            f"{field}: {counts['unreadable']:,} value(s) are not a size "
-            f"({counts['unreadable_example']!r}); left out"
-        )
-    header_unit = layout.unit(field)
-    if header_unit is None and counts["unitless"]:
-        diag.note(f"{field}: values without a unit were read as MiB, nvidia-smi's memory unit")
-    return bytes_expr(number, unit.fill_null(pl.lit(header_unit or "MiB")))
+    cells: pl.DataFrame, fields: list[str], layout: Layout, diag: SourceDiagnostics
+) -> pl.DataFrame:
+    """Adds each memory field's integer bytes under its metric name; unavailable and unreadable
+    values become null and are counted in a note."""
+    cells = cells.with_columns(
+        pl.col(layout.column(f) or "").str.extract_groups(_QUANTITY).alias(f"q_{f}") for f in fields
+    )
+    checks: list[pl.Expr] = []
+    for f in fields:
+        raw, number = pl.col(layout.column(f) or ""), pl.col(f"q_{f}").struct.field("number")
+        unavailable = raw.str.contains(_UNAVAILABLE)
+        checks += [
+            unavailable.sum().alias(f"unavailable {f}"),
+            (number.is_null() & ~unavailable).sum().alias(f"unreadable {f}"),
+            raw.filter(number.is_null() & ~unavailable).first().alias(f"example {f}"),
+            (number.is_not_null() & pl.col(f"q_{f}").struct.field("unit").is_null())
+            .sum()
+            .alias(f"unitless {f}"),
+        ]
+    counts = cells.select(checks).row(0, named=True) if fields else {}
+    for f in fields:
+        if counts[f"unavailable {f}"]:
+            diag.note(
+                f"{f}: {counts[f'unavailable {f}']:,} value(s) were [N/A], [Not Supported] or "
+                "another unavailable state; left out"
+            )
+        if counts[f"unreadable {f}"]:
+            diag.note(
+                f"{f}: {counts[f'unreadable {f}']:,} value(s) are not a size "
+                f"({counts[f'example {f}']!r}); left out"
+            )
+        if layout.unit(f) is None and counts[f"unitless {f}"]:
+            diag.note(f"{f}: values without a unit were read as MiB, nvidia-smi's memory unit")
+    return cells.with_columns(
+        bytes_expr(
+            pl.col(f"q_{f}").struct.field("number"),
+            pl.col(f"q_{f}").struct.field("unit").fill_null(pl.lit(layout.unit(f) or "MiB")),
+        ).alias(MEMORY_FIELDS[f])
+        for f in fields
+    )
 
 
 def _note_layout(layout: Layout, state: _State, diag: SourceDiagnostics) -> None:
@@ -334,8 +358,12 @@ def _localise(frame: pl.DataFrame, tz: str, diag: SourceDiagnostics) -> pl.DataF
 
 
 def _note_unplaced(samples: pl.DataFrame, diag: SourceDiagnostics) -> None:
-    unnamed = samples.filter(pl.col("device").is_null() & pl.col("device_ref").is_null())
-    if unnamed.height and samples["metric"].str.starts_with("device_").any():
+    unnamed = samples.filter(
+        pl.col("device").is_null()
+        & pl.col("device_ref").is_null()
+        & pl.col("metric").str.starts_with("device_")
+    )
+    if unnamed.height:
         diag.note(
             "--query-gpu rows name no GPU (neither index nor uuid); their device is unknown "
             "(query index as well)"
