@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import os
 import shutil
+import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -196,6 +197,23 @@ def test_date_and_epoch_time_lines_are_read(tmp_path: Path, first: str, second: 
     later = timedelta(seconds=1) if second.startswith("Fri") else timedelta(milliseconds=250)
     expected = [T0, T0 + later]
     assert trace.samples["ts"].to_list() == expected
+
+
+@pytest.mark.skipif(shutil.which("date") is None, reason="needs the date command")
+@pytest.mark.parametrize(
+    "args",
+    [["-Is"], ["-Ins"], ["-R"], ["-u", "+%FT%T.%3NZ"], ["+%s"], ["+%s%N"], ["+%s.%N"], []],
+)
+def test_what_the_real_date_command_prints_is_a_time_line(tmp_path: Path, args: list[str]) -> None:
+    # GIVEN a time line written by the date command itself, as a curl loop would
+    before = datetime.now(UTC).replace(microsecond=0)
+    env = {**os.environ, "LC_ALL": "C", "TZ": "UTC"}
+    stamp = subprocess.run(["date", *args], capture_output=True, text=True, check=True, env=env)
+    after = datetime.now(UTC) + timedelta(seconds=1)
+    trace = _ingest(_write(tmp_path, stamp.stdout + SCRAPE.format(n=1) + "\n"))
+    # THEN the scrape is placed at that time
+    (ts,) = trace.samples["ts"].to_list()
+    assert before <= ts <= after
 
 
 def test_time_lines_after_their_scrape_close_it(tmp_path: Path) -> None:
