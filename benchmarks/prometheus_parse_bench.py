@@ -31,7 +31,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.ingest import IngestOptions, ingest_paths
 from oomtrace.ingest.prometheus import parse_scrapes
-from oomtrace.ingest.prometheus_dialects import WANTED_NAMES
+from oomtrace.ingest.prometheus_dialects import CACHE_CONFIG_INFO, WANTED_NAMES
 
 T0 = datetime(2025, 3, 14, 9, 0, tzinfo=UTC)
 LABELS = 'engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"'
@@ -88,14 +88,15 @@ def exposition(i: int) -> str:
 
 
 def straightforward(scrapes: list[tuple[datetime, str]]) -> int:
-    """The obvious parser: prometheus_client over every scrape, keeping mapped samples."""
+    """The obvious parser: prometheus_client over every scrape, keeping the mapped samples
+    (cache_config_info aside: it becomes engine_config, not rows)."""
     ts: list[datetime] = []
     names: list[str] = []
     values: list[float] = []
     for when, text in scrapes:
         for fam in text_string_to_metric_families(text):
             for sample in fam.samples:
-                if sample.name in WANTED_NAMES:
+                if sample.name in WANTED_NAMES and sample.name != CACHE_CONFIG_INFO:
                     ts.append(when)
                     names.append(sample.name)
                     values.append(sample.value)
@@ -132,7 +133,7 @@ def capture(n: int) -> None:
     wanted = [
         line
         for line in exposition(0).splitlines()
-        if line.split("{")[0] in WANTED_NAMES and line.split("{")[0] != "vllm:cache_config_info"
+        if line.split("{")[0] in WANTED_NAMES and line.split("{")[0] != CACHE_CONFIG_INFO
     ]
     scrapes = [
         (T0 + timedelta(seconds=i / 10), "\n".join(wanted).replace(" 40.0", f" {i % 50}.0") + "\n")
