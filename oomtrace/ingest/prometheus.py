@@ -253,10 +253,9 @@ class _Reader:
             return raw
         name, ctx = file
         if times.height:
-            self.diag.skip(
+            self._drop(
                 "sample outside any timed scrape (before the first or after the last time line)",
-                untimed.height,
-                None,
+                untimed,
             )
             return raw.filter(pl.col("ts").is_not_null())
         repeated = untimed.filter(pl.col("key").is_duplicated())
@@ -274,8 +273,13 @@ class _Reader:
                 "placed in time; put a line `# oomtrace-scrape <ISO time>` (e.g. from "
                 "`date -u +%FT%T.%3NZ`) before each scrape"
             )
-        self.diag.skip("sample of an untimed scrape", untimed.height, None)
+        self._drop("sample of an untimed scrape", untimed)
         return raw.filter(pl.col("ts").is_not_null())
+
+    def _drop(self, reason: str, rows: pl.DataFrame) -> None:
+        """Parsed (so counted as recognised) but unusable: moved to the skipped lines."""
+        self.diag.skip(reason, rows.height, rows["key"][0] if rows.height else None)
+        self.diag.lines_recognised -= rows.height
 
 
 def raw_frame_columns() -> list[str]:

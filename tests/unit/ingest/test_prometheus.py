@@ -232,13 +232,10 @@ def test_time_lines_after_their_scrape_close_it(tmp_path: Path) -> None:
             ]
         ),
     )
-    skipped = trace.manifest.sources[0].skipped
-    assert (
-        skipped[
-            "sample outside any timed scrape (before the first or after the last time line)"
-        ].count
-        == 1
-    )
+    diag = trace.manifest.sources[0]
+    reason = "sample outside any timed scrape (before the first or after the last time line)"
+    assert diag.skipped[reason].count == 1
+    assert diag.lines_read == diag.lines_recognised + diag.lines_skipped == 5
 
 
 def test_zone_less_times_are_utc_unless_tz_and_recorded(tmp_path: Path) -> None:

@@ -85,9 +85,11 @@ def test_lines_with_escapes_are_not_plain() -> None:
     assert pl.Series(['x{a="b", c="d",} 1 123']).str.contains(PLAIN).to_list() == [True]
 
 
-def _parse(path: Path) -> None:
+def _parse(path: Path) -> SourceDiagnostics:
     ctx = ParseContext(clock=ClockOptions(), mtime=datetime(2025, 1, 1, tzinfo=UTC))
-    PARSER.parse(InputFile(path, path.name), ctx, SourceDiagnostics(path.name, PARSER.name, "n"))
+    diag = SourceDiagnostics(path.name, PARSER.name, "n")
+    PARSER.parse(InputFile(path, path.name), ctx, diag)
+    return diag
 
 
 @settings(max_examples=80, deadline=None)
@@ -102,7 +104,9 @@ def test_arbitrary_exposition_after_a_time_line_never_raises(
 ) -> None:
     path = tmp_path_factory.mktemp("p") / "m.prom"
     path.write_text("# oomtrace-scrape 2025-03-14T09:00:00Z\n" + "\n".join(body), encoding="utf-8")
-    _parse(path)
+    diag = _parse(path)
+    # every line is either used or counted under a reason
+    assert diag.lines_read == diag.lines_recognised + diag.lines_skipped
 
 
 @settings(max_examples=80, deadline=None)
