@@ -308,7 +308,7 @@ def _default_node(items: list[tuple[InputFile, ParseResult]]) -> str:
     for _, result in items:
         if result.host:
             return result.host
-    parents = {s.path.parent.name for s, _ in items}
+    parents = {s.path.resolve().parent.name for s, _ in items}
     if len(items) > 1 and len(parents) == 1 and next(iter(parents)):
         return next(iter(parents))
     return Path(items[0][0].name.removesuffix(".gz")).stem or "node"
