@@ -12,6 +12,7 @@ a gap and skipped, so that a folder of mixed files still gives a trace.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -211,6 +212,7 @@ def _merge(
     node = options.node or _default_node([(i.source, r) for i, r, _ in results])
     manifest = Manifest(nodes=[node])
     frames: dict[TableName, list[pl.DataFrame]] = {t: [] for t in TABLES}
+    devices = _device_index(results)
     for item, result, diag in results:
         diag.node = node
         source = f"{diag.parser}:{item.source.name}"
@@ -220,7 +222,8 @@ def _merge(
             if frame is None or frame.height == 0:
                 diag.rows[table] = 0
                 continue
-            frame = frame.with_columns(node=pl.lit(node), source=pl.lit(source))
+            frame = _place_devices(frame, devices, diag)
+            frame = frame.with_columns(node=pl.lit(node), source=_source(frame, source))
             frame = conform(table, frame, what=item.source.name)
             diag.rows[table] = frame.height
             frames[table].append(frame)
@@ -247,11 +250,65 @@ def _merge(
     return trace
 
 
+def device_ref_key(ref: str) -> str:
+    """The form GPU identifiers are compared in: upper case, PCI domains widened to the 8 digits
+    nvidia-smi, NVML and DCGM print (sysfs and lspci print 4)."""
+    key = ref.strip().upper()
+    return "0000" + key if _SHORT_PCI.match(key) else key
+
+
+_SHORT_PCI = re.compile(r"^[0-9A-F]{4}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-9A-F]$")
+
+
+def _device_index(results: list[tuple[Sniffed, ParseResult, SourceDiagnostics]]) -> dict[str, int]:
+    found: dict[str, int] = {}
+    for _, result, diag in results:
+        for ref, index in result.device_index.items():
+            key = device_ref_key(ref)
+            if found.get(key, index) != index:
+                diag.note(f"GPU {ref} is device {index} here but {found[key]} elsewhere; kept it")
+                continue
+            found[key] = index
+    return found
+
+
+def _place_devices(
+    frame: pl.DataFrame, devices: dict[str, int], diag: SourceDiagnostics
+) -> pl.DataFrame:
+    """Resolve a ``device_ref`` column (GPU UUID or bus id) to the device index another input
+    of the incident states; rows no input places keep a null device, with a note."""
+    if "device_ref" not in frame.columns:
+        return frame
+    key = pl.col("device_ref").str.strip_chars().str.to_uppercase()
+    key = pl.when(key.str.contains(_SHORT_PCI.pattern)).then(pl.lit("0000") + key).otherwise(key)
+    placed = key.replace_strict(devices, default=None, return_dtype=pl.Int32)
+    if "device" in frame.columns:
+        placed = pl.coalesce(pl.col("device").cast(pl.Int32), placed)
+    frame = frame.with_columns(device=placed)
+    lost = frame.filter(pl.col("device").is_null() & pl.col("device_ref").is_not_null())
+    if lost.height:
+        refs = lost["device_ref"].unique().sort()
+        diag.note(
+            f"{lost.height:,} row(s) name their GPU only as {', '.join(refs.head(3))}"
+            f"{' ...' if refs.len() > 3 else ''}, which no input of this incident ties to a device "
+            "index; their device is unknown (add an `nvidia-smi --query-gpu=index,uuid,pci.bus_id "
+            "--format=csv` capture)"
+        )
+    return frame.drop("device_ref")
+
+
+def _source(frame: pl.DataFrame, base: str) -> pl.Expr:
+    if "source" not in frame.columns:
+        return pl.lit(base)
+    qualified = pl.concat_str(pl.lit(base + "#"), pl.col("source"))
+    return pl.when(pl.col("source").is_null()).then(pl.lit(base)).otherwise(qualified)
+
+
 def _default_node(items: list[tuple[InputFile, ParseResult]]) -> str:
     for _, result in items:
         if result.host:
             return result.host
-    parents = {s.path.parent.name for s, _ in items}
+    parents = {s.path.resolve().parent.name for s, _ in items}
     if len(items) > 1 and len(parents) == 1 and next(iter(parents)):
         return next(iter(parents))
     return Path(items[0][0].name.removesuffix(".gz")).stem or "node"

@@ -29,6 +29,9 @@ BUILTIN_PARSERS: tuple[str, ...] = (
     "oomtrace.ingest.sglang:PARSER",
     "oomtrace.ingest.torch_snapshot:PARSER",
     "oomtrace.ingest.pytorch_log:PARSER",
+    "oomtrace.ingest.nvidia_smi:PARSER",
+    "oomtrace.ingest.prometheus:PARSER",
+    "oomtrace.ingest.prometheus_query:PARSER",
 )
 
 ENTRY_POINT_GROUP = "oomtrace.parsers"
@@ -54,7 +57,10 @@ class ParseContext:
 @dataclass
 class ParseResult:
     """What one input contributed. Frames may omit ``node`` and ``source`` (the orchestrator adds
-    them) and any nullable column; they are conformed to the canonical schema afterwards."""
+    them) and any nullable column; they are conformed to the canonical schema afterwards. A
+    ``source`` column a parser does give is a qualifier that keeps apart series the input holds
+    side by side (``engine=1`` under data parallel): the orchestrator appends it to the source
+    name after a ``#``."""
 
     samples: pl.DataFrame | None = None
     requests: pl.DataFrame | None = None
@@ -65,6 +71,11 @@ class ParseResult:
     clock: dict[str, Any] = field(default_factory=dict)
     # The host the input itself names (journald, DCGM Hostname label), if any.
     host: str | None = None
+    # GPU identifiers (UUID ``GPU-...``, PCI bus id) this input ties to a device index. Rows of
+    # any input of the incident that name their GPU only by identifier (a ``device_ref`` column
+    # in ``samples`` or ``events``, e.g. nvidia-smi --query-compute-apps with gpu_uuid) are
+    # placed on that device by the orchestrator; the column is dropped afterwards.
+    device_index: dict[str, int] = field(default_factory=dict)
 
 
 @runtime_checkable

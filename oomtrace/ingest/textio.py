@@ -29,6 +29,7 @@ GZIP_MAGIC: Final = b"\x1f\x8b"
 HEAD_BYTES: Final = 64 * 1024
 CHUNK_BYTES: Final = 32 * 1024 * 1024
 _GZIP_WBITS: Final = 16 + zlib.MAX_WBITS
+_NEVER_SEPARATOR: Final = b"\x1f"  # ASCII unit separator: absent from real log text
 
 
 @dataclass(frozen=True)
@@ -149,6 +150,37 @@ class InputFile:
 
 
 def _decode_lines(data: bytes) -> tuple[pl.Series, int]:
+    """Split ``data`` (ending at a line boundary) into lines; count lines with invalid UTF-8.
+
+    Polars' CSV reader with a separator byte that cannot occur and quoting off is the fastest
+    line splitter available (about 4x ``str.split`` + ``explode``); it also drops the CR of CRLF
+    endings. A chunk that does contain that byte takes the slower, equally exact path.
+    """
+    if _NEVER_SEPARATOR in data:
+        return _split_lines(data)
+    try:
+        lines = _csv_lines(data, "utf8")
+        bad = 0
+    except pl.exceptions.ComputeError:
+        lines = _csv_lines(data, "utf8-lossy")
+        bad = int(lines.str.contains("\ufffd", literal=True).sum())
+    return lines, bad
+
+
+def _csv_lines(data: bytes, encoding: str) -> pl.Series:
+    frame = pl.read_csv(
+        io.BytesIO(data),
+        has_header=False,
+        separator=_NEVER_SEPARATOR.decode(),
+        quote_char=None,
+        schema={"line": pl.String},
+        encoding=encoding,
+    )
+    # An empty line reads as null; it is an empty string.
+    return frame["line"].fill_null("")
+
+
+def _split_lines(data: bytes) -> tuple[pl.Series, int]:
     try:
         text = data.decode("utf-8")
         bad = 0
@@ -156,9 +188,7 @@ def _decode_lines(data: bytes) -> tuple[pl.Series, int]:
         text = data.decode("utf-8", errors="replace")
         bad = -1
     text = text.removesuffix("\n")
-    lines = pl.Series("line", [text]).str.split("\n").explode()
-    # CRLF endings and vLLM's "\r\n"-joined continuation records both leave a CR behind.
-    lines = lines.str.strip_suffix("\r")
+    lines = pl.Series("line", [text]).str.split("\n").explode().str.strip_suffix("\r")
     if bad:
         bad = int(lines.str.contains("\ufffd", literal=True).sum())
     return lines, bad

@@ -155,3 +155,70 @@ def test_inspect_names_the_parser(tmp_path: Path) -> None:
     assert item.parser is not None
     assert item.parser.name == "usage-csv"
     assert trace.samples.height == 2
+
+
+class GpuIndex:
+    """States which device index each GPU UUID is (like an nvidia-smi --query-gpu capture)."""
+
+    name = "gpu-index"
+    description = "test format 3"
+
+    def sniff(self, head: str, name: str) -> float:
+        return 0.9 if head.startswith("index") else 0.0
+
+    def parse(self, source: InputFile, ctx: ParseContext, diag: SourceDiagnostics) -> ParseResult:
+        return ParseResult(device_index={"gpu-abc": 3, "0000:3b:00.0": 1})
+
+
+class ProcessByUuid:
+    """Per-process rows naming their GPU only by UUID or bus id, and a parser-given qualifier."""
+
+    name = "proc-uuid"
+    description = "test format 4"
+
+    def sniff(self, head: str, name: str) -> float:
+        return 0.9 if head.startswith("proc") else 0.0
+
+    def parse(self, source: InputFile, ctx: ParseContext, diag: SourceDiagnostics) -> ParseResult:
+        t = datetime(2025, 1, 1, tzinfo=UTC)
+        frame = pl.DataFrame(
+            {
+                "ts": [t, t, t],
+                "device_ref": ["GPU-ABC", "00000000:3B:00.0", "GPU-unknown"],
+                "pid": [10, 11, 12],
+                "metric": ["process_used_bytes"] * 3,
+                "value": [1.0, 2.0, 3.0],
+                "source": [None, "engine=1", None],
+            }
+        )
+        return ParseResult(samples=frame)
+
+
+def test_gpus_named_by_uuid_or_bus_id_are_placed_by_another_input(tmp_path: Path) -> None:
+    # GIVEN per-process rows naming their GPU by UUID / bus id, and a file mapping them to indexes
+    procs = tmp_path / "inc" / "procs.csv"
+    procs.parent.mkdir()
+    procs.write_text("proc\n")
+    (tmp_path / "inc" / "gpus.csv").write_text("index\n")
+    parsers: dict[str, Parser] = {"gpu-index": GpuIndex(), "proc-uuid": ProcessByUuid()}
+    # WHEN both are ingested together
+    trace = ingest_paths([tmp_path / "inc"], IngestOptions(), parsers)
+    # THEN case and PCI-domain width do not matter, and an unknown UUID keeps a null device
+    assert trace.samples.sort("pid")["device"].to_list() == [3, 1, None]
+    notes = next(s for s in trace.manifest.sources if s.parser == "proc-uuid").notes
+    assert len(notes) == 1
+    assert notes[0].startswith("1 row(s) name their GPU only as GPU-unknown, which no input")
+    # AND a parser-given source qualifier is appended to the source name
+    assert trace.samples.sort("pid")["source"].to_list() == [
+        "proc-uuid:inc/procs.csv",
+        "proc-uuid:inc/procs.csv#engine=1",
+        "proc-uuid:inc/procs.csv",
+    ]
+
+
+def test_without_a_mapping_input_device_references_stay_unknown(tmp_path: Path) -> None:
+    procs = tmp_path / "procs.csv"
+    procs.write_text("proc\n")
+    trace = ingest_paths([procs], IngestOptions(), {"proc-uuid": ProcessByUuid()})
+    assert trace.samples["device"].null_count() == 3
+    assert "device_ref" not in trace.samples.columns

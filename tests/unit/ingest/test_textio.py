@@ -79,3 +79,22 @@ def test_read_bytes_of_a_truncated_gzip_keeps_the_prefix(tmp_path: Path) -> None
     data = InputFile(path, "m.json.gz").read_bytes(diag)
     assert data.startswith(b"{")
     assert diag.notes
+
+
+def test_empty_lines_quotes_and_separator_bytes_keep_every_line(tmp_path: Path) -> None:
+    path = tmp_path / "a.log"
+    path.write_bytes(b'a\n\nb "q" c\r\n"open quote\nunit\x1fsep\nend\n')
+    lines, diag = _lines(path)
+    assert lines == ["a", "", 'b "q" c', '"open quote', "unit\x1fsep", "end"]
+    assert diag.lines_read == 6
+
+
+def test_fast_and_fallback_splitting_agree(tmp_path: Path) -> None:
+    body = b"".join(b'line %d "x" \xff\r\n' % i if i % 3 else b"plain %d\n" % i for i in range(50))
+    plain, with_sep = tmp_path / "a.log", tmp_path / "b.log"
+    plain.write_bytes(body)
+    with_sep.write_bytes(body + b"\x1f\n")
+    fast, fast_diag = _lines(plain)
+    slow, slow_diag = _lines(with_sep)
+    assert slow[:-1] == fast
+    assert fast_diag.notes == slow_diag.notes
