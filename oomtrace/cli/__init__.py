@@ -17,7 +17,9 @@ from oomtrace import __version__
 from oomtrace.errors import OomtraceError
 
 # name -> (module, one-line help). Every built-in command is registered here and nowhere else.
-COMMANDS: dict[str, tuple[str, str]] = {}
+COMMANDS: dict[str, tuple[str, str]] = {
+    "collect": ("oomtrace.cli.collect", "Sample a serving node into crash-safe segments."),
+}
 
 
 def one_line(text: str) -> str:
