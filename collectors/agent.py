@@ -113,8 +113,9 @@ class Agent:
         self.writer.start()
         self.writer.set_sticky("info:collector", self._info(sources))
         for source, interval in sources:
+            schedule = Schedule(interval, max_backoff_s=self.config.max_backoff_s)
             runner = SourceRunner(
-                source, Schedule(interval), self.writer, self.stop_event, on_tick=self._on_tick
+                source, schedule, self.writer, self.stop_event, on_tick=self._on_tick
             )
             self._runners.append(runner)
             runner.start()

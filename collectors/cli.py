@@ -35,7 +35,7 @@ DEFAULTS = {
     "prometheus-interval": "100ms",
     "nvml-interval": "20ms",
     "nvml-write-interval": "100ms",
-    "log-interval": "50ms",
+    "log-interval": "100ms",
     "retain": "6h",
     "max-disk": "2GiB",
     "keep-oom-for": "7d",

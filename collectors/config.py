@@ -98,8 +98,9 @@ class AgentConfig:
     prometheus_interval_s: float = 0.1
     nvml_interval_s: float = 0.02
     nvml_write_interval_s: float = 0.1
-    log_interval_s: float = 0.05
+    log_interval_s: float = 0.1
     health_interval_s: float = 1.0
+    max_backoff_s: float = 1.0
     timeout_s: float = 1.0
     max_response_bytes: int = 16 * MiB
     log_from_start: bool = True
@@ -118,7 +119,7 @@ def build_config(
     prometheus_interval: str = "100ms",
     nvml_interval: str = "20ms",
     nvml_write_interval: str = "100ms",
-    log_interval: str = "50ms",
+    log_interval: str = "100ms",
     retain: str = "6h",
     max_disk: str = "2GiB",
     keep_oom_for: str = "7d",

@@ -39,7 +39,6 @@ HEALTH_METRICS = {
     "errors": "collector_errors_total",
     "misses": "collector_deadline_misses_total",
 }
-_AGENT_DOWN_MIN_NS = 1_000_000_000
 
 
 @dataclass(frozen=True)
@@ -384,7 +383,7 @@ def _agent_down_gaps(out: _Builder) -> None:
     for node, runs_of_node in by_node.items():
         runs_of_node.sort()
         for (_, end, clean), (start, _, _) in pairwise(runs_of_node):
-            if start - end >= _AGENT_DOWN_MIN_NS:
+            if start > end:
                 how = "stopped" if clean else "ended without closing (killed or crashed)"
                 out.gaps[(node, "collector", "", end)] = Gap(
                     node, "collector", "", end, start, f"collector not running: previous run {how}"

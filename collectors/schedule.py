@@ -46,7 +46,9 @@ class Source(Protocol):
 @dataclass(frozen=True)
 class Schedule:
     interval_s: float
-    max_backoff_s: float = 30.0
+    # Short: an engine that comes back must be sampled again within a second (its restart,
+    # cache configuration and first scrapes are evidence), and a refused connection is cheap.
+    max_backoff_s: float = 1.0
 
 
 class SourceRunner:
@@ -129,8 +131,8 @@ class SourceRunner:
             return False
         self.samples += 1
         self.up = True
-        self._failures = 0
         self._end_gap(self._clock_ns(), stopping=False)
+        self._failures = 0
         return True
 
     def _backoff_s(self) -> float:
@@ -140,7 +142,10 @@ class SourceRunner:
 
     def _start_gap(self, now_ns: int, reason: str) -> None:
         if self._gap_start is not None:
-            return
+            if reason == self._gap_reason:
+                return
+            # A different failure (500, then garbage, then a timeout): one gap per cause.
+            self._sink.append(self._gap_record(now_ns))
         self._gap_start, self._gap_reason = now_ns, reason
         logger.warning("%s (%s) failed: %s; retrying", self.source.name, self.source.target, reason)
         self._sink.append(self._gap_record(None))

@@ -159,6 +159,7 @@ class SegmentWriter:
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
+        self.flush()  # make room: the close record must not be the one a full buffer drops
         self.append({"k": "close", "ts": self._clock_ns(), "why": why})
         with self._buf_lock:
             self._closed = True

@@ -25,7 +25,7 @@ def _text(name: str, default: str | None) -> Callable[[Callable[..., Any]], Call
 @_text("prometheus-interval", "100ms")
 @_text("nvml-interval", "20ms")
 @_text("nvml-write-interval", "100ms")
-@_text("log-interval", "50ms")
+@_text("log-interval", "100ms")
 @_text("retain", "6h")
 @_text("max-disk", "2GiB")
 @_text("keep-oom-for", "7d")
