@@ -125,6 +125,7 @@ class _Builder:
     infos: dict[tuple[str, str, int, str], Info] = field(default_factory=dict)
     diagnostics: list[Diagnostic] = field(default_factory=list)
     segments: list[SegmentInfo] = field(default_factory=list)
+    seen_info: set[tuple[str, int, str]] = field(default_factory=set)
 
 
 def read_capture(directory: str | Path) -> CaptureReadResult:
@@ -300,7 +301,12 @@ def _on_prom(state: _SegmentState, rec: Record, out: _Builder) -> None:
             return
     else:
         text = str(rec["text"])
-        if not rec.get("info"):
+        if rec.get("info"):
+            # Sticky: the same record starts every segment; keep it once.
+            if (rec["url"], rec["ts"], text) in out.seen_info:
+                return
+            out.seen_info.add((rec["url"], rec["ts"], text))
+        else:
             state.last_text[key] = text
     scrapes = out.prometheus.setdefault(rec["url"], PromScrapes())
     scrapes.add(

@@ -136,9 +136,7 @@ class SourceRunner:
         return True
 
     def _backoff_s(self) -> float:
-        interval = self.schedule.interval_s
-        backoff: float = max(interval, 0.1) * 2.0 ** (self._failures - 1)
-        return min(self.schedule.max_backoff_s, backoff)
+        return backoff_s(self.schedule, self._failures)
 
     def _start_gap(self, now_ns: int, reason: str) -> None:
         if self._gap_start is not None:
@@ -168,6 +166,13 @@ class SourceRunner:
             "reason": self._gap_reason,
             "attempts": self._failures,
         }
+
+
+def backoff_s(schedule: Schedule, failures: int) -> float:
+    """Wait before the next attempt after ``failures`` failures in a row: the interval (at least
+    0.1 s), doubling with every failure, at most ``max_backoff_s``."""
+    backoff: float = max(schedule.interval_s, 0.1) * 2.0 ** (failures - 1)
+    return min(schedule.max_backoff_s, backoff)
 
 
 def _reason(err: Exception) -> str:

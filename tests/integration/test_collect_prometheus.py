@@ -48,7 +48,7 @@ def test_scrapes_follow_the_metrics_as_they_change(tmp_path: Path) -> None:
     assert kv_values(texts) == [s.n / 100 for s in served]
     assert times == sorted(times)
     for ts, served_one in zip(times, served, strict=True):
-        assert ts <= served_one.wall_ns < ts + 200_000_000  # stamped when the scrape started
+        assert ts <= served_one.wall_ns < ts + 1_000_000_000  # stamped when the scrape started
     assert len(served) >= 15
 
 

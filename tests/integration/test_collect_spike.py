@@ -81,11 +81,11 @@ def test_a_planted_spike_and_log_burst_are_captured_at_their_times(
         if not info
     ]
     first_high = next(ts for ts, value in values if value == 0.98)
-    assert -100 * MS < first_high - spike_ns < 200 * MS
+    assert -100 * MS < first_high - spike_ns < 400 * MS
     assert all(value == 0.2 for ts, value in values if ts < first_high)
     assert all(value == 0.98 for ts, value in values if ts >= first_high)
     # AND every burst line arrived between the burst and one log interval (plus slack) after it
     lines = capture.logs[str(log)]
     burst = [ts for ts, text in zip(lines.ts_ns, lines.text, strict=True) if " burst " in text]
     assert len(burst) == 50
-    assert all(spike_ns <= ts <= burst_end_ns + 250 * MS for ts in burst)
+    assert all(spike_ns <= ts <= burst_end_ns + 400 * MS for ts in burst)

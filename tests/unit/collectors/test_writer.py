@@ -39,6 +39,8 @@ def test_segments_rotate_by_size_and_each_starts_with_the_sticky_records(tmp_pat
     w = writer(tmp_path, max_segment_bytes=600, flush_interval_s=10.0)
     inventory = {"k": "info", "ts": 1, "src": "collector.nvml", "data": {"devices": [0]}}
     w.set_sticky("inventory", inventory)
+    cache = {"k": "prom", "ts": 1, "src": "p", "url": "u", "info": 1, "text": "c 1\n"}
+    w.set_sticky("cache", cache)
     # WHEN enough records for several segments are written
     for ts in range(2, 30):
         w.append(sample(ts))
@@ -49,6 +51,7 @@ def test_segments_rotate_by_size_and_each_starts_with_the_sticky_records(tmp_pat
     assert len(result.segments) >= 3
     assert sorted(result.samples.ts_ns) == list(range(2, 30))
     assert len(result.infos) == 1  # the same info, deduplicated on reading
+    assert result.prometheus["u"].text == ["c 1\n"]
     for segment in result.segments[1:]:
         text = (tmp_path / segment.file).read_text()
         assert '"k":"info"' in text.splitlines()[1]
