@@ -148,9 +148,8 @@ def build_config(
     max_disk_bytes = parse_size(max_disk, what="--max-disk")
     if max_disk_bytes < 16 * MiB:
         raise ConfigError(f"--max-disk {max_disk!r} is below 16MiB; give more room for segments")
-    directory = _writable_directory(out)
-    return AgentConfig(
-        out=directory,
+    config = AgentConfig(
+        out=Path(out),
         prometheus=tuple(prometheus),
         nvml=nvml,
         logs=tuple(Path(p) for p in logs),
@@ -174,6 +173,8 @@ def build_config(
             max_segment_bytes=max(MiB, min(64 * MiB, max_disk_bytes // 16)),
         ),
     )
+    _writable_directory(out)  # last: a bad setting must not leave a directory behind
+    return config
 
 
 def _check_url(url: str) -> None:
@@ -185,7 +186,7 @@ def _check_url(url: str) -> None:
         )
 
 
-def _writable_directory(out: str) -> Path:
+def _writable_directory(out: str) -> None:
     directory = Path(out)
     try:
         directory.mkdir(parents=True, exist_ok=True)
@@ -198,4 +199,3 @@ def _writable_directory(out: str) -> Path:
             f"--out {out!r}: cannot write the capture directory ({reason}); "
             "give a writable directory"
         ) from err
-    return directory

@@ -57,6 +57,7 @@ class _Device:
         self.total: int | None = None
         self.written_total: int | None = None
         self.processes: dict[int, PeakTracker] = {}
+        self.processes_supported = True
 
 
 class NvmlSource:
@@ -81,19 +82,23 @@ class NvmlSource:
             return self._api
         api = self._nvml if self._nvml is not None else load_pynvml()
         api.nvmlInit()
-        self._api = api
-        self._devices = [
-            _Device(i, api.nvmlDeviceGetHandleByIndex(i), self._write_interval_ns)
-            for i in range(api.nvmlDeviceGetCount())
-        ]
-        inventory = [
-            {
-                "index": d.index,
-                "uuid": _text(api.nvmlDeviceGetUUID(d.handle)),
-                "name": _text(api.nvmlDeviceGetName(d.handle)),
-            }
-            for d in self._devices
-        ]
+        try:
+            devices = [
+                _Device(i, api.nvmlDeviceGetHandleByIndex(i), self._write_interval_ns)
+                for i in range(api.nvmlDeviceGetCount())
+            ]
+            inventory = [
+                {
+                    "index": d.index,
+                    "uuid": _text(api.nvmlDeviceGetUUID(d.handle)),
+                    "name": _text(api.nvmlDeviceGetName(d.handle)),
+                }
+                for d in devices
+            ]
+        except Exception:
+            api.nvmlShutdown()
+            raise
+        self._api, self._devices = api, devices
         info = {"k": "info", "ts": now_ns, "src": self.name, "data": {"devices": inventory}}
         self._sink.set_sticky(f"info:{self.name}", info)
         return api
@@ -113,14 +118,13 @@ class NvmlSource:
         device.used.observe(int(memory.used))
         device.total = int(memory.total)
         seen: set[int] = set()
-        if self._processes:
-            for proc in api.nvmlDeviceGetComputeRunningProcesses(device.handle):
-                if proc.usedGpuMemory is None:  # "not available" (e.g. Windows WDDM)
-                    continue
-                pid = int(proc.pid)
-                seen.add(pid)
-                tracker = device.processes.setdefault(pid, PeakTracker(self._write_interval_ns))
-                tracker.observe(int(proc.usedGpuMemory))
+        for proc in self._processes_of(api, device):
+            if proc.usedGpuMemory is None:  # "not available" (e.g. Windows WDDM)
+                continue
+            pid = int(proc.pid)
+            seen.add(pid)
+            tracker = device.processes.setdefault(pid, PeakTracker(self._write_interval_ns))
+            tracker.observe(int(proc.usedGpuMemory))
         due = device.used.due(now_ns, extra_changed=device.total != device.written_total)
         if due is not None:
             device.written_total = device.total
@@ -142,6 +146,18 @@ class NvmlSource:
             del device.processes[pid]
         for pid in seen:
             self._write_process(device, pid, now_ns, final=False)
+
+    def _processes_of(self, api: NvmlApi, device: _Device) -> list[Any]:
+        if not self._processes or not device.processes_supported:
+            return []
+        try:
+            return api.nvmlDeviceGetComputeRunningProcesses(device.handle)
+        except Exception as err:  # noqa: BLE001 - e.g. NotSupported (MIG): keep device memory
+            device.processes_supported = False
+            logger.warning(
+                "NVML cannot list processes on GPU %d (%s): device totals only", device.index, err
+            )
+            return []
 
     def _write_process(self, device: _Device, pid: int, now_ns: int, *, final: bool) -> None:
         tracker = device.processes[pid]

@@ -155,7 +155,9 @@ class SegmentWriter:
         return self
 
     def close(self, why: str = "stop") -> None:
-        """Flush everything, mark the segment closed cleanly, fsync and close."""
+        """Flush everything, mark the segment closed cleanly, fsync and close (once)."""
+        if self._stop.is_set():
+            return
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()

@@ -55,7 +55,7 @@ FAKE_TORCH = textwrap.dedent(
 
 SERVER = textwrap.dedent(
     """
-    import os, time
+    import os, sys, time
     import torch
     time.sleep(0.2)
     torch.cuda.init()
@@ -67,8 +67,8 @@ SERVER = textwrap.dedent(
     child = os.fork()
     if child == 0:              # a forked worker samples into its own segment
         torch.alloc(64 << 20)
-        time.sleep(0.5)
-        os._exit(0)
+        time.sleep(0.3)
+        sys.exit(0)             # a clean exit: the hook closes its segment at exit
     os.waitpid(child, 0)
     torch.oom(8 << 30)
     os._exit(1)                 # the engine dies: no atexit, no flush, no close
@@ -111,6 +111,8 @@ def test_an_unmodified_process_is_sampled_and_its_oom_survives_its_death(tmp_pat
     assert len(list(capture.glob("keep-*.json"))) == 1
     parent = read.events.pid[oom]
     (child,) = set(writers) - {parent}
+    closed = {s.header.pid: s.closed_cleanly for s in read.segments}
+    assert closed == {parent: False, child: True}
     sampled = {
         p for p, m in zip(samples.pid, samples.metric, strict=True) if m == "torch_allocated_bytes"
     }

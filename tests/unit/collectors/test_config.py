@@ -97,3 +97,9 @@ def test_defaults_match_the_issue(tmp_path: Path) -> None:
     assert config.retention.max_bytes == 2 * 2**30
     assert config.writer.flush_interval_s <= 1.0
     assert config.writer.max_segment_bytes * 16 <= config.retention.max_bytes
+
+
+def test_a_bad_setting_leaves_no_directory_behind(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError):
+        build_config(out=str(tmp_path / "new"), logs=["x"], log_interval="10x")
+    assert not (tmp_path / "new").exists()

@@ -164,3 +164,17 @@ def test_no_observed_value_is_ever_above_every_written_peak(steps: list[tuple[in
     # THEN the largest value ever seen reaches the disk as a peak, and no peak is invented
     assert max(d.peak for d in written) == max(v for _, v in steps)
     assert all(d.peak >= d.value for d in written)
+
+
+def test_a_device_that_cannot_list_processes_still_reports_its_memory() -> None:
+    # GIVEN a device (MIG, say) whose process query is not supported
+    class NoProcesses(FakeNvml):
+        def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[Proc]:
+            raise NVMLError("Not Supported")
+
+    sink = MemorySink()
+    source = NvmlSource(sink, write_interval_s=0.1, nvml=NoProcesses(used=[3 * GiB]))
+    # WHEN polled THEN device memory is recorded and the poll does not fail
+    source.poll(0)
+    source.poll(2000 * MS)
+    assert [r["m"]["device_used_bytes"] for r in device_records(sink)] == [3 * GiB, 3 * GiB]

@@ -64,7 +64,9 @@ def test_a_flipped_byte_is_caught_by_the_checksum() -> None:
         decode(bytes(line[:-1]))
 
 
-@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(st.lists(st.integers(min_value=1, max_value=10**18), min_size=1, max_size=8), st.data())
 def test_a_segment_cut_at_any_byte_yields_every_complete_record_and_reports_the_torn_tail(
     tmp_path: Path, stamps: list[int], data: st.DataObject

@@ -250,7 +250,7 @@ def test_memory_stats_are_read_flat_or_nested() -> None:
 Step = tuple[str, int]
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)
 @given(
     st.lists(
         st.one_of(
