@@ -24,9 +24,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--log", action="append", default=[], metavar="PATH", help=HELP["log"])
     parser.add_argument("--out", required=True, metavar="DIR", help=HELP["out"])
     for option, default in DEFAULTS.items():
-        parser.add_argument(f"--{option}", default=default, help=HELP[option])
-    parser.add_argument("--node", default=None, help=HELP["node"])
-    parser.add_argument("--duration", default=None, help=HELP["duration"])
+        metavar = "SIZE" if option in ("max-disk", "max-response") else "TIME"
+        help_text = f"{HELP[option]} (default: {default})"
+        parser.add_argument(f"--{option}", default=default, metavar=metavar, help=help_text)
+    parser.add_argument("--node", default=None, metavar="NAME", help=HELP["node"])
+    parser.add_argument("--duration", default=None, metavar="TIME", help=HELP["duration"])
     parser.add_argument("--log-from-end", action="store_true", help=HELP["log-from-end"])
     return parser
 

@@ -9,21 +9,13 @@ frames directly, and hands ``.prometheus`` (exposition text with its scrape time
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
 from typing import Any, Literal
 
-from collectors.columns import (
-    EventColumns,
-    LogLines,
-    PromScrapes,
-    SampleColumns,
-)
+from collectors.columns import EventColumns, LogLines, PromScrapes, SampleColumns
 from collectors.format import FORMAT_VERSION, SUFFIX, DecodeError, Header, Record, decode
-
-logger = logging.getLogger(__name__)
 
 DiagnosticKind = Literal[
     "torn_tail",

@@ -12,8 +12,13 @@ from oomtrace.errors import InputError, UsageError
 
 
 def _text(name: str, default: str | None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    metavar = {"max-disk": "SIZE", "max-response": "SIZE", "node": "NAME"}.get(name, "TIME")
     return click.option(
-        f"--{name}", default=default, show_default=default is not None, help=HELP[name]
+        f"--{name}",
+        default=default,
+        metavar=metavar,
+        show_default=default is not None,
+        help=HELP[name],
     )
 
 
