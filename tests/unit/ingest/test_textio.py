@@ -79,3 +79,9 @@ def test_read_bytes_of_a_truncated_gzip_keeps_the_prefix(tmp_path: Path) -> None
     data = InputFile(path, "m.json.gz").read_bytes(diag)
     assert data.startswith(b"{")
     assert diag.notes
+
+
+def test_a_crlf_split_across_two_blocks_loses_its_cr(tmp_path: Path) -> None:
+    path = tmp_path / "a.log"
+    path.write_bytes(b"abc\r\n" + b"x" * 10 + b"\n")
+    assert _lines(path, chunk=4)[0] == ["abc", "x" * 10]
