@@ -25,7 +25,7 @@ from oomtrace.ingest.textio import InputFile
 log = logging.getLogger(__name__)
 
 # module:attribute of every built-in parser, in sniffing tie-break order.
-BUILTIN_PARSERS: tuple[str, ...] = ()
+BUILTIN_PARSERS: tuple[str, ...] = ("oomtrace.ingest.vllm:PARSER",)
 
 ENTRY_POINT_GROUP = "oomtrace.parsers"
 
