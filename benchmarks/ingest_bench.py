@@ -28,8 +28,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime, timedelta
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from oomtrace.units import parse_bytes
@@ -38,12 +38,13 @@ CYAN, RESET = "\x1b[1;36m", "\x1b[0;0m"
 API = f"{CYAN}(APIServer pid=1){RESET} "
 CORE = f"{CYAN}(EngineCore_DP0 pid=413){RESET} "
 WORKERS = [f"{CYAN}(Worker_TP{i} pid={549 + i}){RESET} " for i in range(2)]
-WORDS = (
+_PARAGRAPH = (
     "the of and to in a is that for it as was with be by on not he this are or his from at "
     "which but have an they you were her she there been one all we their has would when if so "
     "no what up out them then more other into some could time these two may first do any my now "
     "such like our over man me even most made after also did many before must through back years"
-).split()
+)
+WORDS = _PARAGRAPH.split()
 
 
 def _sampling(max_tokens: int, rng: random.Random) -> str:
@@ -60,11 +61,16 @@ def _sampling(max_tokens: int, rng: random.Random) -> str:
 def _startup(stamp: str) -> list[str]:
     return [
         f"{API}INFO {stamp} [api_server.py:1805] vLLM API server version 0.10.1",
-        f"{API}INFO {stamp} [utils.py:326] non-default args: {{'model': 'Qwen/Qwen2.5-7B-Instruct',"
-        " 'max_model_len': 32768, 'gpu_memory_utilization': 0.9, 'max_num_seqs': 128}",
-        f"{CORE}INFO {stamp} [core.py:74] Initializing a V1 LLM engine (v0.10.1) with config: "
-        "model='Qwen/Qwen2.5-7B-Instruct', dtype=torch.bfloat16, max_seq_len=32768, "
-        "tensor_parallel_size=2, enable_prefix_caching=True",
+        (
+            f"{API}INFO {stamp} [utils.py:326] non-default args: {{'model': "
+            "'Qwen/Qwen2.5-7B-Instruct', 'max_model_len': 32768, 'gpu_memory_utilization': 0.9, "
+            "'max_num_seqs': 128}"
+        ),
+        (
+            f"{CORE}INFO {stamp} [core.py:74] Initializing a V1 LLM engine (v0.10.1) with config: "
+            "model='Qwen/Qwen2.5-7B-Instruct', dtype=torch.bfloat16, max_seq_len=32768, "
+            "tensor_parallel_size=2, enable_prefix_caching=True"
+        ),
         *(
             f"{w}INFO {stamp} [gpu_model_runner.py:1892] Model loading took 7.1074 GiB and "
             "4.261813 seconds"
@@ -75,10 +81,14 @@ def _startup(stamp: str) -> list[str]:
             for w in WORKERS
         ),
         f"{CORE}INFO {stamp} [kv_cache_utils.py:849] GPU KV cache size: 2,176,944 tokens",
-        f"{CORE}INFO {stamp} [kv_cache_utils.py:853] Maximum concurrency for 32,768 tokens per "
-        "request: 66.43x",
-        f"{CORE}INFO {stamp} [core.py:193] init engine (profile, create kv cache, warmup model) "
-        "took 61.02 seconds",
+        (
+            f"{CORE}INFO {stamp} [kv_cache_utils.py:853] Maximum concurrency for 32,768 tokens per "
+            "request: 66.43x"
+        ),
+        (
+            f"{CORE}INFO {stamp} [core.py:193] init engine (profile, create kv cache, warmup "
+            "model) took 61.02 seconds"
+        ),
     ]
 
 
@@ -88,12 +98,17 @@ def _oom(stamp: str, rng: random.Random) -> list[str]:
     return [
         f"{w}ERROR {stamp} [multiproc_executor.py:596] WorkerProc hit an exception.",
         f"{w}ERROR {stamp} [multiproc_executor.py:596] Traceback (most recent call last):",
-        f'{w}ERROR {stamp} [multiproc_executor.py:596]   File "/usr/lib/python3/vllm/v1/worker/'
-        'gpu_model_runner.py", line 1420, in execute_model',
-        f"{w}ERROR {stamp} [multiproc_executor.py:596] torch.OutOfMemoryError: CUDA out of memory. "
-        f"Tried to allocate {tried}. GPU 1 has a total capacity of 79.19 GiB of which 301.06 MiB "
-        "is free. Process 2752205 has 78.88 GiB memory in use. Of the allocated memory 75.63 GiB "
-        "is allocated by PyTorch, and 1.20 GiB is reserved by PyTorch but unallocated.",
+        (
+            f'{w}ERROR {stamp} [multiproc_executor.py:596]   File "/usr/lib/python3/vllm/v1/worker/'
+            'gpu_model_runner.py", line 1420, in execute_model'
+        ),
+        (
+            f"{w}ERROR {stamp} [multiproc_executor.py:596] torch.OutOfMemoryError: CUDA out of "
+            f"memory. Tried to allocate {tried}. GPU 1 has a total capacity of 79.19 GiB of which "
+            "301.06 MiB is free. Process 2752205 has 78.88 GiB memory in use. Of the allocated "
+            "memory 75.63 GiB is allocated by PyTorch, and 1.20 GiB is reserved by PyTorch but "
+            "unallocated."
+        ),
     ]
 
 
@@ -136,8 +151,11 @@ def generate(path: Path, size: int, shape: str = "0.12", seed: int = 7) -> int:
             lines = [
                 f"{API}INFO {stamp} [logger.py:43] {received}",
                 f"{API}INFO {stamp} [async_llm.py:269] Added request {rid}.",
-                f'{API}INFO:     10.0.0.{rng.randint(2, 250)}:{rng.randint(30000, 60000)} - "POST '
-                '/v1/chat/completions HTTP/1.1" 200 OK',
+                (
+                    f"{API}INFO:     10.0.0.{rng.randint(2, 250)}:{rng.randint(30000, 60000)}"
+                    ' - "POST '
+                    '/v1/chat/completions HTTP/1.1" 200 OK'
+                ),
             ]
             if rng.random() < 0.02:
                 lines.append(f"{API}INFO {stamp} [async_llm.py:437] Aborted request {rid}.")

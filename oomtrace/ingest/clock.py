@@ -12,7 +12,7 @@ reference/formats.md). What places them, in order of authority:
    full timestamp seen in it.
 
 A file that crosses New Year is followed line by line: a step back of more than half a year
-between consecutive timestamps is a new year, a step forward of more than half a year is a late
+between consecutive timestamps is a new year, a step forward of nearly a whole year is a late
 line from the previous one (several processes write one log, not always in order).
 
 :func:`decide` turns the file's timestamps
@@ -36,6 +36,9 @@ from oomtrace.ingest.base import ClockOptions
 TOLERANCE_S: Final = 5
 _DAY_S: Final = 86_400
 _HALF_YEAR_S: Final = 183 * _DAY_S
+# A line printed before midnight but written after later lines is late by seconds: only a jump
+# forward of nearly a whole year is such a line (a long quiet gap is not).
+_LATE_LINE_S: Final = 358 * _DAY_S
 # Cumulative days before each month in a leap year: a position in the year that never rejects
 # 02-29, used only to compare timestamps with each other.
 _CUM_LEAP: Final = (0, 31, 60, 91, 121, 152, 182, 213, 244, 274, 305, 335)
@@ -122,7 +125,7 @@ def combine(chunks: list[ChunkYears]) -> tuple[list[int], ClockSummary]:
 
 
 def _step(diff: int) -> int:
-    return 1 if diff < -_HALF_YEAR_S else -1 if diff > _HALF_YEAR_S else 0
+    return 1 if diff < -_HALF_YEAR_S else -1 if diff > _LATE_LINE_S else 0
 
 
 def _steps(diff: pl.Series) -> pl.Series:
@@ -131,7 +134,7 @@ def _steps(diff: pl.Series) -> pl.Series:
         .select(
             pl.when(pl.col("d") < -_HALF_YEAR_S)
             .then(1)
-            .when(pl.col("d") > _HALF_YEAR_S)
+            .when(pl.col("d") > _LATE_LINE_S)
             .then(-1)
             .otherwise(0)
             .cast(pl.Int32)

@@ -75,8 +75,8 @@ ALL_KINDS: Final[frozenset[PrefixKind]] = frozenset(
 )
 # Capture-free tests that tell which kinds a chunk holds (a kind a chunk lacks costs nothing).
 _DETECT: Final[dict[PrefixKind, str]] = {
-    "journald": r"^(?:[A-Z][a-z]{2} [ 0-9][0-9] [0-9]{2}:|[0-9]{4}-[0-9]{2}-[0-9]{2}T\S+ [^\s\[\]:]+"
-    r" [^\s\[\]:]+\[[0-9]+\]: )",
+    "journald": r"^(?:[A-Z][a-z]{2} [ 0-9][0-9] [0-9]{2}:|"
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}T\S+ [^\s\[\]:]+ [^\s\[\]:]+\[[0-9]+\]: )",
     "kube_prefix": r"^\[po",
     "timestamp": r"^(?:\[\S+\] )?[0-9]{4}-[0-9]{2}-[0-9]{2}T",
     "compose": r"^(?:\S+ )?[A-Za-z0-9][A-Za-z0-9_.-]* +\| ",
@@ -93,7 +93,7 @@ def detect_kinds(lines: pl.DataFrame, line: str = "line") -> frozenset[PrefixKin
     found = lines.select(
         **{kind: pl.col(line).str.contains(test).any() for kind, test in _DETECT.items()}
     ).row(0, named=True)
-    return frozenset(kind for kind, hit in found.items() if hit)
+    return frozenset(kind for kind in _DETECT if found[kind])
 
 
 @cache
@@ -168,7 +168,7 @@ def outer_columns(parts: pl.Expr, kinds: frozenset[PrefixKind] = ALL_KINDS) -> d
             ("svc", "compose"),
             ("task", "slurm"),
             ("procs", "process"),
-        )  # fmt: skip
+        )
         if kind in kinds
     ]
     stamps = [

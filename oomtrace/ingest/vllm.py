@@ -41,6 +41,7 @@ from oomtrace.ingest.clock import (
     decide,
     report_disagreement,
 )
+from oomtrace.ingest.prefixes import ANSI, OUTER
 from oomtrace.ingest.textio import InputFile
 from oomtrace.ingest.vllm_extract import Extracted, extract, flags
 from oomtrace.ingest.vllm_finish import (
@@ -52,7 +53,6 @@ from oomtrace.ingest.vllm_finish import (
     version_family,
     with_ts,
 )
-from oomtrace.ingest.prefixes import ANSI, OUTER
 from oomtrace.ingest.vllm_patterns import PRIVATE_MARKERS, SNIFF_MARKERS, UVICORN
 from oomtrace.ingest.vllm_records import ChunkInfo, build_records
 from oomtrace.ingest.vllm_requests import finish_requests
@@ -244,7 +244,7 @@ class _Run:
                 "_cmd": pl.Int32,
                 "_ctod": pl.Int32,
                 "_cyo": pl.Int32,
-            },  # fmt: skip
+            },
             orient="row",
         )
 

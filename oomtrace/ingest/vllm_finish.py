@@ -157,9 +157,9 @@ def _detail(row: dict[str, Any], groups: dict[str, Any], config: dict[str, Any])
             f"cumulative preemptions: {groups.get('total')} (vLLM V0 logs only every "
             f"{PREEMPT_LOG_EVERY}th one)"
         )
-    template = _DETAILS.get(row["name"], row["name"])
+    template = str(_DETAILS.get(row["name"], row["name"]))
     try:
-        return template.format(**groups)
+        return str(template.format(**groups))
     except (KeyError, IndexError, ValueError):
         return template
 

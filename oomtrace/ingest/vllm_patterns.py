@@ -107,7 +107,8 @@ STATS_FORMS: Final[tuple[StatsForm, ...]] = (
         "Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 239.2 "
         "tokens/s, Running: 8 reqs, Waiting: 0 reqs, GPU KV cache usage: 91.2%, Prefix cache hit "
         "rate: 0.0%",
-        {"requests_running": 8, "kv_usage_ratio": 0.912, "generation_throughput_tokens_per_s": 239.2},
+        {"requests_running": 8, "kv_usage_ratio": 0.912,
+         "generation_throughput_tokens_per_s": 239.2},
     ),
     StatsForm(
         "V1 0.12 - 0.19 with preemptions and extra fields",
@@ -314,7 +315,8 @@ CONFIG_LINES: Final[tuple[ConfigLine, ...]] = (
         r"^(?P<kv_device__str>GPU|GPU \+ host|[A-Z]+) KV cache size: (?P<kv_cache_tokens__int>"
         r"[\d,]+) tokens, Maximum concurrency for (?P<max_concurrency_tokens__int>[\d,]+) tokens "
         r"per request: (?P<max_concurrency__float>[\d.]+)x",
-        "GPU KV cache size: 67,856 tokens, Maximum concurrency for 32,768 tokens per request: 2.07x",
+        "GPU KV cache size: 67,856 tokens, Maximum concurrency for 32,768 tokens per request: "
+        "2.07x",
         {"kv_cache_tokens": 67856, "max_concurrency_tokens": 32768, "max_concurrency": 2.07},
         "v1-0.20",
     ),
