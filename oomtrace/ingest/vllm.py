@@ -45,6 +45,7 @@ from oomtrace.ingest.prefixes import ANSI, OUTER
 from oomtrace.ingest.textio import InputFile
 from oomtrace.ingest.vllm_extract import Extracted, extract, flags
 from oomtrace.ingest.vllm_finish import (
+    Ledger,
     engine_config,
     event_rows,
     interval_preemptions,
@@ -160,8 +161,9 @@ class _Run:
                 disagreement[value] = disagreement.get(value, 0) + count
         report_disagreement(disagreement, self._full, self.full_source, diag)
         chunks = self._chunk_table(bases)
+        ledger = Ledger(diag)
         frames = {
-            name: self._timed_frame(parts, decision, chunks)
+            name: self._timed_frame(parts, decision, chunks, ledger)
             for name, parts in (
                 ("stats", out.stats),
                 ("config", out.config),
@@ -171,26 +173,31 @@ class _Run:
             )
         }
         config, version = (
-            engine_config(frames["config"], diag) if frames["config"].height else ({}, None)
+            engine_config(frames["config"], ledger) if frames["config"].height else ({}, None)
         )
         samples: list[pl.DataFrame] = []
         events: list[pl.DataFrame] = []
         if frames["stats"].height:
-            samples.append(stats_samples(frames["stats"], diag))
+            samples.append(stats_samples(frames["stats"], ledger))
             events.append(interval_preemptions(frames["stats"]))
         if frames["events"].height:
-            found, totals = event_rows(frames["events"], config, diag)
+            found, totals = event_rows(frames["events"], config, ledger)
             events += [found]
             samples += [totals]
         if frames["ooms"].height:
-            found, per_process = oom_rows(frames["ooms"], diag)
+            found, per_process = oom_rows(frames["ooms"], ledger)
             events += [found]
             samples += [per_process]
         requests = (
-            finish_requests(frames["requests"], config.get("max_log_len"), diag)
+            finish_requests(
+                frames["requests"].drop("_chunk", "_md", "_tod", "_yo", "outer_ts", "arrival_ts"),
+                config.get("max_log_len"),
+                diag,
+            )
             if frames["requests"].height
             else None
         )
+        ledger.settle()
         self._notes()
         kind = config.pop("engine_kind", None)
         bracketed = sum(info.bracketed for info in self.infos) > 0
@@ -249,16 +256,16 @@ class _Run:
         )
 
     def _timed_frame(
-        self, parts: list[pl.DataFrame], decision: ClockDecision, chunks: pl.DataFrame
+        self,
+        parts: list[pl.DataFrame],
+        decision: ClockDecision,
+        chunks: pl.DataFrame,
+        ledger: Ledger,
     ) -> pl.DataFrame:
         if not parts:
             return pl.DataFrame()
         frame = with_ts(pl.concat(parts, how="diagonal_relaxed"), decision, chunks)
-        missing = frame.filter(pl.col("ts").is_null())
-        if missing.height:
-            lost = missing.get_column("_seq").n_unique()
-            self.diag.skip(NO_TIME, lost, None)
-            self.diag.lines_recognised -= lost
+        ledger.lose(NO_TIME, frame.filter(pl.col("ts").is_null()).get_column("_seq"))
         return frame.filter(pl.col("ts").is_not_null())
 
     def _notes(self) -> None:

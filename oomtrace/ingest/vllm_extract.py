@@ -38,6 +38,7 @@ _LITERALS: Final = tuple(
     )
 )
 _ID_HEAD: Final = 320
+_REQUEST_TIME: Final = ("_seq", "_chunk", "_md", "_tod", "_yo", "outer_ts", "arrival_ts")
 _LITERAL_ALT: Final = "|".join(re.escape(literal) for literal in _LITERALS)
 _OOM_ALT: Final = "|".join(re.escape(literal) for literal in OOM_LITERALS)
 _REQUEST_KIND: Final = (
@@ -273,7 +274,9 @@ def _request_rows(hit: pl.DataFrame, event: str, pattern: str) -> pl.DataFrame:
     elif "stream" in names:
         frame = _with_token_count(frame, "output_token_ids: [")
         base |= _generated(g)
-    return frame.select(*TIME_COLUMNS, **base)
+    # Requests are never de-duplicated across ranks (one API server prints them), so the
+    # process key and repeat count are not kept: this table is the bulk of what accumulates.
+    return frame.select(*_REQUEST_TIME, **base)
 
 
 def _received() -> dict[str, pl.Expr]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import polars as pl
@@ -11,7 +12,7 @@ import polars as pl
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.errors import UnitError
 from oomtrace.ingest.clock import ClockDecision, placed_utc
-from oomtrace.ingest.torch_oom import extract_ooms
+from oomtrace.ingest.torch_oom import REPEAT_WINDOW_S, extract_ooms
 from oomtrace.ingest.vllm_patterns import (
     EVENT_LINES,
     FAMILY_ORDER,
@@ -56,9 +57,30 @@ def with_ts(frame: pl.DataFrame, decision: ClockDecision, chunks: pl.DataFrame) 
     )
 
 
-def drop_rank_repeats(
-    frame: pl.DataFrame, keys: Iterable[str], diag: SourceDiagnostics
-) -> pl.DataFrame:
+@dataclass
+class Ledger:
+    """Records dropped after they were counted as recognised (repeats, stale stats, no time),
+    by reason. One record can feed several tables: :meth:`settle` counts it once."""
+
+    diag: SourceDiagnostics
+    lost: dict[str, list[pl.Series]] = field(default_factory=dict)
+
+    def lose(self, reason: str, seqs: pl.Series) -> None:
+        if seqs.len():
+            self.lost.setdefault(reason, []).append(seqs)
+
+    def settle(self) -> None:
+        seen = pl.Series("_seq", [], dtype=pl.Int64)
+        for reason, parts in self.lost.items():
+            seqs = pl.concat(parts).unique()
+            seqs = seqs.filter(~seqs.is_in(seen.implode()))
+            self.diag.skip(reason, seqs.len(), None)
+            self.diag.lines_recognised -= seqs.len()
+            seen = pl.concat([seen, seqs])
+        self.lost.clear()
+
+
+def drop_rank_repeats(frame: pl.DataFrame, keys: Iterable[str], ledger: Ledger) -> pl.DataFrame:
     """The same record at the same printed second from another process (tensor-parallel
     workers, Ray actors, Slurm tasks) counts once; repeats within one process are kept."""
     if frame.height == 0:
@@ -66,14 +88,12 @@ def drop_rank_repeats(
     group = ["_md", "_tod", "_yo", *keys]
     keep = pl.col("proc").eq_missing(pl.col("proc").first().over(group, order_by="_seq"))
     kept = frame.filter(keep)
-    dropped = frame.get_column("_seq").n_unique() - kept.get_column("_seq").n_unique()
-    if dropped:
-        diag.skip(RANK_REPEAT, dropped, None)
-        diag.lines_recognised -= dropped
+    dropped = frame.filter(~keep).get_column("_seq")
+    ledger.lose(RANK_REPEAT, dropped.filter(~dropped.is_in(kept.get_column("_seq").implode())))
     return kept
 
 
-def stats_samples(stats: pl.DataFrame, diag: SourceDiagnostics) -> pl.DataFrame:
+def stats_samples(stats: pl.DataFrame, ledger: Ledger) -> pl.DataFrame:
     """Samples from the periodic stats lines (and V0's separate prefix-cache line)."""
     for column in ("engine", *_METRICS):
         if column not in stats.columns:
@@ -82,11 +102,11 @@ def stats_samples(stats: pl.DataFrame, diag: SourceDiagnostics) -> pl.DataFrame:
         pl.col(*_METRICS).cast(pl.Float64), pl.col("pending").cast(pl.Float64, strict=False)
     )
     stats = stats.with_columns(waiting=pl.coalesce("waiting", "pending"))
-    stats = drop_rank_repeats(stats, ["engine", *_METRICS], diag)
-    stats = _drop_stale(stats, diag)
+    stats = drop_rank_repeats(stats, ["engine", *_METRICS], ledger)
+    stats = _drop_stale(stats, ledger)
     engines = stats.get_column("engine").drop_nulls().unique()
     if engines.len() > 1:
-        diag.note(
+        ledger.diag.note(
             f"stats lines come from {engines.len()} data-parallel engines "
             f"({', '.join(sorted(engines.to_list()))}); their samples share one series per metric"
         )
@@ -99,7 +119,7 @@ def stats_samples(stats: pl.DataFrame, diag: SourceDiagnostics) -> pl.DataFrame:
     )
 
 
-def _drop_stale(stats: pl.DataFrame, diag: SourceDiagnostics) -> pl.DataFrame:
+def _drop_stale(stats: pl.DataFrame, ledger: Ledger) -> pl.DataFrame:
     """vLLM repeats the last stats at DEBUG when idle (issue 22545): the gauges did not change,
     so those lines add nothing and may be stale."""
     is_stats = pl.col("running").is_not_null()
@@ -107,19 +127,16 @@ def _drop_stale(stats: pl.DataFrame, diag: SourceDiagnostics) -> pl.DataFrame:
         pl.col(c).eq_missing(pl.col(c).shift(1).over("engine", order_by="_seq")) for c in _GAUGES
     )
     stale = (pl.col("level") == "DEBUG") & is_stats & same
-    kept = stats.filter(~stale.fill_null(value=False))
-    dropped = stats.height - kept.height
-    if dropped:
-        diag.skip(STALE_STATS, dropped, None)
-        diag.lines_recognised -= dropped
-    return kept
+    stale = stale.fill_null(value=False)
+    ledger.lose(STALE_STATS, stats.filter(stale).get_column("_seq"))
+    return stats.filter(~stale)
 
 
 def event_rows(
-    events: pl.DataFrame, config: dict[str, Any], diag: SourceDiagnostics
+    events: pl.DataFrame, config: dict[str, Any], ledger: Ledger
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Events from the event lines, and the ``preemptions_total`` samples of V0 warnings."""
-    events = drop_rank_repeats(events, ["kind", "name", "groups"], diag).sort("_seq")
+    events = drop_rank_repeats(events, ["kind", "name", "groups"], ledger).sort("_seq")
     rows: list[dict[str, Any]] = []
     totals: list[dict[str, Any]] = []
     for row in events.iter_rows(named=True):
@@ -231,18 +248,43 @@ def interval_preemptions(stats: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def oom_rows(ooms: pl.DataFrame, diag: SourceDiagnostics) -> tuple[pl.DataFrame, pl.DataFrame]:
+def oom_rows(ooms: pl.DataFrame, ledger: Ledger) -> tuple[pl.DataFrame, pl.DataFrame]:
     """PyTorch OOM events and per-process samples (shared extractor, after rank de-dup)."""
-    ooms = drop_rank_repeats(ooms, ["body"], diag)
-    return extract_ooms(ooms.select("ts", text="body"))
+    ooms = drop_rank_repeats(ooms, ["body"], ledger)
+    events, samples = extract_ooms(ooms.select("ts", text="body"))
+    return _fold_wrappers(events), samples
 
 
-def engine_config(rows: pl.DataFrame, diag: SourceDiagnostics) -> tuple[dict[str, Any], str | None]:
+def _fold_wrappers(events: pl.DataFrame) -> pl.DataFrame:
+    """vLLM wraps an allocator OOM in its own text ("CUDA out of memory occurred when warming up
+    sampler ...", "Worker failed with error '...'"): a size-less OOM within
+    :data:`REPEAT_WINDOW_S` of a sized one on the same (or an unnamed) device is that failure
+    told again, not another one."""
+    sized = events.filter(pl.col("requested_bytes").is_not_null())
+    sizeless = events.filter(pl.col("requested_bytes").is_null()).with_row_index("_n")
+    if sized.height == 0 or sizeless.height == 0:
+        return events
+    near = sizeless.select("_n", "ts", "device").sort("ts").join_asof(
+        sized.select("ts", _sized_device="device", _sized_ts="ts").sort("ts"),
+        on="ts",
+        strategy="nearest",
+        tolerance=f"{REPEAT_WINDOW_S}s",
+    )
+    told = near.filter(
+        pl.col("_sized_ts").is_not_null()
+        & (pl.col("device").is_null() | (pl.col("device") == pl.col("_sized_device")))
+    ).get_column("_n")
+    kept = sizeless.filter(~pl.col("_n").is_in(told.implode())).drop("_n")
+    return pl.concat([sized, kept]).sort("ts")
+
+
+def engine_config(rows: pl.DataFrame, ledger: Ledger) -> tuple[dict[str, Any], str | None]:
     """``engine_config`` from the startup rows (first statement of each key wins; a later,
     different statement is a note, e.g. after a restart), and the stated vLLM version."""
     config: dict[str, Any] = {}
     changed: dict[str, Any] = {}
-    rows = drop_rank_repeats(rows, ["line", "key", "value"], diag)
+    diag = ledger.diag
+    rows = drop_rank_repeats(rows, ["line", "key", "value"], ledger)
     for row in rows.sort("_seq").iter_rows(named=True):
         try:
             value = _convert(row["value"], row["conv"])

@@ -49,9 +49,13 @@ def _one_ending(rows: pl.DataFrame) -> pl.DataFrame:
     :data:`ENDING_WINDOW_S` is dropped. Later ones are kept (ids can be reused after a
     restart)."""
     ending = pl.col("event").is_in(["aborted", "rejected"])
+    endings = rows.filter(ending)
+    if endings.height == 0:
+        return rows
     previous = pl.col("ts").shift(1).over("request_id", "event", order_by="_seq")
-    repeat = ending & ((pl.col("ts") - previous).dt.total_seconds() <= ENDING_WINDOW_S)
-    return rows.filter(~repeat.fill_null(value=False))
+    repeat = (pl.col("ts") - previous).dt.total_seconds() <= ENDING_WINDOW_S
+    kept = endings.filter(~repeat.fill_null(value=False))
+    return pl.concat([rows.filter(~ending), kept]).sort("_seq")
 
 
 def _join_internal_ids(rows: pl.DataFrame) -> pl.DataFrame:
@@ -96,6 +100,8 @@ def _cap_truncated(
 
 def _merge_details(rows: pl.DataFrame) -> pl.DataFrame:
     """DEBUG detail lines fill the counts of the INFO line of the same request."""
+    if not rows.select(pl.col("_kind").is_in(["details", "output_details"]).any()).item():
+        return rows
     details = (
         rows.filter(pl.col("_kind") == "details")
         .group_by("request_id", maintain_order=True)

@@ -321,6 +321,28 @@ def test_the_same_record_from_two_ranks_counts_once() -> None:
     assert (diag.lines_recognised, diag.skipped[RANK_REPEAT].count) == (1, 1)
 
 
+def test_vllms_own_wrapper_of_an_oom_is_the_same_failure_but_a_later_one_is_not() -> None:
+    oom = (
+        "(EngineCore_DP0 pid=5) ERROR 05-01 10:00:01 [core.py:1] torch.OutOfMemoryError: CUDA out "
+        "of memory. Tried to allocate 4.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which "
+        "2.01 GiB is free. Including non-PyTorch memory, this process has 77.17 GiB memory in use. "
+        "Of the allocated memory 70.10 GiB is allocated by PyTorch, and 5.55 GiB is reserved by "
+        "PyTorch but unallocated."
+    )
+    wrapper = (
+        "(EngineCore_DP0 pid=5) ERROR 05-01 10:00:01 [core.py:1] RuntimeError: CUDA out of memory "
+        "occurred when warming up sampler with 256 dummy requests. Please try lowering "
+        "`max_num_seqs` or `gpu_memory_utilization` when initializing the engine."
+    )
+    later = "(EngineCore_DP0 pid=5) ERROR 05-01 10:00:09 [core.py:1] RuntimeError: CUDA error: "
+    later += "out of memory"
+    events, _, _ = _lines(oom, wrapper, later)
+    assert events is not None
+    ooms = events.filter(pl.col("kind") == "oom")
+    assert ooms.select("device", "requested_bytes").rows() == [(0, 4 * GiB), (None, None)]
+    assert ooms["detail"][1] == "CUDA error: out of memory (no size stated)"
+
+
 def test_token_lists_cut_by_max_log_len_give_no_count() -> None:
     args = "INFO 01-01 00:00:00 [utils.py:1] non-default args: {'model': 'm', 'max_log_len': 3}"
     received = (
