@@ -15,18 +15,28 @@ sample, are in :mod:`oomtrace.ingest.vllm_patterns`):
 * engine death lines -> one ``engine_dead`` event per death; PyTorch OOM text anywhere ->
   ``oom`` events through :func:`oomtrace.ingest.torch_oom.extract_ooms`.
 
-Lines pass through :func:`oomtrace.ingest.prefixes.strip_prefixes` first (journald, kubectl,
-docker-compose, Slurm, Ray, process prefixes, ANSI codes), and times through
-:mod:`oomtrace.ingest.clock`. The same record printed by several ranks at the same second counts
-once. Work is vectorised over chunks of lines; see ``benchmarks/ingest_bench.py``.
+``engine_config`` keys, where the log states them: ``num_gpu_blocks``, ``num_cpu_blocks``,
+``block_size``, ``kv_cache_tokens``, ``max_concurrency``, ``max_concurrency_tokens``,
+``max_model_len``, ``max_num_seqs``, ``max_num_batched_tokens``, ``gpu_memory_utilization``,
+``model_weights_bytes``, ``available_kv_cache_bytes`` (negative when vLLM says so),
+``cuda_graph_bytes``, ``model``, ``served_model_name``, ``dtype``, ``kv_cache_dtype``,
+``quantization``, ``tensor_parallel_size`` (and pipeline, data parallel), ``enable_prefix_caching``,
+``max_log_len``, the profiling figures (``device_total_bytes``, ``requested_memory_bytes``,
+``profiled_weights_bytes``, ``activation_peak_bytes``, ``non_torch_bytes``,
+``non_kv_cache_bytes``, ``initial_free_bytes``, ``torch_peak_bytes``) and timings
+(``model_load_seconds``, ``cuda_graph_seconds``, ``init_engine_seconds``). The first statement
+of a key wins; a later, different one (a restart) is a note.
+
+Outer prefixes (journald, kubectl, docker-compose, Slurm, Ray, process prefixes, ANSI codes) are
+read with the grammar of :mod:`oomtrace.ingest.prefixes`, fused with vLLM's own header into one
+pass (:mod:`.vllm_records`); times are placed by :mod:`oomtrace.ingest.clock`. The same record
+printed by several ranks at the same second counts once. Work is vectorised over chunks of
+lines; see ``benchmarks/ingest_bench.py``.
 """
 
 from __future__ import annotations
 
-import os
 import re
-from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Final
 
@@ -54,17 +64,17 @@ from oomtrace.ingest.vllm_finish import (
     version_family,
     with_ts,
 )
-from oomtrace.ingest.vllm_patterns import PRIVATE_MARKERS, SNIFF_MARKERS, UVICORN
+from oomtrace.ingest.vllm_patterns import PRIVATE_MARKERS, SNIFF_MARKERS
 from oomtrace.ingest.vllm_records import ChunkInfo, build_records
 from oomtrace.ingest.vllm_requests import finish_requests
 
 _SNIFF_HEADER: Final = re.compile(
     r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d \[?[^\s\]]+\.py:\d+\] "
 )
-_UVICORN: Final = "^" + OUTER + UVICORN.removeprefix("^")
+# Unanchored on purpose: whatever prefix precedes it, this text is an access line.
+_UVICORN: Final = r"(?:INFO|WARNING|ERROR):\s+\S+ - \""
 _OUTER: Final = re.compile("^(?:" + OUTER + ")")
 _ANSI: Final = re.compile(ANSI)
-WORKERS: Final = max(1, min(4, os.cpu_count() or 1))
 _PRIVATE: Final = "|".join(re.escape(marker) for marker in PRIVATE_MARKERS)
 _NOT_CONFIG: Final = ("block_device", "kv_device")
 UNKNOWN_STATS: Final = "stats line in an unrecognised shape"
@@ -92,17 +102,11 @@ class VllmLogParser:
 
     def parse(self, source: InputFile, ctx: ParseContext, diag: SourceDiagnostics) -> ParseResult:
         run = _Run(ctx, diag, "kubectl/docker timestamps")
-        # Chunks share no state until finish(): read them side by side (Polars releases the
-        # GIL), keep at most WORKERS in flight so memory stays bounded, add them in order.
-        with ThreadPoolExecutor(max_workers=WORKERS) as pool:
-            pending: deque[Future[_Chunk]] = deque()
-            for index, chunk in enumerate(source.line_chunks(diag)):
-                lines = chunk.lines.to_frame("line")
-                pending.append(pool.submit(_read_chunk, lines, index, chunk.first_line, run.tz))
-                while len(pending) >= WORKERS:
-                    run.add(pending.popleft().result())
-            while pending:
-                run.add(pending.popleft().result())
+        # Chunks share no state until finish(). Reading two at a time on two threads was
+        # measured slower than one (many short Polars calls contend for the GIL), so they are
+        # read one after the other; memory stays bounded by one chunk plus the rows it yields.
+        for chunk in source.line_chunks(diag):
+            run.feed(chunk.lines.to_frame("line"), chunk.first_line)
         return run.finish()
 
     def parse_lines(
@@ -296,31 +300,33 @@ class _Chunk:
 
 def _read_chunk(lines: pl.DataFrame, index: int, first_line: int, tz: str) -> _Chunk:
     """Everything one chunk yields, with no state shared with other chunks."""
-    records, info = build_records(lines, flags(), chunk=index, first_line=first_line, tz=tz)
+    records, rest, info = build_records(lines, flags(), chunk=index, first_line=first_line, tz=tz)
     out = Extracted()
     extract(records, out)
     used = pl.concat(out.used).unique() if out.used else pl.Series([], dtype=pl.Int64)
     odd = pl.concat(out.unmatched) if out.unmatched else pl.Series([], dtype=pl.Int64)
     out.used.clear()
     out.unmatched.clear()
-    return _Chunk(out, info, used.len(), _skips(records, used, odd))
+    unused = pl.concat(
+        [records.filter(~pl.col("_seq").is_in(used.implode())).select(rest.columns), rest]
+    )
+    return _Chunk(out, info, used.len(), _skips(unused, odd))
 
 
-def _skips(records: pl.DataFrame, used: pl.Series, odd: pl.Series) -> list[tuple[str, int, str]]:
+def _skips(unused: pl.DataFrame, odd: pl.Series) -> list[tuple[str, int, str]]:
     """Every record not put to use, under one reason each, with a safe first example."""
-    unused = records.filter(~pl.col("_seq").is_in(used.implode()))
     if unused.height == 0:
         return []
     line = pl.col("line")
     reason = (
         pl.when(pl.col("_seq").is_in(odd.implode()))
         .then(pl.lit(UNKNOWN_STATS))
-        .when(line.str.contains(r"^\s*$"))
-        .then(pl.lit(EMPTY))
-        .when(line.str.contains(_UVICORN))
-        .then(pl.lit(UVICORN_LINE))
         .when(pl.col("_hdr"))
         .then(pl.lit(NOT_USED))
+        .when(line.str.contains(_UVICORN))
+        .then(pl.lit(UVICORN_LINE))
+        .when(line.str.contains(r"^\s*$"))
+        .then(pl.lit(EMPTY))
         .otherwise(pl.lit(NO_HEADER))
     )
     grouped = (

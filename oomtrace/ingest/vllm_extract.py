@@ -215,13 +215,20 @@ def _events(others: pl.DataFrame, out: Extracted) -> None:
 def _requests(rows: pl.DataFrame, out: Extracted) -> None:
     if rows.height == 0:
         return
+    # The classifier already saw how each line starts: split once, then each entry only looks
+    # at its own rows.
+    groups = rows.with_columns(_lead=pl.col("_req").str.extract(r"^(\S+ ?\S*)", 1)).partition_by(
+        "_lead", as_dict=True
+    )
+    by_lead = {str(key[0]).strip(): frame for key, frame in groups.items()}
     handled: set[str] = set()
     for entry in REQUEST_LINES:
         if entry.pattern in handled:
             continue
         handled.add(entry.pattern)
-        hit = rows.filter(pl.col("_req").str.starts_with(entry.lead))
-        if hit.height == 0:
+        lead = entry.lead if entry.lead in by_lead else entry.lead.split(" ")[0]
+        hit = by_lead.get(lead)
+        if hit is None:
             continue
         hit = hit.filter(pl.col("body").str.contains(entry.pattern))
         if hit.height == 0:
@@ -229,7 +236,7 @@ def _requests(rows: pl.DataFrame, out: Extracted) -> None:
         out.used.append(hit.get_column("_seq"))
         if entry.family is not None:
             out.evidence.add(entry.family)
-        out.requests.append(_request_rows(hit, entry.event, entry.pattern))
+        out.requests.append(_request_rows(hit.drop("_lead"), entry.event, entry.pattern))
         if entry.pattern == PREEMPT:
             out.events.append(_preemption_events(hit))
 
@@ -302,10 +309,13 @@ def _with_token_count(frame: pl.DataFrame, key: str) -> pl.DataFrame:
     (``prompt_token_ids: [1, 2]`` -> 2; null when there is none). The last, because a prompt
     printed before the list may itself contain the key. Split on the key, cut at ``]``, count
     commas: several times cheaper than a capturing regex over the list."""
+    has = frame.get_column("body").str.contains(key, literal=True)
+    if not has.any():
+        return frame.with_columns(_count=pl.lit(None, pl.Int64))
     pieces = pl.col("body").str.split(key)
     frame = frame.with_columns(
-        _listed=pieces.list.len() > 1,
-        _ids=pieces.list.last().str.splitn("]", 2).struct.field("field_0"),
+        _listed=has & (pieces.list.len() > 1),
+        _ids=pl.when(has).then(pieces.list.last().str.splitn("]", 2).struct.field("field_0")),
     )
     ids = pl.col("_ids")
     count = (

@@ -264,11 +264,15 @@ def _fold_wrappers(events: pl.DataFrame) -> pl.DataFrame:
     sizeless = events.filter(pl.col("requested_bytes").is_null()).with_row_index("_n")
     if sized.height == 0 or sizeless.height == 0:
         return events
-    near = sizeless.select("_n", "ts", "device").sort("ts").join_asof(
-        sized.select("ts", _sized_device="device", _sized_ts="ts").sort("ts"),
-        on="ts",
-        strategy="nearest",
-        tolerance=f"{REPEAT_WINDOW_S}s",
+    near = (
+        sizeless.select("_n", "ts", "device")
+        .sort("ts")
+        .join_asof(
+            sized.select("ts", _sized_device="device", _sized_ts="ts").sort("ts"),
+            on="ts",
+            strategy="nearest",
+            tolerance=f"{REPEAT_WINDOW_S}s",
+        )
     )
     told = near.filter(
         pl.col("_sized_ts").is_not_null()

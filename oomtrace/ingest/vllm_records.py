@@ -56,6 +56,7 @@ _HEADER_SLICE: Final = 96
 _HEADER_WHOLE: Final = "^(?P<hdr>" + HEADER.removeprefix("^") + ")"
 _LEVEL_TS: Final = _HEADER_AT + " "
 _TS_ONLY: Final = frozenset({"timestamp", "process", "nested"})
+_SAMPLE: Final = 256
 
 
 def _plain(pattern: str) -> str:
@@ -90,68 +91,69 @@ def build_records(
     chunk: int,
     first_line: int,
     tz: str,
-) -> tuple[pl.DataFrame, ChunkInfo]:
-    """One chunk's records: :data:`TIME_COLUMNS`, ``line``, ``level``, ``_br``, the boolean
-    ``flags`` (expressions over the raw ``line``; a record is a candidate, ``_cand``, when any
-    is true) and, for candidates only, ``body`` (the text after the header)."""
+) -> tuple[pl.DataFrame, pl.DataFrame, ChunkInfo]:
+    """One chunk read: ``(records, rest, info)``.
+
+    ``records`` are the lines that were parsed, in file order: :data:`TIME_COLUMNS`, ``line``,
+    ``level``, ``_br``, the boolean ``flags`` (expressions over the raw ``line``; a record is a
+    candidate, ``_cand``, when any is true) and, for candidates only, ``body`` (the text after
+    the header). ``rest`` (``_seq``, ``line``, ``_hdr``) are the lines nothing needed parsed,
+    kept only to be counted."""
     info = ChunkInfo()
     if "arrival_ts" not in lines.columns:
         lines = lines.with_columns(arrival_ts=pl.lit(None, pl.Datetime("ns", "UTC")))
-    frame = _lead(lines, flags)
-    frame = frame.with_columns(
-        body=pl.when(pl.col("_cand")).then(pl.col("line").str.slice(pl.col("_lead"))),
-        _seq=pl.int_range(first_line, first_line + frame.height, dtype=pl.Int64) * 256,
-    )
-    frame = _repeat_suffix(frame, info)
-    glued = pl.col("_cand") & pl.col("body").str.contains(_LEVEL_TS)
-    if frame.select(glued.any()).item():
-        frame = _split_glued(frame, info)
-    frame = _place(frame.with_columns(_chunk=pl.lit(chunk, pl.Int32)), info, tz)
-    _count(frame, info)
-    return frame, info
-
-
-def _lead(lines: pl.DataFrame, flags: Mapping[str, pl.Expr]) -> pl.DataFrame:
-    """Outer prefixes and header of every record that needs them.
-
-    The literal flags, the colour-code flag and the header search run side by side over every
-    line. The parse runs on candidates only, unless a candidate has no header of its own (a
-    traceback line), when every line of the chunk is parsed so that it can take the time of
-    the line before it. Patterns hold only the prefix kinds found in the text before the
-    headers (and at the start of headerless lines).
-    """
     line = pl.col("line")
-    frame = lines.with_row_index("_i").with_columns(
-        _esc=line.str.contains("\x1b", literal=True), _hpos=line.str.find(_HEADER_AT), **flags
+    frame = lines.with_columns(
+        _seq=pl.int_range(first_line, first_line + lines.height, dtype=pl.Int64) * 256,
+        _esc=line.str.contains("\x1b", literal=True),
+        _hpos=line.str.find(_HEADER_AT),
+        **flags,
+    ).with_columns(_cand=pl.any_horizontal(*flags))
+    # A candidate without a header of its own (a traceback line) takes the time of the header
+    # line before it, so then every header line of the chunk is parsed too.
+    headerless = frame.select((pl.col("_cand") & pl.col("_hpos").is_null()).any()).item()
+    parse = pl.col("_cand") | (pl.col("_hpos").is_not_null() if headerless else False)
+    rest = frame.filter(~parse).select("_seq", "line", _hdr=pl.col("_hpos").is_not_null())
+    records = _cleanup_ansi(_parse(frame.filter(parse)).drop("_hpos"), flags)
+    records = records.with_columns(
+        body=pl.when(pl.col("_cand")).then(line.str.slice(pl.col("_lead")))
     )
-    frame = frame.with_columns(_cand=pl.any_horizontal(*flags))
-    if frame.select((pl.col("_cand") & pl.col("_hpos").is_null()).any()).item():
-        parsed = _parse(frame)
-    else:
-        parsed = _parse(frame.filter("_cand"))
-        rest = frame.filter(~pl.col("_cand")).with_columns(_hdr=pl.col("_hpos").is_not_null())
-        missing = {c: pl.lit(None, t) for c, t in parsed.schema.items() if c not in rest.columns}
-        parsed = pl.concat([parsed, rest.with_columns(**missing).select(parsed.columns)])
-        parsed = parsed.sort("_i")
-    return _cleanup_ansi(parsed.drop("_i", "_hpos"), flags)
+    records = _repeat_suffix(records, info)
+    glued = pl.col("_cand") & pl.col("body").str.contains(_LEVEL_TS)
+    if records.select(glued.any()).item():
+        records = _split_glued(records, info)
+    records = _place(records.with_columns(_chunk=pl.lit(chunk, pl.Int32)), info, tz)
+    _count(records, info)
+    return records, rest, info
 
 
 def _parse(frame: pl.DataFrame, kinds: frozenset[PrefixKind] | None = None) -> pl.DataFrame:
     """Header fields, prefix fields, and ``_outer``/``_lead`` (prefix and prefix+header
-    lengths in characters) for every row of ``frame``."""
+    lengths in characters) for every row of ``frame``.
+
+    The prefix kinds are detected on a sample; the full-prefix test that confirms each header
+    checks every row, and rows it rejects are looked at again for kinds the sample missed."""
     line, hpos = pl.col("line"), pl.col("_hpos")
     frame = frame.with_columns(
         _pre=line.cast(pl.Binary).bin.head(hpos.fill_null(0)).cast(pl.String, strict=False)
     )
+    prefixed = frame.filter(hpos > 0)
     if kinds is None:
-        prefixed = frame.filter(hpos.is_not_null() & (hpos > 0))
-        kinds = detect_kinds(prefixed, "_pre") | detect_kinds(frame.filter(hpos.is_null()), "line")
+        sample = pl.concat([prefixed.head(_SAMPLE), prefixed.tail(_SAMPLE)])
+        kinds = detect_kinds(sample, "_pre") | detect_kinds(frame.filter(hpos.is_null()), "line")
+    frame = frame.with_columns(
+        _ok=hpos.is_not_null()
+        & ((hpos == 0) | pl.col("_pre").str.contains(_prefix_test(kinds)).fill_null(value=False)),
+    )
+    rejected = frame.filter((hpos > 0) & ~pl.col("_ok"))
+    if rejected.height:
+        more = detect_kinds(rejected, "_pre") - kinds
+        if more:
+            return _parse(frame.drop("_pre", "_ok"), kinds | more)
     frame = frame.with_columns(
         _h=line.str.slice(pl.col("_pre").str.len_chars(), _HEADER_SLICE).str.extract_groups(
             _HEADER_WHOLE
-        ),
-        _ok=hpos.is_not_null()
-        & ((hpos == 0) | pl.col("_pre").str.contains(_prefix_test(kinds)).fill_null(value=False)),
+        )
     )
     h = pl.col("_h").struct.field
     frame = frame.with_columns(_hdr=pl.col("_ok") & h("hdr").is_not_null())
@@ -197,43 +199,44 @@ def _outer(frame: pl.DataFrame, kinds: frozenset[PrefixKind]) -> pl.DataFrame:
             proc=pl.when(proc.str.len_bytes() > 0).then(proc),
         )
     else:
-        parts = pre.str.extract_groups("^(?P<outer>" + outer_pattern(kinds) + ")$")
-        with_header = with_header.with_columns(_p=parts).with_columns(
+        groups = pre.str.extract_groups("^(?P<outer>" + outer_pattern(kinds) + ")$")
+        with_header = with_header.with_columns(_p=groups).with_columns(
             _outer=pre.str.len_chars(), **outer_columns(pl.col("_p"), kinds)
         )
-    parts = pl.col("line").str.extract_groups("^(?P<outer>" + outer_pattern(kinds) + ")")
-    without = without.with_columns(_p=parts).with_columns(
+    groups = pl.col("line").str.extract_groups("^(?P<outer>" + outer_pattern(kinds) + ")")
+    without = without.with_columns(_p=groups).with_columns(
         _outer=pl.col("_p").struct.field("outer").str.len_chars(),
         **outer_columns(pl.col("_p"), kinds),
     )
     columns = [*frame.columns, "_outer", "outer_ts", "host", "proc"]
-    return (
-        pl.concat([with_header.select(columns), without.select(columns)], how="vertical_relaxed")
-        .sort("_i")
-        .with_columns(pl.col("_outer").cast(pl.UInt32))
-    )
+    if without.height == 0:
+        joined = with_header.select(columns)
+    elif with_header.height == 0:
+        joined = without.select(columns)
+    else:
+        parts = [with_header.select(columns), without.select(columns)]
+        joined = pl.concat(parts, how="vertical_relaxed").sort("_seq")
+    return joined.with_columns(pl.col("_outer").cast(pl.UInt32))
 
 
 def _cleanup_ansi(frame: pl.DataFrame, flags: Mapping[str, pl.Expr]) -> pl.DataFrame:
     """Colour codes beyond the process prefix (a coloured level name, say): strip them from
     those candidate lines only and read them again."""
-    esc = pl.col("_esc")
-    if not frame.select(esc.any()).item():
+    coloured = pl.col("_esc") & pl.col("_cand")
+    if not frame.select(coloured.any()).item():
         return frame.drop("_esc")
+    suspects = frame.filter(coloured)
     in_lead = pl.col("line").str.head(pl.col("_lead")).str.count_matches("\x1b", literal=True)
     every = pl.col("line").str.count_matches("\x1b", literal=True)
-    dirty = (esc & pl.col("_cand") & (every > in_lead)).fill_null(value=False)
-    frame = frame.with_row_index("_i")
-    redo = frame.filter(dirty)
+    redo = suspects.filter((every > in_lead).fill_null(value=False))
     if redo.height == 0:
-        return frame.drop("_esc", "_i")
-    cleaned = redo.select("_i", "arrival_ts", line=pl.col("line").str.replace_all(ANSI, ""))
+        return frame.drop("_esc")
+    cleaned = redo.select("_seq", "arrival_ts", line=pl.col("line").str.replace_all(ANSI, ""))
     cleaned = cleaned.with_columns(_hpos=pl.col("line").str.find(_HEADER_AT), **flags)
-    cleaned = _parse(cleaned).with_columns(
-        _cand=pl.any_horizontal(*flags), _esc=pl.lit(value=False)
-    )
-    rest = frame.filter(~dirty)
-    return pl.concat([rest, cleaned.select(rest.columns)]).sort("_i").drop("_esc", "_i")
+    cleaned = _parse(cleaned).drop("_hpos")
+    cleaned = cleaned.with_columns(_cand=pl.any_horizontal(*flags), _esc=pl.lit(value=False))
+    rest = frame.filter(~pl.col("_seq").is_in(redo.get_column("_seq").implode()))
+    return pl.concat([rest, cleaned.select(rest.columns)]).sort("_seq").drop("_esc")
 
 
 def _repeat_suffix(frame: pl.DataFrame, info: ChunkInfo) -> pl.DataFrame:
@@ -268,11 +271,11 @@ def _split_glued(frame: pl.DataFrame, info: ChunkInfo) -> pl.DataFrame:
     rest = pieces.filter(pl.col("_piece") > 0)
     if rest.height:
         inherited = rest.select("_seq", "arrival_ts", "outer_ts", "host", "repeat", "proc")
-        again = rest.select("_seq", *FLAG_NAMES, "_cand", line=pl.col("body")).with_row_index("_i")
+        again = rest.select("_seq", *FLAG_NAMES, "_cand", line=pl.col("body"))
         again = _parse(
             again.with_columns(_hpos=pl.col("line").str.find(_HEADER_AT)),
             frozenset(("process",)),
-        ).drop("_i", "_hpos")
+        ).drop("_hpos")
         again = again.with_columns(body=pl.col("line").str.slice(pl.col("_lead")))
         again = again.drop("outer_ts", "host").join(inherited.rename({"proc": "_proc0"}), on="_seq")
         rest = again.with_columns(proc=pl.coalesce("proc", "_proc0")).drop("_proc0")

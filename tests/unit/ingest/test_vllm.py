@@ -24,7 +24,7 @@ from polars.testing import assert_frame_equal
 from oomtrace.cli import cli
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.ingest import IngestOptions, ingest_paths
-from oomtrace.ingest.base import ClockOptions, ParseContext, ParseResult, registry
+from oomtrace.ingest.base import ClockOptions, LineParser, ParseContext, ParseResult, registry
 from oomtrace.ingest.textio import InputFile
 from oomtrace.ingest.vllm import NO_HEADER, NOT_USED, PARSER, UVICORN_LINE
 from oomtrace.ingest.vllm_finish import RANK_REPEAT, STALE_STATS
@@ -377,6 +377,11 @@ def test_every_sample_file_is_sniffed_as_vllm(path: Path) -> None:
     scores = {name: p.sniff(source.head(), path.name) for name, p in registry().items()}
     assert max(scores, key=lambda n: scores[n]) == "vllm-log"
     assert scores["vllm-log"] >= 0.7
+
+
+def test_the_parser_is_registered_and_takes_tailed_lines_too() -> None:
+    assert registry()["vllm-log"] is PARSER
+    assert isinstance(PARSER, LineParser)
 
 
 def test_other_text_is_not_sniffed_as_vllm() -> None:
