@@ -1,9 +1,9 @@
 """Per-chunk extraction of vLLM records into partial tables (still on the printed clock).
 
-One cheap literal pass (Aho-Corasick) picks the candidate records; an anchored pattern on the
-start of each candidate's body sorts it into stats, request or other lines; each family then
-runs its own patterns on its own rows only. Startup and event lines are rare, so their
-per-entry patterns run on a handful of rows.
+One cheap literal pass (the table's literals as one regex alternation) picks the candidate
+records; an anchored pattern on the start of each candidate's body sorts it into stats, request
+or other lines; each family then runs its own patterns on its own rows only. Startup and event
+lines are rare, so their per-entry patterns run on a handful of rows.
 """
 
 from __future__ import annotations
