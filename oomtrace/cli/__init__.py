@@ -18,6 +18,18 @@ from oomtrace.errors import OomtraceError
 
 # name -> (module, one-line help). Every built-in command is registered here and nowhere else.
 COMMANDS: dict[str, tuple[str, str]] = {
+    "analyze": (
+        "oomtrace.cli.analyze",
+        "Find the requests and the moment that ran the GPU out of memory.",
+    ),
+    "budget": ("oomtrace.cli.budget", "GPU memory budget worksheet for serving a model."),
+    "ingest": ("oomtrace.cli.ingest", "Turn logs, metrics and captures into a canonical trace."),
+    "inspect": ("oomtrace.cli.inspect", "Show what oomtrace reads from one file."),
+    "report": (
+        "oomtrace.cli.report",
+        "Write the incident report: terminal, Markdown, JSON or HTML.",
+    ),
+    "collect": ("oomtrace.cli.collect", "Sample a serving node into crash-safe segments."),
     "replay": ("oomtrace.cli.replay", "Replay recorded traffic under other admission limits."),
 }
 

@@ -1,0 +1,152 @@
+"""What the observed peak was made of: the engine's processes, other processes, and the parts.
+
+The breakdown splits device memory in use at the peak into parts measured independently, each
+with its basis; what no part accounts for is left as ``unexplained`` (activations, workspaces and
+anything else not observed). Parts never overlap: the KV pool is split into what named requests
+held and the rest (reserved, not occupied); allocator slack is reserved but not allocated.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+import polars as pl
+
+from oomtrace.analysis.findings import Component, ProcessUse
+from oomtrace.analysis.series import SeriesIndex
+from oomtrace.trace import Manifest
+
+
+def engine_pids(samples: pl.DataFrame, events: pl.DataFrame, manifest: Manifest) -> frozenset[int]:
+    """Processes that are the engine: those with allocator statistics, those named in engine
+    events or in the manifest; failing all, the process holding the most memory when first seen
+    (an inference server preallocates most of the device at startup)."""
+    pids: set[int] = set()
+    torch = samples.filter(pl.col("metric").str.starts_with("torch_") & pl.col("pid").is_not_null())
+    pids |= set(torch["pid"].unique().to_list())
+    own = events.filter(
+        pl.col("kind").is_in(["engine_start", "engine_dead"]) & pl.col("pid").is_not_null()
+    )
+    pids |= set(own["pid"].unique().to_list())
+    stated = manifest.engine.get("pids") or manifest.engine.get("pid")
+    if isinstance(stated, int):
+        pids.add(stated)
+    elif isinstance(stated, list):
+        pids |= {int(p) for p in stated if isinstance(p, int)}
+    if pids:
+        return frozenset(pids)
+    first = (
+        samples.filter((pl.col("metric") == "process_used_bytes") & pl.col("pid").is_not_null())
+        .sort("ts")
+        .group_by("node", "device", "pid", maintain_order=True)
+        .agg(pl.col("value").first())
+        .sort("value", descending=True)
+        .group_by("node", "device", maintain_order=True)
+        .first()
+    )
+    return frozenset(first["pid"].to_list())
+
+
+def foreign_processes(
+    memory: SeriesIndex,
+    *,
+    node: str,
+    device: int | None,
+    peak_ts: datetime,
+    window_start: datetime,
+    window: timedelta,
+    engine: frozenset[int],
+    oom: dict[str, Any] | None,
+    observed: int | None,
+) -> list[ProcessUse]:
+    """Memory other processes held at the peak, from per-process samples or, failing those, from
+    the OOM's own accounting (in use minus the engine's process)."""
+    out: list[ProcessUse] = []
+    catalog = memory.catalog.filter(
+        (pl.col("metric") == "process_used_bytes")
+        & (pl.col("node") == node)
+        & pl.col("pid").is_not_null()
+        & ~pl.col("pid").is_in(list(engine))
+        & (pl.col("device").eq_missing(device) if device is not None else pl.lit(value=True))
+    )
+    for pid in sorted(set(catalog["pid"].to_list())):
+        series = memory.find("process_used_bytes", node, device, pid=pid)
+        now = memory.value_at(series, peak_ts, window)
+        if now is None:
+            continue
+        before = memory.value_at(series, window_start, window)
+        growth = round(now - (before or 0.0))
+        out.append(
+            ProcessUse(pid, round(now), growth, now / observed if observed else 0.0, "samples")
+        )
+    if out or oom is None:
+        return sorted(out, key=lambda p: (-p.bytes, p.pid or 0))
+    total, free, own = oom.get("total_bytes"), oom.get("free_bytes"), oom.get("process_bytes")
+    if total is not None and free is not None and own is not None and total - free - own > 0:
+        other = total - free - own
+        out.append(ProcessUse(None, other, None, other / (total - free), "oom_event"))
+    return out
+
+
+def breakdown(
+    memory: SeriesIndex,
+    *,
+    node: str,
+    device: int | None,
+    peak_ts: datetime,
+    window: timedelta,
+    observed: int | None,
+    explained: int | None,
+    pool_bytes: int | None,
+    weights: int | None,
+    foreign: int,
+) -> tuple[Component, ...]:
+    """Parts of the device memory in use at the peak (see the module docstring)."""
+    if observed is None:
+        return ()
+
+    def at(metric: str) -> float | None:
+        return memory.value_at(memory.find(metric, node, device), peak_ts, window)
+
+    reserved, allocated, device_used = (
+        at("torch_reserved_bytes"),
+        at("torch_allocated_bytes"),
+        at("device_used_bytes"),
+    )
+    parts: list[Component] = []
+    if explained:
+        parts.append(Component("KV held by named requests", explained, "modelled"))
+    if pool_bytes:
+        rest = max(pool_bytes - (explained or 0), 0)
+        parts.append(
+            Component("rest of the KV pool (reserved, not occupied)", rest, "engine statement")
+        )
+    if weights:
+        parts.append(Component("model weights", weights, "engine statement"))
+    if reserved is not None and allocated is not None:
+        parts.append(
+            Component(
+                "allocator slack (reserved, not allocated)",
+                round(max(reserved - allocated, 0.0)),
+                "samples",
+            )
+        )
+    if foreign:
+        parts.append(Component("other processes", foreign, "samples or OOM accounting"))
+    if device_used is not None and reserved is not None:
+        outside = max(device_used - reserved - foreign, 0.0)
+        parts.append(
+            Component(
+                "outside PyTorch's cache (CUDA context, NCCL, graphs)", round(outside), "samples"
+            )
+        )
+    residual = observed - sum(p.bytes for p in parts)
+    parts.append(
+        Component(
+            "unexplained (activations, workspaces, anything not observed)",
+            max(residual, 0),
+            "residual",
+        )
+    )
+    return tuple(parts)

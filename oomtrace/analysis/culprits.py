@@ -1,0 +1,259 @@
+"""Culprits, shares and the admission ledger at a peak.
+
+Ranking (the same for the ledger and the culprits, so a reader can check it by hand):
+
+1. resident at the peak (only resident requests hold memory);
+2. bytes held at the peak (tokens when there is no bytes model), largest first;
+3. growth in the window before the peak (a request admitted inside the window grew by all it holds);
+4. admitted inside the window before those admitted earlier; then the request id.
+
+For a transient peak the culprits are instead the requests in prefill at the peak, by the prompt
+tokens they had to process (prompt minus cached), largest first.
+
+Shares: ``share = bytes / max(observed, explained)`` where ``explained`` is the sum over every
+resident request; so the shares of the ledger sum to the coverage (``explained / observed``,
+capped at 1) and never exceed 1 in total.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import polars as pl
+
+from oomtrace.analysis.findings import Culprit, Ledger, LedgerRow
+from oomtrace.analysis.window import resident_at
+from oomtrace.timeline import Timeline, lit_ts
+from oomtrace.units import format_bytes
+
+
+@dataclass(frozen=True)
+class Residents:
+    """Requests resident at a peak, ranked, with their figures and the denominator of shares."""
+
+    frame: pl.DataFrame
+    explained_bytes: int | None
+    denominator: int | None
+
+
+def residents(
+    timeline: Timeline, node: str, peak_ts: datetime, window_start: datetime
+) -> pl.DataFrame:
+    """Per resident request at ``peak_ts``: figures at the peak, growth since ``window_start``,
+    whether admitted inside the window and whether in prefill, ranked (see module docstring)."""
+    now = resident_at(timeline, node, peak_ts)
+    before = (
+        resident_at(timeline, node, window_start)
+        .group_by("request_id")
+        .agg(tokens_before=pl.col("tokens").sum())
+    )
+    states_first_token = (
+        timeline.requests.filter(pl.col("node") == node)["first_token_ts"].is_not_null().any()
+    )
+    first = pl.col("first_token_ts")
+    in_prefill = (
+        pl.when(first.is_not_null())
+        .then(first > lit_ts(peak_ts))
+        .when(pl.col("progress_stated") > 0)
+        .then(pl.lit(value=False))
+        .when(pl.lit(states_first_token))
+        .then(pl.lit(value=True))
+        .otherwise(pl.lit(None, dtype=pl.Boolean))
+    )
+    frame = (
+        now.join(before, on="request_id", how="left")
+        .join(
+            timeline.requests.filter(pl.col("node") == node).select(
+                "request_id",
+                "arrived_ts",
+                "first_token_ts",
+                "prompt_tokens",
+                "max_tokens",
+                "cached_tokens",
+                "contract_tokens",
+                "progress_stated",
+            ),
+            on="request_id",
+            how="left",
+        )
+        .with_columns(
+            growth_tokens=pl.col("tokens") - pl.col("tokens_before").fill_null(0),
+            admitted_in_window=pl.col("start_ts") >= lit_ts(window_start),
+            in_prefill=in_prefill,
+            reserved_bytes=timeline.kv.bytes_expr(pl.col("contract_tokens")),
+        )
+    )
+    return frame.sort(
+        pl.col("bytes").fill_null(-1),
+        pl.col("tokens").fill_null(-1),
+        "growth_tokens",
+        "admitted_in_window",
+        "request_id",
+        descending=[True, True, True, True, False],
+        nulls_last=True,
+    )
+
+
+def with_shares(frame: pl.DataFrame, observed_bytes: int | None) -> Residents:
+    """Shares of the observed peak; see the module docstring for the denominator."""
+    explained = int(frame["bytes"].sum()) if frame["bytes"].is_not_null().any() else None
+    denominator = max(observed_bytes or 0, explained or 0) or None
+    shares = (
+        (pl.col("bytes").fill_null(0) / denominator).alias("share")
+        if denominator
+        else pl.lit(0.0).alias("share")
+    )
+    return Residents(frame.with_columns(shares), explained, denominator)
+
+
+def prefill_candidates(frame: pl.DataFrame, window_start: datetime) -> pl.DataFrame:
+    """Requests in prefill at the peak (or, where the source never states first tokens, admitted
+    inside the window), by uncached prompt tokens."""
+    uncached = pl.col("prompt_tokens") - pl.col("cached_tokens").fill_null(0)
+    maybe = pl.col("in_prefill").fill_null(pl.col("start_ts") >= lit_ts(window_start))
+    return (
+        frame.filter(maybe)
+        .with_columns(uncached_tokens=uncached)
+        .sort(
+            pl.col("uncached_tokens").fill_null(-1),
+            "request_id",
+            descending=[True, False],
+        )
+    )
+
+
+def _ago(later: datetime, earlier: datetime | None) -> str:
+    if earlier is None:
+        return "an unknown time"
+    seconds = max((later - earlier).total_seconds(), 0.0)
+    return str(timedelta(seconds=round(seconds))) if seconds >= 60 else f"{seconds:.1f} s"
+
+
+def _figure(row: dict[str, Any]) -> str:
+    tokens = row["tokens"]
+    if tokens is None:
+        return "an unknown number of tokens"
+    text = f"{tokens:,} tokens"
+    if row["bytes"] is not None:
+        text += f" ({format_bytes(row['bytes'])})"
+    if row["basis"] == "bounded":
+        high = f"{row['tokens_high']:,}" if row["tokens_high"] is not None else "no stated limit"
+        text += f", bounded: between {row['tokens_low']:,} and {high}"
+    else:
+        text += f", {row['basis']}"
+    return text
+
+
+def culprits(
+    ranked: Residents,
+    *,
+    transient: bool,
+    peak_ts: datetime,
+    window_start: datetime,
+    top: int,
+    basis_label: str,
+) -> tuple[Culprit, ...]:
+    """The top ``top`` culprits with the reason for each rank."""
+    frame = ranked.frame
+    if transient:
+        frame = prefill_candidates(frame, window_start)
+    out = []
+    for rank, row in enumerate(frame.head(top).iter_rows(named=True), start=1):
+        if transient:
+            prompt = row["prompt_tokens"]
+            reason = (
+                f"in prefill at the peak with a {prompt:,}-token prompt"
+                if prompt is not None
+                else "in prefill at the peak (prompt length not stated)"
+            )
+            if row["cached_tokens"]:
+                reason += f" ({row['cached_tokens']:,} cached)"
+            reason += f"; resident for {_ago(peak_ts, row['start_ts'])}"
+        else:
+            reason = f"held {_figure(row)} at the peak"
+            if ranked.denominator:
+                reason += f", {row['share']:.1%} of {basis_label}"
+            reason += f"; resident for {_ago(peak_ts, row['start_ts'])}"
+            if row["admitted_in_window"]:
+                reason += ", admitted inside the window"
+            elif row["growth_tokens"] is not None:
+                reason += f", grew {row['growth_tokens']:,} tokens in the window"
+        out.append(
+            Culprit(
+                rank=rank,
+                request_id=row["request_id"],
+                share=float(row["share"]),
+                tokens=row["tokens"],
+                tokens_low=row["tokens_low"],
+                tokens_high=row["tokens_high"],
+                basis=row["basis"],
+                blocks=row["blocks"],
+                bytes=row["bytes"],
+                prompt_tokens=row["prompt_tokens"],
+                max_tokens=row["max_tokens"],
+                growth_tokens=row["growth_tokens"],
+                arrived=row["arrived_ts"],
+                resident_since=row["start_ts"],
+                admitted_in_window=bool(row["admitted_in_window"]),
+                in_prefill=row["in_prefill"],
+                reason=reason,
+            )
+        )
+    return tuple(out)
+
+
+def ledger(
+    ranked: Residents,
+    *,
+    ts: datetime,
+    pool_tokens: int | None,
+    pool_bytes: int | None,
+    observed_used_bytes: int | None,
+    waiting_requests: int | None,
+) -> Ledger:
+    """The admission ledger at ``ts``: rows in rank order, totals and what the pool had left."""
+    frame = ranked.frame
+    rows = tuple(
+        LedgerRow(
+            request_id=r["request_id"],
+            prompt_tokens=r["prompt_tokens"],
+            max_tokens=r["max_tokens"],
+            reserved_tokens=r["contract_tokens"],
+            reserved_bytes=r["reserved_bytes"],
+            stored_tokens=r["tokens"],
+            stored_low=r["tokens_low"],
+            stored_high=r["tokens_high"],
+            basis=r["basis"],
+            blocks=r["blocks"],
+            stored_bytes=r["bytes"],
+            share=float(r["share"]),
+            resident_since=r["start_ts"],
+        )
+        for r in frame.iter_rows(named=True)
+    )
+    unknown = int(frame["contract_tokens"].null_count())
+    stored_bytes = ranked.explained_bytes
+    return Ledger(
+        ts=ts,
+        rows=rows,
+        resident_requests=frame.height,
+        stored_tokens=int(frame["tokens"].fill_null(0).sum()),
+        stored_bytes=stored_bytes,
+        reserved_tokens=int(frame["contract_tokens"].sum()) if frame.height > unknown else None,
+        reserved_bytes=int(frame["reserved_bytes"].sum())
+        if frame["reserved_bytes"].is_not_null().any()
+        else None,
+        unknown_contracts=unknown,
+        pool_tokens=pool_tokens,
+        pool_bytes=pool_bytes,
+        remaining_bytes=pool_bytes - stored_bytes
+        if pool_bytes and stored_bytes is not None
+        else None,
+        observed_used_bytes=observed_used_bytes,
+        remaining_observed_bytes=pool_bytes - observed_used_bytes
+        if pool_bytes and observed_used_bytes is not None
+        else None,
+        waiting_requests=waiting_requests,
+    )

@@ -1,0 +1,68 @@
+"""Evidence rows: the canonical rows (or manifest entries) a finding cites."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from oomtrace.analysis.findings import Evidence, Scalar
+
+_EVENT_FIELDS: Final = (
+    "kind",
+    "device",
+    "pid",
+    "requested_bytes",
+    "total_bytes",
+    "free_bytes",
+    "allocated_bytes",
+    "reserved_unallocated_bytes",
+    "process_bytes",
+    "detail",
+)
+_REQUEST_FIELDS: Final = (
+    "request_id",
+    "event",
+    "prompt_tokens",
+    "max_tokens",
+    "output_tokens",
+    "cached_tokens",
+)
+
+
+def _values(row: dict[str, Any], fields: tuple[str, ...]) -> tuple[tuple[str, Scalar], ...]:
+    return tuple((k, row[k]) for k in fields if row.get(k) is not None)
+
+
+def sample(row: dict[str, Any]) -> Evidence:
+    """A row of a series frame, cited as the ``samples`` row it came from (an observed-KV row
+    keeps its raw metric and value, with the derived bytes and pool share beside them)."""
+    values: list[tuple[str, Scalar]] = []
+    if row.get("raw_metric") is not None:
+        values += [("metric", row["raw_metric"]), ("value", row["raw_value"])]
+        if row.get("unit") == "bytes":
+            values.append(("kv_bytes", round(row["value"])))
+        if row.get("ratio") is not None:
+            values.append(("pool_share", round(float(row["ratio"]), 6)))
+    else:
+        values += [("metric", row["metric"]), ("value", row["value"])]
+    values += [(k, row[k]) for k in ("device", "pid") if row.get(k) is not None]
+    return Evidence("samples", row["ts"], row.get("node"), row.get("source"), tuple(values))
+
+
+def event(row: dict[str, Any]) -> Evidence:
+    return Evidence(
+        "events", row["ts"], row.get("node"), row.get("source"), _values(row, _EVENT_FIELDS)
+    )
+
+
+def request(row: dict[str, Any]) -> Evidence:
+    return Evidence(
+        "requests", row["ts"], row.get("node"), row.get("source"), _values(row, _REQUEST_FIELDS)
+    )
+
+
+def manifest(values: dict[str, Any]) -> Evidence:
+    """Entries of ``manifest.engine_config`` the finding rests on."""
+    kept = tuple(
+        (k, v) for k, v in sorted(values.items()) if isinstance(v, str | int | float | bool)
+    )
+    return Evidence("manifest", None, None, "engine_config", kept)

@@ -1,0 +1,419 @@
+"""Findings: what ``oomtrace analyze`` concluded, as frozen values and a stable JSON document.
+
+The JSON document (``findings_version`` 1) is deterministic: sorted keys, timestamps in ISO 8601
+UTC with microseconds, bytes/tokens/blocks as integers, shares and ratios rounded to 6 decimals,
+no run timestamps and no paths (source names are reduced to their file names). Series are
+downsampled for the document (first minimum and maximum per time bucket, so peaks survive); the
+in-memory :class:`Findings` keeps them at full resolution for the report.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Final, Literal
+
+import polars as pl
+
+from oomtrace.analysis.jsonfmt import iso, number, share
+from oomtrace.analysis.series import downsample
+from oomtrace.analysis.spikes import Spike
+
+FINDINGS_VERSION: Final = 1
+
+IncidentClass = Literal[
+    "kv_exhaustion",
+    "transient_peak",
+    "startup_misfit",
+    "fragmentation",
+    "foreign_memory",
+    "leak",
+    "unknown",
+]
+CLASSES: Final[tuple[IncidentClass, ...]] = (
+    "kv_exhaustion",
+    "transient_peak",
+    "startup_misfit",
+    "fragmentation",
+    "foreign_memory",
+    "leak",
+    "unknown",
+)
+Anchor = Literal["oom", "startup", "spike"]
+EvidenceTable = Literal["samples", "events", "requests", "manifest"]
+Scalar = str | int | float | bool | None
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One row of a canonical table (or of the manifest) that a finding rests on."""
+
+    table: EvidenceTable
+    ts: datetime | None
+    node: str | None
+    source: str | None
+    values: tuple[tuple[str, Scalar], ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "table": self.table,
+            "ts": iso(self.ts),
+            "node": self.node,
+            "source": self.source,
+            "values": {k: _scalar(v) for k, v in self.values},
+        }
+
+
+def _scalar(value: Scalar) -> Scalar:
+    if isinstance(value, float):
+        return value if value != round(value) else round(value)
+    return value
+
+
+@dataclass(frozen=True)
+class Culprit:
+    """A request ranked among those that caused an incident, with the numbers behind the rank."""
+
+    rank: int
+    request_id: str
+    share: float
+    tokens: int | None
+    tokens_low: int | None
+    tokens_high: int | None
+    basis: str | None
+    blocks: int | None
+    bytes: int | None
+    prompt_tokens: int | None
+    max_tokens: int | None
+    growth_tokens: int | None
+    arrived: datetime | None
+    resident_since: datetime | None
+    admitted_in_window: bool
+    in_prefill: bool | None
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rank": self.rank,
+            "request_id": self.request_id,
+            "share": share(self.share),
+            "tokens": self.tokens,
+            "tokens_low": self.tokens_low,
+            "tokens_high": self.tokens_high,
+            "basis": self.basis,
+            "blocks": self.blocks,
+            "bytes": self.bytes,
+            "prompt_tokens": self.prompt_tokens,
+            "max_tokens": self.max_tokens,
+            "growth_tokens": self.growth_tokens,
+            "arrived": iso(self.arrived),
+            "resident_since": iso(self.resident_since),
+            "admitted_in_window": self.admitted_in_window,
+            "in_prefill": self.in_prefill,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class LedgerRow:
+    request_id: str
+    prompt_tokens: int | None
+    max_tokens: int | None
+    reserved_tokens: int | None
+    reserved_bytes: int | None
+    stored_tokens: int | None
+    stored_low: int | None
+    stored_high: int | None
+    basis: str | None
+    blocks: int | None
+    stored_bytes: int | None
+    share: float
+    resident_since: datetime | None
+
+    def to_json(self) -> dict[str, Any]:
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        out["share"] = share(self.share)
+        out["resident_since"] = iso(self.resident_since)
+        return out
+
+
+@dataclass(frozen=True)
+class Ledger:
+    """The admission ledger at the spike: every resident request and the totals against the pool.
+    ``reserved`` is each request's contract (``prompt + max_tokens``); ``stored`` what it held."""
+
+    ts: datetime
+    rows: tuple[LedgerRow, ...]
+    resident_requests: int
+    stored_tokens: int
+    stored_bytes: int | None
+    reserved_tokens: int | None
+    reserved_bytes: int | None
+    unknown_contracts: int
+    pool_tokens: int | None
+    pool_bytes: int | None
+    remaining_bytes: int | None
+    observed_used_bytes: int | None
+    remaining_observed_bytes: int | None
+    waiting_requests: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        out["ts"] = iso(self.ts)
+        out["rows"] = [r.to_json() for r in self.rows]
+        return out
+
+
+@dataclass(frozen=True)
+class Component:
+    """A named part of the observed peak (weights, other processes, allocator slack, ...)."""
+
+    name: str
+    bytes: int
+    basis: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "bytes": self.bytes, "basis": self.basis}
+
+
+@dataclass(frozen=True)
+class ClassCheck:
+    """One class tested against the incident: whether it matched, why, and the rows it read."""
+
+    cls: IncidentClass
+    matched: bool
+    reason: str
+    evidence: tuple[Evidence, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "class": self.cls,
+            "matched": self.matched,
+            "reason": self.reason,
+            "evidence": [e.to_json() for e in self.evidence],
+        }
+
+
+@dataclass(frozen=True)
+class ProcessUse:
+    """Device memory held by a process other than the engine at the peak."""
+
+    pid: int | None
+    bytes: int
+    growth_bytes: int | None
+    share: float
+    basis: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pid": self.pid,
+            "bytes": self.bytes,
+            "growth_bytes": self.growth_bytes,
+            "share": share(self.share),
+            "basis": self.basis,
+        }
+
+
+@dataclass(frozen=True)
+class Reconciliation:
+    """Two figures that should agree, compared where both exist. ``gap = a - b``."""
+
+    name: str
+    a: str
+    b: str
+    unit: str
+    points: int
+    median_gap: float | None
+    max_gap: float | None
+    max_gap_ts: datetime | None
+    interpretation: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "a": self.a,
+            "b": self.b,
+            "unit": self.unit,
+            "points": self.points,
+            "median_gap": number(self.median_gap, self.unit),
+            "max_gap": number(self.max_gap, self.unit),
+            "max_gap_ts": iso(self.max_gap_ts),
+            "interpretation": self.interpretation,
+        }
+
+
+@dataclass(frozen=True)
+class Gap:
+    """Something the analysis could not see, and how much of it."""
+
+    kind: str
+    source: str | None
+    detail: str
+    count: int | None = None
+    start: datetime | None = None
+    end: datetime | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "source": self.source,
+            "detail": self.detail,
+            "count": self.count,
+            "start": iso(self.start),
+            "end": iso(self.end),
+        }
+
+
+@dataclass(frozen=True)
+class Incident:
+    """One incident: its moment, its class with evidence, its culprits and its coverage.
+
+    ``coverage`` is ``explained_bytes / max(observed_bytes, explained_bytes)``: the share of the
+    observed peak (``coverage_basis`` names which observation) that named requests explain, null
+    when nothing was observed at the peak. Culprit and ledger shares use the same denominator, so
+    the ledger's shares sum to the coverage.
+    """
+
+    id: str
+    primary: bool
+    cls: IncidentClass
+    reason: str
+    anchor: Anchor
+    anchor_series: str | None
+    node: str
+    device: int | None
+    start: datetime
+    peak_ts: datetime
+    window_start: datetime
+    peak_bytes: int | None
+    capacity_bytes: int | None
+    coverage: float | None
+    coverage_basis: str
+    observed_bytes: int | None
+    explained_bytes: int | None
+    unexplained_bytes: int | None
+    breakdown: tuple[Component, ...]
+    culprits: tuple[Culprit, ...]
+    processes: tuple[ProcessUse, ...]
+    checks: tuple[ClassCheck, ...]
+    ledger: Ledger
+    spikes: tuple[Spike, ...]
+    window_segments: pl.DataFrame = field(compare=False, repr=False)
+
+    @property
+    def evidence(self) -> tuple[Evidence, ...]:
+        """The rows behind the class: the matched check's evidence."""
+        for check in self.checks:
+            if check.cls == self.cls:
+                return check.evidence
+        return ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "primary": self.primary,
+            "class": self.cls,
+            "reason": self.reason,
+            "anchor": self.anchor,
+            "anchor_series": self.anchor_series,
+            "node": self.node,
+            "device": self.device,
+            "start": iso(self.start),
+            "peak_ts": iso(self.peak_ts),
+            "window_start": iso(self.window_start),
+            "peak_bytes": self.peak_bytes,
+            "capacity_bytes": self.capacity_bytes,
+            "coverage": share(self.coverage),
+            "coverage_basis": self.coverage_basis,
+            "observed_bytes": self.observed_bytes,
+            "explained_bytes": self.explained_bytes,
+            "unexplained_bytes": self.unexplained_bytes,
+            "breakdown": [c.to_json() for c in self.breakdown],
+            "culprits": [c.to_json() for c in self.culprits],
+            "processes": [p.to_json() for p in self.processes],
+            "checks": [c.to_json() for c in self.checks],
+            "evidence": [e.to_json() for e in self.evidence],
+            "ledger": self.ledger.to_json(),
+            "spikes": [s.to_json() for s in self.spikes],
+            "requests_in_window": _frame_rows(self.window_segments),
+        }
+
+
+@dataclass(frozen=True)
+class TraceSummary:
+    nodes: tuple[str, ...]
+    start: datetime | None
+    end: datetime | None
+    engine: str | None
+    samples: int
+    request_events: int
+    requests: int
+    events: int
+
+    def to_json(self) -> dict[str, Any]:
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        out.update(nodes=list(self.nodes), start=iso(self.start), end=iso(self.end))
+        return out
+
+
+@dataclass(frozen=True)
+class Findings:
+    """Everything ``oomtrace analyze`` found. ``incidents`` are primary first; ``series`` is the
+    long series frame (observed, modelled and derived) at full resolution."""
+
+    trace: TraceSummary
+    kv_model: dict[str, Any]
+    decode_rate: dict[str, Any]
+    incidents: tuple[Incident, ...]
+    spikes: tuple[Spike, ...]
+    reconciliation: tuple[Reconciliation, ...]
+    gaps: tuple[Gap, ...]
+    options: dict[str, Any]
+    series: pl.DataFrame = field(compare=False, repr=False)
+    findings_version: int = FINDINGS_VERSION
+
+    @property
+    def primary(self) -> Incident | None:
+        return self.incidents[0] if self.incidents else None
+
+    def to_json(self, *, series_buckets: int | None = None) -> dict[str, Any]:
+        buckets = series_buckets or int(self.options.get("json_series_buckets", 1000))
+        return {
+            "findings_version": self.findings_version,
+            "trace": self.trace.to_json(),
+            "kv_model": self.kv_model,
+            "decode_rate": self.decode_rate,
+            "incidents": [i.to_json() for i in self.incidents],
+            "spikes": [s.to_json() for s in self.spikes],
+            "reconciliation": [r.to_json() for r in self.reconciliation],
+            "gaps": [g.to_json() for g in self.gaps],
+            "options": self.options,
+            "series": _series_json(downsample(self.series, buckets)),
+        }
+
+
+def dumps(findings: Findings) -> str:
+    """The findings as the stable, versioned JSON document (ends with a newline)."""
+    text = json.dumps(findings.to_json(), indent=2, sort_keys=True, ensure_ascii=True)
+    return text + "\n"
+
+
+def _frame_rows(frame: pl.DataFrame) -> list[dict[str, Any]]:
+    return [
+        {k: iso(v) if isinstance(v, datetime) else v for k, v in row.items()}
+        for row in frame.iter_rows(named=True)
+    ]
+
+
+def _series_json(frame: pl.DataFrame) -> list[dict[str, Any]]:
+    if frame.is_empty():
+        return []
+    keys = ["series", "kind", "node", "source", "device", "pid", "metric", "unit"]
+    grouped = frame.group_by(keys, maintain_order=True).agg("ts", "value").sort("series")
+    out = []
+    for row in grouped.iter_rows(named=True):
+        unit = row["unit"]
+        points = [[iso(t), number(v, unit)] for t, v in zip(row["ts"], row["value"], strict=True)]
+        out.append({**{k: row[k] for k in keys}, "points": points})
+    return out

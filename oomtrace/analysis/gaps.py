@@ -1,0 +1,139 @@
+"""Data gaps: what the analysis could not see, so a reader knows what its findings rest on.
+
+From the manifest (each source's skipped lines and notes, clock assumptions), from the tables
+(a table or a kind of series that is absent, a single source), from the series (holes), and from
+the request lifecycle (starts, ends or lengths that were not stated).
+"""
+
+from __future__ import annotations
+
+from pathlib import PurePath
+from typing import Final
+
+import polars as pl
+
+from oomtrace.analysis.findings import Gap
+from oomtrace.analysis.kvmodel import KVModel
+from oomtrace.analysis.series import label
+from oomtrace.timeline import DecodeRate, Timeline
+from oomtrace.trace import Trace
+
+MAX_HOLES: Final = 20
+
+
+def _name(source: str) -> str:
+    """A source's file name only: findings never carry paths."""
+    return PurePath(source.replace("\\", "/")).name or source
+
+
+def manifest_gaps(trace: Trace) -> list[Gap]:
+    out: list[Gap] = []
+    for source in trace.manifest.sources:
+        name = _name(source.name)
+        for reason, skip in sorted(source.skipped.items()):
+            out.append(
+                Gap("skipped_lines", name, f"{skip.count:,} line(s) skipped: {reason}", skip.count)
+            )
+        out += [Gap("note", name, note) for note in source.notes]
+        if source.lines_read and not source.lines_recognised:
+            out.append(Gap("unrecognised_source", name, "no line of this source was recognised"))
+    for key, value in sorted(trace.manifest.clock.items()):
+        out.append(Gap("clock", None, f"{key}: {value}"))
+    return out
+
+
+def table_gaps(trace: Trace, kv: KVModel) -> list[Gap]:
+    out: list[Gap] = []
+    samples, requests = trace.samples, trace.requests
+    if samples.is_empty():
+        out.append(
+            Gap(
+                "no_samples",
+                None,
+                "no memory or engine samples: spikes come from events and the request model only",
+            )
+        )
+    else:
+        metrics = set(samples["metric"].unique().to_list())
+        if not metrics & {"device_used_bytes", "device_used_peak_bytes"}:
+            out.append(Gap("no_device_memory", None, "no device memory series (NVML, nvidia-smi)"))
+        if not any(m.startswith("torch_") for m in metrics):
+            out.append(
+                Gap("no_allocator", None, "no PyTorch allocator series (reserved, allocated)")
+            )
+        if not metrics & {"kv_blocks_used", "kv_tokens_used", "kv_usage_ratio"}:
+            out.append(
+                Gap("no_kv_observation", None, "no observed KV usage (engine metrics or log)")
+            )
+    if requests.is_empty():
+        out.append(Gap("no_requests", None, "no request lifecycle: culprits cannot be named"))
+    if kv.basis == "none":
+        out.append(Gap("no_kv_bytes_model", None, kv.notes[-1] if kv.notes else kv.statement))
+    sources = set()
+    for frame in (samples, requests, trace.events):
+        sources |= set(frame["source"].unique().to_list())
+    if len(sources) == 1:
+        only = next(iter(sources))
+        out.append(Gap("single_source", only, f"only one source ({only}): nothing to cross-check"))
+    return out
+
+
+def hole_gaps(holes: pl.DataFrame) -> list[Gap]:
+    if holes.is_empty():
+        return []
+    named = holes.with_columns(series=label(pl.col("metric"))).sort(
+        "seconds", "start", "series", descending=[True, False, False]
+    )
+    out = [
+        Gap(
+            "hole",
+            row["source"],
+            f"{row['series']} silent for {row['seconds']:.1f} s (usually every "
+            f"{row['usual_s']:.3g} s)",
+            None,
+            row["start"],
+            row["end"],
+        )
+        for row in named.head(MAX_HOLES).iter_rows(named=True)
+    ]
+    if named.height > MAX_HOLES:
+        out.append(
+            Gap("hole", None, f"{named.height - MAX_HOLES} more holes not listed", named.height)
+        )
+    return out
+
+
+def request_gaps(timeline: Timeline, rate: DecodeRate) -> list[Gap]:
+    segments, summary = timeline.segments, timeline.requests
+    if summary.is_empty():
+        return []
+    out: list[Gap] = []
+    inferred = segments.filter(~pl.col("start_basis").is_in(["admitted", "resumed"]))
+    counts = inferred.group_by("start_basis").len().sort("start_basis")
+    for basis, n in counts.iter_rows():
+        how = {
+            "first_token": "they count as resident from their first token (a lower bound)",
+            "arrived": "they count as resident from their arrival (an upper bound)",
+            "rate": "their start is modelled from their length and the decode rate",
+        }.get(basis, basis)
+        out.append(
+            Gap("no_admission", None, f"{n:,} residencies without a stated admission: {how}", n)
+        )
+    open_ = segments.filter(pl.col("end_basis").is_in(["trace_end", "contract", "reset"]))
+    for basis, n in open_.group_by("end_basis").len().sort("end_basis").iter_rows():
+        how = {
+            "trace_end": "they count as resident until the trace ends",
+            "contract": "they end when their max_tokens would be spent at the decode rate",
+            "reset": "they end at the next engine restart or death",
+        }[basis]
+        out.append(Gap("no_end", None, f"{n:,} residencies without a stated end: {how}", n))
+    for column, meaning in (
+        ("prompt_tokens", "their stored tokens start from zero"),
+        ("max_tokens", "their upper bound is unknown"),
+    ):
+        n = summary[column].null_count()
+        if n:
+            out.append(Gap(f"no_{column}", None, f"{n:,} requests without {column}: {meaning}", n))
+    if rate.tokens_per_s is None and open_.height:
+        out.append(Gap("no_decode_rate", None, rate.statement))
+    return out

@@ -1,0 +1,91 @@
+"""Incidents: anchored on an OOM (or a startup refusal), else on the worst spikes.
+
+OOM events on a node within one window of each other are one incident (every tensor-parallel
+worker prints its own); the first anchors it. Spikes that peak within a window of an anchor belong
+to it; the rest become incidents of their own, worst first, up to ``max_incidents`` in all. The
+primary incident is the first OOM (or startup refusal) in time, else the worst spike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import polars as pl
+
+from oomtrace.analysis.findings import Anchor
+from oomtrace.analysis.options import AnalyzeOptions
+from oomtrace.analysis.spikes import Spike
+
+STARTUP_KINDS = ("startup_kv_insufficient", "startup_no_kv_memory")
+
+
+@dataclass
+class Anchoring:
+    """Where an incident is anchored, and the spikes that belong to it."""
+
+    kind: Anchor
+    node: str
+    device: int | None
+    peak_ts: datetime
+    event: dict[str, Any] | None = None
+    spike: Spike | None = None
+    spikes: list[Spike] = field(default_factory=list)
+
+    def start(self, window: timedelta) -> datetime:
+        """When the rise began: the earliest start of its spikes that peaked in the window
+        before the peak, else one window before the peak."""
+        starts = [
+            s.start for s in self.spikes if self.peak_ts - window <= s.peak_ts <= self.peak_ts
+        ]
+        return min(starts) if starts else self.peak_ts - window
+
+    @property
+    def series(self) -> str | None:
+        if self.spike is not None:
+            return self.spike.series
+        return f"events:{self.event['kind']}" if self.event is not None else None
+
+
+def anchor_incidents(
+    events: pl.DataFrame, spikes: list[Spike], options: AnalyzeOptions
+) -> list[Anchoring]:
+    """Anchors in order: OOMs and startup refusals by time, then spikes by severity."""
+    window = timedelta(seconds=options.window_s)
+    anchors: list[Anchoring] = []
+    for row in (
+        events.filter(pl.col("kind").is_in(["oom", *STARTUP_KINDS]))
+        .sort("ts")
+        .iter_rows(named=True)
+    ):
+        kind: Anchor = "oom" if row["kind"] == "oom" else "startup"
+        same = [
+            a
+            for a in anchors
+            if a.node == row["node"] and a.kind == kind and row["ts"] - a.peak_ts <= window
+        ]
+        if same:
+            continue
+        anchors.append(Anchoring(kind, row["node"], row["device"], row["ts"], event=row))
+    for spike in spikes:  # worst first
+        owner = next(
+            (
+                a
+                for a in anchors
+                if a.node == spike.node and abs(spike.peak_ts - a.peak_ts) <= window
+            ),
+            None,
+        )
+        if owner is not None:
+            owner.spikes.append(spike)
+            if owner.device is None and owner.kind == "oom":
+                owner.device = spike.device
+            continue
+        if len(anchors) < options.max_incidents:
+            anchors.append(
+                Anchoring(
+                    "spike", spike.node, spike.device, spike.peak_ts, spike=spike, spikes=[spike]
+                )
+            )
+    return anchors[: options.max_incidents]

@@ -1,0 +1,185 @@
+"""Pool-level series by a sweep over the timeline's knots: never a samples x requests product.
+
+Every segment's stored tokens are piecewise linear between its knots. At each knot the pool's
+level changes by a jump (``Δlevel``) and its slope by ``Δslope``; after cumulative sums per node,
+``L``, ``S`` and ``C = Σ Δslope·t_knot``, the pool at any time ``t`` is ``L + S·t - C`` taken as of
+the last knot at or before ``t``. Evaluating at N sample times is one as-of join: the cost grows
+with knots plus samples, never with their product.
+
+Quantities swept: resident requests, stored tokens, KV blocks and bytes (blocks and bytes are
+whole-block figures at each knot, linear in between), and the contract bytes (every resident
+request at ``prompt_tokens + max_tokens``: what a reserve-the-whole-contract policy would hold).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Final
+
+import polars as pl
+
+from oomtrace.schema import TS
+from oomtrace.timeline import KEYS, NS_PER_S, Timeline
+
+QUANTITIES: Final = ("tokens", "blocks", "bytes")
+POOL_COLUMNS: Final = (
+    "resident_requests",
+    "stored_tokens",
+    "kv_blocks",
+    "kv_bytes",
+    "contract_bytes",
+)
+
+
+def _seconds(ts: pl.Expr, t0: datetime) -> pl.Expr:
+    return (ts - pl.lit(t0, dtype=TS)).dt.total_nanoseconds().cast(pl.Float64) / NS_PER_S
+
+
+def _reference(timeline: Timeline) -> datetime:
+    first = timeline.knots["ts"].min()
+    return first if isinstance(first, datetime) else datetime(2000, 1, 1, tzinfo=None)
+
+
+def knot_deltas(timeline: Timeline) -> pl.DataFrame:
+    """Per knot: the jumps of level and slope of each quantity, and of the resident count."""
+    kv = timeline.kv
+    t0 = _reference(timeline)
+    knots = timeline.knots.with_columns(
+        t=_seconds(pl.col("ts"), t0),
+        blocks=kv.blocks_expr(pl.col("tokens")).cast(pl.Float64),
+        bytes=kv.bytes_expr(pl.col("tokens")).cast(pl.Float64),
+    )
+    first = pl.col("t").cum_count().over(KEYS) == 1
+    last = pl.col("t").shift(-1).over(KEYS).is_null()
+    dt_next = pl.col("t").shift(-1).over(KEYS) - pl.col("t")
+    dt_prev = pl.col("t") - pl.col("t").shift(1).over(KEYS)
+    deltas: list[pl.Expr] = []
+    for q in QUANTITIES:
+        value = pl.col(q).fill_null(0.0)
+        slope = (
+            pl.when(last | (dt_next <= 0))
+            .then(0.0)
+            .otherwise((value.shift(-1).over(KEYS) - value) / dt_next)
+        )
+        deltas.append(slope.alias(f"s_{q}"))
+    knots = knots.with_columns(deltas)
+    out: list[pl.Expr] = []
+    for q in QUANTITIES:
+        value, slope = pl.col(q).fill_null(0.0), pl.col(f"s_{q}")
+        prev_slope = slope.shift(1).over(KEYS)
+        carried = (
+            pl.when(first).then(0.0).otherwise(value.shift(1).over(KEYS) + prev_slope * dt_prev)
+        )
+        target = pl.when(last).then(0.0).otherwise(value)
+        d_slope = pl.when(first).then(slope).otherwise(slope - prev_slope)
+        out += [(target - carried).alias(f"dl_{q}"), d_slope.alias(f"ds_{q}")]
+    contract = (
+        timeline.requests.select(
+            "node",
+            "request_id",
+            contract=kv.bytes_expr(pl.col("contract_tokens")).cast(pl.Float64).fill_null(0.0),
+        )
+        if kv.has_bytes
+        else timeline.requests.select("node", "request_id", contract=pl.lit(0.0))
+    )
+    step = first.cast(pl.Float64) - last.cast(pl.Float64)
+    return (
+        knots.with_columns(out)
+        .join(contract, on=["node", "request_id"], how="left")
+        .select(
+            "node",
+            "ts",
+            "t",
+            *[c for q in QUANTITIES for c in (f"dl_{q}", f"ds_{q}")],
+            d_resident=step,
+            d_contract=step * pl.col("contract").fill_null(0.0),
+        )
+    )
+
+
+def pool_breakpoints(timeline: Timeline) -> pl.DataFrame:
+    """Cumulative sums per node at every distinct knot time: the pool's state after each change.
+
+    Columns ``node, ts, t`` and, per quantity, ``L_q, S_q, C_q`` (see the module docstring), plus
+    ``resident_requests`` and ``contract_bytes`` (step functions), and the evaluated pool columns
+    at the breakpoint itself (:data:`POOL_COLUMNS`).
+    """
+    deltas = knot_deltas(timeline)
+    sums = [pl.col(c).sum() for c in deltas.columns if c.startswith(("dl_", "ds_", "d_"))]
+    per_ts = deltas.group_by("node", "ts").agg(pl.col("t").first(), *sums).sort("node", "ts")
+    cumulative: list[pl.Expr] = []
+    for q in QUANTITIES:
+        cumulative += [
+            pl.col(f"dl_{q}").cum_sum().over("node").alias(f"L_{q}"),
+            pl.col(f"ds_{q}").cum_sum().over("node").alias(f"S_{q}"),
+            (pl.col(f"ds_{q}") * pl.col("t")).cum_sum().over("node").alias(f"C_{q}"),
+        ]
+    cumulative += [
+        pl.col("d_resident").cum_sum().over("node").alias("R"),
+        pl.col("d_contract").cum_sum().over("node").alias("K"),
+    ]
+    state = per_ts.select("node", "ts", "t", *cumulative)
+    return state.with_columns(_evaluate(pl.col("t"), has_bytes=timeline.kv.has_bytes))
+
+
+def _evaluate(t: pl.Expr, *, has_bytes: bool) -> list[pl.Expr]:
+    def at(q: str) -> pl.Expr:
+        value = pl.col(f"L_{q}") + pl.col(f"S_{q}") * t - pl.col(f"C_{q}")
+        return value.clip(lower_bound=0.0).round(0).cast(pl.Int64)
+
+    kv_bytes = at("bytes") if has_bytes else pl.lit(None, dtype=pl.Int64)
+    contract = pl.col("K").round(0).cast(pl.Int64) if has_bytes else pl.lit(None, dtype=pl.Int64)
+    return [
+        pl.col("R").round(0).cast(pl.Int64).alias("resident_requests"),
+        at("tokens").alias("stored_tokens"),
+        at("blocks").alias("kv_blocks"),
+        kv_bytes.alias("kv_bytes"),
+        contract.alias("contract_bytes"),
+    ]
+
+
+def pool_at(breakpoints: pl.DataFrame, at: pl.DataFrame, *, has_bytes: bool) -> pl.DataFrame:
+    """The pool at arbitrary times: ``at`` (columns ``node, ts``, any order) gains
+    :data:`POOL_COLUMNS` by one as-of join on the breakpoints; zero before the first knot."""
+    if breakpoints.is_empty():
+        return at.with_columns(
+            *[pl.lit(0, dtype=pl.Int64).alias(c) for c in POOL_COLUMNS[:3]],
+            *[pl.lit(0 if has_bytes else None, dtype=pl.Int64).alias(c) for c in POOL_COLUMNS[3:]],
+        )
+    state = breakpoints.select(
+        "node",
+        pl.col("ts").alias("_bp_ts"),
+        pl.col("t").alias("_bp_t"),
+        *[c for c in breakpoints.columns if c[:2] in ("L_", "S_", "C_") or c in ("R", "K")],
+    )
+    joined = (
+        at.with_row_index("_order")
+        .with_columns(pl.col("ts").cast(TS))
+        .sort("ts")
+        .join_asof(
+            state.sort("_bp_ts"),
+            left_on="ts",
+            right_on="_bp_ts",
+            by="node",
+            strategy="backward",
+            check_sortedness=False,  # both sides sorted here; polars cannot check with `by`
+        )
+    )
+    t = pl.col("_bp_t") + (pl.col("ts") - pl.col("_bp_ts")).dt.total_nanoseconds() / NS_PER_S
+    filled = [pl.col(c).fill_null(0.0) for c in state.columns if c[:2] in ("L_", "S_", "C_")]
+    values = joined.with_columns(*filled, pl.col("R").fill_null(0.0), pl.col("K").fill_null(0.0))
+    values = values.with_columns(_evaluate(t.fill_null(0.0), has_bytes=has_bytes))
+    return (
+        values.sort("_order")
+        .select(*at.columns, *POOL_COLUMNS)
+        .with_columns(pl.col("ts").cast(at.schema["ts"]))
+    )
+
+
+def pool_series(timeline: Timeline) -> pl.DataFrame:
+    """The modelled pool at every breakpoint: ``node, ts`` and :data:`POOL_COLUMNS`."""
+    if timeline.knots.is_empty():
+        return pl.DataFrame(
+            schema={"node": pl.String, "ts": TS, **dict.fromkeys(POOL_COLUMNS, pl.Int64)}
+        )
+    return pool_breakpoints(timeline).select("node", "ts", *POOL_COLUMNS)

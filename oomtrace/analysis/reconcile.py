@@ -1,0 +1,209 @@
+"""Figures that should agree, compared where both exist; the gaps are findings.
+
+* modelled KV (the sweep over requests) against observed KV (blocks, tokens or usage x pool);
+* device memory in use (NVML, nvidia-smi) against allocator reserved: the gap is memory outside
+  PyTorch's cache (CUDA context, NCCL, graphs) or another process;
+* allocator reserved against allocated: the slack is cached but not live (fragmentation when it
+  is large at an OOM). Reserved is memory the allocator holds, never memory in use by tensors.
+
+Each comparison is an as-of join of one series onto the other's sample times.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import polars as pl
+
+from oomtrace.analysis.findings import Reconciliation
+from oomtrace.analysis.kvmodel import KVModel
+from oomtrace.analysis.pool import POOL_COLUMNS, pool_at
+from oomtrace.analysis.series import SERIES_SCHEMA, SeriesIndex
+from oomtrace.units import format_bytes
+
+TOLERANCE = timedelta(seconds=5)
+
+
+def _stats(gaps: pl.DataFrame) -> tuple[int, float | None, float | None, object]:
+    if gaps.is_empty():
+        return 0, None, None, None
+    worst = gaps.row(int(gaps["gap"].abs().arg_max() or 0), named=True)
+    return gaps.height, float(gaps["gap"].median()), float(worst["gap"]), worst["ts"]  # type: ignore[arg-type]
+
+
+def kv_reconciliation(
+    observed: pl.DataFrame, breakpoints: pl.DataFrame, kv: KVModel, requests_seen: bool
+) -> tuple[Reconciliation | None, pl.DataFrame]:
+    """Modelled against observed KV at the observed sample times, and the gap series."""
+    if observed.is_empty() or not requests_seen:
+        return None, pl.DataFrame(schema=SERIES_SCHEMA)
+    unit = str(observed["unit"][0])
+    modelled_column = {"bytes": "kv_bytes", "blocks": "kv_blocks", "tokens": "stored_tokens"}.get(
+        unit
+    )
+    if modelled_column is None:  # a bare ratio and no pool size: nothing to compare with
+        return None, pl.DataFrame(schema=SERIES_SCHEMA)
+    joined = pool_at(breakpoints, observed.select("node", "ts", "value"), has_bytes=kv.has_bytes)
+    gaps = joined.select(
+        "node", "ts", gap=pl.col(modelled_column).cast(pl.Float64) - pl.col("value")
+    ).filter(pl.col("gap").is_not_null())
+    points, median, worst, worst_ts = _stats(gaps)
+    if median is None:
+        return None, pl.DataFrame(schema=SERIES_SCHEMA)
+    typical = float(observed["value"].median() or 0.0)  # type: ignore[arg-type]
+    relative = median / typical if typical else 0.0
+    if abs(relative) <= 0.1:
+        meaning = "modelled and observed KV agree within 10 % (median)"
+    elif relative < 0:
+        meaning = (
+            f"modelled KV is {-relative:.0%} below observed (median): requests missing from the "
+            "lifecycle log, or stored tokens underestimated"
+        )
+    else:
+        meaning = (
+            f"modelled KV is {relative:.0%} above observed (median): prefix-cache sharing (one "
+            "block held for several requests), or requests that left without an end statement"
+        )
+    recon = Reconciliation(
+        "kv_modelled_vs_observed",
+        f"modelled {modelled_column}",
+        "observed KV in use",
+        unit,
+        points,
+        median,
+        worst,
+        worst_ts,  # type: ignore[arg-type]
+        meaning,
+    )
+    series = gaps.select(
+        series=pl.lit("kv modelled minus observed"),
+        kind=pl.lit("derived"),
+        node="node",
+        source=pl.lit("oomtrace"),
+        device=pl.lit(None, pl.Int32),
+        pid=pl.lit(None, pl.Int64),
+        metric=pl.lit("kv_gap"),
+        unit=pl.lit(unit),
+        ts="ts",
+        value="gap",
+    )
+    return recon, series
+
+
+def _pair(index: SeriesIndex, a_metric: str, b_metric: str) -> list[tuple[str, str, pl.DataFrame]]:
+    """For every device with both metrics: ``a`` rows with ``b`` as of each of their times."""
+    out = []
+    devices = index.catalog.filter(pl.col("metric") == a_metric).select("node", "device").unique()
+    for node, device in devices.sort("node", "device", nulls_last=True).iter_rows():
+        a = index.find(a_metric, node, device)
+        b = index.find(b_metric, node, device)
+        if a is None or b is None:
+            continue
+        b_rows = index.rows(b).select(pl.col("ts").alias("b_ts"), b="value")
+        joined = (
+            index.rows(a)
+            .select("node", "device", "ts", a="value")
+            .join_asof(
+                b_rows,
+                left_on="ts",
+                right_on="b_ts",
+                strategy="backward",
+                tolerance=TOLERANCE,
+            )
+            .filter(pl.col("b").is_not_null())
+        )
+        out.append((a, b, joined))
+    return out
+
+
+def memory_reconciliations(
+    index: SeriesIndex,
+) -> tuple[list[Reconciliation], pl.DataFrame]:
+    """Device against reserved, reserved against allocated, per device; and the gap series."""
+    results: list[Reconciliation] = []
+    series: list[pl.DataFrame] = []
+    specs = [
+        (
+            "device_vs_reserved",
+            "device_used_bytes",
+            "torch_reserved_bytes",
+            "non_pytorch_bytes",
+            (
+                "memory outside PyTorch's cache: CUDA context, NCCL buffers, CUDA graphs, or "
+                "another process on the device"
+            ),
+        ),
+        (
+            "reserved_vs_allocated",
+            "torch_reserved_bytes",
+            "torch_allocated_bytes",
+            "allocator_slack_bytes",
+            (
+                "held by the caching allocator but not by live tensors (reserved is not "
+                "occupied); large slack at an OOM means fragmentation"
+            ),
+        ),
+    ]
+    for name, a_metric, b_metric, gap_metric, meaning in specs:
+        for a, b, joined in _pair(index, a_metric, b_metric):
+            gaps = joined.with_columns(gap=pl.col("a") - pl.col("b"))
+            points, median, worst, worst_ts = _stats(gaps)
+            text = meaning
+            if worst is not None:
+                text = f"up to {format_bytes(round(worst))}: {meaning}"
+            results.append(
+                Reconciliation(name, a, b, "bytes", points, median, worst, worst_ts, text)  # type: ignore[arg-type]
+            )
+            series.append(
+                gaps.select(
+                    series=pl.lit(f"{gap_metric} gpu") + pl.col("device").cast(pl.String),
+                    kind=pl.lit("derived"),
+                    node="node",
+                    source=pl.lit("oomtrace"),
+                    device="device",
+                    pid=pl.lit(None, pl.Int64),
+                    metric=pl.lit(gap_metric),
+                    unit=pl.lit("bytes"),
+                    ts="ts",
+                    value="gap",
+                )
+            )
+    frame = pl.concat(series) if series else pl.DataFrame(schema=SERIES_SCHEMA)
+    return results, frame
+
+
+def modelled_series(breakpoints: pl.DataFrame, has_bytes: bool) -> pl.DataFrame:
+    """The sweep's pool series in the long series form (one point per breakpoint)."""
+    if breakpoints.is_empty():
+        return pl.DataFrame(schema=SERIES_SCHEMA)
+    units = {
+        "resident_requests": "count",
+        "stored_tokens": "tokens",
+        "kv_blocks": "blocks",
+        "kv_bytes": "bytes",
+        "contract_bytes": "bytes",
+    }
+    names = {
+        "resident_requests": "modelled resident requests",
+        "stored_tokens": "modelled stored tokens",
+        "kv_blocks": "modelled kv blocks",
+        "kv_bytes": "modelled kv bytes",
+        "contract_bytes": "contract kv bytes (prompt + max_tokens)",
+    }
+    columns = [c for c in POOL_COLUMNS if has_bytes or c not in ("kv_bytes", "contract_bytes")]
+    frames = [
+        breakpoints.select(
+            series=pl.lit(names[c]),
+            kind=pl.lit("modelled"),
+            node="node",
+            source=pl.lit("oomtrace"),
+            device=pl.lit(None, pl.Int32),
+            pid=pl.lit(None, pl.Int64),
+            metric=pl.lit(f"modelled_{c}"),
+            unit=pl.lit(units[c]),
+            ts="ts",
+            value=pl.col(c).cast(pl.Float64),
+        )
+        for c in columns
+    ]
+    return pl.concat(frames)

@@ -1,0 +1,160 @@
+"""The terminal summary: what happened, when, the top culprits, coverage and data gaps, readable
+by a person on call in thirty seconds. Everything that came from a log is escaped."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Final
+
+from oomtrace.analysis.findings import Culprit, Findings, Incident
+from oomtrace.units import format_bytes
+
+TOP_SHOWN: Final = 5
+GAPS_SHOWN: Final = 5
+ID_WIDTH: Final = 36
+
+
+def safe(text: str, width: int | None = None) -> str:
+    """Printable text only (control characters and escapes shown as ``\\xNN``), shortened."""
+    out = "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode() for ch in text)
+    if width is not None and len(out) > width:
+        out = out[: width - 1] + "…"
+    return out
+
+
+def when(ts: datetime | None) -> str:
+    return "unknown time" if ts is None else ts.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+
+
+def _bytes(value: int | None) -> str:
+    return "unknown" if value is None else format_bytes(value)
+
+
+def render_summary(findings: Findings) -> str:
+    """The whole summary as text (ends with a newline)."""
+    lines = [_headline(findings), ""]
+    if not findings.incidents:
+        lines.append("No incident: no OOM event and no spike above the thresholds.")
+    for incident in findings.incidents[:1]:
+        lines += _incident(incident)
+    others = findings.incidents[1:]
+    if others:
+        lines += ["", f"Other incidents ({len(others)}):"]
+        lines += [f"  {i.id} {i.cls} at {when(i.peak_ts)}: {safe(i.reason, 110)}" for i in others]
+    lines += ["", *_gaps(findings), "", f"KV model: {findings.kv_model['statement']}"]
+    rate = findings.decode_rate.get("statement")
+    if rate:
+        lines.append(f"Decode rate: {rate}")
+    return "\n".join(lines) + "\n"
+
+
+def _headline(findings: Findings) -> str:
+    trace = findings.trace
+    span = ""
+    if trace.start is not None and trace.end is not None:
+        span = f", {when(trace.start)} to {when(trace.end)}"
+    nodes = ", ".join(safe(n) for n in trace.nodes)
+    count = len(findings.incidents)
+    return (
+        f"oomtrace analyze: {count} incident{'s' if count != 1 else ''} on {nodes}{span} "
+        f"({trace.requests:,} requests, {trace.samples:,} samples, {trace.events:,} events)"
+    )
+
+
+def _incident(incident: Incident) -> list[str]:
+    where = safe(incident.node) + (f" GPU {incident.device}" if incident.device is not None else "")
+    anchor = {
+        "oom": "an out-of-memory error",
+        "startup": "a startup refusal",
+        "spike": f"a spike of {safe(incident.anchor_series or '')}",
+    }[incident.anchor]
+    lines = [
+        f"PRIMARY  {incident.cls} at {when(incident.peak_ts)} on {where} (anchored on {anchor})",
+        f"  why:       {safe(incident.reason)}",
+    ]
+    peak = f"  peak:      {_bytes(incident.peak_bytes)}"
+    kv_peak = incident.anchor == "spike" and (incident.anchor_series or "").startswith("kv_used")
+    if incident.capacity_bytes:
+        of_what = "KV pool" if kv_peak else "device memory"
+        peak += f" of {format_bytes(incident.capacity_bytes)} {of_what}"
+    lines.append(peak + f"; the rise began at {when(incident.start)}")
+    lines.append(_coverage(incident))
+    for process in incident.processes[:3]:
+        who = f"process {process.pid}" if process.pid is not None else "other processes"
+        grew = (
+            f" (+{format_bytes(process.growth_bytes)} in the window)"
+            if process.growth_bytes
+            else ""
+        )
+        lines.append(f"  foreign:   {who} held {format_bytes(process.bytes)}{grew}")
+    if incident.culprits:
+        lines += ["  culprits (most responsible first):", *_table(incident.culprits)]
+        if len(incident.culprits) > TOP_SHOWN:
+            lines.append(f"    … {len(incident.culprits) - TOP_SHOWN} more in --json")
+    elif incident.cls in ("foreign_memory", "startup_misfit", "fragmentation", "leak"):
+        lines.append("  culprits:  none among the requests: the class names the cause")
+    ledger = incident.ledger
+    text = (
+        f"  ledger:    {ledger.resident_requests} resident, {ledger.stored_tokens:,} tokens stored"
+    )
+    if ledger.stored_bytes is not None:
+        text += f" ({format_bytes(ledger.stored_bytes)})"
+    if ledger.pool_bytes:
+        text += f" of a {format_bytes(ledger.pool_bytes)} pool"
+    if ledger.reserved_tokens is not None:
+        text += f"; contracts {ledger.reserved_tokens:,} tokens"
+    if ledger.waiting_requests is not None:
+        text += f"; {ledger.waiting_requests} waiting"
+    lines.append(text)
+    return lines
+
+
+def _coverage(incident: Incident) -> str:
+    if incident.coverage is None:
+        return f"  coverage:  not computed ({incident.coverage_basis})"
+    named = incident.ledger.resident_requests
+    text = (
+        f"  coverage:  {incident.coverage:.1%} of the {incident.coverage_basis} "
+        f"({_bytes(incident.observed_bytes)}) is explained by {named} named request"
+        f"{'s' if named != 1 else ''}"
+    )
+    if incident.unexplained_bytes:
+        text += f"; {format_bytes(incident.unexplained_bytes)} unexplained"
+    return text
+
+
+def _table(culprits: tuple[Culprit, ...]) -> list[str]:
+    header = (
+        f"    {'#':>2}  {'request':<{ID_WIDTH}}  {'tokens':>16}  {'KV':>11}  {'share':>6}  notes"
+    )
+    rows = [header]
+    for c in culprits[:TOP_SHOWN]:
+        tokens = "?" if c.tokens is None else f"{c.tokens:,} {c.basis or ''}".strip()
+        kv = "?" if c.bytes is None else format_bytes(c.bytes)
+        notes = []
+        if c.in_prefill:
+            notes.append(
+                f"in prefill, prompt {c.prompt_tokens:,}" if c.prompt_tokens else "in prefill"
+            )
+        if c.admitted_in_window:
+            notes.append("admitted in window")
+        elif c.growth_tokens:
+            notes.append(f"+{c.growth_tokens:,} tokens in window")
+        rows.append(
+            f"    {c.rank:>2}  {safe(c.request_id, ID_WIDTH):<{ID_WIDTH}}  {tokens:>16}  "
+            f"{kv:>11}  {c.share:>6.1%}  {', '.join(notes)}"
+        )
+    return rows
+
+
+def _gaps(findings: Findings) -> list[str]:
+    gaps = findings.gaps
+    if not gaps:
+        return ["Data gaps: none found."]
+    lines = [f"Data gaps ({len(gaps)}):"]
+    for gap in gaps[:GAPS_SHOWN]:
+        source = f"{safe(gap.source, 40)}: " if gap.source else ""
+        lines.append(f"  - {source}{safe(gap.detail, 120)}")
+    if len(gaps) > GAPS_SHOWN:
+        lines.append(f"  … {len(gaps) - GAPS_SHOWN} more in --json")
+    return lines

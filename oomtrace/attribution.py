@@ -1,0 +1,254 @@
+"""``analyze``: from a canonical trace to findings (the library behind ``oomtrace analyze``).
+
+    from oomtrace.attribution import analyze, AnalyzeOptions
+    findings = analyze(read_trace(path), AnalyzeOptions(window_s=60))
+    findings.primary.culprits[0].request_id
+
+Everything is computed from the canonical tables; see :mod:`oomtrace.analysis` for the layers.
+
+**Attribution coverage** (of each incident): ``explained / max(observed, explained)``, where
+``observed`` is the figure the incident is about at its peak (``coverage_basis``: the observed KV
+in use for a KV exhaustion, device memory in use at an OOM, the spiking series' value at a spike)
+and ``explained`` is the sum of the modelled KV bytes of every request resident at the peak. The
+remainder, ``unexplained_bytes``, is what named requests do not account for; at an OOM the
+incident's ``breakdown`` splits it into measured parts (rest of the KV pool, weights, allocator
+slack, other processes, memory outside PyTorch) and a residual.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict
+from datetime import datetime
+
+import polars as pl
+
+from oomtrace.analysis.assemble import Prepared, build_incident
+from oomtrace.analysis.breakdown import engine_pids
+from oomtrace.analysis.findings import Findings, Reconciliation, TraceSummary
+from oomtrace.analysis.gaps import hole_gaps, manifest_gaps, request_gaps, table_gaps
+from oomtrace.analysis.incidents import anchor_incidents
+from oomtrace.analysis.kvmodel import KVModel, kv_model
+from oomtrace.analysis.options import AnalyzeOptions
+from oomtrace.analysis.pool import pool_breakpoints
+from oomtrace.analysis.reconcile import kv_reconciliation, memory_reconciliations, modelled_series
+from oomtrace.analysis.series import (
+    SERIES_SCHEMA,
+    SeriesIndex,
+    capacities,
+    engine_series,
+    holes,
+    memory_series,
+    observed_kv,
+)
+from oomtrace.analysis.spikes import find_spikes
+from oomtrace.errors import InputError
+from oomtrace.schema import TS
+from oomtrace.timeline import RESETS, Timeline, build_timeline, decode_rate, summarize_requests
+from oomtrace.trace import Trace
+
+__all__ = ["AnalyzeOptions", "Findings", "analyze"]
+
+logger = logging.getLogger(__name__)
+
+
+def analyze(trace: Trace, options: AnalyzeOptions | None = None) -> Findings:
+    """Analyse a canonical trace. Raises :class:`InputError` only when nothing can be analysed
+    (no rows at all, or none on the requested node); partial traces give findings with gaps."""
+    options = options or AnalyzeOptions()
+    trace = _on_node(trace, options.node)
+    kv = kv_model(
+        trace.manifest, trace.samples, spec=options.kv_spec, spec_label=options.kv_spec_label
+    )
+    timeline = _timeline(trace, kv)
+    breakpoints = pool_breakpoints(timeline) if not timeline.knots.is_empty() else pl.DataFrame()
+    memory = memory_series(trace.samples)
+    kv_seen = observed_kv(trace.samples, kv)
+    engine = engine_series(trace.samples)
+    caps = capacities(trace.samples, trace.events)
+    cap_map = {
+        (r["node"], r["device"]): int(r["capacity_bytes"]) for r in caps.iter_rows(named=True)
+    }
+    modelled = modelled_series(breakpoints, kv.has_bytes)
+    spikes = find_spikes(_spike_input(memory, kv_seen, modelled, caps, kv), options)
+    logger.debug("%d spikes, %d knots", len(spikes), timeline.knots.height)
+    prep = Prepared(
+        trace=trace,
+        kv=kv,
+        timeline=timeline,
+        breakpoints=breakpoints,
+        memory=SeriesIndex(memory),
+        kv_index=SeriesIndex(kv_seen),
+        engine=SeriesIndex(engine),
+        capacities=cap_map,
+        engine_pids=engine_pids(trace.samples, trace.events, trace.manifest),
+        idle=_idle(engine, breakpoints),
+    )
+    anchors = anchor_incidents(trace.events, spikes, options)
+    incidents = tuple(build_incident(prep, a, options, i) for i, a in enumerate(anchors, start=1))
+    kv_recon, kv_gap = kv_reconciliation(kv_seen, breakpoints, kv, not timeline.knots.is_empty())
+    memory_recon, memory_gap = memory_reconciliations(prep.memory)
+    reconciliation: tuple[Reconciliation, ...] = (
+        *((kv_recon,) if kv_recon else ()),
+        *memory_recon,
+    )
+    gaps = (
+        *manifest_gaps(trace),
+        *table_gaps(trace, kv),
+        *hole_gaps(holes(trace.samples)),
+        *request_gaps(timeline, timeline.rate),
+    )
+    series = pl.concat(
+        [memory, kv_seen.select(SERIES_SCHEMA.names()), engine, modelled, kv_gap, memory_gap],
+        how="vertical",
+    )
+    return Findings(
+        trace=_summary(trace, timeline),
+        kv_model=kv.to_json(),
+        decode_rate=asdict(timeline.rate),
+        incidents=incidents,
+        spikes=tuple(spikes[:20]),
+        reconciliation=reconciliation,
+        gaps=tuple(gaps),
+        options={
+            "window_s": options.window_s,
+            "top_culprits": options.top_culprits,
+            "max_incidents": options.max_incidents,
+            "min_rise_bytes": options.min_rise_bytes,
+            "min_rise_fraction": options.min_rise_fraction,
+            "kv_full_ratio": options.kv_full_ratio,
+            "json_series_buckets": options.json_series_buckets,
+            "node": options.node,
+        },
+        series=series,
+    )
+
+
+def _on_node(trace: Trace, node: str | None) -> Trace:
+    if all(frame.is_empty() for frame in (trace.samples, trace.requests, trace.events)):
+        raise InputError(
+            "the trace holds no samples, requests or events: nothing to analyse; check that "
+            "ingest recognised the input files (see manifest.json sources)"
+        )
+    if node is None:
+        return trace
+    keep = pl.col("node") == node
+    picked = Trace(
+        trace.samples.filter(keep),
+        trace.requests.filter(keep),
+        trace.events.filter(keep),
+        trace.manifest,
+    )
+    if all(frame.is_empty() for frame in (picked.samples, picked.requests, picked.events)):
+        nodes = sorted(
+            set(trace.samples["node"].unique().to_list())
+            | set(trace.requests["node"].unique().to_list())
+            | set(trace.events["node"].unique().to_list())
+        )
+        raise InputError(f"--node {node!r}: no rows on that node; the trace has {', '.join(nodes)}")
+    return picked
+
+
+def _trace_end(trace: Trace) -> dict[str, datetime]:
+    frames = [f.select("node", "ts") for f in (trace.samples, trace.requests, trace.events)]
+    last = pl.concat(frames).group_by("node").agg(pl.col("ts").max())
+    return {str(n): t for n, t in last.iter_rows()}
+
+
+def _timeline(trace: Trace, kv: KVModel) -> Timeline:
+    rate = decode_rate(summarize_requests(trace.requests), trace.samples)
+    resets = trace.events.filter(pl.col("kind").is_in(RESETS)).select("node", "ts")
+    max_len = trace.manifest.engine_config.get("max_model_len")
+    return build_timeline(
+        trace.requests,
+        kv,
+        trace_end=_trace_end(trace),
+        resets=resets,
+        rate=rate,
+        max_model_len=int(max_len) if isinstance(max_len, int) else None,
+    )
+
+
+def _spike_input(
+    memory: pl.DataFrame,
+    kv_seen: pl.DataFrame,
+    modelled: pl.DataFrame,
+    caps: pl.DataFrame,
+    kv: KVModel,
+) -> pl.DataFrame:
+    """Every memory series with its capacity: device series against the device, KV against the
+    pool. Modelled KV joins only where nothing was observed (a model is not evidence)."""
+    with_caps = (
+        memory.join(caps, on=["node", "device"], how="left")
+        .with_columns(capacity=pl.col("capacity_bytes").cast(pl.Float64))
+        .drop("capacity_bytes")
+    )
+    kv_capacity = {
+        unit: float(value) if value else None
+        for unit, value in (
+            ("bytes", kv.pool_bytes),
+            ("ratio", 1),
+            ("blocks", kv.pool_blocks),
+            ("tokens", kv.pool_tokens),
+        )
+    }
+    observed_kv_rows = kv_seen.select(SERIES_SCHEMA.names()).with_columns(
+        capacity=pl.col("unit").replace_strict(kv_capacity, default=None, return_dtype=pl.Float64)
+    )
+    frames = [with_caps, observed_kv_rows]
+    if memory.is_empty() and kv_seen.is_empty() and not modelled.is_empty():
+        metric = "modelled_kv_bytes" if kv.has_bytes else "modelled_stored_tokens"
+        frames.append(
+            modelled.filter(pl.col("metric") == metric).with_columns(
+                capacity=pl.lit(
+                    float((kv.pool_bytes if kv.has_bytes else kv.pool_tokens) or 0) or None,
+                    dtype=pl.Float64,
+                )
+            )
+        )
+    return pl.concat(frames, how="vertical")
+
+
+def _idle(engine: pl.DataFrame, breakpoints: pl.DataFrame) -> pl.DataFrame:
+    """Stretches with no request running: from the engine's running count where sampled, else
+    from the modelled resident count."""
+    running = engine.filter(pl.col("metric") == "requests_running").select("node", "ts", "value")
+    if running.is_empty() and not breakpoints.is_empty():
+        running = breakpoints.select(
+            "node", "ts", value=pl.col("resident_requests").cast(pl.Float64)
+        )
+    if running.is_empty():
+        return pl.DataFrame(schema={"node": pl.String, "start": TS, "end": TS})
+    frame = running.sort("node", "ts").with_columns(idle=pl.col("value") == 0)
+    frame = frame.with_columns(
+        run=(
+            (pl.col("idle") != pl.col("idle").shift(1))
+            | (pl.col("node") != pl.col("node").shift(1))
+        )
+        .fill_null(value=True)
+        .cum_sum(),
+        next_ts=pl.col("ts").shift(-1).over("node"),
+    )
+    return (
+        frame.filter(pl.col("idle"))
+        .group_by("node", "run")
+        .agg(start=pl.col("ts").min(), end=pl.coalesce(pl.col("next_ts").max(), pl.col("ts").max()))
+        .filter(pl.col("end") > pl.col("start"))
+        .sort("node", "start")
+        .select("node", "start", "end")
+    )
+
+
+def _summary(trace: Trace, timeline: Timeline) -> TraceSummary:
+    stamps = pl.concat([f.select("ts") for f in (trace.samples, trace.requests, trace.events)])
+    engine = trace.manifest.engine.get("name")
+    return TraceSummary(
+        nodes=tuple(sorted(_trace_end(trace))),
+        start=stamps["ts"].min(),  # type: ignore[arg-type]
+        end=stamps["ts"].max(),  # type: ignore[arg-type]
+        engine=str(engine) if engine else None,
+        samples=trace.samples.height,
+        request_events=trace.requests.height,
+        requests=timeline.requests.height,
+        events=trace.events.height,
+    )

@@ -1,0 +1,90 @@
+"""`oomtrace analyze`: exit codes, the exact error lines, the summary and the JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+from click.testing import CliRunner
+
+from oomtrace.cli import cli
+from oomtrace.trace import Trace, write_trace
+from tests import scenarios
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, ["analyze", *args])
+    return result.exit_code, result.stdout, result.stderr
+
+
+def trace_dir(tmp_path: Path, trace: Trace | None = None) -> Path:
+    out = tmp_path / "trace"
+    write_trace(trace or scenarios.long_requests_growing().trace, out)
+    return out
+
+
+def test_the_summary_names_the_class_the_culprits_and_the_coverage(tmp_path: Path) -> None:
+    code, out, err = run(str(trace_dir(tmp_path)))
+    assert (code, err) == (0, "")
+    assert "PRIMARY  kv_exhaustion at 2025-03-14 09:03:29.000 UTC" in out
+    assert "coverage:  100.0% of the observed KV in use" in out
+    lines = out.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.strip().startswith("#  request"))
+    assert [lines[first + k].split()[1] for k in (1, 2, 3)] == ["long-1", "long-2", "long-3"]
+    assert "Data gaps" in out
+    assert "KV model: engine statements" in out
+
+
+def test_json_prints_the_findings_document(tmp_path: Path) -> None:
+    code, out, _ = run(str(trace_dir(tmp_path)), "--json", "--top", "2", "--window", "30s")
+    assert code == 0
+    document = json.loads(out)
+    assert document["findings_version"] == 1
+    assert document["options"]["window_s"] == 30.0
+    assert [c["request_id"] for c in document["incidents"][0]["culprits"]] == ["long-1", "long-2"]
+
+
+def test_a_missing_path_is_one_error_line_and_exit_2(tmp_path: Path) -> None:
+    code, out, err = run(str(tmp_path / "nope"))
+    assert (code, out) == (2, "")
+    assert err == f"oomtrace: error: {tmp_path / 'nope'}: no such file or directory\n"
+
+
+def test_a_raw_file_is_refused_with_the_ingest_command_to_run(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text("INFO 03-14 09:00:00 [loggers.py:118] Engine 000: ...\n", encoding="utf-8")
+    code, _, err = run(str(log))
+    assert code == 2
+    assert err == (
+        f"oomtrace: error: {log}: not a trace directory; ingest first with "
+        f"`oomtrace ingest {log} --out DIR`, then run `oomtrace analyze DIR`\n"
+    )
+
+
+def test_a_window_without_a_unit_is_a_usage_error(tmp_path: Path) -> None:
+    code, _, err = run(str(trace_dir(tmp_path)), "--window", "60")
+    assert code == 2
+    assert (
+        err
+        == "oomtrace: error: --window '60' is not a duration; write e.g. '60s', '2m' or '500ms'\n"
+    )
+
+
+def test_an_empty_trace_is_one_line_naming_the_reason(tmp_path: Path) -> None:
+    code, _, err = run(str(trace_dir(tmp_path, Trace())))
+    assert code == 2
+    assert err.startswith("oomtrace: error: the trace holds no samples, requests or events")
+    assert err.count("\n") == 1
+
+
+def test_request_ids_from_logs_are_escaped_in_the_summary(tmp_path: Path) -> None:
+    # GIVEN a request id carrying a terminal escape sequence
+    scenario = scenarios.long_requests_growing()
+    evil = "long-1\x1b[2J"
+    requests = scenario.trace.requests.with_columns(pl.col("request_id").replace("long-1", evil))
+    trace = Trace(scenario.trace.samples, requests, scenario.trace.events, scenario.trace.manifest)
+    code, out, _ = run(str(trace_dir(tmp_path, trace)))
+    assert code == 0
+    assert "\x1b" not in out
+    assert "long-1\\x1b[2J" in out

@@ -1,0 +1,154 @@
+"""Partial traces are analysed with their gaps stated; an unusable one gets a one-line reason."""
+
+from __future__ import annotations
+
+import pytest
+
+from oomtrace.analysis.options import AnalyzeOptions
+from oomtrace.attribution import analyze
+from oomtrace.diagnostics import SourceDiagnostics
+from oomtrace.errors import InputError
+from oomtrace.schema import empty
+from oomtrace.trace import Manifest, Trace
+from oomtrace.units import GiB
+from tests import scenarios
+from tests.factories import at, events, requests, samples
+
+MANIFEST = Manifest(
+    engine_config={"block_size": 16, "num_gpu_blocks": 100, "available_kv_cache_bytes": 100 * 2**20}
+)
+
+
+def gap_kinds(trace: Trace) -> set[str]:
+    return {g.kind for g in analyze(trace).gaps}
+
+
+def test_an_empty_trace_cannot_be_analysed_and_says_why() -> None:
+    with pytest.raises(InputError) as err:
+        analyze(Trace())
+    assert str(err.value) == (
+        "the trace holds no samples, requests or events: nothing to analyse; check that ingest "
+        "recognised the input files (see manifest.json sources)"
+    )
+
+
+def test_a_node_that_is_not_in_the_trace_is_refused_with_the_nodes_it_has() -> None:
+    trace = scenarios.fragmentation().trace
+    with pytest.raises(
+        InputError, match=r"^--node 'gpu-9': no rows on that node; the trace has node-a$"
+    ):
+        analyze(trace, AnalyzeOptions(node="gpu-9"))
+
+
+def test_without_requests_the_incident_is_found_but_names_no_culprits() -> None:
+    # GIVEN memory samples and an OOM, but no request lifecycle
+    full = scenarios.prefill_peak().trace
+    trace = Trace(full.samples, empty("requests"), full.events, full.manifest)
+    findings = analyze(trace)
+    incident = findings.primary
+    assert incident is not None
+    assert incident.culprits == ()
+    assert incident.coverage == 0.0
+    assert "no_requests" in {g.kind for g in findings.gaps}
+
+
+def test_without_samples_an_oom_still_anchors_the_incident() -> None:
+    # GIVEN only the engine log: requests and an OOM whose text gave no totals
+    trace = Trace(
+        requests=requests(
+            {
+                "ts": at(0),
+                "request_id": "a",
+                "event": "admitted",
+                "prompt_tokens": 900,
+                "max_tokens": 9,
+            },
+        ),
+        events=events({"ts": at(5), "kind": "oom", "requested_bytes": GiB}),
+        manifest=MANIFEST,
+    )
+    findings = analyze(trace)
+    incident = findings.primary
+    assert incident is not None
+    assert (incident.anchor, incident.peak_ts) == ("oom", at(5))
+    assert incident.coverage is None
+    assert incident.coverage_basis == "nothing observed at the peak"
+    assert incident.ledger.resident_requests == 1
+    assert {"no_samples", "single_source"} <= {g.kind for g in findings.gaps}
+
+
+def test_requests_alone_are_analysed_on_the_modelled_pool() -> None:
+    trace = Trace(
+        requests=requests(
+            *[
+                {
+                    "ts": at(i),
+                    "request_id": f"r{i}",
+                    "event": "admitted",
+                    "prompt_tokens": 300,
+                    "max_tokens": 5,
+                }
+                for i in range(6)
+            ],
+            {"ts": at(60), "request_id": "r0", "event": "finished", "output_tokens": 5},
+        ),
+        manifest=MANIFEST,
+    )
+    findings = analyze(trace)
+    incident = findings.primary
+    assert incident is not None
+    assert incident.spikes[0].kind == "modelled"
+    assert incident.coverage is None
+
+
+def test_holes_in_sample_series_are_gaps_with_their_times() -> None:
+    rows = [{"ts": at(t), "metric": "device_used_bytes", "value": float(GiB)} for t in range(10)]
+    rows += [
+        {"ts": at(t), "metric": "device_used_bytes", "value": float(GiB)} for t in range(40, 50)
+    ]
+    findings = analyze(Trace(samples=samples(*rows), manifest=MANIFEST))
+    holes = [g for g in findings.gaps if g.kind == "hole"]
+    assert [(g.start, g.end) for g in holes] == [(at(9), at(40))]
+    assert "silent for 31.0 s" in holes[0].detail
+
+
+def test_source_diagnostics_become_gaps_without_paths() -> None:
+    diag = SourceDiagnostics(name="/var/log/vllm/server.log", parser="vllm-log", node="node-a")
+    diag.skip("unrecognised line", 12, "garbage")
+    diag.note("year assumed 2025")
+    manifest = Manifest(sources=[diag], clock={"year": 2025})
+    trace = Trace(
+        samples=samples({"ts": at(0), "metric": "device_used_bytes", "value": 1.0}),
+        manifest=manifest,
+    )
+    gaps = analyze(trace).gaps
+    skipped = next(g for g in gaps if g.kind == "skipped_lines")
+    assert (skipped.source, skipped.count) == ("server.log", 12)
+    assert any(g.kind == "note" and g.detail == "year assumed 2025" for g in gaps)
+    assert any(g.kind == "clock" and g.detail == "year: 2025" for g in gaps)
+
+
+def test_missing_kinds_of_series_are_named() -> None:
+    trace = Trace(
+        samples=samples({"ts": at(0), "metric": "kv_usage_ratio", "value": 0.5}), manifest=MANIFEST
+    )
+    kinds = gap_kinds(trace)
+    assert {"no_device_memory", "no_allocator", "no_requests"} <= kinds
+    assert "no_kv_observation" not in kinds
+
+
+def test_requests_without_stated_ends_or_lengths_are_counted() -> None:
+    trace = Trace(
+        requests=requests(
+            {"ts": at(0), "request_id": "a", "event": "arrived", "max_tokens": 50},
+            {"ts": at(1), "request_id": "b", "event": "arrived", "prompt_tokens": 5},
+        ),
+        manifest=MANIFEST,
+    )
+    details = {g.kind: g.detail for g in analyze(trace).gaps}
+    assert details["no_admission"].startswith("2 residencies without a stated admission")
+    assert (
+        details["no_prompt_tokens"]
+        == "1 requests without prompt_tokens: their stored tokens start from zero"
+    )
+    assert details["no_max_tokens"] == "1 requests without max_tokens: their upper bound is unknown"
