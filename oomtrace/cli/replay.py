@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
 
 import click
 
+from oomtrace.cli._options import ingest_options, to_ingest_options
 from oomtrace.errors import UsageError
 
 _POLICIES = ("on-demand", "reserve")
@@ -56,8 +58,31 @@ def _limit(value: int | None, recorded: object) -> int | None:
     return _opt_int(recorded)
 
 
+def _bytes_per_token(options: dict[str, Any], model: dict[str, Any]) -> tuple[int | None, str]:
+    """KV bytes per stored token: --kv-bytes-per-token, else --config (through the budget's
+    architecture reader), else the trace's model spec; with a note on what it covers."""
+    if options["kv_bytes_per_token"] is not None:
+        return int(options["kv_bytes_per_token"]), ""
+    if options["config"] is not None:
+        from oomtrace.budget import kv_spec, load_architecture
+
+        spec = kv_spec(
+            load_architecture(options["config"]),
+            kv_cache_dtype=options["kv_cache_dtype"],
+            tensor_parallel=options["tensor_parallel"],
+        )
+        note = ""
+        if spec.unbounded_kv_bytes_per_token != spec.kv_bytes_per_token or spec.state_groups:
+            note = (
+                "the model has windowed or recurrent layers: bytes count every layer per stored "
+                "token (an upper bound for long sequences; constant per-sequence state is left out)"
+            )
+        return spec.kv_bytes_per_token, note
+    return _opt_int(model.get("kv_bytes_per_token")), ""
+
+
 @click.command("replay")
-@click.argument("trace_dir", type=click.Path(path_type=Path))
+@click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option(
     "--policy",
     type=click.Choice(_POLICIES),
@@ -81,8 +106,26 @@ def _limit(value: int | None, recorded: object) -> int | None:
 @click.option(
     "--kv-bytes-per-token",
     type=click.IntRange(min=1),
-    help="KV bytes per stored "
-    "token (all layers) [default: from the trace's model spec, if stated].",
+    help="KV bytes per stored token (all layers) [default: from --config, else the trace's "
+    "model spec].",
+)
+@click.option(
+    "--config",
+    type=click.Path(path_type=Path, exists=True),
+    help="The model's config.json (or its directory), for the KV bytes per token.",
+)
+@click.option(
+    "--kv-cache-dtype",
+    default="auto",
+    show_default=True,
+    help="With --config: the KV cache dtype (auto = the model's; fp8 halves it).",
+)
+@click.option(
+    "--tensor-parallel",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="With --config: tensor-parallel size (KV heads are split across GPUs).",
 )
 @click.option(
     "--block-size",
@@ -117,7 +160,6 @@ def _limit(value: int | None, recorded: object) -> int | None:
     show_default=True,
     help="Prefill speed when no request recorded its prefill time.",
 )
-@click.option("--node", help="Replay this node's requests (needed when the trace has several).")
 @click.option(
     "--search",
     "target",
@@ -139,10 +181,14 @@ def _limit(value: int | None, recorded: object) -> int | None:
     type=click.Path(path_type=Path, file_okay=False),
     help="Also write outcomes.parquet (per request) and series.parquet (pool over time) here.",
 )
-def command(trace_dir: Path, target: str | None, as_json: bool, out: Path | None,
-            **options: Any) -> None:  # fmt: skip
-    """Replay the recorded traffic of TRACE_DIR on a paged KV pool under other admission
-    settings: would the pool have run dry, how many preemptions, how much queueing."""
+@ingest_options
+def command(
+    inputs: tuple[Path, ...], target: str | None, as_json: bool, out: Path | None, **options: Any
+) -> None:
+    """Replay the recorded traffic of INPUTS (a trace directory, or the incident's raw files) on
+    a paged KV pool under other admission settings: would the pool have run dry, how many
+    preemptions, how much queueing. --node also picks the node to replay in a multi-node trace."""
+    from oomtrace.ingest import load_any
     from oomtrace.replay import (
         ReplaySettings,
         TimeOptions,
@@ -153,11 +199,12 @@ def command(trace_dir: Path, target: str | None, as_json: bool, out: Path | None
         search,
     )
     from oomtrace.replay import text as render
-    from oomtrace.trace import read_trace
 
-    trace = read_trace(trace_dir)
+    ingest = to_ingest_options(options)
+    options["node"] = ingest.node
+    trace = load_any(list(inputs), ingest)
     config = trace.manifest.engine_config
-    bpt = options["kv_bytes_per_token"] or _opt_int(trace.manifest.model.get("kv_bytes_per_token"))
+    bpt, bpt_note = _bytes_per_token(options, trace.manifest.model)
     block_size = options["block_size"] or _opt_int(config.get("block_size")) or 16
     settings = ReplaySettings(
         kv_blocks=_pool(options, config, block_size, bpt),
@@ -173,6 +220,8 @@ def command(trace_dir: Path, target: str | None, as_json: bool, out: Path | None
     time_options = TimeOptions(options["decode_tokens_per_s"], options["prefill_tokens_per_s"])
     workload = build_workload(trace, options=time_options, node=options["node"])
     result = replay(workload, settings)
+    if bpt_note:
+        result = dataclasses.replace(result, notes=(*result.notes, bpt_note))
     found = search(workload, settings, target) if target else None  # type: ignore[arg-type]
     cal = None
     wanted = options["calibrate"]

@@ -13,6 +13,7 @@ from oomtrace.cli import cli
 from tests.factories import at
 from tests.unit.replay.helpers import lifecycle, trace_dir, trace_of
 
+DATA = Path(__file__).resolve().parents[2] / "data"
 CONFIG = {"num_gpu_blocks": 20, "block_size": 16, "max_num_seqs": 8}
 MODEL = {"kv_bytes_per_token": 131072}
 
@@ -110,13 +111,40 @@ def test_out_writes_per_request_outcomes_and_the_series(tmp_path: Path) -> None:
     assert pl.read_parquet(tmp_path / "out" / "series.parquet").height > 0
 
 
-def test_a_directory_that_is_not_a_trace_is_refused(tmp_path: Path) -> None:
+def test_a_directory_with_nothing_readable_is_refused(tmp_path: Path) -> None:
     result = run(str(tmp_path))
     assert result.exit_code == 2
     assert result.output == (
-        f"oomtrace: error: {tmp_path}: not a trace directory (no manifest.json); create one "
-        "with `oomtrace ingest FILE... --out DIR`\n"
+        f"oomtrace: error: {tmp_path}: no file that oomtrace can read; pass the engine log, "
+        "nvidia-smi CSV or metrics export, or --format\n"
     )
+
+
+def test_a_raw_engine_log_is_replayed_through_ingest() -> None:
+    # GIVEN a vLLM 0.8.5 log whose one request has a 5-token prompt, max_tokens 64 and no
+    # stated output (it was aborted)
+    log = DATA / "vllm" / "v1_0.8.5_glued.log"
+    # WHEN replayed straight from the log, at 30 tokens/s
+    result = run(str(log), "--kv-blocks", "500", "--decode-tokens-per-s", "30", "--json")
+    # THEN it is replayed at its bound, 5 + 63 stored tokens = 5 blocks, and says so
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert doc["peak_blocks"] == 5
+    assert doc["time_model"]["output_tokens"] == {"max_tokens_bound": 1}
+    assert doc["settings"]["block_size"] == 16
+
+
+def test_config_gives_the_kv_bytes_per_token(tmp_path: Path) -> None:
+    # GIVEN Llama-3.1-8B: 32 layers x 8 KV heads x 128 x 2 (K, V) x 2 bytes = 128 KiB per token
+    path = three_long_requests(tmp_path)
+    config = DATA / "configs" / "llama-3.1-8b"
+    # WHEN replayed with --config, and with fp8 on two GPUs
+    plain = run(str(path), "--config", str(config), "--json", "--no-calibrate")
+    fp8 = run(str(path), "--config", str(config), "--kv-cache-dtype", "fp8",
+              "--tensor-parallel", "2", "--json", "--no-calibrate")  # fmt: skip
+    # THEN the bytes follow the architecture
+    assert json.loads(plain.output)["settings"]["kv_bytes_per_token"] == 131072
+    assert json.loads(fp8.output)["settings"]["kv_bytes_per_token"] == 131072 // 4
 
 
 def test_a_pool_size_is_required_when_the_trace_does_not_state_one(tmp_path: Path) -> None:
