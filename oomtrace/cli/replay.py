@@ -42,13 +42,16 @@ def _pool(options: dict[str, Any], config: dict[str, Any], block_size: int, bpt:
             kv_bytes_per_token=bpt,
             block_size=block_size,
         )
-    recorded = _opt_int(config.get("num_gpu_blocks"))
+    from oomtrace.replay.calibrate import recorded_pool
+
+    recorded, recorded_block, _ = recorded_pool(config)
     if recorded is None:
         raise UsageError(
-            "the trace's manifest does not state num_gpu_blocks; pass --kv-blocks N, or "
-            "--device-memory with --weights, --reserve and --kv-bytes-per-token"
+            "the trace's manifest states neither num_gpu_blocks nor the KV cache size; pass "
+            "--kv-blocks N, or --device-memory with --weights, --reserve and --kv-bytes-per-token"
         )
-    return recorded
+    # the recorded pool holds a number of tokens; another --block-size cuts it differently
+    return max(1, recorded * recorded_block // block_size)
 
 
 def _limit(value: int | None, recorded: object) -> int | None:
@@ -199,6 +202,7 @@ def command(
         search,
     )
     from oomtrace.replay import text as render
+    from oomtrace.replay.calibrate import recorded_pool
 
     ingest = to_ingest_options(options)
     options["node"] = ingest.node
@@ -228,7 +232,7 @@ def command(
     has_usage = trace.samples.filter(
         trace.samples["metric"].is_in(["kv_usage_ratio", "kv_blocks_used"])
     ).height
-    if wanted or (wanted is None and has_usage and _opt_int(config.get("num_gpu_blocks"))):
+    if wanted or (wanted is None and has_usage and recorded_pool(config)[0] is not None):
         cal = calibrate(
             trace, workload, recorded_settings(trace.manifest, kv_bytes_per_token=bpt),
             node=options["node"],

@@ -64,23 +64,39 @@ class Calibration:
         }
 
 
+def recorded_pool(config: dict[str, Any]) -> tuple[int | None, int, str]:
+    """The recorded KV pool: (blocks or None, block size, where the block count came from).
+
+    ``num_gpu_blocks`` where the engine stated it; otherwise vLLM's "GPU KV cache size: N tokens"
+    (``kv_cache_tokens``) divided by the block size, which is exact for a model with one KV cache
+    group (hybrid models print the tokens of one group)."""
+    size = config.get("block_size")
+    block_size = size if isinstance(size, int) and size > 0 else 16
+    blocks = config.get("num_gpu_blocks")
+    if isinstance(blocks, int) and blocks > 0:
+        return blocks, block_size, "num_gpu_blocks"
+    tokens = config.get("kv_cache_tokens")
+    if isinstance(tokens, int) and tokens >= block_size:
+        return tokens // block_size, block_size, "kv_cache_tokens / block_size"
+    return None, block_size, ""
+
+
 def recorded_settings(
     manifest: Manifest, *, kv_bytes_per_token: int | None = None
 ) -> ReplaySettings:
     """The settings the engine ran with, from ``manifest.engine_config``."""
     config = manifest.engine_config
-    blocks = config.get("num_gpu_blocks")
-    if not isinstance(blocks, int) or blocks < 1:
+    blocks, block_size, _ = recorded_pool(config)
+    if blocks is None:
         raise InputError(
-            "the trace's manifest does not state num_gpu_blocks, so the recorded run cannot be "
-            "replayed for calibration; pass --kv-blocks, or --no-calibrate"
+            "the trace's manifest states neither num_gpu_blocks nor the KV cache size in tokens, "
+            "so the recorded run cannot be replayed for calibration; pass --no-calibrate"
         )
-    block_size = config.get("block_size")
     seqs = config.get("max_num_seqs")
     tokens = config.get("max_num_batched_tokens")
     return ReplaySettings(
         kv_blocks=blocks,
-        block_size=block_size if isinstance(block_size, int) and block_size > 0 else 16,
+        block_size=block_size,
         policy="on-demand",
         max_num_seqs=seqs if isinstance(seqs, int) and seqs > 0 else None,
         max_num_batched_tokens=tokens if isinstance(tokens, int) and tokens > 0 else None,
@@ -149,6 +165,12 @@ def calibrate(
     seen, seen_from = _observed_preemptions(trace, node)
     simulated = int(raw.totals[2])
     caveats = _caveats(trace, workload)
+    if stats["bias"] is not None and stats["bias"] < -ROUGH_MAE:
+        missing = (
+            "the engine held far more than the replayed requests explain: requests are missing "
+            "from the trace (a log that starts mid-run, or request lines not logged)"
+        )
+        caveats = (*caveats, missing)
     verdict = _verdict(stats["mae"], stats["worst"], seen, simulated, comparison.height)
     return Calibration(
         settings=settings,
@@ -175,7 +197,7 @@ def _verdict(
     else:
         usage = (
             f"simulated KV usage is off by {100 * mae:.1f} points on average "
-            f"({100 * worst:.1f} at worst) over {samples} samples"
+            f"({100 * worst:.1f} at worst) over {samples} sample(s)"
         )
         grade = "close" if mae <= CLOSE_MAE else "rough" if mae <= ROUGH_MAE else "poor"
     if seen is not None:

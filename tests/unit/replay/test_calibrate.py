@@ -47,7 +47,7 @@ def test_a_replay_that_reproduces_the_observed_pool_is_called_close() -> None:
     assert cal.preemptions_observed_from == "increase of preemptions_total"
     assert cal.verdict == (
         "close: simulated KV usage is off by 0.0 points on average (0.0 at worst) over 3 "
-        "samples; preemptions simulated 0, observed 0; the what-if can be trusted for overflow, "
+        "sample(s); preemptions simulated 0, observed 0; the what-if can be trusted for overflow, "
         "peaks and preemption counts to within about that error"
     )
 
@@ -80,9 +80,9 @@ def test_a_reset_preemption_counter_counts_again_from_zero() -> None:
     assert cal.verdict.startswith("unchecked: no KV usage was observed")
 
 
-def test_recorded_settings_need_the_number_of_blocks() -> None:
-    # GIVEN a manifest without num_gpu_blocks
+def test_recorded_settings_need_the_size_of_the_pool() -> None:
+    # GIVEN a manifest with neither num_gpu_blocks nor kv_cache_tokens
     manifest = Manifest(engine_config={"block_size": 16})
     # WHEN the recorded settings are read THEN the error names the remedy
-    with pytest.raises(InputError, match="does not state num_gpu_blocks"):
+    with pytest.raises(InputError, match="states neither num_gpu_blocks nor the KV cache size"):
         recorded_settings(manifest)

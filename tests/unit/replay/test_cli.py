@@ -152,9 +152,22 @@ def test_a_pool_size_is_required_when_the_trace_does_not_state_one(tmp_path: Pat
     result = run(str(path))
     assert result.exit_code == 2
     assert result.output == (
-        "oomtrace: error: the trace's manifest does not state num_gpu_blocks; pass --kv-blocks "
-        "N, or --device-memory with --weights, --reserve and --kv-bytes-per-token\n"
+        "oomtrace: error: the trace's manifest states neither num_gpu_blocks nor the KV cache "
+        "size; pass --kv-blocks N, or --device-memory with --weights, --reserve and "
+        "--kv-bytes-per-token\n"
     )
+
+
+def test_the_recorded_kv_cache_size_in_tokens_gives_the_pool(tmp_path: Path) -> None:
+    # GIVEN an engine that printed "GPU KV cache size: 320 tokens" but no block count
+    path = three_long_requests(tmp_path, config={"kv_cache_tokens": 320, "block_size": 16})
+    # WHEN replayed with the recorded pool, and with 32-token blocks
+    recorded = json.loads(run(str(path), "--json").output)
+    larger = json.loads(run(str(path), "--json", "--block-size", "32").output)
+    # THEN the pool is 320 / 16 = 20 blocks, or 10 blocks of 32 tokens; calibration runs
+    assert recorded["settings"]["kv_blocks"] == 20
+    assert larger["settings"]["kv_blocks"] == 10
+    assert recorded["calibration"]["kv_usage_mae"] == 0.0
 
 
 def test_kv_blocks_and_device_memory_exclude_each_other(tmp_path: Path) -> None:
