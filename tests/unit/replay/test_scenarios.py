@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 import polars as pl
 from polars.testing import assert_frame_equal
 
-from oomtrace.replay import ReplaySettings, replay, workload_from_arrays
+from oomtrace.replay import ReplaySettings, replay, search, workload_from_arrays
 from oomtrace.replay.workload import EPOCH, Workload
 
 
@@ -184,3 +184,28 @@ def test_the_series_reads_the_level_before_each_point_and_the_peak_since_the_las
             schema_overrides={"ts": pl.Datetime("ns", "UTC")},
         ),
     )
+
+
+def test_the_kv_blocks_search_finds_the_smallest_pool_that_never_runs_dry() -> None:
+    # GIVEN the shared traffic: each request needs 3 blocks at its final length, together 6
+    settings = ReplaySettings(kv_blocks=4, block_size=4)
+    # WHEN searching the pool size
+    found = search(two_requests(), settings, "kv-blocks", series_points=0)
+    # THEN the range is 3 (the largest request) to 6 (the unlimited peak); 3, 4 and 5 run dry
+    # (both are admitted and outgrow the pool) and 6 is the smallest that does not
+    assert (found.goal, found.low, found.high, found.best_value) == ("smallest", 3, 6, 6)
+    assert found.unbinding is True
+    assert sorted((v, s.passes) for v, s in found.tried) == [
+        (3, False), (4, False), (5, False), (6, True),
+    ]  # fmt: skip
+    assert found.best is not None
+    assert found.best.settings.kv_blocks == 6
+
+
+def test_a_search_where_nothing_passes_has_no_best() -> None:
+    # GIVEN a pool too small for either request at any max_num_seqs
+    settings = ReplaySettings(kv_blocks=2, block_size=4)
+    # WHEN searching THEN there is no best setting, and the JSON says so
+    found = search(two_requests(), settings, "max-num-seqs", series_points=0)
+    assert found.best_value is None
+    assert found.to_json()["best"] is None
