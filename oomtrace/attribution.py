@@ -44,7 +44,7 @@ from oomtrace.analysis.series import (
 from oomtrace.analysis.spikes import find_spikes
 from oomtrace.errors import InputError
 from oomtrace.schema import TS
-from oomtrace.timeline import RESETS, Timeline, build_timeline, decode_rate, summarize_requests
+from oomtrace.timeline import RESETS, Timeline, build_timeline
 from oomtrace.trace import Trace
 
 __all__ = ["AnalyzeOptions", "Findings", "analyze"]
@@ -156,7 +156,6 @@ def _trace_end(trace: Trace) -> dict[str, datetime]:
 
 
 def _timeline(trace: Trace, kv: KVModel) -> Timeline:
-    rate = decode_rate(summarize_requests(trace.requests), trace.samples)
     resets = trace.events.filter(pl.col("kind").is_in(RESETS)).select("node", "ts")
     max_len = trace.manifest.engine_config.get("max_model_len")
     return build_timeline(
@@ -164,7 +163,7 @@ def _timeline(trace: Trace, kv: KVModel) -> Timeline:
         kv,
         trace_end=_trace_end(trace),
         resets=resets,
-        rate=rate,
+        samples=trace.samples,
         max_model_len=int(max_len) if isinstance(max_len, int) else None,
     )
 
