@@ -431,7 +431,6 @@ def _model_knots(
     # A statement above the contract wins (the contract was misread or not enforced).
     cap = pl.when(cap.is_not_null()).then(pl.max_horizontal(cap, pl.col("last_tokens")))
     span_s = (pl.col("end_ts") - pl.col("last_ts")).dt.total_nanoseconds() / NS_PER_S
-    order = {"order": pl.Int8}
     if rate.tokens_per_s:
         room = (cap - pl.col("last_tokens")).clip(lower_bound=0)
         reach_s = pl.when(pl.col("decodes")).then(room / rate.tokens_per_s)
@@ -458,9 +457,9 @@ def _model_knots(
         stated=pl.lit(value=False),
         order=pl.lit(3, pl.Int8),
     )
-    knots = pl.concat(
-        [stated, cap_knots.cast(order), end_knots.cast(order)], how="vertical_relaxed"
-    ).sort("sid", "ts", "order")
+    knots = pl.concat([stated, cap_knots.cast(stated.schema), end_knots.cast(stated.schema)]).sort(
+        "sid", "ts", "order"
+    )
     keys = segments.select("sid", *KEYS)  # the public keys, for per-request detail
     return knots.join(keys, on="sid", how="left", maintain_order="left").select(
         "sid", "rid", *KEYS, pl.col("ts").cast(TS), "tokens", "stated"
