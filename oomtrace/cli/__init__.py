@@ -22,6 +22,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "oomtrace.cli.analyze",
         "Find the requests and the moment that ran the GPU out of memory.",
     ),
+    "budget": ("oomtrace.cli.budget", "GPU memory budget worksheet for serving a model."),
+    "ingest": ("oomtrace.cli.ingest", "Turn logs, metrics and captures into a canonical trace."),
+    "inspect": ("oomtrace.cli.inspect", "Show what oomtrace reads from one file."),
+    "report": (
+        "oomtrace.cli.report",
+        "Write the incident report: terminal, Markdown, JSON or HTML.",
+    ),
 }
 
 

@@ -1,0 +1,54 @@
+"""GPU memory budgets for serving a model: architecture from config.json, KV and state bytes,
+weights, the worksheet and the admission ledger (``reference/kv-math.md``).
+
+Names are loaded on first use, so that importing the CLI's option choices (``budget.dtypes``)
+does not load Polars.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from oomtrace.budget.engine import EngineView, vllm_view
+    from oomtrace.budget.kv import KVGroup, KVSpec, StateGroup, kv_spec
+    from oomtrace.budget.layers import AttentionLayer, ModelArchitecture, RecurrentLayer
+    from oomtrace.budget.model import load_architecture
+    from oomtrace.budget.plan import BudgetRequest, compute_budget
+
+_EXPORTS = {
+    "AttentionLayer": "oomtrace.budget.layers",
+    "BudgetRequest": "oomtrace.budget.plan",
+    "EngineView": "oomtrace.budget.engine",
+    "KVGroup": "oomtrace.budget.kv",
+    "KVSpec": "oomtrace.budget.kv",
+    "ModelArchitecture": "oomtrace.budget.layers",
+    "RecurrentLayer": "oomtrace.budget.layers",
+    "StateGroup": "oomtrace.budget.kv",
+    "compute_budget": "oomtrace.budget.plan",
+    "kv_spec": "oomtrace.budget.kv",
+    "load_architecture": "oomtrace.budget.model",
+    "vllm_view": "oomtrace.budget.engine",
+}
+__all__ = [
+    "AttentionLayer",
+    "BudgetRequest",
+    "EngineView",
+    "KVGroup",
+    "KVSpec",
+    "ModelArchitecture",
+    "RecurrentLayer",
+    "StateGroup",
+    "compute_budget",
+    "kv_spec",
+    "load_architecture",
+    "vllm_view",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'oomtrace.budget' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

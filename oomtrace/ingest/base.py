@@ -1,0 +1,136 @@
+"""The parser plug point and the registry that holds built-in and third-party parsers alike.
+
+A parser is any object with ``name``, ``description``, ``sniff`` and ``parse`` (the
+:class:`Parser` protocol). Built-ins are listed in :data:`BUILTIN_PARSERS` as ``module:attribute``
+strings and loaded on first use, exactly like extensions, which register through the
+``oomtrace.parsers`` entry-point group. Each engine's version-dependent patterns live in one table
+in its parser module, each with the sample that exercises it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import cache
+from importlib.metadata import entry_points
+from typing import Any, Protocol, runtime_checkable
+
+import polars as pl
+
+from oomtrace.diagnostics import SourceDiagnostics
+from oomtrace.ingest.textio import InputFile
+
+log = logging.getLogger(__name__)
+
+# module:attribute of every built-in parser, in sniffing tie-break order.
+BUILTIN_PARSERS: tuple[str, ...] = (
+    "oomtrace.ingest.sglang:PARSER",
+    "oomtrace.ingest.torch_snapshot:PARSER",
+    "oomtrace.ingest.pytorch_log:PARSER",
+    "oomtrace.ingest.nvidia_smi:PARSER",
+    "oomtrace.ingest.prometheus:PARSER",
+    "oomtrace.ingest.prometheus_query:PARSER",
+)
+
+ENTRY_POINT_GROUP = "oomtrace.parsers"
+
+
+@dataclass(frozen=True)
+class ClockOptions:
+    """How to place year-less or zone-less timestamps in time (``--year``, ``--tz``)."""
+
+    year: int | None = None
+    tz: str | None = None
+
+
+@dataclass(frozen=True)
+class ParseContext:
+    """What a parser is told about its input besides the bytes. ``mtime`` is the input's
+    modification time (UTC): the last moment it was written, the anchor for year-less logs."""
+
+    clock: ClockOptions = ClockOptions()
+    mtime: datetime | None = None
+
+
+@dataclass
+class ParseResult:
+    """What one input contributed. Frames may omit ``node`` and ``source`` (the orchestrator adds
+    them) and any nullable column; they are conformed to the canonical schema afterwards. A
+    ``source`` column a parser does give is a qualifier that keeps apart series the input holds
+    side by side (``engine=1`` under data parallel): the orchestrator appends it to the source
+    name after a ``#``."""
+
+    samples: pl.DataFrame | None = None
+    requests: pl.DataFrame | None = None
+    events: pl.DataFrame | None = None
+    engine: dict[str, Any] = field(default_factory=dict)
+    model: dict[str, Any] = field(default_factory=dict)
+    engine_config: dict[str, Any] = field(default_factory=dict)
+    clock: dict[str, Any] = field(default_factory=dict)
+    # The host the input itself names (journald, DCGM Hostname label), if any.
+    host: str | None = None
+    # GPU identifiers (UUID ``GPU-...``, PCI bus id) this input ties to a device index. Rows of
+    # any input of the incident that name their GPU only by identifier (a ``device_ref`` column
+    # in ``samples`` or ``events``, e.g. nvidia-smi --query-compute-apps with gpu_uuid) are
+    # placed on that device by the orchestrator; the column is dropped afterwards.
+    device_index: dict[str, int] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Parser(Protocol):
+    """A source format. ``sniff`` returns a confidence in [0, 1] from the decompressed head of
+    the input (0: not this format); ``parse`` reads the whole input."""
+
+    name: str
+    description: str
+
+    def sniff(self, head: str, name: str) -> float: ...
+
+    def parse(
+        self, source: InputFile, ctx: ParseContext, diag: SourceDiagnostics
+    ) -> ParseResult: ...
+
+
+@runtime_checkable
+class LineParser(Parser, Protocol):
+    """A log parser that can also take lines that arrive one by one (the collector's log tail).
+
+    ``lines`` has a ``line`` column (str) and may have ``arrival_ts`` (``Datetime("ns", "UTC")``),
+    the moment the collector read the line; where present it fixes the year-less,
+    second-resolution timestamps engines print, and the parser uses it.
+    """
+
+    def parse_lines(
+        self, lines: pl.DataFrame, ctx: ParseContext, diag: SourceDiagnostics
+    ) -> ParseResult: ...
+
+
+@cache
+def registry() -> dict[str, Parser]:
+    """All parsers by name: built-ins first, then entry points (which may not shadow one)."""
+    found: dict[str, Parser] = {}
+    for spec in BUILTIN_PARSERS:
+        _add(found, _load(spec), spec)
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            _add(found, ep.load(), ep.value)
+        except Exception as err:  # noqa: BLE001 - a broken extension must not break ingest
+            log.warning("parser extension %s could not be loaded: %s", ep.value, err)
+    return found
+
+
+def _load(spec: str) -> object:
+    module, _, attribute = spec.partition(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+def _add(found: dict[str, Parser], parser: object, spec: str) -> None:
+    if not isinstance(parser, Parser):
+        log.warning("%s is not a parser (needs name, description, sniff, parse)", spec)
+        return
+    if parser.name in found:
+        log.warning("parser name %s from %s is already taken; ignored", parser.name, spec)
+        return
+    found[parser.name] = parser

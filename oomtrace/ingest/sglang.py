@@ -1,0 +1,436 @@
+"""SGLang server logs: scheduler batch lines, retractions, KV-pool OOMs, startup memory lines,
+request lines, and PyTorch OOMs anywhere in the log (reference/formats.md §4).
+
+Lines look like ``[2025-02-27 04:46:39 TP0] Decode batch. #running-req: 8, ...``: SGLang's own
+prefix carries the year and (with ``SGLANG_LOG_MS=1``) milliseconds, but no zone, so times are
+read in ``--tz`` (UTC unless told; recorded as an assumption). Anything before the ``[`` is an
+outer prefix (docker-compose, Ray ``(name pid=N)``, journald) and is ignored, except a full RFC
+3339 timestamp with a zone (``kubectl logs --timestamps``, ``docker logs -t``), which wins.
+Lines without SGLang's prefix (tracebacks, continuation lines) inherit the previous line's time.
+
+Every scheduler rank prints its own lines (``[... DP1 TP1]``). Batch lines are kept from one rank
+only (the lowest rank tag, normally TP0 or DP0: with DP attention each DP rank has its own KV
+pool and the samples table has no rank column); the other ranks' batch lines are counted as
+skipped. Retractions, KV-pool OOMs and deaths printed by several ranks count once. Startup
+figures are taken from the lowest rank (they are per GPU).
+
+Version-dependent patterns live in :mod:`oomtrace.ingest.sglang_patterns`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Final
+
+import polars as pl
+
+from oomtrace.diagnostics import SourceDiagnostics
+from oomtrace.ingest import sglang_extract as extract
+from oomtrace.ingest import sglang_patterns as pat
+from oomtrace.ingest.base import ParseContext, ParseResult
+from oomtrace.ingest.textio import InputFile
+from oomtrace.ingest.timestamps import ISO, TS_DTYPE, localize, naive, with_offset
+from oomtrace.ingest.torch_oom import OOM_SHAPES, PREFILTER, extract_ooms
+
+# A second or two between an outer (kubectl/docker) time and SGLang's own is normal buffering.
+_OUTER_TOLERANCE_S: Final = 2.0
+_OUTER_ISO: Final = r"(?:^|[\s|])" + ISO
+_SNIFF_PREFIX = re.compile(pat.PREFIX_SNIFF)
+_SNIFF_RANKS = re.compile(
+    r"\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d{3})?(?: (?:DP|TP|PP|EP)\d+)+\] "
+)
+_SNIFF_MESSAGES = re.compile(
+    pat.PREFIX_SNIFF
+    + r"(?:Decode batch|Prefill batch|server_args=ServerArgs\(|Load weight (?:begin|end)|"
+    r"KV Cache is allocated|max_total_num_tokens=|Capture cuda graph|Init torch distributed|"
+    r"Memory pool end|The server is fired up|KV cache pool is full)"
+)
+_LINE_SCHEMA: Final[dict[str, pl.DataType]] = {
+    "line": pl.String(),
+    "ranks": pl.String(),
+    "msg": pl.String(),
+    "ts": TS_DTYPE,
+    "kind": pl.String(),
+}
+_KV_POOL_OOM_LITERAL: Final = " out of memory. Try to lower your batch size"
+_NO_PREFIX = "line without SGLang's [date time] prefix (traceback, continuation or other output)"
+
+
+def _split_prefix(lines: pl.Series) -> pl.DataFrame:
+    """``line`` split into ``outer``, ``stamp``, ``ms``, ``ranks`` and ``msg`` (null where the line
+    has no SGLang prefix).
+
+    The fast path locates the prefix with one capture-free regex search and cuts with slices,
+    several times faster than a capturing regex. Offsets from ``str.find`` count bytes while
+    slices count characters, so lines with non-ASCII text take the capturing regex instead.
+    """
+    line = pl.col("line")
+    frame = pl.DataFrame(lines).with_columns(
+        _ascii=(line.str.len_bytes() == line.str.len_chars()).fill_null(value=True)
+    )
+    fast = frame.filter("_ascii").with_columns(_pos=line.str.find(pat.PREFIX_FIND))
+    fast = fast.with_columns(_rest=line.str.slice(pl.col("_pos")))
+    fast = fast.with_columns(_close=pl.col("_rest").str.find("]", literal=True))
+    inside = pl.col("_rest").str.slice(20, pl.col("_close") - 20)
+    fast = fast.select(
+        "line",
+        outer=line.str.slice(0, pl.col("_pos")),
+        stamp=pl.col("_rest").str.slice(1, 19),
+        ms=pl.when(inside.str.starts_with(".")).then(inside.str.slice(1, 3)),
+        ranks=pl.when(inside.str.starts_with(".")).then(inside.str.slice(4)).otherwise(inside),
+        msg=pl.col("_rest").str.slice(pl.col("_close") + 2),
+    )
+    if fast.height == frame.height:
+        return fast
+    slow = frame.with_row_index("_i").filter(~pl.col("_ascii"))
+    slow = slow.with_columns(_p=line.str.extract_groups(pat.PREFIX)).unnest("_p")
+    merged = pl.concat(
+        [
+            fast.with_columns(_i=frame.with_row_index("_i").filter("_ascii")["_i"]),
+            slow.select("_i", *fast.columns),
+        ],
+        how="diagonal_relaxed",
+    )
+    return merged.sort("_i").select(fast.columns)
+
+
+def _classify() -> pl.Expr:
+    """Each line's candidate kind from cheap literal tests (the message's first words), else
+    ``torch_oom`` for any line that may hold a PyTorch OOM, else null. :func:`_validated` then
+    applies each kind's full pattern to its own lines only."""
+    line, msg = pl.col("line"), pl.col("msg")
+    choices = [
+        pl.when(line.str.contains(_KV_POOL_OOM_LITERAL, literal=True)).then(pl.lit("kv_pool_oom"))
+    ]
+    for kind in pat.KINDS:
+        if kind.starts:
+            cheap = pl.any_horizontal([msg.str.starts_with(word) for word in kind.starts])
+            choices.append(pl.when(cheap).then(pl.lit(kind.name)))
+    choices.append(pl.when(line.str.contains(PREFILTER)).then(pl.lit("torch_oom")))
+    return pl.coalesce(choices)
+
+
+@dataclass
+class _Acc:
+    """What the chunks of one input have contributed so far."""
+
+    ctx: ParseContext
+    diag: SourceDiagnostics
+    last_ts: datetime | None = None
+    own_stamps: int = 0
+    outer_gap_s: float | None = None
+    offset_note: str | None = None
+    frames: dict[str, list[pl.DataFrame]] = field(default_factory=dict)
+    tag_examples: dict[str, str] = field(default_factory=dict)
+    families: set[str] = field(default_factory=set)
+
+    @property
+    def tz(self) -> str:
+        return self.ctx.clock.tz or "UTC"
+
+    def keep(self, name: str, frame: pl.DataFrame) -> None:
+        if frame.height:
+            self.frames.setdefault(name, []).append(frame)
+
+    def add(self, lines: pl.Series, arrival: pl.Series | None = None) -> None:
+        frame = self._stamped(lines.alias("line"), arrival)
+        frame = frame.with_columns(kind=_classify())
+        self._count_unused(frame)
+        used = frame.filter(pl.col("kind").is_not_null())
+        if used.height == 0:
+            return
+        timed = used.filter(pl.col("ts").is_not_null())
+        untimed = used.filter(pl.col("ts").is_null())
+        # Only untimed OOM text (a traceback before any SGLang line) can wait for a later time.
+        self.keep("pending_oom", untimed.filter(pl.col("kind").is_in(["torch_oom", "kv_pool_oom"])))
+        self.diag.skip(
+            "SGLang line with an impossible local time (DST gap or invalid date)",
+            untimed.filter(~pl.col("kind").is_in(["torch_oom", "kv_pool_oom"])).height,
+            _example(untimed["line"]),
+        )
+        self._dispatch(timed)
+
+    def _stamped(self, lines: pl.Series, arrival: pl.Series | None) -> pl.DataFrame:
+        frame = _split_prefix(lines).with_columns(
+            ranks=pl.col("ranks").str.strip_chars(),
+            _own=pl.col("stamp").str.to_datetime("%Y-%m-%d %H:%M:%S", time_unit="ns", strict=False)
+            + pl.duration(milliseconds=pl.col("ms").cast(pl.Int64, strict=False).fill_null(0)),
+            # kubectl/docker put an RFC 3339 time first; on lines without SGLang's prefix too.
+            _o=pl.coalesce("outer", pl.col("line").str.slice(0, 80)).str.extract_groups(_OUTER_ISO),
+        )
+        frame = frame.unnest("_o").with_columns(
+            _outer=pl.when(pl.col("zone").is_not_null()).then(
+                with_offset(naive(pl.col("date"), pl.col("time"), pl.col("frac")), pl.col("zone"))
+            )
+        )
+        own = self._own_times(frame, arrival)
+        frame = frame.with_columns(_own=own).with_columns(ts=pl.coalesce("_outer", "_own"))
+        self._check_outer(frame)
+        self.own_stamps += frame.filter(
+            pl.col("_outer").is_null() & pl.col("_own").is_not_null()
+        ).height
+        if arrival is not None:
+            frame = frame.with_columns(ts=pl.coalesce("ts", arrival.cast(TS_DTYPE)))
+        else:
+            frame = frame.with_columns(ts=pl.col("ts").forward_fill())
+            if self.last_ts is not None:
+                frame = frame.with_columns(
+                    ts=pl.col("ts").fill_null(pl.lit(self.last_ts, TS_DTYPE))
+                )
+        last = frame["ts"].drop_nulls()
+        if last.len():
+            self.last_ts = last[-1]
+        return frame.select("line", "ranks", "msg", pl.col("ts").cast(TS_DTYPE))
+
+    def _own_times(self, frame: pl.DataFrame, arrival: pl.Series | None) -> pl.Series:
+        """SGLang's own zone-less times in UTC: in ``--tz``; failing that, for lines a collector
+        read as they were written, in the zone their arrival times reveal."""
+        if arrival is not None and self.ctx.clock.tz is None:
+            gaps = (
+                frame.with_columns(_a=arrival.cast(TS_DTYPE))
+                .select(
+                    (pl.col("_own").dt.replace_time_zone("UTC") - pl.col("_a")).dt.total_seconds()
+                )
+                .to_series()
+                .drop_nulls()
+            )
+            if gaps.len():
+                median = gaps.median()
+                assert isinstance(median, float | int)
+                quarter_hours = round(float(median) / 900)
+                if quarter_hours:
+                    hours, minutes = divmod(abs(quarter_hours) * 15, 60)
+                    sign = "+" if quarter_hours > 0 else "-"
+                    self.offset_note = f"UTC{sign}{hours:02d}:{minutes:02d}"
+                return frame.select(
+                    pl.col("_own").dt.replace_time_zone("UTC")
+                    - pl.duration(minutes=quarter_hours * 15)
+                ).to_series()
+        return frame.select(localize(pl.col("_own"), self.tz)).to_series()
+
+    def _check_outer(self, frame: pl.DataFrame) -> None:
+        both = frame.filter(pl.col("_outer").is_not_null() & pl.col("_own").is_not_null())
+        if both.height == 0:
+            return
+        gap = both.select((pl.col("_own") - pl.col("_outer")).dt.total_seconds().median()).item()
+        if gap is not None and abs(gap) > _OUTER_TOLERANCE_S:
+            self.outer_gap_s = float(gap)
+
+    def _count_unused(self, frame: pl.DataFrame) -> None:
+        unused = frame.filter(pl.col("kind").is_null())
+        if unused.height == 0:
+            return
+        prefixed = unused.filter(pl.col("msg").is_not_null())
+        self.diag.skip(
+            "SGLang line not used (not relevant to memory or admission)",
+            prefixed.height,
+            _example(prefixed["line"]),
+        )
+        bare = unused.filter(pl.col("msg").is_null())
+        self.diag.skip(_NO_PREFIX, bare.height, _example(bare["line"]))
+
+    def _validated(self, used: pl.DataFrame) -> pl.DataFrame:
+        """Each candidate kind's full pattern, applied to its own lines only (the literal test
+        of :func:`_classify` picked them); lines it does not match are not used."""
+        checks = [
+            (pl.col("kind") == k.name)
+            & ~pl.col("line" if k.name == "kv_pool_oom" else "msg").str.contains(k.pattern)
+            for k in pat.KINDS
+            if k.name in self._kinds_seen(used)
+        ]
+        if not checks:
+            return used
+        bad = used.filter(pl.any_horizontal(checks))
+        self.diag.skip(
+            "SGLang line not used (not relevant to memory or admission)",
+            bad.height,
+            _example(bad["line"]),
+        )
+        return used.filter(~pl.any_horizontal(checks))
+
+    @staticmethod
+    def _kinds_seen(used: pl.DataFrame) -> set[str]:
+        return {k for k in used["kind"].unique().to_list() if k is not None}
+
+    def _dispatch(self, used: pl.DataFrame) -> None:
+        used = self._validated(used)
+        kinds = used["kind"]
+        batch = used.filter(kinds == "batch")
+        if batch.height:
+            self._note_families(batch.filter(pl.col("msg").str.contains(pat.BATCH.pattern)))
+            for tag, line in batch.group_by("ranks").agg(pl.col("line").first()).iter_rows():
+                self.tag_examples.setdefault(tag or "", line)
+            self.keep("batch", extract.batch_fields(batch))
+        retract = used.filter(kinds == "retract")
+        if retract.height:
+            self._note_families(retract)
+            self.keep("retract", extract.retractions(retract))
+        self.keep("oom_text", used.filter(kinds.is_in(["torch_oom", "kv_pool_oom"])))
+        self.keep("dead", used.filter(kinds == "engine_dead").select("ts", "ranks", "msg"))
+        startup = used.filter(kinds.is_in(list(extract.STARTUP_KINDS)))
+        self.keep("startup", extract.startup_fields(startup))
+        self.keep(
+            "requests", extract.requests(used.filter(kinds.is_in(["receive", "finish"])), self.diag)
+        )
+        not_oom = used.filter((kinds == "torch_oom") & ~pl.col("line").str.contains(OOM_SHAPES))
+        self.diag.skip(
+            "mentions memory but is no known out-of-memory message",
+            not_oom.height,
+            _example(not_oom["line"]),
+        )
+        self.diag.lines_recognised += used.filter(kinds != "batch").height - not_oom.height
+
+    def _note_families(self, frame: pl.DataFrame) -> None:
+        # Only families newer than the newest seen so far can change the answer.
+        for family in pat.FAMILIES:
+            if family.name in self.families:
+                return
+            if frame["msg"].str.contains(family.marker).any():
+                self.families.add(family.name)
+                return
+
+    def finish(self) -> ParseResult:
+        result = ParseResult(engine={"name": "sglang", "version_family": self._family()})
+        samples = [self._batch_samples()]
+        events = [
+            extract.retraction_events(self._all("retract")),
+            extract.dead_events(self._all("dead")),
+        ]
+        retract_samples = extract.retraction_samples(self._all("retract"))
+        samples.append(retract_samples)
+        oom_text = _concat([self._all("oom_text"), self._pending()])
+        if oom_text is None:
+            oom_text = pl.DataFrame(schema=_LINE_SCHEMA)
+        events.append(extract.kv_pool_oom_events(oom_text))
+        torch_events, torch_samples = extract_ooms(oom_text.select("ts", text="line"))
+        events.append(torch_events)
+        samples.append(torch_samples)
+        startup = self._all("startup")
+        events.append(extract.start_events(startup))
+        config, model, notes = extract.engine_config(startup)
+        for note in notes:
+            self.diag.note(note)
+        result.engine_config, result.model = config, model
+        result.samples = _concat(samples)
+        result.events = _concat(events)
+        result.requests = _concat([self._all("requests")])
+        result.clock = self._clock()
+        return result
+
+    def _all(self, name: str) -> pl.DataFrame:
+        frames = self.frames.get(name, [])
+        return pl.concat(frames, how="vertical_relaxed") if frames else pl.DataFrame()
+
+    def _pending(self) -> pl.DataFrame:
+        pending = self._all("pending_oom")
+        if pending.height == 0:
+            return pending
+        first = self._first_ts()
+        if first is None:
+            self.diag.skip(
+                "out-of-memory text with no time anywhere in the input",
+                pending.height,
+                _example(pending["line"]),
+            )
+            return pending.clear()
+        self.diag.note(
+            f"{pending.height} out-of-memory line(s) came before the first timestamp; "
+            "placed at the first timestamp"
+        )
+        return pending.with_columns(ts=pl.lit(first, TS_DTYPE))
+
+    def _first_ts(self) -> datetime | None:
+        stamps = [
+            f["ts"].min() for frames in self.frames.values() for f in frames if "ts" in f.columns
+        ]
+        found = [s for s in stamps if isinstance(s, datetime)]
+        return min(found) if found else None
+
+    def _batch_samples(self) -> pl.DataFrame:
+        batch = self._all("batch")
+        if batch.height == 0:
+            return pl.DataFrame()
+        lead = extract.lead_tag(batch["ranks"].unique().to_list())
+        kept = batch.filter(pl.col("ranks").fill_null("") == lead)
+        others = batch.height - kept.height
+        if others:
+            example = next((v for k, v in self.tag_examples.items() if k != lead), None)
+            self.diag.skip(
+                f"batch line of another rank (kept {lead or 'the untagged rank'})", others, example
+            )
+        self.diag.lines_recognised += kept.height
+        return extract.batch_samples(kept)
+
+    def _family(self) -> str | None:
+        return next((f.name for f in pat.FAMILIES if f.name in self.families), None)
+
+    def _clock(self) -> dict[str, Any]:
+        if self.outer_gap_s is not None:
+            self.diag.note(
+                f"SGLang's own times differ from the outer (kubectl/docker) times by "
+                f"{self.outer_gap_s:+.0f} s; used the outer times, which carry a zone"
+            )
+        if self.offset_note is not None:
+            self.diag.note(
+                f"SGLang's zone-less times read as {self.offset_note}, from arrival times"
+            )
+            return {"tz": self.offset_note, "tz_assumed": False}
+        if not self.own_stamps:
+            return {}
+        if self.ctx.clock.tz is None:
+            self.diag.note(
+                "SGLang prints local time without a zone; read as UTC (pass --tz with the "
+                "server's zone)"
+            )
+        return {"tz": self.tz, "tz_assumed": self.ctx.clock.tz is None}
+
+
+def _concat(frames: list[pl.DataFrame]) -> pl.DataFrame | None:
+    present = [f for f in frames if f.height]
+    return pl.concat(present, how="diagonal_relaxed") if present else None
+
+
+class SGLangLogParser:
+    """The ``sglang-log`` format (also a :class:`~oomtrace.ingest.base.LineParser`)."""
+
+    name = "sglang-log"
+    description = "SGLang server log: batch lines, retractions, startup memory, requests, OOMs"
+
+    def sniff(self, head: str, name: str) -> float:
+        if "\x00" in head:
+            return 0.0
+        lines = head.splitlines()[:400]
+        prefixed = sum(1 for line in lines if _SNIFF_PREFIX.search(line))
+        if not prefixed:
+            return 0.0
+        if any(_SNIFF_MESSAGES.search(line) for line in lines):
+            return 0.95
+        # "[date time] message" alone is a common Python logging format; rank tags are SGLang's.
+        if any(_SNIFF_RANKS.search(line) for line in lines):
+            return 0.8
+        return 0.45
+
+    def parse(self, source: InputFile, ctx: ParseContext, diag: SourceDiagnostics) -> ParseResult:
+        acc = _Acc(ctx, diag)
+        for chunk in source.line_chunks(diag):
+            acc.add(chunk.lines)
+        return acc.finish()
+
+    def parse_lines(
+        self, lines: pl.DataFrame, ctx: ParseContext, diag: SourceDiagnostics
+    ) -> ParseResult:
+        diag.lines_read += lines.height
+        acc = _Acc(ctx, diag)
+        arrival = lines["arrival_ts"] if "arrival_ts" in lines.columns else None
+        acc.add(lines["line"].cast(pl.String), arrival)
+        return acc.finish()
+
+
+PARSER: Final = SGLangLogParser()
+
+
+def _example(column: pl.Series) -> str | None:
+    """The first value of ``column`` as the example of a skip reason."""
+    return str(column[0]) if column.len() and column[0] is not None else None

@@ -1,0 +1,329 @@
+"""Field extraction for the SGLang parser: each function takes the lines of one kind (columns
+``ts``, ``ranks``, ``msg``, ``line``) and returns canonical rows or small intermediate frames.
+Vectorised throughout; the only Python loops run over rank tags and startup rows (a handful)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Final
+
+import polars as pl
+
+from oomtrace.diagnostics import SourceDiagnostics
+from oomtrace.ingest import sglang_patterns as pat
+from oomtrace.units import bytes_expr
+
+REPEAT_WINDOW_S: Final = 5
+STARTUP_KINDS: Final = (
+    "server_args",
+    "load_weight_end",
+    "kv_cache_allocated",
+    "graph_end",
+    "memory_summary",
+)
+
+
+def lead_tag(tags: list[str | None]) -> str:
+    """The rank tag whose ranks are lowest (``""`` for untagged lines, then ``TP0``, ``DP0 TP0``
+    before ``DP1 TP1``): the rank that SGLang's rank-0-only lines come from."""
+
+    def key(tag: str) -> tuple[int, int, str]:
+        numbers = [int(n) for n in re.findall(r"\d+", tag)]
+        return (sum(numbers), len(numbers), tag)
+
+    present = [t or "" for t in tags]
+    return min(present, key=key) if present else ""
+
+
+def dedupe(frame: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """One row per repeat: the same message from several ranks, or a log line and its traceback,
+    within :data:`REPEAT_WINDOW_S` seconds counts once."""
+    frame = frame.sort("ts")
+    previous = pl.col("ts").shift(1).over(keys)
+    gap = (pl.col("ts") - previous).dt.total_seconds()
+    return frame.filter(previous.is_null() | (gap > REPEAT_WINDOW_S))
+
+
+def batch_fields(batch: pl.DataFrame) -> pl.DataFrame:
+    """The fields of the batch lines. A field whose key word appears in none of these lines (the
+    hybrid-pool fields in most logs, ``cache hit rate`` after 0.3) is not searched for: a literal
+    scan costs a fraction of a capturing regex."""
+    msg = pl.col("msg")
+    present = batch.select(
+        msg.str.contains(f.key, literal=True).any().alias(f.name) for f in pat.FIELDS
+    ).row(0, named=True)
+    return batch.select(
+        "ts",
+        pl.col("ranks").fill_null(""),
+        *[
+            (
+                msg.str.extract(f.pattern, 1).cast(pl.Float64, strict=False)
+                if present[f.name]
+                else pl.lit(None, dtype=pl.Float64)
+            ).alias(f.name)
+            for f in pat.FIELDS
+        ],
+    )
+
+
+def batch_samples(batch: pl.DataFrame) -> pl.DataFrame:
+    """Long samples from the kept batch lines (one rank). A hybrid model's usage is the fullest
+    attention pool; its used tokens are the full-attention pool's."""
+    columns: dict[str, pl.Expr] = {
+        "kv_usage_ratio": pl.coalesce(
+            pl.col("usage"), pl.max_horizontal(pl.col("full_usage"), pl.col("swa_usage"))
+        ),
+        "kv_tokens_used": pl.coalesce(pl.col("tokens"), pl.col("full_tokens")),
+    }
+    for f in pat.FIELDS:
+        if f.metric is not None:
+            columns[f.metric] = pl.col(f.name) * f.scale
+    wide = batch.select("ts", **columns)
+    return (
+        wide.unpivot(index="ts", variable_name="metric", value_name="value")
+        .drop_nulls("value")
+        .select("ts", "metric", "value")
+    )
+
+
+def retractions(frame: pl.DataFrame) -> pl.DataFrame:
+    return frame.select(
+        "ts",
+        pl.col("ranks").fill_null(""),
+        "msg",
+        count=pl.col("msg").str.extract(r"#retracted_reqs: (\d+)", 1).cast(pl.Int64, strict=False),
+        aborted=pl.col("msg")
+        .str.extract(r"#aborted_retracted_reqs: (\d+)", 1)
+        .cast(pl.Int64, strict=False),
+        dp=pl.col("ranks").str.extract(r"DP(\d+)", 1),
+    ).drop_nulls("count")
+
+
+def _unique_retractions(frame: pl.DataFrame) -> pl.DataFrame:
+    # TP ranks of one scheduler print the same line (same ratio change): count it once.
+    return dedupe(frame.with_columns(pl.col("dp").fill_null("")), ["dp", "msg"])
+
+
+def retraction_events(frame: pl.DataFrame) -> pl.DataFrame:
+    if frame.height == 0:
+        return pl.DataFrame()
+    rows = _unique_retractions(frame)
+    aborted = pl.when(pl.col("aborted") > 0).then(
+        pl.format(", {} of them aborted", pl.col("aborted"))
+    )
+    rank = pl.when(pl.col("ranks") != "").then(pl.format(" on {}", pl.col("ranks")))
+    return rows.select(
+        "ts",
+        kind=pl.lit("preemption"),
+        detail=pl.concat_str(
+            [
+                pl.format("SGLang retracted {} request(s): KV cache pool full", pl.col("count")),
+                aborted.fill_null(""),
+                rank.fill_null(""),
+            ]
+        ),
+    )
+
+
+def retraction_samples(frame: pl.DataFrame) -> pl.DataFrame:
+    if frame.height == 0:
+        return pl.DataFrame()
+    return _unique_retractions(frame).select(
+        "ts", metric=pl.lit("preemptions_in_interval"), value=pl.col("count").cast(pl.Float64)
+    )
+
+
+def kv_pool_oom_events(oom_text: pl.DataFrame) -> pl.DataFrame:
+    if oom_text.height == 0:
+        return pl.DataFrame()
+    phase = pl.col("line").str.extract(r"(Prefill|Decode) out of memory\. Try to lower", 1)
+    rows = oom_text.with_columns(phase=phase).drop_nulls("phase")
+    if rows.height == 0:
+        return pl.DataFrame()
+    return dedupe(rows, ["phase"]).select(
+        "ts",
+        kind=pl.lit("oom"),
+        detail=pl.format(
+            "SGLang could not allocate KV cache slots ({} out of memory); sizes not stated",
+            pl.col("phase"),
+        ),
+    )
+
+
+def dead_events(frame: pl.DataFrame) -> pl.DataFrame:
+    if frame.height == 0:
+        return pl.DataFrame()
+    what = (
+        pl.when(pl.col("msg").str.starts_with("Received sigquit"))
+        .then(pl.lit("SGLang: a child process failed (SIGQUIT to the launcher)"))
+        .when(pl.col("msg").str.starts_with("Scheduler"))
+        .then(pl.lit("SGLang scheduler hit an exception"))
+        .otherwise(pl.lit("SGLang data-parallel controller hit an exception"))
+    )
+    return dedupe(frame.with_columns(detail=what), ["detail"]).select(
+        "ts", kind=pl.lit("engine_dead"), detail="detail"
+    )
+
+
+def startup_fields(startup: pl.DataFrame) -> pl.DataFrame:
+    if startup.height == 0:
+        return pl.DataFrame()
+    msg = pl.col("msg")
+    return startup.select(
+        "ts",
+        "kind",
+        pl.col("ranks").fill_null(""),
+        *[
+            bytes_expr(msg.str.extract(p, 1), pl.lit("GB"), decimal_means_binary=True).alias(n)
+            for n, p in pat.GIB_FIELDS.items()
+        ],
+        *[
+            msg.str.extract(p, 1).cast(pl.Int64, strict=False).alias(n)
+            for n, p in pat.INT_FIELDS.items()
+        ],
+        *[msg.str.extract(p, 1).alias(n) for n, p in pat.TEXT_FIELDS.items()],
+    )
+
+
+def start_events(startup: pl.DataFrame) -> pl.DataFrame:
+    if startup.height == 0:
+        return pl.DataFrame()
+    return startup.filter(pl.col("kind") == "server_args").select(
+        "ts", kind=pl.lit("engine_start"), detail=pl.lit("SGLang server started (server_args line)")
+    )
+
+
+# engine_config key <- (startup kind, field), in order of preference.
+_CONFIG: Final[dict[str, list[tuple[str, str]]]] = {
+    "kv_cache_tokens": [
+        ("memory_summary", "max_total_num_tokens"),
+        ("kv_cache_allocated", "kv_tokens"),
+    ],
+    "max_num_seqs": [("memory_summary", "max_running_requests")],
+    "max_model_len": [("memory_summary", "context_len")],
+    "chunked_prefill_size": [("memory_summary", "chunked_prefill_size")],
+    "max_prefill_tokens": [("memory_summary", "max_prefill_tokens")],
+    "model_weights_bytes": [("load_weight_end", "mem_usage")],
+    "available_kv_cache_bytes": [("kv_cache_allocated", "kv_total")],
+    "cuda_graph_bytes": [("graph_end", "mem_usage")],
+    "free_memory_after_startup_bytes": [
+        ("memory_summary", "available_gpu_mem"),
+        ("graph_end", "avail_mem"),
+    ],
+    "block_size": [("server_args", "page_size")],
+    "tensor_parallel_size": [("server_args", "tp_size")],
+    "data_parallel_size": [("server_args", "dp_size")],
+    "mem_fraction_static": [("server_args", "mem_fraction_static")],
+}
+_MODEL: Final = {
+    "architecture": ("load_weight_end", "arch"),
+    "dtype": ("load_weight_end", "dtype"),
+    "name": ("server_args", "model_path"),
+}
+
+
+def engine_config(startup: pl.DataFrame) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+    """Startup figures of the lowest rank (per GPU), the first start's where the log holds
+    several; a later start that states something else is a note, not a silent overwrite."""
+    if startup.height == 0:
+        return {}, {}, []
+    ranked = startup.filter(pl.col("kind") != "server_args")
+    lead = lead_tag(ranked["ranks"].unique().to_list())
+    rows = startup.filter((pl.col("ranks") == lead) | (pl.col("kind") == "server_args")).sort("ts")
+    rows = rows.with_columns(
+        kv_total=pl.coalesce(pl.col("k_size") + pl.col("v_size"), pl.col("kv_size"))
+    )
+    config: dict[str, Any] = {}
+    notes: list[str] = []
+    for key, sources in _CONFIG.items():
+        for kind, column in sources:
+            values = rows.filter(pl.col("kind") == kind)[column].drop_nulls()
+            if values.len() == 0:
+                continue
+            first = values[0]
+            config[key] = float(first) if key == "mem_fraction_static" else first
+            if values.n_unique() > 1:
+                notes.append(
+                    f"{key}: the log states {values.unique(maintain_order=True).to_list()} "
+                    "(several starts); kept the first"
+                )
+            break
+    model = {}
+    for key, (kind, column) in _MODEL.items():
+        values = rows.filter(pl.col("kind") == kind)[column].drop_nulls()
+        if values.len():
+            model[key] = values[0]
+    if any(k.endswith("_bytes") for k in config):
+        rank = f"rank {lead}" if lead else "one rank"
+        notes.append(
+            f"SGLang startup memory figures are per GPU ({rank}), printed in GiB with two "
+            "decimals (SGLang writes GB), so each is exact to about 5 MiB"
+        )
+    return config, model, notes
+
+
+def requests(frame: pl.DataFrame, diag: SourceDiagnostics) -> pl.DataFrame:
+    """``Receive:`` -> arrived, ``Finish:`` -> finished / aborted, with ids and token counts only.
+
+    The engine prints a dataclass repr whose text fields come first; ids and counts are taken
+    from the last match so that text quoting them cannot stand in for the real ones.
+    """
+    if frame.height == 0:
+        return pl.DataFrame()
+    msg = pl.col("msg")
+    several = frame.filter(msg.str.contains(r"\brid=\["))
+    diag.skip(
+        "batch request line (several requests in one line)",
+        several.height,
+        _example(several["line"]),
+    )
+    frame = frame.filter(~msg.str.contains(r"\brid=\["))
+    meta = msg.str.extract(r".*'meta_info': \{(.*)$", 1)
+    last_rid = msg.str.extract_all(r"\brid='[^']*'").list.last().str.extract(r"rid='([^']*)'", 1)
+    ids = msg.str.extract_all(r"\binput_ids=\[[0-9, ]*\](?: \.\.\. )?").list.last()
+    id_list = ids.str.extract(r"\[([0-9, ]*)\]", 1)
+    prompt = (
+        pl.when(ids.str.ends_with(" ... "))
+        .then(None)
+        .when(id_list.str.strip_chars() == "")
+        .then(0)
+        .otherwise(id_list.str.count_matches(",") + 1)
+    )
+    finish_type = meta.str.extract(r"'finish_reason': \{'type': '(\w+)'", 1)
+    out = frame.select(
+        "ts",
+        request_id=pl.when(pl.col("kind") == "finish")
+        .then(pl.coalesce(meta.str.extract(r"'id': '([^']*)'", 1), last_rid))
+        .otherwise(last_rid),
+        event=pl.when(pl.col("kind") == "receive")
+        .then(pl.lit("arrived"))
+        .when(finish_type == "abort")
+        .then(pl.lit("aborted"))
+        .otherwise(pl.lit("finished")),
+        prompt_tokens=pl.coalesce(
+            meta.str.extract(r"'prompt_tokens': (\d+)", 1).cast(pl.Int64, strict=False),
+            prompt.cast(pl.Int64, strict=False),
+        ),
+        max_tokens=msg.str.extract_all(r"'max_new_tokens': (?:\d+|None)")
+        .list.last()
+        .str.extract(r"(\d+)", 1)
+        .cast(pl.Int64, strict=False),
+        output_tokens=meta.str.extract(r"'completion_tokens': (\d+)", 1).cast(
+            pl.Int64, strict=False
+        ),
+        cached_tokens=meta.str.extract(r"'cached_tokens': (\d+)", 1).cast(pl.Int64, strict=False),
+        _line=pl.col("line"),
+    )
+    missing = out.filter(pl.col("request_id").is_null())
+    diag.skip(
+        "request line without a request id",
+        missing.height,
+        _example(missing["_line"]),
+    )
+    diag.lines_recognised -= missing.height + several.height
+    return out.drop_nulls("request_id").drop("_line")
+
+
+def _example(column: pl.Series) -> str | None:
+    """The first value of ``column`` as the example of a skip reason."""
+    return str(column[0]) if column.len() and column[0] is not None else None

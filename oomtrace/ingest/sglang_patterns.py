@@ -1,0 +1,261 @@
+"""SGLang's log lines as data: version families, message kinds and batch-line fields, each with
+the sample that exercises it (``tests/unit/ingest/test_sglang_patterns.py`` runs every sample
+through the parser). Sources: reference/formats.md §4 (SGLang 0.3.6 ... 0.5.23 wheels) and the
+verbatim lines quoted there.
+
+Patterns apply to the *message*: the text after SGLang's ``[YYYY-MM-DD HH:MM:SS[.mmm][ DPn TPn
+...]] `` prefix. Batch-line fields are extracted one by one (``key: value`` pairs), so their order,
+optional fields (``accept len``, ``cuda graph``, ``#pending-token``, PD fields, ``largest-len``)
+and the trailing ``, `` of 0.5.3 change nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+# SGLang's own prefix, after any outer prefix (docker-compose, kubectl, Ray "(name pid=N)", ...).
+PREFIX: Final = (
+    r"^(?<outer>.*?)\[(?<stamp>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})(?:\.(?<ms>\d{3}))?"
+    r"(?<ranks>(?: [A-Z][A-Z_]*\d+)*)\] ?(?<msg>.*)$"
+)
+# Just the prefix, for sniffing (Python ``re``).
+# The same, capture-free, for locating the prefix fast (Polars ``str.find``).
+PREFIX_FIND: Final = (
+    r"\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d{3})?(?: [A-Z][A-Z_]*\d+)*\](?: |$)"
+)
+PREFIX_SNIFF: Final = r"\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d{3})?(?: [A-Z][A-Z_]*\d+)*\] "
+
+
+@dataclass(frozen=True)
+class Family:
+    """A version family: the newest family whose marker matches any batch or retraction message
+    names the log. ``sample`` is a whole log line of that family."""
+
+    name: str
+    marker: str
+    sample: str
+
+
+FAMILIES: Final[tuple[Family, ...]] = (
+    Family(
+        "0.5.5+",
+        r"^(?:Prefill|Decode) batch, |#new_tokens_gained: ",
+        "[2026-04-05 20:02:51] Decode batch, #running-req: 32, #token: 11179, token usage: 0.08, "
+        "cuda graph: True, gen throughput (token/s): 1635.11, #queue-req: 0",
+    ),
+    Family(
+        # 0.5.4 prints the forward counter; 0.5.5+ does too with SGLANG_LOG_FORWARD_ITERS=1.
+        "0.5.4",
+        r"^(?:Prefill|Decode) batch \[\d+\], ",
+        "[2025-10-21 08:12:40 TP0] Decode batch [5120], #running-req: 12, #token: 9000, "
+        "token usage: 0.31, cuda graph: True, gen throughput (token/s): 980.12, #queue-req: 3, ",
+    ),
+    Family(
+        "0.5.0-0.5.3",
+        r"^(?:Prefill|Decode) batch\. .*(?:cuda|npu|cpu) graph: |#aborted_retracted_reqs: ",
+        "[2025-10-02 11:00:01 TP0] Decode batch. #running-req: 40, #token: 51234, "
+        "token usage: 0.55, cuda graph: True, gen throughput (token/s): 2101.40, #queue-req: 7, ",
+    ),
+    Family(
+        "0.3",
+        r"^Prefill batch\. .*cache hit rate: |^Decode out of memory happened\. ",
+        "[2024-11-20 10:15:02 TP0] Prefill batch. #new-seq: 2, #new-token: 812, #cached-token: 40, "
+        "cache hit rate: 4.69%, token usage: 0.02, #running-req: 5, #queue-req: 0",
+    ),
+    Family(
+        "0.3-0.4",
+        r"^(?:Prefill|Decode) batch\. ",
+        "[2025-02-27 04:46:39 TP0] Decode batch. #running-req: 8, #token: 62531, "
+        "token usage: 0.12, gen throughput (token/s): 186.64, #queue-req: 0",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A message the parser uses: ``pattern`` matches the message (after the prefix); ``starts``
+    are the literal first words that select candidate lines cheaply (empty: see the parser)."""
+
+    name: str
+    pattern: str
+    sample: str
+    starts: tuple[str, ...] = ()
+
+
+BATCH: Final = Kind(
+    "batch",
+    r"^(?:Prefill|Decode) batch(?:\.|,| \[\d+\],)",
+    "[2026-04-05 20:02:51] Prefill batch, #new-seq: 1, #new-token: 158, #cached-token: 0, "
+    "token usage: 0.08, #running-req: 31, #queue-req: 0, cuda graph: True, "
+    "input throughput (token/s): 559.53",
+    starts=("Prefill batch", "Decode batch"),
+)
+KINDS: Final[tuple[Kind, ...]] = (
+    BATCH,
+    Kind(
+        # Three generations: 0.3.6 "Decode out of memory happened.", 0.5.3 with
+        # #aborted_retracted_reqs, 0.5.23 (WARNING) with #new_tokens_gained.
+        "retract",
+        r"^(?:Decode out of memory happened|KV cache pool is full\. Retract requests)\. "
+        r"#retracted_reqs: \d+",
+        "[2025-10-02 11:00:05 TP0] KV cache pool is full. Retract requests. #retracted_reqs: 3, "
+        "#aborted_retracted_reqs: 0, #new_token_ratio: 0.4500 -> 0.7000",
+        starts=("Decode out of memory happened", "KV cache pool is full"),
+    ),
+    Kind(
+        "kv_pool_oom",
+        r"(?:Prefill|Decode) out of memory\. Try to lower your batch size",
+        "[2025-05-01 12:00:00 TP0] Prefill out of memory. Try to lower your batch size.",
+    ),
+    Kind(
+        "engine_dead",
+        r"^(?:Received sigquit from a child process|Scheduler hit an exception|"
+        r"DataParallelController hit an exception)",
+        "[2026-02-27 15:27:13] Received sigquit from a child process. It usually means the child "
+        "failed.",
+        starts=("Received sigquit", "Scheduler hit an exception", "DataParallelController hit"),
+    ),
+    Kind(
+        "server_args",
+        r"^server_args=ServerArgs\(",
+        "[2025-03-03 17:50:01] server_args=ServerArgs(model_path='Qwen/Qwen2.5-7B-Instruct', "
+        "tp_size=2, mem_fraction_static=0.88, max_running_requests=None, page_size=1, dp_size=1)",
+        starts=("server_args=ServerArgs(",),
+    ),
+    Kind(
+        "load_weight_end",
+        r"^Load weight end\. ",
+        "[2025-12-29 18:33:03 TP0] Load weight end. type=Lfm2ForCausalLM, dtype=torch.bfloat16, "
+        "avail mem=13.81 GB, mem usage=1.52 GB.",
+        starts=("Load weight end. ",),
+    ),
+    Kind(
+        "kv_cache_allocated",
+        r"^KV Cache is allocated\. #tokens: \d+",
+        "[2025-12-29 18:33:03 TP0] KV Cache is allocated. #tokens: 473854, K size: 2.71 GB, "
+        "V size: 2.71 GB",
+        starts=("KV Cache is allocated. ",),
+    ),
+    Kind(
+        "graph_end",
+        r"^Capture (?:cuda|npu|cpu) graph end\. ",
+        "[2025-12-29 18:33:04 TP0] Capture cuda graph end. Time elapsed: 1.01 s. "
+        "mem usage=0.03 GB. avail mem=2.39 GB.",
+        starts=("Capture cuda graph end", "Capture npu graph end", "Capture cpu graph end"),
+    ),
+    Kind(
+        "memory_summary",
+        r"^max_total_num_tokens=\d+",
+        "[2025-12-29 18:33:04 TP0] max_total_num_tokens=473854, chunked_prefill_size=2048, "
+        "max_prefill_tokens=16384, max_running_requests=3730, context_len=40960, "
+        "available_gpu_mem=2.39 GB",
+        starts=("max_total_num_tokens=",),
+    ),
+    Kind(
+        "receive",
+        r"^Receive: obj=",
+        "[2025-03-03 17:53:04] Receive: obj=GenerateReqInput(text=None, input_ids=[151646, 198, "
+        "5405], sampling_params={'temperature': 0.1, 'max_new_tokens': 256}, rid='ced00776', "
+        "stream=True)",
+        starts=("Receive: obj=",),
+    ),
+    Kind(
+        "finish",
+        r"^Finish: obj=",
+        "[2025-03-03 17:53:06] Finish: obj=GenerateReqInput(text=None, input_ids=[151646, 198, "
+        "5405], rid='ced00776'), out={'text': 'hi', 'meta_info': {'id': 'ced00776', "
+        "'finish_reason': {'type': 'length', 'length': 256}, 'prompt_tokens': 3, "
+        "'completion_tokens': 256, 'cached_tokens': 1}}",
+        starts=("Finish: obj=",),
+    ),
+)
+KIND_BY_NAME: Final = {k.name: k for k in KINDS}
+
+
+@dataclass(frozen=True)
+class Field:
+    """One ``key: value`` of a batch line. ``metric`` is the canonical sample it feeds (None:
+    combined with others, see the parser); ``scale`` converts the printed number."""
+
+    name: str
+    pattern: str
+    metric: str | None
+    sample: str
+    value: float
+    scale: float = 1.0
+
+    @property
+    def key(self) -> str:
+        """The literal words the pattern needs (for a cheap presence test)."""
+        return (
+            self.pattern.split(" (", 1)[0]
+            .removeprefix("(?:^|, )")
+            .removeprefix(", ")
+            .replace("\\", "")
+        )
+
+
+FIELDS: Final[tuple[Field, ...]] = (
+    Field("running", r"#running-req: (\d+)", "requests_running", "#running-req: 31", 31),
+    Field("queued", r"#queue-req: (\d+)", "requests_waiting", "#queue-req: 12279", 12279),
+    # "token usage" is a 0-1 fraction of the KV pool. Hybrid models print one per pool; the
+    # parser takes the fullest of the attention pools, as SGLang's own token_usage gauge does.
+    # Mamba state ("mamba usage") is not KV cache and is left out.
+    Field("usage", r"(?:^|, )token usage: ([0-9.]+)", None, ", token usage: 0.93", 0.93),
+    Field("full_usage", r"full token usage: ([0-9.]+)", None, "full token usage: 0.74", 0.74),
+    Field("swa_usage", r"swa token usage: ([0-9.]+)", None, "swa token usage: 0.81", 0.81),
+    Field("tokens", r", #token: (\d+)", None, ", #token: 55006", 55006),
+    Field("full_tokens", r"#full token: (\d+)", None, "#full token: 350592", 350592),
+    Field(
+        "gen_tput",
+        r"gen throughput \(token/s\): ([0-9.]+)",
+        "generation_throughput_tokens_per_s",
+        "gen throughput (token/s): 1397.13",
+        1397.13,
+    ),
+    Field(
+        "input_tput",
+        r"input throughput \(token/s\): ([0-9.]+)",
+        "prompt_throughput_tokens_per_s",
+        "input throughput (token/s): 559.53",
+        559.53,
+    ),
+    Field(
+        "hit_rate",
+        r"cache hit rate: ([0-9.]+)%",
+        "prefix_cache_hit_ratio",
+        "cache hit rate: 4.69%",
+        0.0469,
+        0.01,
+    ),
+)
+
+# Startup lines. SGLang prints "GB" for GiB: every figure comes from torch.cuda.mem_get_info() /
+# (1 << 30) (sglang/srt/utils.py get_available_gpu_memory) or from byte counts / GB with
+# GB = 1024 * 1024 * 1024 (sglang/srt/mem_cache/memory_pool.py), so GB here means 2**30 bytes.
+GIB_FIELDS: Final = {
+    "avail_mem": r"avail mem=([0-9.]+) ?GB",
+    "mem_usage": r"mem usage=([0-9.]+) ?GB",
+    "k_size": r"(?:^|, )K size: ([0-9.]+) ?GB",
+    "v_size": r"V size: ([0-9.]+) ?GB",
+    "kv_size": r"KV size: ([0-9.]+) ?GB",
+    "available_gpu_mem": r"available_gpu_mem=([0-9.]+) ?GB",
+}
+INT_FIELDS: Final = {
+    "kv_tokens": r"#tokens: (\d+)",
+    "max_total_num_tokens": r"max_total_num_tokens=(\d+)",
+    "max_running_requests": r"max_running_requests=(\d+)",
+    "context_len": r"context_len=(\d+)",
+    "chunked_prefill_size": r"chunked_prefill_size=(-?\d+)",
+    "max_prefill_tokens": r"max_prefill_tokens=(\d+)",
+    "tp_size": r"[(,] ?tp_size=(\d+)",
+    "dp_size": r"[(,] ?dp_size=(\d+)",
+    "page_size": r"[(,] ?page_size=(\d+)",
+}
+TEXT_FIELDS: Final = {
+    "arch": r"type=([A-Za-z0-9_]+)",
+    "dtype": r"dtype=(torch\.[a-z0-9_]+)",
+    "model_path": r"\(model_path='([^']*)'",
+    "mem_fraction_static": r"mem_fraction_static=([0-9.]+)",
+}

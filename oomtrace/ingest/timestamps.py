@@ -1,0 +1,142 @@
+"""Finding a line's time in the forms real logs print, vectorised over a chunk of lines.
+
+Used by the SGLang parser (for outer ``kubectl --timestamps`` / docker prefixes) and by the generic
+PyTorch-log parser. Forms, in order of preference when a line carries several:
+
+1. ISO 8601 / RFC 3339 **with** a zone (``2024-12-10T21:50:03.478010Z``, ``...+02:00``): exact;
+2. ISO 8601 or ``YYYY-MM-DD HH:MM:SS[,.fraction]`` **without** a zone (Python ``logging``'s
+   ``asctime``, SGLang): placed in ``ClockOptions.tz`` (UTC unless told), an assumption the
+   parser records;
+3. syslog ``Mon DD HH:MM:SS`` (journald, no year): the year is ``ClockOptions.year`` or that of
+   the file's modification time, one year earlier for dates after it (a New Year inside the
+   file).
+
+Only the start of a line is searched (:data:`SEARCH_CHARS` characters, ANSI colour codes removed)
+so that a date quoted inside a message is not taken for the line's time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Final
+
+import polars as pl
+
+SEARCH_CHARS: Final = 100
+ANSI: Final = r"\x1b\[[0-9;]*[A-Za-z]"
+TS_DTYPE: Final = pl.Datetime("ns", "UTC")
+
+ISO: Final = (
+    r"(?<date>\d{4}-\d{2}-\d{2})[T ](?<time>\d{2}:\d{2}:\d{2})(?:[.,](?<frac>\d{1,9}))?"
+    r"(?<zone>Z|[+-]\d{2}:?\d{2})?"
+)
+SYSLOG: Final = (
+    r"(?:^|[^A-Za-z])(?<mon>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) {1,2}(?<day>\d{1,2}) "
+    r"(?<stime>\d{2}:\d{2}:\d{2})(?:[^0-9]|$)"
+)
+_MONTHS: Final = {
+    m: f"{i:02d}"
+    for i, m in enumerate(
+        ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1
+    )
+}
+
+
+@dataclass(frozen=True)
+class StampForms:
+    """Which forms a chunk used, so the parser can state its assumptions once."""
+
+    zoned: int = 0
+    zoneless: int = 0
+    syslog: int = 0
+
+    def __add__(self, other: StampForms) -> StampForms:
+        return StampForms(
+            self.zoned + other.zoned, self.zoneless + other.zoneless, self.syslog + other.syslog
+        )
+
+
+def naive(date: pl.Expr, time: pl.Expr, frac: pl.Expr | None = None) -> pl.Expr:
+    """A zone-less ``Datetime("ns")`` from ``YYYY-MM-DD``, ``HH:MM:SS`` and optional fraction
+    digits (``123`` is 123 ms, ``478010`` is 478010 us); invalid dates give null."""
+    base = pl.concat_str([date, pl.lit(" "), time]).str.to_datetime(
+        "%Y-%m-%d %H:%M:%S", time_unit="ns", strict=False
+    )
+    if frac is None:
+        return base
+    nanos = frac.str.pad_end(9, "0").str.slice(0, 9).cast(pl.Int64, strict=False).fill_null(0)
+    return base + pl.duration(nanoseconds=nanos)
+
+
+def localize(naive_ts: pl.Expr, tz: str) -> pl.Expr:
+    """Place zone-less times in ``tz`` and convert to UTC. A time that does not exist there (the
+    spring-forward gap) gives null; an ambiguous one (fall-back) takes the earlier instant."""
+    if tz == "UTC":
+        return naive_ts.dt.replace_time_zone("UTC")
+    return naive_ts.dt.replace_time_zone(
+        tz, ambiguous="earliest", non_existent="null"
+    ).dt.convert_time_zone("UTC")
+
+
+def with_offset(naive_ts: pl.Expr, zone: pl.Expr) -> pl.Expr:
+    """UTC from a zone-less time and its ``Z`` / ``+hh:mm`` / ``-hhmm`` suffix."""
+    digits = zone.str.replace_all(":", "", literal=True)
+    sign = pl.when(digits.str.starts_with("-")).then(-1).otherwise(1)
+    minutes = (
+        digits.str.slice(1, 2).cast(pl.Int64, strict=False) * 60
+        + digits.str.slice(3, 2).cast(pl.Int64, strict=False)
+    ).fill_null(0) * sign
+    return naive_ts.dt.replace_time_zone("UTC") - pl.duration(minutes=minutes)
+
+
+def line_stamps(
+    lines: pl.Series, tz: str, year: int | None, anchor: datetime | None
+) -> tuple[pl.Series, StampForms]:
+    """Each line's own time (``Datetime("ns", "UTC")``, null where the line has none).
+
+    ``tz`` places zone-less times; ``year`` (else ``anchor``'s year) completes syslog times,
+    which ``anchor`` (the file's modification time) also bounds: a syslog date more than a day
+    after it belongs to the year before.
+    """
+    head = (
+        lines.str.slice(0, SEARCH_CHARS + 60).str.replace_all(ANSI, "").str.slice(0, SEARCH_CHARS)
+    )
+    frame = pl.DataFrame({"h": head}).with_columns(
+        _i=pl.col("h").str.extract_groups(ISO), _s=pl.col("h").str.extract_groups(SYSLOG)
+    )
+    frame = frame.unnest("_i", "_s")
+    iso = naive(pl.col("date"), pl.col("time"), pl.col("frac"))
+    zoned = with_offset(iso, pl.col("zone"))
+    zoneless = localize(iso, tz)
+    syslog_year = year if year is not None else (anchor.year if anchor is not None else None)
+    if syslog_year is None:
+        syslog = pl.lit(None, dtype=TS_DTYPE)
+    else:
+        month = pl.col("mon").replace_strict(_MONTHS, default=None, return_dtype=pl.String)
+        date = pl.concat_str(
+            [pl.lit(f"{syslog_year}-"), month, pl.lit("-"), pl.col("day").str.zfill(2)]
+        )
+        syslog = localize(naive(date, pl.col("stime")), tz)
+        if year is None and anchor is not None:
+            late = syslog > pl.lit(anchor).dt.cast_time_unit("ns") + pl.duration(days=1)
+            syslog = pl.when(late).then(syslog.dt.offset_by("-1y")).otherwise(syslog)
+    out = frame.select(
+        ts=pl.when(pl.col("zone").is_not_null())
+        .then(zoned)
+        .when(pl.col("date").is_not_null())
+        .then(zoneless)
+        .otherwise(syslog)
+        .dt.cast_time_unit("ns"),
+        _form=pl.when(pl.col("zone").is_not_null() & iso.is_not_null())
+        .then(pl.lit("zoned"))
+        .when(iso.is_not_null())
+        .then(pl.lit("zoneless"))
+        .when(pl.col("mon").is_not_null())
+        .then(pl.lit("syslog")),
+    )
+    counts = dict(out.group_by("_form").len().drop_nulls("_form").iter_rows())
+    forms = StampForms(
+        int(counts.get("zoned", 0)), int(counts.get("zoneless", 0)), int(counts.get("syslog", 0))
+    )
+    return out["ts"], forms

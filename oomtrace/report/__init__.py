@@ -1,0 +1,82 @@
+"""Incident reports: a report model built once, rendered as text, Markdown, JSON or HTML.
+
+``build_report(ReportInputs(findings, trace, ...))`` makes the :class:`Report`;
+``render(report, fmt, asset_dir=...)`` turns it into the text of one format and the files that
+go beside it (Markdown's SVG charts). Renderers never touch files and never compute: the
+caller writes what ``render`` returns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cache
+
+import altair as alt
+import vl_convert
+
+from oomtrace.report.build import ReportInputs, ReportOptions, build_report
+from oomtrace.report.html import render_html
+from oomtrace.report.jsonout import render_json
+from oomtrace.report.markdown import render_markdown
+from oomtrace.report.model import FORMATS, REPORT_VERSION, Chart, Report, ReportFormat
+from oomtrace.report.text import render_text
+
+__all__ = [
+    "FORMATS",
+    "REPORT_VERSION",
+    "Rendered",
+    "Report",
+    "ReportFormat",
+    "ReportInputs",
+    "ReportOptions",
+    "build_report",
+    "chart_svg",
+    "javascript_bundle",
+    "render",
+]
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """One format's text and the files that go beside it (relative path -> bytes)."""
+
+    text: str
+    assets: dict[str, bytes] = field(default_factory=dict)
+
+
+def vega_lite_version() -> str:
+    """The Vega-Lite version Altair writes specs for (``6.4`` from ``v6.4.1``)."""
+    return ".".join(alt.SCHEMA_VERSION.lstrip("v").split(".")[:2])
+
+
+@cache
+def javascript_bundle() -> str:
+    """Vega, Vega-Lite and vega-embed as one script (from ``vl-convert-python``, no network)."""
+    snippet = "window.vegaEmbed = vegaEmbed; window.vega = vega; window.vegaLite = vegaLite;"
+    bundle: str = vl_convert.javascript_bundle(snippet, vl_version=vega_lite_version())
+    return bundle
+
+
+def library_versions() -> str:
+    return (
+        f"Vega {vl_convert.get_vega_version()}, Vega-Lite {vega_lite_version()}, "
+        f"vega-embed {vl_convert.get_vega_embed_version()}."
+    )
+
+
+def chart_svg(chart: Chart) -> str:
+    """One chart as a static SVG (for Markdown), drawn by the same Vega as the HTML."""
+    svg: str = vl_convert.vegalite_to_svg(chart.spec, vl_version=vega_lite_version())
+    return svg
+
+
+def render(report: Report, fmt: ReportFormat, *, asset_dir: str = "charts") -> Rendered:
+    """``report`` in ``fmt``. For Markdown, charts are returned as ``{asset_dir}/KEY.svg``."""
+    if fmt == "text":
+        return Rendered(render_text(report))
+    if fmt == "markdown":
+        text, assets = render_markdown(report, asset_dir=asset_dir, svg_of=chart_svg)
+        return Rendered(text, assets)
+    if fmt == "json":
+        return Rendered(render_json(report))
+    return Rendered(render_html(report, script=javascript_bundle(), versions=library_versions()))

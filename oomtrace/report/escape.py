@@ -1,0 +1,74 @@
+"""Escaping for text that came from logs (request ids, messages, file names).
+
+Such text is data, never markup: a request id like ``<script>alert(1)</script>`` or
+``a|b`` must show as those characters in every format. Each function makes the text safe for
+one output; all first make control characters visible, because an ANSI escape sequence in a
+request id would otherwise repaint the reader's terminal, and a bidirectional override would
+reorder what they read.
+"""
+
+from __future__ import annotations
+
+import html as _html
+import json
+import re
+from typing import Any
+
+# C0 and C1 controls, DEL, and the Unicode bidirectional embedding/override/isolate marks.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# Marks that open Markdown syntax anywhere in a line (emphasis, code spans, links, tables,
+# strike-through, GitHub math) are backslash-escaped; CommonMark renders an escaped mark as
+# itself in every dialect. Underscores inside a word never open emphasis, so ``kv_exhaustion``
+# stays readable; ``(`` and ``!`` cannot open a link once ``[`` is escaped.
+_MD_INLINE = re.compile(r"([\\`*\[\]|~$])|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
+# Marks that only mean something at the start of a line (headings, lists, quotes, rules).
+_MD_LINE_START = re.compile(r"^([#+\-=])|^(\d+)([.)])")
+# Bare URLs and www. names that GitHub would turn into links.
+_MD_AUTOLINK = re.compile(r"(?i)(://|\bwww\.)")
+
+
+def _visible(match: re.Match[str]) -> str:
+    code = ord(match.group(0))
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def visible(text: str) -> str:
+    """Control and bidi characters shown as ``\\xNN`` / ``\\uNNNN``; everything else as is."""
+    return _CONTROL.sub(_visible, text)
+
+
+def terminal(text: str) -> str:
+    """For a terminal: nothing in ``text`` can move the cursor, recolour or reorder output."""
+    return visible(text)
+
+
+def markdown(text: str) -> str:
+    """For Markdown prose and table cells: ``<``, ``>`` and ``&`` become entities (so raw HTML
+    is never interpreted), Markdown punctuation is backslash-escaped (no emphasis, links, code
+    spans, autolinks, line-start lists or headings, table pipes), and line breaks show as
+    ``\\x0a`` (a cell is one line)."""
+    flat = visible(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    inline = _MD_INLINE.sub(lambda m: "\\" + m.group(0), flat)
+    start = _MD_LINE_START.sub(_escape_line_start, inline)
+    return _MD_AUTOLINK.sub(lambda m: m.group(0).replace(":", "\\:").replace(".", "\\."), start)
+
+
+def _escape_line_start(match: re.Match[str]) -> str:
+    if match.group(1):
+        return "\\" + match.group(1)
+    return match.group(2) + "\\" + match.group(3)
+
+
+def html(text: str) -> str:
+    """For HTML text and attribute values (quotes escaped too)."""
+    return _html.escape(visible(text), quote=True)
+
+
+def script_json(value: Any) -> str:
+    """JSON that can sit inside ``<script>``: ``<``, ``>``, ``&`` and the two JavaScript line
+    separators are written as ``\\uNNNN`` escapes, so no data can close the script element or
+    open a comment, and the text is still the same JSON value."""
+    text = json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    for char in ("<", ">", "&", "\u2028", "\u2029"):
+        text = text.replace(char, f"\\u{ord(char):04x}")
+    return text

@@ -1,0 +1,62 @@
+"""Fixed formats for every value a report shows, so that golden reports are stable and the
+formats agree. Bytes carry a binary unit (:func:`oomtrace.units.format_bytes`), times are
+ISO 8601 in UTC to the millisecond, shares are percent with one decimal."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from oomtrace.report.model import Kind, Value
+from oomtrace.units import format_bytes
+
+MISSING = "n/a"
+
+
+def iso(ts: datetime) -> str:
+    """``2025-03-14T09:00:01.250Z``: UTC, milliseconds, always the same width."""
+    utc = ts.astimezone(UTC) if ts.tzinfo else ts.replace(tzinfo=UTC)
+    return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
+
+
+def value_text(value: Value, kind: Kind) -> str:  # noqa: PLR0911 - one format per kind
+    """The plain text of one value (not yet escaped for any output)."""
+    if value is None:
+        return MISSING
+    if kind == "time":
+        return iso(value) if isinstance(value, datetime) else str(value)
+    if isinstance(value, str | datetime):
+        return str(value)
+    number: int | float = value
+    if kind == "bytes":
+        return format_bytes(int(number))
+    if kind == "share":
+        return f"{100 * float(number):.1f}%"
+    if kind == "seconds":
+        return f"{float(number):.3f} s"
+    if kind in ("tokens", "blocks", "count"):
+        unit = {"tokens": " tokens", "blocks": " blocks", "count": ""}[kind]
+        return f"{int(number):,}{unit}"
+    if isinstance(number, float):
+        return f"{number:.4g}"
+    return str(number)
+
+
+def cell_text(value: Value, kind: Kind) -> str:
+    """Like :func:`value_text` but without the unit word for tokens and blocks (the column
+    title carries it)."""
+    if kind in ("tokens", "blocks") and isinstance(value, int | float):
+        return f"{int(value):,}"
+    return value_text(value, kind)
+
+
+def json_value(value: Value, kind: Kind) -> object:
+    """The JSON form: numbers stay numbers (bytes are integers), times are ISO strings."""
+    if isinstance(value, datetime):
+        return iso(value)
+    if value is None or isinstance(value, str):
+        return value
+    if kind in ("bytes", "tokens", "blocks", "count"):
+        return int(value)
+    if isinstance(value, float):
+        return round(value, 6)
+    return value

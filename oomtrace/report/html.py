@@ -1,0 +1,183 @@
+"""The HTML rendering: one self-contained file that opens offline.
+
+Vega, Vega-Lite and vega-embed are inlined (the caller passes the bundle; see
+:func:`oomtrace.report.javascript_bundle`); a Content-Security-Policy forbids every network
+fetch, so the page cannot reach out even by accident. All text from the model is HTML-escaped;
+chart specs travel as JSON in a ``<script type="application/json">`` with ``<``, ``>`` and
+``&`` escaped, and Vega draws data values as text nodes (its tooltip handler escapes HTML).
+"""
+
+from __future__ import annotations
+
+from oomtrace.report import escape
+from oomtrace.report.fmt import cell_text, value_text
+from oomtrace.report.model import REPORT_VERSION, Chart, Report, Section, Table
+
+NUMERIC = ("bytes", "tokens", "blocks", "count", "share", "seconds")
+
+# 'unsafe-eval': Vega compiles its expressions with the Function constructor.
+CSP = (
+    "default-src 'none'; script-src 'unsafe-inline' 'unsafe-eval'; "
+    "style-src 'unsafe-inline'; img-src data: blob:; connect-src 'none'; form-action 'none'; "
+    "base-uri 'none'"
+)
+
+STYLE = """
+body{font:15px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:#1d1d1f;
+ margin:0 auto;max-width:1020px;padding:0 20px 40px}
+header{border-bottom:1px solid #ddd;margin-bottom:8px}
+h1{font-size:1.5em;margin:.8em 0 .1em}.sub{color:#555;margin:0 0 .6em}
+nav a{margin-right:1em;font-size:.9em}
+h2{font-size:1.2em;margin:1.6em 0 .4em;border-bottom:1px solid #eee}
+h3{font-size:1em;margin:1.2em 0 .3em}
+.verdict{background:#fff6f5;border-left:6px solid #d62728;padding:4px 18px 12px;margin-top:1em}
+.verdict.cls-none{background:#f4faf4;border-left-color:#2ca02c}
+.verdict h2{border:0}
+dl.figs{display:grid;grid-template-columns:max-content auto;gap:2px 16px;margin:.6em 0}
+dl.figs dt{color:#555}dl.figs dd{margin:0;font-variant-numeric:tabular-nums}
+table{border-collapse:collapse;margin:.4em 0 1em;font-size:.88em}
+th,td{padding:3px 8px;border-bottom:1px solid #eee;text-align:left;vertical-align:top}
+th{background:#fafafa}td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+td.id{font-family:ui-monospace,Menlo,Consolas,monospace;word-break:break-all}
+figure{margin:.6em 0 1em}figcaption{color:#555;font-size:.85em}
+.chart{min-height:60px}.empty{color:#777;font-style:italic}
+.tablename{font-weight:600;margin:.8em 0 0}
+footer{margin-top:3em;color:#777;font-size:.8em;border-top:1px solid #eee;padding-top:.6em}
+"""
+
+SCRIPT = """
+(function () {
+  var specs = JSON.parse(document.getElementById("oomtrace-specs").textContent);
+  window.oomtraceViews = {};
+  var options = {renderer: "svg", tooltip: {theme: "light"},
+                 actions: {export: true, source: false, compiled: false, editor: false}};
+  Object.keys(specs).forEach(function (key) {
+    var el = document.getElementById("chart-" + key);
+    vegaEmbed(el, specs[key], options).then(function (result) {
+      window.oomtraceViews[key] = result.view;
+      el.setAttribute("data-rendered", "true");
+    }).catch(function (err) {
+      el.setAttribute("data-rendered", "error");
+      el.textContent = "This chart could not be drawn: " + err;
+      console.error(err);
+    });
+  });
+})();
+"""
+
+
+def render_html(report: Report, *, script: str, versions: str = "") -> str:
+    """The page. ``script`` is the JavaScript bundle that defines ``vegaEmbed``; ``versions``
+    names the library versions in the footer."""
+    if "</script" in script.lower():
+        script = script.replace("</script", "<\\/script").replace("</SCRIPT", "<\\/SCRIPT")
+    specs = {c.key: c.spec for c in report.charts}
+    nav = "".join(f'<a href="#{s.key}">{escape.html(s.title)}</a>' for s in report.sections)
+    body = [
+        "<header>",
+        f"<h1>{escape.html(report.title)}</h1>",
+        f'<p class="sub">{escape.html(report.subtitle)}</p>' if report.subtitle else "",
+        f'<nav><a href="#verdict">Verdict</a>{nav}</nav>',
+        "</header>",
+        _verdict(report),
+        *(_section(s) for s in report.sections),
+        (
+            f"<footer>Written by oomtrace (report format {REPORT_VERSION}). Charts: drag to "
+            "pan, scroll to zoom time, double-click to reset; hover for request ids and "
+            f"numbers. {escape.html(versions)}</footer>"
+        ),
+    ]
+    return "\n".join(
+        [
+            "<!DOCTYPE html>",
+            '<html lang="en">',
+            "<head>",
+            '<meta charset="utf-8">',
+            f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
+            '<meta name="viewport" content="width=device-width, initial-scale=1">',
+            f"<title>{escape.html(report.title)}</title>",
+            f"<style>{STYLE}</style>",
+            "</head>",
+            "<body>",
+            *[b for b in body if b],
+            f"<script>{script}</script>",
+            (
+                '<script type="application/json" id="oomtrace-specs">'
+                f"{escape.script_json(specs)}</script>"
+            ),
+            f"<script>{SCRIPT}</script>",
+            "</body>",
+            "</html>",
+            "",
+        ]
+    )
+
+
+def _figures(figures: tuple[object, ...]) -> str:
+    items = "".join(
+        f"<dt>{escape.html(f.label)}</dt><dd>{escape.html(value_text(f.value, f.kind))}</dd>"  # type: ignore[attr-defined]
+        for f in figures
+    )
+    return f'<dl class="figs">{items}</dl>' if items else ""
+
+
+def _verdict(report: Report) -> str:
+    v = report.verdict
+    parts = [
+        f'<section id="verdict" class="verdict cls-{escape.html(v.incident_class)}">',
+        f"<h2>Verdict: {escape.html(v.headline)}</h2>",
+        f"<p>{escape.html(v.paragraph)}</p>",
+        _figures(v.figures),
+        "<h3>Culprits</h3>",
+        _table(v.culprits),
+    ]
+    if v.evidence:
+        items = "".join(f"<li>{escape.html(e)}</li>" for e in v.evidence)
+        parts += ["<h3>Evidence</h3>", f"<ul>{items}</ul>"]
+    parts.append("</section>")
+    return "\n".join(parts)
+
+
+def _section(section: Section) -> str:
+    parts = [f'<section id="{escape.html(section.key)}">', f"<h2>{escape.html(section.title)}</h2>"]
+    if not (section.tables or section.charts or section.figures):
+        parts.append(f'<p class="empty">{escape.html(section.empty or "Nothing.")}</p>')
+    else:
+        parts += [f"<p>{escape.html(p)}</p>" for p in section.paragraphs]
+        parts.append(_figures(section.figures))
+        parts += [_chart(c) for c in section.charts]
+        for name, table in section.tables:
+            title = escape.html(name.replace("_", " "))
+            parts += [f'<p class="tablename">{title}</p>', _table(table)]
+    parts.append("</section>")
+    return "\n".join(p for p in parts if p)
+
+
+def _chart(chart: Chart) -> str:
+    key = escape.html(chart.key)
+    return (
+        f'<figure><div class="chart" id="chart-{key}" data-chart="{key}" '
+        f'role="img" aria-label="{escape.html(chart.title)}"></div>'
+        f"<figcaption>{escape.html(chart.caption)}</figcaption></figure>"
+    )
+
+
+def _table(table: Table) -> str:
+    if not table.rows:
+        return f'<p class="empty">{escape.html(table.note or "none")}</p>'
+    head = "".join(f"<th>{escape.html(c.title)}</th>" for c in table.columns)
+    rows = []
+    for row in table.rows:
+        cells = []
+        for value, column in zip(row, table.columns, strict=True):
+            css = (
+                ' class="n"'
+                if column.kind in NUMERIC
+                else ' class="id"'
+                if column.kind == "id"
+                else ""
+            )
+            cells.append(f"<td{css}>{escape.html(cell_text(value, column.kind))}</td>")
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    note = f'<p class="empty">{escape.html(table.note)}</p>' if table.note else ""
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>{note}"

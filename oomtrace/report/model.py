@@ -1,0 +1,118 @@
+"""The report model: everything a reader sees, built once, rendered by every format alike.
+
+Values stay raw (integer bytes, token counts, shares from 0 to 1, UTC datetimes) with a
+:data:`Kind` that says how to show them; renderers format them through
+:mod:`oomtrace.report.fmt`, so the terminal, Markdown, JSON and HTML can never disagree on a
+number. Charts carry their Vega-Lite spec (built once, by :mod:`oomtrace.report.charts`) and
+the display data behind it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Final, Literal
+
+import polars as pl
+
+REPORT_VERSION: Final = 1
+
+ReportFormat = Literal["text", "markdown", "json", "html"]
+FORMATS: Final[tuple[ReportFormat, ...]] = ("text", "markdown", "json", "html")
+
+# How a value is shown: bytes with a binary unit, counts with separators, shares as percent,
+# times as ISO 8601 UTC, text escaped for the output.
+Kind = Literal["text", "id", "bytes", "tokens", "blocks", "count", "share", "time", "seconds"]
+
+Value = int | float | str | datetime | None
+
+
+@dataclass(frozen=True)
+class Column:
+    key: str
+    title: str
+    kind: Kind
+
+
+@dataclass(frozen=True)
+class Table:
+    """Rows of raw values under typed columns. ``note`` says what the table leaves out."""
+
+    columns: tuple[Column, ...]
+    rows: tuple[tuple[Value, ...], ...] = ()
+    note: str = ""
+
+    def records(self) -> list[dict[str, Value]]:
+        return [dict(zip((c.key for c in self.columns), row, strict=True)) for row in self.rows]
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One labelled number or fact (``peak``, ``coverage``, ...)."""
+
+    key: str
+    label: str
+    value: Value
+    kind: Kind
+
+
+@dataclass(frozen=True)
+class Chart:
+    """A chart: its Vega-Lite spec (data inlined) and the frame behind it.
+
+    ``caption`` says how to read it and how it was reduced (points drawn out of samples read),
+    so a reader knows the spike shown is the spike recorded.
+    """
+
+    key: str
+    title: str
+    caption: str
+    spec: dict[str, Any]
+    data: pl.DataFrame
+
+
+@dataclass(frozen=True)
+class Section:
+    """A titled part of the report: prose, figures, tables and charts, in that order."""
+
+    key: str
+    title: str
+    paragraphs: tuple[str, ...] = ()
+    figures: tuple[Figure, ...] = ()
+    tables: tuple[tuple[str, Table], ...] = ()
+    charts: tuple[Chart, ...] = ()
+    empty: str = ""  # shown instead when the section has nothing (says why)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The answer in one place: class, time, size, culprits, how much is explained."""
+
+    incident_class: str
+    label: str
+    headline: str
+    paragraph: str
+    figures: tuple[Figure, ...]
+    culprits: Table
+    evidence: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Report:
+    """The whole report. ``sections`` follow the verdict in reading order."""
+
+    title: str
+    subtitle: str
+    verdict: Verdict
+    sections: tuple[Section, ...]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def section(self, key: str) -> Section:
+        for section in self.sections:
+            if section.key == key:
+                return section
+        raise KeyError(key)
+
+    @property
+    def charts(self) -> tuple[Chart, ...]:
+        return tuple(c for s in self.sections for c in s.charts)

@@ -1,0 +1,191 @@
+"""The verdict: class, time, size, culprits and coverage, and one paragraph a manager can read.
+
+Every sentence is made from figures in the findings; a figure the analysis does not state is
+left out of the sentence rather than guessed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from oomtrace.report.fmt import iso, value_text
+from oomtrace.report.model import Figure, Table, Verdict
+from oomtrace.report.records import parse_time, table_from_records
+
+CLASS_LABELS: Final[dict[str, str]] = {
+    "kv_exhaustion": "KV cache pool exhausted",
+    "transient_peak": "Transient memory peak",
+    "startup_misfit": "Startup misfit",
+    "fragmentation": "Allocator fragmentation",
+    "foreign_memory": "Another process on the GPU",
+    "leak": "Slow growth (leak)",
+    "unknown": "Cause undetermined",
+    "none": "No incident found",
+}
+
+CLASS_EXPLANATIONS: Final[dict[str, str]] = {
+    "kv_exhaustion": (
+        "The KV cache, which holds the stored tokens of every resident request, ran out of "
+        "blocks: requests growing together used it up, and the engine had to preempt requests "
+        "or fail."
+    ),
+    "transient_peak": (
+        "Memory rose briefly above what the device could give while the KV cache still had "
+        "room: temporary memory for a large step (a long prompt's prefill, its activations or "
+        "logits) did not fit beside the cache."
+    ),
+    "startup_misfit": (
+        "The configuration could not work: the model weights, the KV cache and the runtime "
+        "reserve together do not fit the device, or the cache cannot hold one request of the "
+        "maximum length."
+    ),
+    "fragmentation": (
+        "At the failure the allocator held a large amount of memory reserved but not in use: "
+        "enough in total, but not in one piece for the allocation that failed."
+    ),
+    "foreign_memory": (
+        "Another process on the same GPU took memory that the server had counted on, and the "
+        "server ran out."
+    ),
+    "leak": (
+        "Memory grew steadily, also across idle periods, instead of returning to its baseline."
+    ),
+    "unknown": "The evidence in this trace does not decide the cause.",
+    "none": "The trace shows no out-of-memory event and no memory spike worth reporting.",
+}
+
+CULPRIT_ORDER: Final = (
+    "rank",
+    "request_id",
+    "share",
+    "tokens",
+    "blocks",
+    "bytes",
+    "basis",
+    "prompt_tokens",
+    "max_tokens",
+    "growth_tokens",
+    "resident_since",
+    "reason",
+)
+# Shown in the reason text or in the findings document, not as columns.
+CULPRIT_HIDDEN: Final = (
+    "evidence",
+    "tokens_low",
+    "tokens_high",
+    "arrived",
+    "admitted_in_window",
+    "in_prefill",
+)
+
+
+def incident_label(incident_class: str) -> str:
+    return CLASS_LABELS.get(incident_class, incident_class.replace("_", " "))
+
+
+def culprit_table(culprits: Sequence[Mapping[str, Any]]) -> Table:
+    ranked = [{"rank": i + 1, **c} for i, c in enumerate(culprits)]
+    note = "" if ranked else "The analysis named no request."
+    return table_from_records(ranked, order=CULPRIT_ORDER, drop=CULPRIT_HIDDEN, note=note)
+
+
+def build_verdict(incident: Mapping[str, Any] | None) -> Verdict:
+    """The verdict of the primary incident (``None``: the analysis found none)."""
+    if incident is None:
+        return Verdict(
+            incident_class="none",
+            label=CLASS_LABELS["none"],
+            headline=CLASS_LABELS["none"],
+            paragraph=CLASS_EXPLANATIONS["none"],
+            figures=(),
+            culprits=culprit_table([]),
+        )
+    cls = str(incident.get("class") or "unknown")
+    culprits = list(incident.get("culprits") or [])
+    peak_ts = parse_time(incident.get("peak_ts"))
+    peak_bytes = incident.get("peak_bytes")
+    coverage = incident.get("coverage")
+    figures = [
+        Figure("class", "class", cls, "text"),
+        Figure("start", "window start", parse_time(incident.get("start")), "time"),
+        Figure("peak_ts", "peak", peak_ts, "time"),
+        Figure("peak_bytes", "peak memory", peak_bytes, "bytes"),
+        Figure("coverage", "attribution coverage", coverage, "share"),
+    ]
+    for key, label in (("explained_bytes", "explained"), ("unexplained_bytes", "unexplained")):
+        if incident.get(key) is not None:
+            figures.append(Figure(key, label, incident[key], "bytes"))
+    headline = incident_label(cls) + (f" at {iso(peak_ts)}" if peak_ts else "")
+    return Verdict(
+        incident_class=cls,
+        label=incident_label(cls),
+        headline=headline,
+        paragraph=_paragraph(cls, incident, culprits),
+        figures=tuple(figures),
+        culprits=culprit_table(culprits),
+        evidence=tuple(_evidence_lines(incident.get("evidence"))),
+    )
+
+
+def _paragraph(cls: str, incident: Mapping[str, Any], culprits: list[Mapping[str, Any]]) -> str:
+    parts = [CLASS_EXPLANATIONS.get(cls, CLASS_EXPLANATIONS["unknown"])]
+    reason = str(incident.get("reason") or incident.get("summary") or "").strip()
+    if reason:
+        parts.append(reason[:1].upper() + reason[1:].rstrip(".") + ".")
+    peak_ts = parse_time(incident.get("peak_ts"))
+    if incident.get("peak_bytes") is not None and peak_ts is not None:
+        parts.append(
+            f"Memory peaked at {value_text(incident['peak_bytes'], 'bytes')} "
+            f"at {iso(peak_ts)} (UTC)."
+        )
+    named = [c for c in culprits[:3] if c.get("request_id") is not None]
+    if named:
+        shown = [
+            str(c["request_id"])
+            + (f" ({value_text(c['share'], 'share')})" if c.get("share") is not None else "")
+            for c in named
+        ]
+        listing = shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " and " + shown[-1]
+        more = len(culprits) - len(named)
+        tail = f", with {more} more named below" if more > 0 else ""
+        parts.append(f"The requests most responsible were {listing}{tail}.")
+    coverage = incident.get("coverage")
+    if coverage is not None:
+        parts.append(
+            f"Named requests explain {value_text(coverage, 'share')} of the peak; the rest is "
+            "memory no named request accounts for (weights, runtime reserve, or requests the "
+            "inputs do not show)."
+        )
+    return " ".join(parts)
+
+
+def _evidence_lines(evidence: Any) -> list[str]:
+    if not evidence:
+        return []
+    if isinstance(evidence, str):
+        return [evidence]
+    return [_evidence_line(item) for item in evidence]
+
+
+def _evidence_line(item: Any) -> str:
+    """``2025-03-14T09:03:29.000Z samples from metrics: metric=kv_blocks_used, value=977``."""
+    if not isinstance(item, Mapping):
+        return str(item)
+    text = item.get("text") or item.get("statement") or item.get("detail")
+    values = item.get("values")
+    if not text and isinstance(values, Mapping):
+        text = ", ".join(f"{k}={v}" for k, v in sorted(values.items()))
+    if not text:
+        text = ", ".join(f"{k}={v}" for k, v in sorted(item.items()))
+    ts = parse_time(item.get("ts"))
+    where = " ".join(
+        p
+        for p in (
+            iso(ts) if ts else "",
+            str(item.get("table") or ""),
+            f"from {item['source']}" if item.get("source") else "",
+        )
+        if p
+    )
+    return f"{where}: {text}" if where else str(text)

@@ -1,0 +1,245 @@
+"""The HTML report in a real headless Chromium: it loads with the network off, logs no console
+error, draws every chart, keeps request ids as text, zooms on time, and a screenshot is written
+for people to look at (``build/test-artifacts/report.png``).
+
+Chromium is Debian's ``chromium`` package, which ``.ci/run`` installs. Without it the test is
+skipped locally, and fails in CI (``CI=true``): a browser test must never pass by not running.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from oomtrace.attribution import analyze
+from oomtrace.ingest import IngestOptions, load_any
+from oomtrace.report import ReportInputs, build_report, render
+from oomtrace.report.inputs import from_findings_object
+from tests.integration.chromium import Chromium, find_chromium
+from tests.unit.report.scenario import (
+    incident_findings,
+    incident_lanes,
+    incident_trace,
+    modelled_series,
+)
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "build" / "test-artifacts"
+HOSTILE = (
+    "<script>alert(1)</script>",
+    '"><img src=x onerror="window.__oomtraceXss=1">',
+    "req|pipe`tick`",
+)
+
+
+@pytest.fixture(scope="module")
+def chromium_path() -> str:
+    path = find_chromium()
+    if path is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI=true but no chromium on PATH: .ci/run must install Debian's chromium")
+        pytest.skip("no chromium on PATH (apt-get install chromium); CI runs this test")
+    return path
+
+
+@pytest.fixture(scope="module")
+def browser(chromium_path: str) -> Any:
+    with Chromium(chromium_path) as chromium:
+        yield chromium
+
+
+def open_report(browser: Chromium, html: Path) -> str:
+    """Open ``html`` in a new offline tab and wait until every chart has rendered (or failed)."""
+    session = browser.open_page()
+    browser.send("Page.navigate", {"url": html.as_uri()}, session)
+    browser.wait_for_event("Page.loadEventFired", session, 30)
+    expected = browser.evaluate(session, "document.querySelectorAll('.chart').length")
+    browser.wait_until(
+        session,
+        f"document.querySelectorAll('[data-rendered]').length === {expected}",
+        30,
+    )
+    return session
+
+
+@pytest.fixture(scope="module")
+def page(browser: Chromium, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    # GIVEN an incident report whose culprits have ids full of markup
+    trace = incident_trace(HOSTILE)
+    inputs = ReportInputs(
+        incident_findings(HOSTILE), trace, modelled_series(), incident_lanes(HOSTILE)
+    )
+    html = render(build_report(inputs), "html").text
+    out = tmp_path_factory.mktemp("report") / "incident.html"
+    out.write_text(html, encoding="utf-8")
+    # WHEN it is opened in a headless Chromium with the network off
+    session = open_report(browser, out)
+    # a picture for people, taken before any test zooms or hovers
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    browser.screenshot(session, ARTIFACTS / "report.png")
+    browser.send(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": 1200, "height": 900, "deviceScaleFactor": 1, "mobile": False},
+        session,
+    )
+    return browser, session, out
+
+
+def test_every_chart_draws_a_non_empty_svg(page: Any) -> None:
+    browser, session, _ = page
+    charts = browser.evaluate(
+        session,
+        """Array.from(document.querySelectorAll('.chart')).map(el => {
+             const svg = el.querySelector('svg');
+             const box = svg ? svg.getBoundingClientRect() : {width: 0, height: 0};
+             return {key: el.dataset.chart, state: el.dataset.rendered,
+                     width: box.width, height: box.height,
+                     marks: svg ? svg.querySelectorAll('path, rect, line').length : 0};
+           })""",
+    )
+    assert [c["key"] for c in charts] == ["memory", "activity", "lanes", "budget"]
+    for chart in charts:
+        assert chart["state"] == "true", chart
+        assert chart["width"] > 300, chart
+        assert chart["height"] > 50, chart
+        assert chart["marks"] > 10, chart
+
+
+def test_the_page_logs_no_console_error_and_throws_nothing(page: Any) -> None:
+    browser, session, _ = page
+    errors = [
+        e
+        for e in browser.session_events(session, "Runtime.consoleAPICalled")
+        if e["params"]["type"] in ("error", "assert", "warning")
+    ]
+    thrown = browser.session_events(session, "Runtime.exceptionThrown")
+    logged = [
+        e
+        for e in browser.session_events(session, "Log.entryAdded")
+        if e["params"]["entry"]["level"] in ("error", "warning")
+    ]
+    assert errors == []
+    assert thrown == []
+    assert logged == []
+
+
+def test_the_page_requests_nothing_but_itself(page: Any) -> None:
+    browser, session, out = page
+    urls = [
+        e["params"]["request"]["url"]
+        for e in browser.session_events(session, "Network.requestWillBeSent")
+    ]
+    assert urls == [out.as_uri()]
+
+
+def test_request_ids_with_markup_stay_text(page: Any) -> None:
+    browser, session, _ = page
+    state = browser.evaluate(
+        session,
+        """({xss: window.__oomtraceXss === undefined ? null : window.__oomtraceXss,
+             images: document.querySelectorAll('img').length,
+             scripts: document.querySelectorAll('script').length,
+             text: document.body.innerText})""",
+    )
+    assert state["xss"] is None
+    assert state["images"] == 0
+    assert state["scripts"] == 3  # the bundle, the specs, the embedding code
+    for hostile in HOSTILE:
+        assert hostile in state["text"]
+    labels = browser.evaluate(
+        session,
+        "Array.from(document.querySelectorAll('#chart-lanes svg text')).map(t => t.textContent)",
+    )
+    assert HOSTILE[0] in labels
+
+
+def test_the_tooltip_shows_the_request_id_as_text(page: Any) -> None:
+    browser, session, _ = page
+    # WHEN the pointer rests on the first culprit's bar
+    box = browser.evaluate(
+        session,
+        """(() => { const marks = Array.from(document.querySelectorAll(
+               '#chart-lanes svg .mark-rect path'));
+             const bar = marks.find(p => (p.getAttribute('stroke') || '') === '#d62728');
+             bar.scrollIntoView({block: 'center'});
+             const r = bar.getBoundingClientRect();
+             return {x: r.left + Math.min(r.width / 2, 40), y: r.top + r.height / 2}; })()""",
+    )
+    for kind in ("mouseMoved", "mouseMoved"):
+        browser.send(
+            "Input.dispatchMouseEvent", {"type": kind, "x": box["x"], "y": box["y"]}, session
+        )
+    tooltip = browser.wait_until(
+        session,
+        "(() => { const t = document.getElementById('vg-tooltip-element');"
+        " return t && t.classList.contains('visible') ? t.innerText : ''; })()",
+        10,
+    )
+    # THEN the tooltip names the request, literally, and injected nothing
+    assert any(h in tooltip for h in HOSTILE)
+    assert browser.evaluate(session, "document.querySelectorAll('img').length") == 0
+
+
+def test_wheel_zooms_the_time_axis(page: Any) -> None:
+    browser, session, _ = page
+    before = browser.evaluate(session, "oomtraceViews.memory.scale('x').domain().map(Number)")
+    box = browser.evaluate(
+        session,
+        "(() => { const svg = document.querySelector('#chart-memory svg');"
+        " svg.scrollIntoView({block: 'center'}); const r = svg.getBoundingClientRect();"
+        " return {x: r.left + r.width / 3, y: r.top + r.height / 2}; })()",
+    )
+    browser.send(
+        "Input.dispatchMouseEvent",
+        {"type": "mouseWheel", "x": box["x"], "y": box["y"], "deltaX": 0, "deltaY": -400},
+        session,
+    )
+    after = browser.wait_until(
+        session,
+        f"(() => {{ const d = oomtraceViews.memory.scale('x').domain().map(Number);"
+        f" return d[1] - d[0] < {before[1] - before[0]} ? d : null; }})()",
+        10,
+    )
+    assert after[1] - after[0] < before[1] - before[0]
+
+
+def test_a_report_from_a_raw_engine_log_renders_cleanly(browser: Chromium, tmp_path: Path) -> None:
+    # GIVEN the report of an SGLang log, ingested and analysed from the raw file
+    log = ROOT / "tests" / "data" / "sglang" / "v0.4-tp2.log"
+    trace = load_any([log], IngestOptions())
+    report = build_report(from_findings_object(analyze(trace), trace))
+    out = tmp_path / "sglang.html"
+    out.write_text(render(report, "html").text, encoding="utf-8")
+    # WHEN it is opened offline
+    session = open_report(browser, out)
+    # THEN every chart drew, and nothing was logged or thrown
+    states = browser.evaluate(
+        session,
+        "Array.from(document.querySelectorAll('.chart')).map(el => el.dataset.rendered + ':' +"
+        " el.querySelectorAll('svg path, svg rect').length)",
+    )
+    assert states
+    for state in states:
+        rendered, marks = state.split(":")
+        assert rendered == "true"
+        assert int(marks) > 0
+    assert browser.session_events(session, "Runtime.exceptionThrown") == []
+    logged = [
+        e
+        for e in browser.session_events(session, "Log.entryAdded", "Runtime.consoleAPICalled")
+        if e["params"].get("entry", e["params"]).get("level", e["params"].get("type"))
+        in ("error", "warning")
+    ]
+    assert logged == []
+    browser.screenshot(session, ARTIFACTS / "report-sglang.png")
+
+
+def test_a_screenshot_is_written_for_people(page: Any) -> None:
+    shot = (ARTIFACTS / "report.png").read_bytes()
+    assert shot[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(shot) > 50_000

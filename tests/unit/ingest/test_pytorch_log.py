@@ -1,0 +1,234 @@
+"""Any text log with PyTorch/CUDA OOM messages: each line's time in the common forms, or the
+file's modification time as a stated assumption when the log has none."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+from datetime import UTC, datetime
+from pathlib import Path
+
+import polars as pl
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from oomtrace.cli import cli
+from oomtrace.diagnostics import SourceDiagnostics
+from oomtrace.errors import InputError
+from oomtrace.ingest import IngestOptions, ingest_paths, sniff
+from oomtrace.ingest.base import ClockOptions, ParseContext
+from oomtrace.ingest.pytorch_log import PARSER
+from oomtrace.ingest.textio import InputFile
+from oomtrace.ingest.timestamps import line_stamps
+from oomtrace.trace import Trace
+from oomtrace.units import GiB, MiB
+
+DATA = Path(__file__).resolve().parents[2] / "data" / "torch"
+MTIME = datetime(2025, 1, 2, 8, 30, tzinfo=UTC)
+
+
+def _copy(tmp_path: Path, name: str, *, gz: bool = False) -> Path:
+    target = tmp_path / (name + (".gz" if gz else ""))
+    if gz:
+        target.write_bytes(gzip.compress((DATA / name).read_bytes()))
+    else:
+        shutil.copy(DATA / name, target)
+    os.utime(target, (MTIME.timestamp(), MTIME.timestamp()))
+    return target
+
+
+def _ingest(tmp_path: Path, name: str, *, gz: bool = False, **options: object) -> Trace:
+    return ingest_paths([_copy(tmp_path, name, gz=gz)], IngestOptions(**options))  # type: ignore[arg-type]
+
+
+def test_training_stdout_oom_takes_the_time_of_the_line_before_it(tmp_path: Path) -> None:
+    trace = _ingest(tmp_path, "train-stdout.log", tz="Europe/Berlin")
+    (row,) = trace.events.to_dicts()
+    assert row["ts"] == datetime(2024, 5, 2, 8, 0, 5, 456000, tzinfo=UTC)
+    assert row["requested_bytes"] == 26 * MiB
+    assert row["device"] == 0
+    (diag,) = trace.manifest.sources
+    assert diag.parser == "pytorch-log"
+    assert diag.lines_recognised == 1
+    assert diag.skipped["mentions memory but is no known out-of-memory message"].count == 1
+    assert diag.lines_recognised + diag.lines_skipped == diag.lines_read == 9
+    assert trace.manifest.clock == {"tz": "Europe/Berlin", "tz_assumed": False}
+
+
+def test_tgi_log_rfc3339_with_ansi_colours_and_its_warmup_failure(tmp_path: Path) -> None:
+    trace = _ingest(tmp_path, "tgi.log", gz=True)
+    events = trace.events.select("ts", "kind", "requested_bytes", "detail").rows()
+    # the router repeats the shard's OOM 84 ms later: one event
+    assert events == [
+        (
+            datetime(2024, 12, 10, 21, 50, 1, 118870, tzinfo=UTC),
+            "oom",
+            round(1.95 * GiB),
+            "PyTorch OOM message (sentences layout)",
+        ),
+        (
+            datetime(2024, 12, 10, 21, 50, 1, 203150, tzinfo=UTC),
+            "startup_kv_insufficient",
+            None,
+            "TGI warm-up: not enough memory to handle max_total_tokens=4096",
+        ),
+    ]
+    assert trace.samples.select("pid", "metric").rows() == [(402, "process_used_bytes")]
+    assert trace.manifest.clock == {}
+
+
+def test_llama_cpp_log_without_timestamps_is_placed_at_the_file_time(tmp_path: Path) -> None:
+    trace = _ingest(tmp_path, "llama-server.log")
+    (row,) = trace.events.to_dicts()
+    assert row["ts"] == MTIME
+    assert row["requested_bytes"] == round(13285.50 * MiB)
+    assert row["free_bytes"] is None
+    assert row["detail"] == "llama.cpp (ggml) cudaMalloc failed: out of memory"
+    (diag,) = trace.manifest.sources
+    assert diag.notes == [
+        (
+            "this log has no timestamps: every event is placed at the file's modification time "
+            "(2025-01-02 08:30:00 UTC, when the process last wrote); their order in the file is "
+            "kept, their times are not known"
+        )
+    ]
+
+
+def test_journald_syslog_times_get_the_year_from_the_file_and_cross_new_year(
+    tmp_path: Path,
+) -> None:
+    trace = _ingest(tmp_path, "journald.log")
+    assert trace.events.select("ts", "requested_bytes").rows() == [
+        (datetime(2024, 12, 31, 23, 59, 59, tzinfo=UTC), None),
+        (datetime(2025, 1, 1, 0, 0, 2, tzinfo=UTC), round(3.15 * GiB)),
+    ]
+    assert trace.manifest.clock == {"tz": "UTC", "tz_assumed": True, "year_assumed": True}
+    (tmp_path / "given").mkdir()
+    explicit = _ingest(tmp_path / "given", "journald.log", year=2030)
+    assert explicit.events["ts"].dt.year().to_list() == [2030, 2030]
+
+
+def test_oom_lines_before_the_first_timestamp_take_it(tmp_path: Path) -> None:
+    path = tmp_path / "early.log"
+    path.write_text(
+        "RuntimeError: CUDA error: out of memory\n2025-03-01T10:00:00+01:00 launcher exited\n"
+    )
+    trace = ingest_paths([path], IngestOptions())
+    assert trace.events["ts"].to_list() == [datetime(2025, 3, 1, 9, 0, tzinfo=UTC)]
+    assert trace.manifest.sources[0].notes == [
+        "1 out-of-memory line(s) came before the first timestamp; placed at it"
+    ]
+
+
+def test_lines_from_a_collector_use_their_arrival_time() -> None:
+    lines = pl.DataFrame(
+        {
+            "line": ["loading", "RuntimeError: CUDA error: out of memory"],
+            "arrival_ts": [
+                datetime(2025, 5, 5, 1, tzinfo=UTC),
+                datetime(2025, 5, 5, 2, tzinfo=UTC),
+            ],
+        },
+        schema={"line": pl.String, "arrival_ts": pl.Datetime("ns", "UTC")},
+    )
+    result = PARSER.parse_lines(lines, ParseContext(), SourceDiagnostics("t", "p", "n"))
+    assert result.events is not None
+    assert result.events["ts"].to_list() == [datetime(2025, 5, 5, 2, tzinfo=UTC)]
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("2024-12-10T21:50:03.478010Z  INFO router", datetime(2024, 12, 10, 21, 50, 3, 478010)),
+        ("2024-12-10T21:50:03+02:00 x", datetime(2024, 12, 10, 19, 50, 3)),
+        ("2024-12-10T21:50:03.5-0130 x", datetime(2024, 12, 10, 23, 20, 3, 500000)),
+        ("2024-12-10 21:50:03,123 - INFO - x", datetime(2024, 12, 10, 21, 50, 3, 123000)),
+        ("[2024-12-10 21:50:03] x", datetime(2024, 12, 10, 21, 50, 3)),
+        ("2024-12-10T21:50:03.123456789Z x", datetime(2024, 12, 10, 21, 50, 3, 123456)),
+        ("Dec  9 21:50:03 host unit[1]: x", datetime(2024, 12, 9, 21, 50, 3)),
+        ("web-1  | 2024-12-10T21:50:03Z x", datetime(2024, 12, 10, 21, 50, 3)),
+        ("message " + "x" * 100 + " quoting 2024-12-10 21:50:03", None),
+        ("2024-13-45 10:00:00 not a date", None),
+        ("no time here", None),
+    ],
+)
+def test_timestamp_forms(line: str, expected: datetime | None) -> None:
+    stamps, _ = line_stamps(pl.Series([line]), "UTC", None, datetime(2024, 12, 31, tzinfo=UTC))
+    got = stamps[0]
+    assert (got.replace(tzinfo=None) if got else None) == expected
+
+
+def test_zoned_times_win_over_zone_less_ones_in_one_line() -> None:
+    # journald around a TGI line: the RFC 3339 time with a zone is the exact one
+    line = "Dec 10 22:50:03 host tgi[7]: 2024-12-10T21:50:03.100000Z ERROR shard"
+    stamps, forms = line_stamps(pl.Series([line]), "Europe/Berlin", 2024, None)
+    assert stamps[0] == datetime(2024, 12, 10, 21, 50, 3, 100000, tzinfo=UTC)
+    assert forms.zoned == 1
+
+
+def test_sniffing_is_modest_and_steps_aside_for_engine_logs(tmp_path: Path) -> None:
+    log = _copy(tmp_path, "train-stdout.log")
+    assert PARSER.sniff(InputFile(log, log.name).head(), log.name) == 0.55
+    assert PARSER.sniff("INFO 2025 all fine\n", "x.log") == 0.0
+    sglang = (
+        "[2025-03-14 02:16:14 TP0] Decode batch. #running-req: 1, #token: 1, token usage: 0.1\n"
+        "RuntimeError: CUDA error: out of memory\n"
+    )
+    assert PARSER.sniff(sglang, "x.log") == 0.2
+    chosen = sniff(InputFile(log, log.name), explicit=True)
+    assert chosen.parser is not None
+    assert chosen.parser.name == "pytorch-log"
+
+
+def test_a_log_without_an_oom_is_not_recognised(tmp_path: Path) -> None:
+    path = tmp_path / "plain.log"
+    path.write_text("2025-01-01 00:00:00 INFO hello\n")
+    with pytest.raises(InputError, match=r"^plain.log: no known format; no parser recognised it"):
+        ingest_paths([path], IngestOptions())
+
+
+@settings(max_examples=60, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(st.lists(st.text(max_size=150), max_size=25))
+def test_arbitrary_text_never_raises(lines: list[str]) -> None:
+    frame = pl.DataFrame({"line": lines}, schema={"line": pl.String})
+    PARSER.parse_lines(
+        frame, ParseContext(ClockOptions(tz="America/New_York")), SourceDiagnostics("x", "p", "n")
+    )
+
+
+@settings(
+    max_examples=30, suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None
+)
+@given(st.binary(max_size=600))
+def test_arbitrary_bytes_never_raise(tmp_path: Path, data: bytes) -> None:
+    path = tmp_path / "x.log"
+    path.write_bytes(b"log " + data + b"\nCUDA error: out of memory\n")  # not gzip magic
+    diag = SourceDiagnostics("x", "p", "n")
+    PARSER.parse(InputFile(path, path.name), ParseContext(mtime=MTIME), diag)
+    assert diag.lines_recognised >= 1
+
+
+def test_cli_inspect_shows_the_stated_time_assumption(tmp_path: Path) -> None:
+    log = _copy(tmp_path, "llama-server.log")
+    result = CliRunner().invoke(cli, ["inspect", str(log), "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert (doc["parser"], doc["confidence"]) == ("pytorch-log", 0.55)
+    assert doc["counts"] == {"events": 1, "requests": 0, "samples": 0}
+    (source,) = doc["manifest"]["sources"]
+    assert source["notes"][0].startswith("this log has no timestamps: every event is placed at")
+
+
+def test_cli_names_a_log_without_an_oom_and_the_remedy(tmp_path: Path) -> None:
+    path = tmp_path / "plain.log"
+    path.write_text("2025-01-01 00:00:00 INFO hello\n")
+    result = CliRunner().invoke(cli, ["ingest", str(path), "--out", str(tmp_path / "t")])
+    assert result.exit_code == 2
+    assert result.output.startswith(
+        "oomtrace: error: plain.log: no known format; no parser recognised it (tried: "
+    )
+    assert result.output.rstrip().endswith("pass --format")

@@ -1,0 +1,100 @@
+"""Inputs as text: gzip, truncated streams, invalid UTF-8, CRLF and chunk boundaries."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import polars as pl
+
+from oomtrace.diagnostics import SourceDiagnostics
+from oomtrace.ingest.textio import InputFile
+
+
+def _diag() -> SourceDiagnostics:
+    return SourceDiagnostics("f", "test", "n")
+
+
+def _lines(path: Path, chunk: int = 1 << 20) -> tuple[list[str], SourceDiagnostics]:
+    diag = _diag()
+    source = InputFile(path, path.name)
+    chunks = list(source.line_chunks(diag, chunk_bytes=chunk))
+    return pl.concat([c.lines for c in chunks]).to_list() if chunks else [], diag
+
+
+def test_lines_survive_chunk_boundaries_and_count(tmp_path: Path) -> None:
+    text = "".join(f"line {i} " + "x" * (i % 7) + "\n" for i in range(1000))
+    path = tmp_path / "a.log"
+    path.write_text(text)
+    lines, diag = _lines(path, chunk=97)
+    assert lines == text.splitlines()
+    assert diag.lines_read == 1000
+
+
+def test_chunks_number_their_first_line(tmp_path: Path) -> None:
+    path = tmp_path / "a.log"
+    path.write_text("".join(f"{i}\n" for i in range(100)))
+    chunks = list(InputFile(path, "a").line_chunks(_diag(), chunk_bytes=50))
+    for chunk in chunks:
+        assert chunk.lines[0] == str(chunk.first_line - 1)
+
+
+def test_crlf_and_a_missing_final_newline(tmp_path: Path) -> None:
+    path = tmp_path / "a.log"
+    path.write_bytes(b"one\r\ntwo\r\nthree")
+    assert _lines(path)[0] == ["one", "two", "three"]
+
+
+def test_gzip_is_read_transparently_whatever_the_name(tmp_path: Path) -> None:
+    path = tmp_path / "server.log"
+    path.write_bytes(gzip.compress(b"alpha\nbeta\n"))
+    source = InputFile(path, "server.log")
+    assert source.compressed
+    assert source.head() == "alpha\nbeta\n"
+    assert _lines(path)[0] == ["alpha", "beta"]
+
+
+def test_truncated_gzip_yields_what_was_there_with_a_note(tmp_path: Path) -> None:
+    body = "".join(f"line {i}\n" for i in range(20000)).encode()
+    path = tmp_path / "cut.log.gz"
+    path.write_bytes(gzip.compress(body)[:-2000])
+    lines, diag = _lines(path, chunk=4096)
+    assert 0 < len(lines) < 20000
+    assert lines[:3] == ["line 0", "line 1", "line 2"]
+    assert any("compressed stream ends early" in n for n in diag.notes)
+
+
+def test_invalid_utf8_is_replaced_and_counted(tmp_path: Path) -> None:
+    path = tmp_path / "bad.log"
+    path.write_bytes(b"ok\nbad \xff\xfe here\nok again\n")
+    lines, diag = _lines(path)
+    assert lines[1] == "bad \ufffd\ufffd here"
+    assert diag.notes == ["1 line(s) held invalid UTF-8 bytes (shown as U+FFFD)"]
+
+
+def test_read_bytes_of_a_truncated_gzip_keeps_the_prefix(tmp_path: Path) -> None:
+    path = tmp_path / "m.json.gz"
+    path.write_bytes(gzip.compress(b"{" + b" " * 100000 + b"}")[:-50])
+    diag = _diag()
+    data = InputFile(path, "m.json.gz").read_bytes(diag)
+    assert data.startswith(b"{")
+    assert diag.notes
+
+
+def test_empty_lines_quotes_and_separator_bytes_keep_every_line(tmp_path: Path) -> None:
+    path = tmp_path / "a.log"
+    path.write_bytes(b'a\n\nb "q" c\r\n"open quote\nunit\x1fsep\nend\n')
+    lines, diag = _lines(path)
+    assert lines == ["a", "", 'b "q" c', '"open quote', "unit\x1fsep", "end"]
+    assert diag.lines_read == 6
+
+
+def test_fast_and_fallback_splitting_agree(tmp_path: Path) -> None:
+    body = b"".join(b'line %d "x" \xff\r\n' % i if i % 3 else b"plain %d\n" % i for i in range(50))
+    plain, with_sep = tmp_path / "a.log", tmp_path / "b.log"
+    plain.write_bytes(body)
+    with_sep.write_bytes(body + b"\x1f\n")
+    fast, fast_diag = _lines(plain)
+    slow, slow_diag = _lines(with_sep)
+    assert slow[:-1] == fast
+    assert fast_diag.notes == slow_diag.notes

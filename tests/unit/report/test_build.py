@@ -1,0 +1,139 @@
+"""The report model: built once, from whatever the inputs hold, with every gap said."""
+
+from __future__ import annotations
+
+import polars as pl
+from polars.testing import assert_frame_equal
+
+from oomtrace.report import ReportInputs, ReportOptions, build_report, render
+from oomtrace.trace import Trace
+from oomtrace.units import GiB
+from tests import factories
+from tests.factories import at
+from tests.unit.report.scenario import (
+    incident_findings,
+    incident_lanes,
+    incident_trace,
+    modelled_series,
+)
+
+
+def test_an_empty_trace_without_incidents_still_reports_what_is_missing() -> None:
+    # GIVEN nothing but an empty trace and findings with no incident
+    report = build_report(ReportInputs({"incidents": []}, Trace()))
+    # WHEN it is rendered
+    text = render(report, "text").text
+    # THEN the verdict says so and every section says why it is empty
+    assert report.verdict.incident_class == "none"
+    assert "VERDICT: No incident found" in text
+    assert "The trace has no memory samples: memory cannot be charted." in text
+    assert "No per-request resident intervals are known for the incident window" in text
+    assert report.charts == ()
+
+
+def test_a_spike_between_flat_samples_reaches_the_chart_and_its_summary() -> None:
+    # GIVEN a day-like series of 20,000 samples with one sample 10 GiB above the rest
+    rows = [
+        {"ts": at(i * 0.01), "metric": "device_used_bytes", "value": float(10 * GiB)}
+        for i in range(20_000)
+    ]
+    rows[12_345]["value"] = float(20 * GiB)
+    trace = Trace(samples=factories.samples(*rows))
+    # WHEN the report draws it with 100 slices
+    report = build_report(ReportInputs({}, trace), ReportOptions(buckets=100))
+    chart = report.section("memory").charts[0]
+    # THEN the chart holds the spike at its own time, and far fewer points than samples
+    spike = chart.data.filter(pl.col("value") == 20 * GiB)
+    assert spike["ts"].to_list() == [at(12_345 * 0.01)]
+    assert chart.data.height <= 200
+    assert "drawn from 20,000 samples" in chart.caption
+    summary = dict(report.section("memory").tables)["series"]
+    assert summary.records()[0]["highest_bytes"] == 20 * GiB
+
+
+def test_swimlanes_keep_culprits_first_and_say_how_many_are_left_out() -> None:
+    # GIVEN 23 requests in the window, three of them culprits
+    inputs = ReportInputs(incident_findings(), incident_trace(), lanes=incident_lanes())
+    # WHEN at most five lanes may be drawn
+    report = build_report(inputs, ReportOptions(max_lanes=5))
+    section = report.section("lanes")
+    shown = section.charts[0].data
+    # THEN the three culprits are among them, with their ranks
+    ranks = dict(zip(shown["request_id"], shown["culprit_rank"], strict=True))
+    assert {k: v for k, v in ranks.items() if v is not None} == {
+        "req-long-1": 1,
+        "req-long-2": 2,
+        "req-long-3": 3,
+    }
+    assert shown["request_id"].n_unique() == 5
+    assert "Showing 5 of 13 requests" in section.paragraphs[0]
+
+
+def test_swimlanes_are_clipped_to_the_incident_window() -> None:
+    inputs = ReportInputs(incident_findings(), incident_trace(), lanes=incident_lanes())
+    lanes = build_report(inputs).section("lanes").charts[0].data
+    # the window runs from 60 s before the OOM to a tenth of it after
+    assert lanes["start"].min() == at(60)
+    assert lanes["end"].max() <= at(126)
+    assert lanes.filter(pl.col("end") < at(60)).is_empty()
+
+
+def test_modelled_series_are_drawn_beside_the_observed_ones() -> None:
+    inputs = ReportInputs(incident_findings(), incident_trace(), series=modelled_series())
+    data = build_report(inputs).section("memory").charts[0].data
+    modelled = data.filter(pl.col("series") == "KV modelled").sort("ts")
+    expected = modelled_series().sort("ts")
+    assert_frame_equal(modelled, expected)
+
+
+def test_the_budget_section_sets_the_measured_peak_against_the_plan() -> None:
+    # GIVEN the engine's plan (weights 15 GiB, KV 4 GiB, 90% of 24 GiB) and a 23.88 GiB peak
+    report = build_report(ReportInputs(incident_findings(), incident_trace()))
+    section = report.section("budget")
+    table = dict(section.tables)["planned_vs_observed"]
+    rows = {r["item"]: r for r in table.records()}
+    # THEN the reserve planned is the budget less weights and cache, and the observed one is the
+    # peak less weights and cache
+    planned_reserve = int(24 * GiB * 0.9) - 19 * GiB
+    assert rows["runtime reserve (activations, graphs, workspace)"]["planned_bytes"] == (
+        planned_reserve
+    )
+    peak = rows["total at peak"]["observed_bytes"]
+    assert rows["runtime reserve (activations, graphs, workspace)"]["observed_bytes"] == (
+        peak - 19 * GiB  # type: ignore[operator]
+    )
+    assert "more than the" in section.paragraphs[0]
+
+
+def test_a_worksheet_document_is_the_plan_when_given() -> None:
+    worksheet = {
+        "device_bytes": 24 * GiB,
+        "weights_bytes": 15 * GiB,
+        "reserve_bytes": 3 * GiB,
+        "available_cache_bytes": 6 * GiB,
+        "kv_bytes_per_token": 131072,
+        "assumptions": ["reserve is your estimate"],
+    }
+    report = build_report(ReportInputs(incident_findings(), incident_trace(), worksheet=worksheet))
+    section = report.section("budget")
+    tables = dict(section.tables)
+    rows = {r["item"]: r for r in tables["planned_vs_observed"].records()}
+    assert rows["runtime reserve (activations, graphs, workspace)"]["planned_bytes"] == 3 * GiB
+    assert rows["KV cache pool"]["planned_bytes"] == 6 * GiB
+    assert tables["assumptions"].records() == [{"assumption": "reserve is your estimate"}]
+    values = {r["item"]: r["value"] for r in tables["worksheet"].records()}
+    assert values["kv bytes per token"] == "128.00 KiB"
+    assert section.paragraphs[0].startswith("The plan (worksheet)")
+
+
+def test_admissions_are_counted_per_slice_from_the_request_log() -> None:
+    trace = Trace(
+        requests=factories.requests(
+            *({"ts": at(float(i)), "request_id": f"r{i}", "event": "admitted"} for i in range(10))
+        )
+    )
+    chart = build_report(ReportInputs({}, trace), ReportOptions(buckets=5)).section("activity")
+    spec = chart.charts[0].spec
+    counts = [row["admissions"] for row in spec["datasets"]["activity_admissions"]]
+    assert sum(counts) == 10
+    assert len(counts) <= 5

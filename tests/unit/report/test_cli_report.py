@@ -1,0 +1,172 @@
+"""``oomtrace report``: format from the extension or --format, never overwrite without --force,
+one-line errors with exit code 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from oomtrace.cli import cli
+from oomtrace.trace import write_trace
+from tests.unit.report.scenario import incident_findings, incident_trace
+
+
+@pytest.fixture
+def inputs(tmp_path: Path) -> tuple[Path, Path]:
+    trace_dir = tmp_path / "trace"
+    write_trace(incident_trace(), trace_dir)
+    findings = tmp_path / "findings.json"
+    findings.write_text(json.dumps(incident_findings()), encoding="utf-8")
+    return trace_dir, findings
+
+
+def _run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_without_out_the_text_report_goes_to_stdout(inputs: tuple[Path, Path]) -> None:
+    trace_dir, findings = inputs
+    code, out, err = _run("report", str(trace_dir), "--findings", str(findings))
+    assert code == 0, err
+    assert out.startswith("GPU memory incident report: node-a\n")
+    assert "VERDICT: KV cache pool exhausted at 2025-03-14T09:02:00.000Z" in out
+
+
+@pytest.mark.parametrize(
+    ("name", "marker"),
+    [("r.html", "<!DOCTYPE html>"), ("r.json", '"report_version": 1'), ("r.txt", "VERDICT:")],
+)
+def test_the_format_follows_the_extension(
+    inputs: tuple[Path, Path], tmp_path: Path, name: str, marker: str
+) -> None:
+    trace_dir, findings = inputs
+    out = tmp_path / "out" / name
+    code, stdout, err = _run("report", str(trace_dir), "--findings", str(findings), "-o", str(out))
+    assert code == 0, err
+    assert marker in out.read_text(encoding="utf-8")
+    assert stdout.startswith(f"wrote {out} (")
+
+
+def test_markdown_writes_its_charts_beside_it(inputs: tuple[Path, Path], tmp_path: Path) -> None:
+    trace_dir, findings = inputs
+    out = tmp_path / "incident.md"
+    code, _, err = _run("report", str(trace_dir), "--findings", str(findings), "-o", str(out))
+    assert code == 0, err
+    assert "](incident-charts/memory.svg)" in out.read_text(encoding="utf-8")
+    assert sorted(p.name for p in (tmp_path / "incident-charts").iterdir()) == [
+        "activity.svg",
+        "budget.svg",
+        "lanes.svg",
+        "memory.svg",
+    ]
+
+
+def test_format_option_wins_over_the_extension(inputs: tuple[Path, Path], tmp_path: Path) -> None:
+    trace_dir, findings = inputs
+    out = tmp_path / "report.out"
+    code, _, err = _run(
+        "report", str(trace_dir), "--findings", str(findings), "-o", str(out), "--format", "json"
+    )
+    assert code == 0, err
+    assert json.loads(out.read_text(encoding="utf-8"))["report_version"] == 1
+
+
+def test_an_unknown_extension_is_a_usage_error(inputs: tuple[Path, Path], tmp_path: Path) -> None:
+    trace_dir, findings = inputs
+    out = tmp_path / "report.pdf"
+    code, _, err = _run("report", str(trace_dir), "--findings", str(findings), "-o", str(out))
+    assert code == 2
+    assert err == (
+        f"oomtrace: error: -o {out}: cannot tell the format from '.pdf'; name the file .html, "
+        ".md, .json or .txt, or pass --format\n"
+    )
+    assert not out.exists()
+
+
+def test_an_existing_file_is_kept_without_force(inputs: tuple[Path, Path], tmp_path: Path) -> None:
+    # GIVEN a file already where the report would go
+    trace_dir, findings = inputs
+    out = tmp_path / "incident.html"
+    out.write_text("keep me", encoding="utf-8")
+    # WHEN the report is written there without --force
+    code, _, err = _run("report", str(trace_dir), "--findings", str(findings), "-o", str(out))
+    # THEN it refuses, and the file is untouched
+    assert code == 2
+    assert err == f"oomtrace: error: {out}: already exists; pass --force to overwrite it\n"
+    assert out.read_text(encoding="utf-8") == "keep me"
+    # AND with --force it overwrites
+    code, _, err = _run(
+        "report", str(trace_dir), "--findings", str(findings), "-o", str(out), "--force"
+    )
+    assert code == 0, err
+    assert out.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+
+
+def test_an_existing_chart_file_also_needs_force(inputs: tuple[Path, Path], tmp_path: Path) -> None:
+    trace_dir, findings = inputs
+    (tmp_path / "incident-charts").mkdir()
+    (tmp_path / "incident-charts" / "lanes.svg").write_text("old", encoding="utf-8")
+    out = tmp_path / "incident.md"
+    code, _, err = _run("report", str(trace_dir), "--findings", str(findings), "-o", str(out))
+    assert code == 2
+    assert err.endswith("lanes.svg: already exists; pass --force to overwrite it\n")
+    assert not out.exists()
+
+
+def test_unreadable_findings_name_the_file(inputs: tuple[Path, Path], tmp_path: Path) -> None:
+    trace_dir, _ = inputs
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1, 2]", encoding="utf-8")
+    code, _, err = _run("report", str(trace_dir), "--findings", str(bad))
+    assert code == 2
+    assert err == f"oomtrace: error: --findings {bad}: expected a JSON object, found list\n"
+
+
+DATA = Path(__file__).resolve().parents[2] / "data"
+
+
+def test_raw_log_files_are_ingested_and_analysed_on_the_fly(tmp_path: Path) -> None:
+    # GIVEN only the log an SGLang server left behind (a KV pool filling up, then retractions)
+    log = DATA / "sglang" / "v0.4-tp2.log"
+    out = tmp_path / "incident.json"
+    # WHEN the report is asked for the raw file
+    code, _, err = _run("report", str(log), "-o", str(out))
+    # THEN the file is ingested, analysed and reported in one step
+    assert code == 0, err
+    doc = json.loads(out.read_text(encoding="utf-8"))
+    assert doc["verdict"]["class"] == "kv_exhaustion"
+    gaps = next(s for s in doc["sections"] if s["key"] == "gaps")
+    assert [r["source"] for r in gaps["tables"]["inputs"]["rows"]] == ["v0.4-tp2.log"]
+
+
+def test_a_trace_directory_is_analysed_when_no_findings_are_given(
+    inputs: tuple[Path, Path],
+) -> None:
+    trace_dir, _ = inputs
+    code, out, err = _run("report", str(trace_dir), "--format", "json")
+    assert code == 0, err
+    assert json.loads(out)["report_version"] == 1
+
+
+def test_a_bad_window_is_refused_in_one_line(inputs: tuple[Path, Path]) -> None:
+    trace_dir, _ = inputs
+    code, _, err = _run("report", str(trace_dir), "--window", "60")
+    assert code == 2
+    assert err == (
+        "oomtrace: error: --window '60' is not a duration; write e.g. '60s', '2m' or '500ms'\n"
+    )
+
+
+def test_markdown_needs_a_file_for_its_charts(inputs: tuple[Path, Path]) -> None:
+    trace_dir, findings = inputs
+    code, _, err = _run(
+        "report", str(trace_dir), "--findings", str(findings), "--format", "markdown"
+    )
+    assert code == 2
+    assert err == (
+        "oomtrace: error: Markdown writes its charts beside the file: pass -o report.md\n"
+    )
