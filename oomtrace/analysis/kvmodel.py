@@ -14,10 +14,12 @@ Bytes per block come from one of two places, and the findings say which:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import polars as pl
 
+from oomtrace.budget import kv_spec, load_architecture
 from oomtrace.trace import Manifest
 from oomtrace.units import GiB, format_bytes
 
@@ -234,3 +236,22 @@ def _engine_block_bytes(
         )
         return per_block, "engine_tokens", text
     return None
+
+
+def architecture_spec(
+    config: Path,
+    manifest: Manifest,
+    *,
+    kv_cache_dtype: str = "auto",
+    tensor_parallel: int | None = None,
+) -> tuple[SequenceBytes, str]:
+    """The KV rule of the model in ``config`` (a ``config.json`` or its directory), per GPU, and
+    a label saying where it came from. The tensor-parallel size defaults to the one the trace's
+    engine stated (else 1). Raises :class:`~oomtrace.errors.ConfigError` for a config the budget
+    module cannot read."""
+    stated = manifest.engine_config.get("tensor_parallel_size")
+    tp = tensor_parallel or (stated if isinstance(stated, int) and stated > 0 else 1)
+    arch = load_architecture(config)
+    spec = kv_spec(arch, kv_cache_dtype=kv_cache_dtype, tensor_parallel=tp)
+    label = f"architecture ({arch.name}, KV {spec.kv_dtype}, tensor parallel {tp})"
+    return spec, label
