@@ -18,8 +18,10 @@ slack, other processes, memory outside PyTorch) and a residual.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import asdict
-from datetime import datetime
+from datetime import datetime, timedelta
+from typing import Any
 
 import polars as pl
 
@@ -28,19 +30,12 @@ from oomtrace.analysis.breakdown import engine_pids
 from oomtrace.analysis.findings import Findings, Reconciliation, TraceSummary
 from oomtrace.analysis.gaps import hole_gaps, manifest_gaps, request_gaps, table_gaps
 from oomtrace.analysis.incidents import anchor_incidents
+from oomtrace.analysis.index import SeriesIndex
 from oomtrace.analysis.kvmodel import KVModel, kv_model
 from oomtrace.analysis.options import AnalyzeOptions
 from oomtrace.analysis.pool import pool_breakpoints
-from oomtrace.analysis.reconcile import kv_reconciliation, memory_reconciliations, modelled_series
-from oomtrace.analysis.series import (
-    SERIES_SCHEMA,
-    SeriesIndex,
-    capacities,
-    engine_series,
-    holes,
-    memory_series,
-    observed_kv,
-)
+from oomtrace.analysis.reconcile import kv_reconciliation, memory_reconciliations, modelled_index
+from oomtrace.analysis.series import BYTES_METRICS, capacities, engine_series, observed_kv
 from oomtrace.analysis.spikes import find_spikes
 from oomtrace.errors import InputError
 from oomtrace.schema import TS
@@ -62,46 +57,61 @@ def analyze(trace: Trace, options: AnalyzeOptions | None = None) -> Findings:
     )
     timeline = _timeline(trace, kv)
     breakpoints = pool_breakpoints(timeline) if not timeline.knots.is_empty() else pl.DataFrame()
-    memory = memory_series(trace.samples)
+    memory = SeriesIndex.from_samples(trace.samples, BYTES_METRICS, unit="bytes")
     kv_seen = observed_kv(trace.samples, kv)
-    engine = engine_series(trace.samples)
+    kv_index = SeriesIndex.from_long(kv_seen)
+    engine_long = engine_series(trace.samples)
+    engine = SeriesIndex.from_long(engine_long)
+    modelled = modelled_index(breakpoints, kv.has_bytes)
     caps = capacities(trace.samples, trace.events)
     cap_map = {
         (r["node"], r["device"]): int(r["capacity_bytes"]) for r in caps.iter_rows(named=True)
     }
-    modelled = modelled_series(breakpoints, kv.has_bytes)
-    spikes = find_spikes(_spike_input(memory, kv_seen, modelled, caps, kv), options)
+    observed_any = not (memory.empty and kv_index.empty)
+    spikes = find_spikes(
+        [memory, kv_index] if observed_any else [_modelled_for_spikes(modelled, kv)],
+        _capacity_of(cap_map, kv),
+        options,
+    )
     logger.debug("%d spikes, %d knots", len(spikes), timeline.knots.height)
     prep = Prepared(
         trace=trace,
         kv=kv,
         timeline=timeline,
         breakpoints=breakpoints,
-        memory=SeriesIndex(memory),
-        kv_index=SeriesIndex(kv_seen),
-        engine=SeriesIndex(engine),
+        memory=memory,
+        kv_index=kv_index,
+        engine=engine,
         capacities=cap_map,
         engine_pids=engine_pids(trace.samples, trace.events, trace.manifest),
-        idle=_idle(engine, breakpoints),
+        idle=_idle(engine_long, breakpoints),
     )
     anchors = anchor_incidents(trace.events, spikes, options)
     incidents = tuple(build_incident(prep, a, options, i) for i, a in enumerate(anchors, start=1))
     kv_recon, kv_gap = kv_reconciliation(kv_seen, breakpoints, kv, not timeline.knots.is_empty())
-    memory_recon, memory_gap = memory_reconciliations(prep.memory)
+    memory_recon, memory_gap = memory_reconciliations(memory)
     reconciliation: tuple[Reconciliation, ...] = (
         *((kv_recon,) if kv_recon else ()),
         *memory_recon,
     )
+    holes = pl.concat([index.holes() for index in (memory, kv_index, engine)])
     gaps = (
         *manifest_gaps(trace),
         *table_gaps(trace, kv),
-        *hole_gaps(holes(trace.samples)),
+        *hole_gaps(holes),
         *request_gaps(timeline, timeline.rate),
     )
-    series = pl.concat(
-        [memory, kv_seen.select(SERIES_SCHEMA.names()), engine, modelled, kv_gap, memory_gap],
-        how="vertical",
-    )
+    # Full resolution inside incident windows, peak-keeping buckets elsewhere.
+    windows = [
+        (
+            i.node,
+            i.window_start - timedelta(seconds=options.window_s),
+            i.peak_ts + timedelta(seconds=options.window_s),
+        )
+        for i in incidents
+    ]
+    indexes = (memory, kv_index, engine, modelled, SeriesIndex.from_long(kv_gap), memory_gap)
+    series = pl.concat([index.compact(windows, options.series_buckets) for index in indexes])
     return Findings(
         trace=_summary(trace, timeline),
         kv_model=kv.to_json(),
@@ -117,10 +127,38 @@ def analyze(trace: Trace, options: AnalyzeOptions | None = None) -> Findings:
             "min_rise_bytes": options.min_rise_bytes,
             "min_rise_fraction": options.min_rise_fraction,
             "kv_full_ratio": options.kv_full_ratio,
+            "series_buckets": options.series_buckets,
             "json_series_buckets": options.json_series_buckets,
             "node": options.node,
         },
         series=series,
+    )
+
+
+def _capacity_of(
+    devices: dict[tuple[str, int | None], int], kv: KVModel
+) -> Callable[[dict[str, Any]], float | None]:
+    """Each series' capacity: device series against the device, KV against the pool."""
+    pool = {"bytes": kv.pool_bytes, "ratio": 1, "blocks": kv.pool_blocks, "tokens": kv.pool_tokens}
+
+    def capacity(meta: dict[str, Any]) -> float | None:
+        if meta["metric"] in ("kv_used", "modelled_kv_bytes", "modelled_stored_tokens"):
+            value = pool.get(meta["unit"])
+            return float(value) if value else None
+        value = devices.get((meta["node"], meta["device"]))
+        return float(value) if value else None
+
+    return capacity
+
+
+def _modelled_for_spikes(modelled: SeriesIndex, kv: KVModel) -> SeriesIndex:
+    """Without any observation, spikes are looked for in the modelled KV (a model is not evidence,
+    so this happens only then)."""
+    metric = "modelled_kv_bytes" if kv.has_bytes else "modelled_stored_tokens"
+    keep = [n for n in modelled.names() if modelled.meta(n)["metric"] == metric]
+    return SeriesIndex(
+        {n: modelled.rows(n) for n in keep},
+        {n: {k: v for k, v in modelled.meta(n).items() if k != "series"} for n in keep},
     )
 
 
@@ -166,46 +204,6 @@ def _timeline(trace: Trace, kv: KVModel) -> Timeline:
         samples=trace.samples,
         max_model_len=int(max_len) if isinstance(max_len, int) else None,
     )
-
-
-def _spike_input(
-    memory: pl.DataFrame,
-    kv_seen: pl.DataFrame,
-    modelled: pl.DataFrame,
-    caps: pl.DataFrame,
-    kv: KVModel,
-) -> pl.DataFrame:
-    """Every memory series with its capacity: device series against the device, KV against the
-    pool. Modelled KV joins only where nothing was observed (a model is not evidence)."""
-    with_caps = (
-        memory.join(caps, on=["node", "device"], how="left")
-        .with_columns(capacity=pl.col("capacity_bytes").cast(pl.Float64))
-        .drop("capacity_bytes")
-    )
-    kv_capacity = {
-        unit: float(value) if value else None
-        for unit, value in (
-            ("bytes", kv.pool_bytes),
-            ("ratio", 1),
-            ("blocks", kv.pool_blocks),
-            ("tokens", kv.pool_tokens),
-        )
-    }
-    observed_kv_rows = kv_seen.select(SERIES_SCHEMA.names()).with_columns(
-        capacity=pl.col("unit").replace_strict(kv_capacity, default=None, return_dtype=pl.Float64)
-    )
-    frames = [with_caps, observed_kv_rows]
-    if memory.is_empty() and kv_seen.is_empty() and not modelled.is_empty():
-        metric = "modelled_kv_bytes" if kv.has_bytes else "modelled_stored_tokens"
-        frames.append(
-            modelled.filter(pl.col("metric") == metric).with_columns(
-                capacity=pl.lit(
-                    float((kv.pool_bytes if kv.has_bytes else kv.pool_tokens) or 0) or None,
-                    dtype=pl.Float64,
-                )
-            )
-        )
-    return pl.concat(frames, how="vertical")
 
 
 def _idle(engine: pl.DataFrame, breakpoints: pl.DataFrame) -> pl.DataFrame:

@@ -182,8 +182,10 @@ def build_timeline(
     if rate is None:
         rate = decode_rate(summary, samples if samples is not None else requests.clear())
     ev = _classified(events, summary)
+    del events  # millions of rows: let each intermediate go as soon as it is used
     segments = _segments(ev, rate)
     stated = _stated_knots(ev, segments)
+    del ev
     segments = _close_open_segments(segments, stated, summary, trace_end, resets, rate)
     knots = _model_knots(stated, segments, summary, rate, max_model_len)
     return Timeline(summary, segments, knots, rate, kv)

@@ -13,10 +13,10 @@ from oomtrace.analysis.breakdown import breakdown, foreign_processes
 from oomtrace.analysis.classify import Context, classify
 from oomtrace.analysis.findings import Incident, IncidentClass
 from oomtrace.analysis.incidents import Anchoring
+from oomtrace.analysis.index import SeriesIndex
 from oomtrace.analysis.kvmodel import KVModel
 from oomtrace.analysis.options import AnalyzeOptions
 from oomtrace.analysis.pool import pool_at
-from oomtrace.analysis.series import SeriesIndex
 from oomtrace.analysis.window import window_segments
 from oomtrace.timeline import Timeline
 from oomtrace.trace import Trace

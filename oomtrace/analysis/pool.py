@@ -117,6 +117,7 @@ def pool_breakpoints(timeline: Timeline) -> pl.DataFrame:
             pl.col("ts").ne_missing(pl.col("ts").shift(-1))
         )
         frames.append(state)
+    del deltas
     state = pl.concat(frames)
     return state.with_columns(_evaluate(pl.col("t"), has_bytes=timeline.kv.has_bytes))
 
