@@ -6,9 +6,10 @@ level changes by a jump (``Δlevel``) and its slope by ``Δslope``; after cumula
 the last knot at or before ``t``. Evaluating at N sample times is one as-of join: the cost grows
 with knots plus samples, never with their product.
 
-Quantities swept: resident requests, stored tokens, KV blocks and bytes (blocks and bytes are
-whole-block figures at each knot, linear in between), and the contract bytes (every resident
-request at ``prompt_tokens + max_tokens``: what a reserve-the-whole-contract policy would hold).
+Quantities swept: resident requests, stored tokens, KV bytes (whole blocks at each knot, linear in
+between; without a bytes model, KV blocks instead), and the contract bytes (every resident request
+at ``prompt_tokens + max_tokens``: what a reserve-the-whole-contract policy would hold). With
+uniform blocks, KV blocks are KV bytes over bytes per block.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from oomtrace.analysis import grouped as g
 from oomtrace.schema import TS
 from oomtrace.timeline import NS_PER_S, Timeline, per_request
 
-QUANTITIES: Final = ("tokens", "blocks", "bytes")
+QUANTITIES: Final = ("tokens", "bytes")  # "blocks" instead of "bytes" without a bytes model
 POOL_COLUMNS: Final = (
     "resident_requests",
     "stored_tokens",
@@ -41,12 +42,18 @@ def _reference(timeline: Timeline) -> datetime:
     return first if isinstance(first, datetime) else datetime(2000, 1, 1, tzinfo=None)
 
 
+def _quantities(timeline: Timeline) -> tuple[str, str]:
+    return ("tokens", "bytes") if timeline.kv.has_bytes else ("tokens", "blocks")
+
+
 def knot_deltas(timeline: Timeline) -> pl.DataFrame:
     """Per knot: the jumps of level and slope of each quantity, and of the resident count.
     Knots are sorted by segment (``sid``) and time; each segment's first knot adds it, its last
     removes it."""
     kv = timeline.kv
     t0 = _reference(timeline)
+    second = kv.bytes_expr if kv.has_bytes else kv.blocks_expr
+    quantities = _quantities(timeline)
     knots = timeline.knots.select(
         "sid",
         "rid",
@@ -54,8 +61,7 @@ def knot_deltas(timeline: Timeline) -> pl.DataFrame:
         "ts",
         t=_seconds(pl.col("ts"), t0),
         tokens=pl.col("tokens").fill_null(0.0),
-        blocks=kv.blocks_expr(pl.col("tokens")).cast(pl.Float64).fill_null(0.0),
-        bytes=kv.bytes_expr(pl.col("tokens")).cast(pl.Float64).fill_null(0.0),
+        **{quantities[1]: second(pl.col("tokens")).cast(pl.Float64).fill_null(0.0)},
     )
     first, last = g.is_first("sid"), g.is_last("sid")
     dt_next = g.following(pl.col("t"), "sid") - pl.col("t")
@@ -66,10 +72,10 @@ def knot_deltas(timeline: Timeline) -> pl.DataFrame:
             .then(0.0)
             .otherwise((g.following(pl.col(q), "sid") - pl.col(q)) / dt_next)
         ).alias(f"s_{q}")
-        for q in QUANTITIES
+        for q in quantities
     )
     out: list[pl.Expr] = []
-    for q in QUANTITIES:
+    for q in quantities:
         value, slope = pl.col(q), pl.col(f"s_{q}")
         prev_slope = g.prev(slope, "sid")
         carried = pl.when(first).then(0.0).otherwise(g.prev(value, "sid") + prev_slope * dt_prev)
@@ -84,7 +90,7 @@ def knot_deltas(timeline: Timeline) -> pl.DataFrame:
         "node",
         "ts",
         "t",
-        *[c for q in QUANTITIES for c in (f"dl_{q}", f"ds_{q}")],
+        *[c for q in quantities for c in (f"dl_{q}", f"ds_{q}")],
         "d_resident",
         d_contract=pl.col("d_resident") * per_request(contract),
     )
@@ -102,7 +108,7 @@ def pool_breakpoints(timeline: Timeline) -> pl.DataFrame:
     for node in sorted(deltas["node"].unique().to_list()):
         mine = deltas.filter(pl.col("node") == node).sort("ts")
         cumulative: list[pl.Expr] = []
-        for q in QUANTITIES:
+        for q in _quantities(timeline):
             cumulative += [
                 pl.col(f"dl_{q}").cum_sum().alias(f"L_{q}"),
                 pl.col(f"ds_{q}").cum_sum().alias(f"S_{q}"),
@@ -119,20 +125,26 @@ def pool_breakpoints(timeline: Timeline) -> pl.DataFrame:
         frames.append(state)
     del deltas
     state = pl.concat(frames)
-    return state.with_columns(_evaluate(pl.col("t"), has_bytes=timeline.kv.has_bytes))
+    return state.with_columns(
+        _evaluate(pl.col("t"), state.columns, timeline.kv.bytes_per_block)
+    ).with_columns(bytes_per_block=pl.lit(timeline.kv.bytes_per_block, dtype=pl.Int64))
 
 
-def _evaluate(t: pl.Expr, *, has_bytes: bool) -> list[pl.Expr]:
+def _evaluate(t: pl.Expr, columns: list[str], per_block: int | None) -> list[pl.Expr]:
     def at(q: str) -> pl.Expr:
         value = pl.col(f"L_{q}") + pl.col(f"S_{q}") * t - pl.col(f"C_{q}")
         return value.clip(lower_bound=0.0).round(0).cast(pl.Int64)
 
-    kv_bytes = at("bytes") if has_bytes else pl.lit(None, dtype=pl.Int64)
-    contract = pl.col("K").round(0).cast(pl.Int64) if has_bytes else pl.lit(None, dtype=pl.Int64)
+    none = pl.lit(None, dtype=pl.Int64)
+    if "L_bytes" in columns:
+        kv_bytes, contract = at("bytes"), pl.col("K").round(0).cast(pl.Int64)
+        blocks = (kv_bytes / per_block).round(0).cast(pl.Int64) if per_block else none
+    else:
+        kv_bytes, contract, blocks = none, none, at("blocks")
     return [
         pl.col("R").round(0).cast(pl.Int64).alias("resident_requests"),
         at("tokens").alias("stored_tokens"),
-        at("blocks").alias("kv_blocks"),
+        blocks.alias("kv_blocks"),
         kv_bytes.alias("kv_bytes"),
         contract.alias("contract_bytes"),
     ]
@@ -148,6 +160,7 @@ def pool_at(breakpoints: pl.DataFrame, at: pl.DataFrame, *, has_bytes: bool) -> 
             *[pl.lit(0 if has_bytes else None, dtype=pl.Int64).alias(c) for c in POOL_COLUMNS[3:]],
         )
     sums = [c for c in breakpoints.columns if c[:2] in ("L_", "S_", "C_") or c in ("R", "K")]
+    per_block = breakpoints["bytes_per_block"][0] if "bytes_per_block" in breakpoints else None
     state = breakpoints.select(
         "node", pl.col("ts").alias("_bp_ts"), pl.col("t").alias("_bp_t"), *sums
     )
@@ -167,7 +180,7 @@ def pool_at(breakpoints: pl.DataFrame, at: pl.DataFrame, *, has_bytes: bool) -> 
         elapsed = (pl.col("_ts") - pl.col("_bp_ts")).dt.total_nanoseconds() / NS_PER_S
         t = (pl.col("_bp_t") + elapsed).fill_null(0.0)
         joined = joined.with_columns(pl.col(c).fill_null(0.0) for c in sums)
-        parts.append(joined.with_columns(_evaluate(t, has_bytes=has_bytes)))
+        parts.append(joined.with_columns(_evaluate(t, sums, per_block)))
     out = pl.concat(parts)
     if reorder:
         out = out.sort("_order")
