@@ -27,7 +27,7 @@ import polars as pl
 
 from oomtrace.analysis.assemble import Prepared, build_incident
 from oomtrace.analysis.breakdown import engine_pids
-from oomtrace.analysis.findings import Findings, Reconciliation, TraceSummary
+from oomtrace.analysis.findings import Findings, TraceSummary
 from oomtrace.analysis.gaps import hole_gaps, manifest_gaps, request_gaps, table_gaps
 from oomtrace.analysis.incidents import anchor_incidents
 from oomtrace.analysis.index import SeriesIndex
@@ -36,7 +36,7 @@ from oomtrace.analysis.options import AnalyzeOptions
 from oomtrace.analysis.pool import pool_breakpoints
 from oomtrace.analysis.reconcile import kv_reconciliation, memory_reconciliations, modelled_index
 from oomtrace.analysis.series import BYTES_METRICS, capacities, engine_series, observed_kv
-from oomtrace.analysis.spikes import find_spikes
+from oomtrace.analysis.spikes import Spike, find_spikes
 from oomtrace.errors import InputError
 from oomtrace.schema import TS
 from oomtrace.timeline import RESETS, Timeline, build_timeline
@@ -51,17 +51,53 @@ def analyze(trace: Trace, options: AnalyzeOptions | None = None) -> Findings:
     """Analyse a canonical trace. Raises :class:`InputError` only when nothing can be analysed
     (no rows at all, or none on the requested node); partial traces give findings with gaps."""
     options = options or AnalyzeOptions()
-    trace = _on_node(trace, options.node)
+    prep, modelled, spikes = _prepare(_on_node(trace, options.node), options)
+    trace, kv, timeline = prep.trace, prep.kv, prep.timeline
+    anchors = anchor_incidents(trace.events, spikes, options)
+    incidents = tuple(build_incident(prep, a, options, i) for i, a in enumerate(anchors, start=1))
+    kv_recon, kv_gap = kv_reconciliation(
+        prep.kv_index.long(), prep.breakpoints, kv, not timeline.knots.is_empty()
+    )
+    memory_recon, memory_gap = memory_reconciliations(prep.memory)
+    holes = pl.concat([index.holes() for index in (prep.memory, prep.kv_index, prep.engine)])
+    gaps = (
+        *manifest_gaps(trace),
+        *table_gaps(trace, kv),
+        *hole_gaps(holes),
+        *request_gaps(timeline, timeline.rate),
+    )
+    # Full resolution inside incident windows, peak-keeping buckets elsewhere.
+    wide = timedelta(seconds=options.window_s)
+    windows = [(i.node, i.window_start - wide, i.peak_ts + wide) for i in incidents]
+    indexes = (prep.memory, prep.kv_index, prep.engine, modelled, memory_gap)
+    series = pl.concat(
+        [index.compact(windows, options.series_buckets) for index in indexes]
+        + [SeriesIndex.from_long(kv_gap).compact(windows, options.series_buckets)]
+    )
+    return Findings(
+        trace=_summary(trace, timeline),
+        kv_model=kv.to_json(),
+        decode_rate=asdict(timeline.rate),
+        incidents=incidents,
+        spikes=tuple(spikes[:20]),
+        reconciliation=(*((kv_recon,) if kv_recon else ()), *memory_recon),
+        gaps=tuple(gaps),
+        options=_options_json(options),
+        series=series,
+    )
+
+
+def _prepare(trace: Trace, options: AnalyzeOptions) -> tuple[Prepared, SeriesIndex, list[Spike]]:
+    """Everything computed once: the KV model, the timeline and its sweep, the series, the
+    spikes."""
     kv = kv_model(
         trace.manifest, trace.samples, spec=options.kv_spec, spec_label=options.kv_spec_label
     )
     timeline = _timeline(trace, kv)
     breakpoints = pool_breakpoints(timeline) if not timeline.knots.is_empty() else pl.DataFrame()
     memory = SeriesIndex.from_samples(trace.samples, BYTES_METRICS, unit="bytes")
-    kv_seen = observed_kv(trace.samples, kv)
-    kv_index = SeriesIndex.from_long(kv_seen)
+    kv_index = SeriesIndex.from_long(observed_kv(trace.samples, kv))
     engine_long = engine_series(trace.samples)
-    engine = SeriesIndex.from_long(engine_long)
     modelled = modelled_index(breakpoints, kv.has_bytes)
     caps = capacities(trace.samples, trace.events)
     cap_map = {
@@ -81,58 +117,26 @@ def analyze(trace: Trace, options: AnalyzeOptions | None = None) -> Findings:
         breakpoints=breakpoints,
         memory=memory,
         kv_index=kv_index,
-        engine=engine,
+        engine=SeriesIndex.from_long(engine_long),
         capacities=cap_map,
         engine_pids=engine_pids(trace.samples, trace.events, trace.manifest),
         idle=_idle(engine_long, breakpoints),
     )
-    anchors = anchor_incidents(trace.events, spikes, options)
-    incidents = tuple(build_incident(prep, a, options, i) for i, a in enumerate(anchors, start=1))
-    kv_recon, kv_gap = kv_reconciliation(kv_seen, breakpoints, kv, not timeline.knots.is_empty())
-    memory_recon, memory_gap = memory_reconciliations(memory)
-    reconciliation: tuple[Reconciliation, ...] = (
-        *((kv_recon,) if kv_recon else ()),
-        *memory_recon,
-    )
-    holes = pl.concat([index.holes() for index in (memory, kv_index, engine)])
-    gaps = (
-        *manifest_gaps(trace),
-        *table_gaps(trace, kv),
-        *hole_gaps(holes),
-        *request_gaps(timeline, timeline.rate),
-    )
-    # Full resolution inside incident windows, peak-keeping buckets elsewhere.
-    windows = [
-        (
-            i.node,
-            i.window_start - timedelta(seconds=options.window_s),
-            i.peak_ts + timedelta(seconds=options.window_s),
-        )
-        for i in incidents
-    ]
-    indexes = (memory, kv_index, engine, modelled, SeriesIndex.from_long(kv_gap), memory_gap)
-    series = pl.concat([index.compact(windows, options.series_buckets) for index in indexes])
-    return Findings(
-        trace=_summary(trace, timeline),
-        kv_model=kv.to_json(),
-        decode_rate=asdict(timeline.rate),
-        incidents=incidents,
-        spikes=tuple(spikes[:20]),
-        reconciliation=reconciliation,
-        gaps=tuple(gaps),
-        options={
-            "window_s": options.window_s,
-            "top_culprits": options.top_culprits,
-            "max_incidents": options.max_incidents,
-            "min_rise_bytes": options.min_rise_bytes,
-            "min_rise_fraction": options.min_rise_fraction,
-            "kv_full_ratio": options.kv_full_ratio,
-            "series_buckets": options.series_buckets,
-            "json_series_buckets": options.json_series_buckets,
-            "node": options.node,
-        },
-        series=series,
-    )
+    return prep, modelled, spikes
+
+
+def _options_json(options: AnalyzeOptions) -> dict[str, Any]:
+    return {
+        "window_s": options.window_s,
+        "top_culprits": options.top_culprits,
+        "max_incidents": options.max_incidents,
+        "min_rise_bytes": options.min_rise_bytes,
+        "min_rise_fraction": options.min_rise_fraction,
+        "kv_full_ratio": options.kv_full_ratio,
+        "series_buckets": options.series_buckets,
+        "json_series_buckets": options.json_series_buckets,
+        "node": options.node,
+    }
 
 
 def _capacity_of(

@@ -49,3 +49,9 @@ def cum_sum(expr: pl.Expr, group: str) -> pl.Expr:
     total = expr.cum_sum()
     base = pl.when(is_first(group)).then(total - expr).forward_fill()
     return total - base
+
+
+def per_request(column: pl.Series, key: str = "rid") -> pl.Expr:
+    """A column of a per-group table whose row ``i`` belongs to group ``i + 1``, broadcast to
+    the rows carrying ``key`` (a gather, not a join)."""
+    return pl.lit(column).gather(pl.col(key) - 1)

@@ -20,8 +20,9 @@ from typing import Final
 import polars as pl
 
 from oomtrace.analysis import grouped as g
+from oomtrace.analysis.grouped import per_request
 from oomtrace.schema import TS
-from oomtrace.timeline import NS_PER_S, Timeline, per_request
+from oomtrace.timeline import NS_PER_S, Timeline
 
 QUANTITIES: Final = ("tokens", "bytes")  # "blocks" instead of "bytes" without a bytes model
 POOL_COLUMNS: Final = (
