@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "oomtrace.cli.report",
         "Write the incident report: terminal, Markdown, JSON or HTML.",
     ),
+    "collect": ("oomtrace.cli.collect", "Sample a serving node into crash-safe segments."),
 }
 
 

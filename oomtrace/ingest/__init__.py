@@ -24,6 +24,8 @@ import polars as pl
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.errors import InputError, UsageError
 from oomtrace.ingest.base import ClockOptions, ParseContext, Parser, ParseResult, registry
+from oomtrace.ingest.capture import PARSER as _CAPTURE
+from oomtrace.ingest.capture import is_capture_dir
 from oomtrace.ingest.textio import InputFile
 from oomtrace.schema import TABLES, TableName, conform
 from oomtrace.trace import Manifest, Trace, is_trace_dir, read_trace
@@ -31,6 +33,7 @@ from oomtrace.trace import Manifest, Trace, is_trace_dir, read_trace
 log = logging.getLogger(__name__)
 
 SNIFF_THRESHOLD = 0.5
+CAPTURE_PARSER = _CAPTURE.name
 # Files in an incident folder that are documentation or model files, not telemetry.
 _NOT_TELEMETRY = (
     "readme*",
@@ -143,10 +146,21 @@ def expand_inputs(paths: Sequence[Path]) -> list[tuple[InputFile, bool]]:
     """Files to read, with whether the user named each one explicitly."""
     out: list[tuple[InputFile, bool]] = []
     for path in paths:
-        if path.is_dir():
+        if is_capture_dir(path):
+            out.append((InputFile(path, path.name), True))
+        elif path.is_dir():
+            captures = sorted(d for d in path.rglob("*") if is_capture_dir(d))
+            out.extend(
+                (InputFile(d, f"{path.name}/{d.relative_to(path).as_posix()}"), False)
+                for d in captures
+            )
             for file in sorted(p for p in path.rglob("*") if p.is_file()):
                 rel = file.relative_to(path)
-                if any(part.startswith(".") for part in rel.parts) or _not_telemetry(file):
+                if (
+                    any(part.startswith(".") for part in rel.parts)
+                    or _not_telemetry(file)
+                    or any(file.is_relative_to(d) for d in captures)
+                ):
                     continue
                 out.append((InputFile(file, f"{path.name}/{rel.as_posix()}"), False))
         elif path.is_file():
@@ -175,6 +189,9 @@ def sniff(
                 f"--format {forced!r}: no such parser; choose one of {', '.join(sorted(parsers))}"
             )
         return Sniffed(source, parsers[forced], 1.0, explicit)
+    if source.path.is_dir():
+        capture = parsers.get(CAPTURE_PARSER)
+        return Sniffed(source, capture, 1.0 if capture else 0.0, explicit, [CAPTURE_PARSER])
     try:
         size = source.path.stat().st_size
     except OSError as err:

@@ -26,6 +26,8 @@ log = logging.getLogger(__name__)
 
 # module:attribute of every built-in parser, in sniffing tie-break order.
 BUILTIN_PARSERS: tuple[str, ...] = (
+    "oomtrace.ingest.capture:PARSER",
+    "oomtrace.ingest.vllm:PARSER",
     "oomtrace.ingest.sglang:PARSER",
     "oomtrace.ingest.torch_snapshot:PARSER",
     "oomtrace.ingest.pytorch_log:PARSER",

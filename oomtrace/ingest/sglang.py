@@ -172,7 +172,9 @@ class _Acc:
             pl.col("_outer").is_null() & pl.col("_own").is_not_null()
         ).height
         if arrival is not None:
-            frame = frame.with_columns(ts=pl.coalesce("ts", arrival.cast(TS_DTYPE)))
+            # The collector's arrival time is exact to its poll interval, where SGLang prints
+            # whole seconds: it wins over the printed time (an outer RFC 3339 time wins over both).
+            frame = frame.with_columns(ts=pl.coalesce("_outer", arrival.cast(TS_DTYPE), "_own"))
         else:
             frame = frame.with_columns(ts=pl.col("ts").forward_fill())
             if self.last_ts is not None:

@@ -259,7 +259,7 @@ def test_kubectl_timestamps_win_and_their_disagreement_is_noted(tmp_path: Path) 
     assert trace.manifest.clock == {}
 
 
-def test_collector_lines_use_arrival_times_to_find_the_zone() -> None:
+def test_collector_lines_take_their_arrival_times_and_reveal_the_zone() -> None:
     lines = pl.DataFrame(
         {
             "line": [
@@ -281,7 +281,10 @@ def test_collector_lines_use_arrival_times_to_find_the_zone() -> None:
     diag = SourceDiagnostics("tail", "sglang-log", "n")
     result = PARSER.parse_lines(lines, ParseContext(), diag)
     assert result.samples is not None
-    assert set(result.samples["ts"].to_list()) == {_utc(2025, 6, 1, 12, 0, 0)}
+    # the arrival time (sub-second) wins over the printed whole second
+    assert set(result.samples["ts"].to_list()) == {
+        datetime(2025, 6, 1, 12, 0, 0, 300000, tzinfo=UTC)
+    }
     assert result.events is not None
     assert result.events["ts"].to_list() == [datetime(2025, 6, 1, 12, 0, 1, 100000, tzinfo=UTC)]
     assert result.clock == {"tz": "UTC+02:00", "tz_assumed": False}

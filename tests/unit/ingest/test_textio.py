@@ -98,3 +98,9 @@ def test_fast_and_fallback_splitting_agree(tmp_path: Path) -> None:
     slow, slow_diag = _lines(with_sep)
     assert slow[:-1] == fast
     assert fast_diag.notes == slow_diag.notes
+
+
+def test_a_crlf_split_across_two_blocks_loses_its_cr(tmp_path: Path) -> None:
+    path = tmp_path / "a.log"
+    path.write_bytes(b"abc\r\n" + b"x" * 10 + b"\n")
+    assert _lines(path, chunk=4)[0] == ["abc", "x" * 10]

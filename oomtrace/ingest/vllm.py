@@ -1,0 +1,347 @@
+"""The vLLM server log parser (``vllm-log``): every version family, V0 and V1.
+
+What it reads (reference/formats.md §1; the patterns, per version family and each with a real
+sample, are in :mod:`oomtrace.ingest.vllm_patterns`):
+
+* periodic stats lines in all their forms -> samples ``requests_running``, ``requests_waiting``
+  (V0 "Pending"), ``requests_swapped``, ``requests_deferred``, ``kv_usage_ratio`` (percent /
+  100), ``preemptions_in_interval``, ``prefix_cache_hit_ratio`` and the two throughput rates;
+  records glued onto one line are split; idle DEBUG repeats of unchanged stats are dropped;
+* start-up lines -> ``engine_config`` (weights, profiling, KV budget, blocks, KV tokens,
+  concurrency, CUDA graphs, engine arguments) and ``engine_start`` events; the KV-insufficient
+  and no-KV refusals -> ``startup_kv_insufficient`` / ``startup_no_kv_memory`` events;
+* request lines -> the request table (ids only, never text; see :mod:`.vllm_requests`);
+* V0 preemption warnings -> ``preemption`` events and ``preemptions_total`` samples;
+* engine death lines -> one ``engine_dead`` event per death; PyTorch OOM text anywhere ->
+  ``oom`` events through :func:`oomtrace.ingest.torch_oom.extract_ooms`.
+
+``engine_config`` keys, where the log states them: ``num_gpu_blocks``, ``num_cpu_blocks``,
+``block_size``, ``kv_cache_tokens``, ``max_concurrency``, ``max_concurrency_tokens``,
+``max_model_len``, ``max_num_seqs``, ``max_num_batched_tokens``, ``gpu_memory_utilization``,
+``model_weights_bytes``, ``available_kv_cache_bytes`` (negative when vLLM says so),
+``cuda_graph_bytes``, ``model``, ``served_model_name``, ``dtype``, ``kv_cache_dtype``,
+``quantization``, ``tensor_parallel_size`` (and pipeline, data parallel), ``enable_prefix_caching``,
+``max_log_len``, the profiling figures (``device_total_bytes``, ``requested_memory_bytes``,
+``profiled_weights_bytes``, ``activation_peak_bytes``, ``non_torch_bytes``,
+``non_kv_cache_bytes``, ``initial_free_bytes``, ``torch_peak_bytes``) and timings
+(``model_load_seconds``, ``cuda_graph_seconds``, ``init_engine_seconds``). The first statement
+of a key wins; a later, different one (a restart) is a note.
+
+Outer prefixes (journald, kubectl, docker-compose, Slurm, Ray, process prefixes, ANSI codes) are
+read with the grammar of :mod:`oomtrace.ingest.prefixes`, fused with vLLM's own header into one
+pass (:mod:`.vllm_records`); times are placed by :mod:`oomtrace.ingest.clock`. The same record
+printed by several ranks at the same second counts once. Work is vectorised over chunks of
+lines; see ``benchmarks/ingest_bench.py``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Final
+
+import polars as pl
+
+from oomtrace.diagnostics import SourceDiagnostics
+from oomtrace.ingest.base import ParseContext, ParseResult
+from oomtrace.ingest.clock import (
+    ClockDecision,
+    FullAnchor,
+    combine,
+    decide,
+    report_disagreement,
+)
+from oomtrace.ingest.prefixes import ANSI, OUTER
+from oomtrace.ingest.textio import InputFile
+from oomtrace.ingest.vllm_extract import Extracted, extract, flags
+from oomtrace.ingest.vllm_finish import (
+    Ledger,
+    engine_config,
+    event_rows,
+    interval_preemptions,
+    oom_rows,
+    stats_samples,
+    version_family,
+    with_ts,
+)
+from oomtrace.ingest.vllm_patterns import PRIVATE_MARKERS, SNIFF_MARKERS
+from oomtrace.ingest.vllm_records import ChunkInfo, build_records
+from oomtrace.ingest.vllm_requests import finish_requests
+
+_SNIFF_HEADER: Final = re.compile(
+    r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d \[?[^\s\]]+\.py:\d+\] "
+)
+# Unanchored on purpose: whatever prefix precedes it, this text is an access line.
+_UVICORN: Final = r"(?:INFO|WARNING|ERROR):\s+\S+ - \""
+_OUTER: Final = re.compile("^(?:" + OUTER + ")")
+_ANSI: Final = re.compile(ANSI)
+_PRIVATE: Final = "|".join(re.escape(marker) for marker in PRIVATE_MARKERS)
+_NOT_CONFIG: Final = ("block_device", "kv_device")
+UNKNOWN_STATS: Final = "stats line in an unrecognised shape"
+UVICORN_LINE: Final = "uvicorn access line (no timestamp; not used)"
+NOT_USED: Final = "vLLM record of a kind not used"
+NO_HEADER: Final = "line without a vLLM header (traceback, progress bar or print)"
+EMPTY: Final = "empty line"
+NO_TIME: Final = "no timestamp could be placed"
+WITHHELD: Final = "<withheld: the line may hold prompt or output text>"
+
+
+class VllmLogParser:
+    """``vllm-log``: a vLLM server's log file, or lines tailed from it."""
+
+    name = "vllm-log"
+    description = "vLLM server log (V0 and V1, 0.4 - 0.33), also behind journald/docker/k8s/Ray"
+
+    def sniff(self, head: str, name: str) -> float:
+        headers = len(_SNIFF_HEADER.findall(head))
+        if headers == 0:
+            return 0.0
+        if any(marker in head for marker in SNIFF_MARKERS) or "vllm" in name.lower():
+            return 0.95
+        return 0.7
+
+    def parse(self, source: InputFile, ctx: ParseContext, diag: SourceDiagnostics) -> ParseResult:
+        run = _Run(ctx, diag, "kubectl/docker timestamps")
+        # Chunks share no state until finish(). Reading two at a time on two threads was
+        # measured slower than one (many short Polars calls contend for the GIL), so they are
+        # read one after the other; memory stays bounded by one chunk plus the rows it yields.
+        for chunk in source.line_chunks(diag):
+            run.feed(chunk.lines.to_frame("line"), chunk.first_line)
+        return run.finish()
+
+    def parse_lines(
+        self, lines: pl.DataFrame, ctx: ParseContext, diag: SourceDiagnostics
+    ) -> ParseResult:
+        diag.lines_read += lines.height
+        columns = ["line", *(["arrival_ts"] if "arrival_ts" in lines.columns else [])]
+        frame = lines.select(columns).with_columns(pl.col("line").str.strip_suffix("\r"))
+        source = "collector arrival times" if "arrival_ts" in columns else "outer timestamps"
+        run = _Run(ctx, diag, source)
+        run.feed(frame, 1)
+        return run.finish()
+
+
+PARSER: Final = VllmLogParser()
+
+
+class _Run:
+    """One file (or one batch of tailed lines) from first chunk to result."""
+
+    def __init__(self, ctx: ParseContext, diag: SourceDiagnostics, full_source: str) -> None:
+        self.ctx = ctx
+        self.diag = diag
+        self.full_source = full_source
+        self.tz = ctx.clock.tz or "UTC"
+        self.out = Extracted()
+        self.infos: list[ChunkInfo] = []
+
+    def feed(self, lines: pl.DataFrame, first_line: int) -> None:
+        """Read one chunk (chunks must be fed in file order)."""
+        chunk = _read_chunk(lines, len(self.infos), first_line, self.tz)
+        self.add(chunk)
+
+    def add(self, chunk: _Chunk) -> None:
+        self.infos.append(chunk.info)
+        self.out.merge(chunk.out)
+        self.diag.lines_recognised += chunk.recognised
+        for why, count, example in chunk.skipped:
+            self.diag.skip(why, count, example)
+
+    def finish(self) -> ParseResult:
+        diag, out = self.diag, self.out
+        bases, summary = combine([info.years for info in self.infos])
+        decision = decide(
+            summary,
+            self.ctx.clock,
+            mtime=self.ctx.mtime,
+            full=self._anchor(bases),
+            full_source=self.full_source,
+            all_full=self._timed > 0 and self._full == self._timed,
+            diag=diag,
+        )
+        disagreement: dict[int, int] = {}
+        for info in self.infos:
+            for value, count in info.disagreement.items():
+                disagreement[value] = disagreement.get(value, 0) + count
+        report_disagreement(disagreement, self._full, self.full_source, diag)
+        chunks = self._chunk_table(bases)
+        ledger = Ledger(diag)
+        frames = {
+            name: self._timed_frame(parts, decision, chunks, ledger)
+            for name, parts in (
+                ("stats", out.stats),
+                ("config", out.config),
+                ("events", out.events),
+                ("requests", out.requests),
+                ("ooms", out.ooms),
+            )
+        }
+        config, version = (
+            engine_config(frames["config"], ledger) if frames["config"].height else ({}, None)
+        )
+        samples: list[pl.DataFrame] = []
+        events: list[pl.DataFrame] = []
+        if frames["stats"].height:
+            samples.append(stats_samples(frames["stats"], ledger))
+            events.append(interval_preemptions(frames["stats"]))
+        if frames["events"].height:
+            found, totals = event_rows(frames["events"], config, ledger)
+            events += [found]
+            samples += [totals]
+        if frames["ooms"].height:
+            found, per_process = oom_rows(frames["ooms"], ledger)
+            events += [found]
+            samples += [per_process]
+        requests = (
+            finish_requests(
+                frames["requests"].drop("_chunk", "_md", "_tod", "_yo", "outer_ts", "arrival_ts"),
+                config.get("max_log_len"),
+                diag,
+            )
+            if frames["requests"].height
+            else None
+        )
+        ledger.settle()
+        self._notes()
+        kind = config.pop("engine_kind", None)
+        bracketed = sum(info.bracketed for info in self.infos) > 0
+        engine = {"name": "vllm", "version_family": version_family(out.evidence, version, kind,
+                                                                   bracketed)}  # fmt: skip
+        if version:
+            engine["version"] = version
+        hosts: dict[str, int] = {}
+        for info in self.infos:
+            for host, count in info.hosts.items():
+                hosts[host] = hosts.get(host, 0) + count
+        return ParseResult(
+            samples=_concat(samples),
+            requests=requests if requests is not None and requests.height else None,
+            events=_concat(events),
+            engine=engine,
+            engine_config={k: v for k, v in config.items() if k not in _NOT_CONFIG},
+            clock=decision.manifest,
+            host=max(hosts, key=lambda h: hosts[h]) if hosts else None,
+        )
+
+    @property
+    def _timed(self) -> int:
+        return sum(info.timed_lines for info in self.infos)
+
+    @property
+    def _full(self) -> int:
+        return sum(info.full_lines for info in self.infos)
+
+    def _anchor(self, bases: list[int]) -> FullAnchor | None:
+        for index in range(len(self.infos) - 1, -1, -1):
+            anchor = self.infos[index].full_anchor
+            if anchor is not None:
+                return FullAnchor(anchor.md, anchor.tod, anchor.offset + bases[index], anchor.ts)
+        return None
+
+    def _chunk_table(self, bases: list[int]) -> pl.DataFrame:
+        """Per chunk: its year-offset base, and the last printed time before it."""
+        rows: list[tuple[int, int, int | None, int | None, int | None]] = []
+        carry: tuple[int | None, int | None, int | None] = (None, None, None)
+        for index, (info, base) in enumerate(zip(self.infos, bases, strict=True)):
+            rows.append((index, base, *carry))
+            if info.years.last is not None:
+                md, tod, offset = info.years.last
+                carry = (md, tod, offset + base)
+        return pl.DataFrame(
+            rows,
+            schema={
+                "_chunk": pl.Int32,
+                "_base": pl.Int32,
+                "_cmd": pl.Int32,
+                "_ctod": pl.Int32,
+                "_cyo": pl.Int32,
+            },
+            orient="row",
+        )
+
+    def _timed_frame(
+        self,
+        parts: list[pl.DataFrame],
+        decision: ClockDecision,
+        chunks: pl.DataFrame,
+        ledger: Ledger,
+    ) -> pl.DataFrame:
+        if not parts:
+            return pl.DataFrame()
+        frame = with_ts(pl.concat(parts, how="diagonal_relaxed"), decision, chunks)
+        ledger.lose(NO_TIME, frame.filter(pl.col("ts").is_null()).get_column("_seq"))
+        return frame.filter(pl.col("ts").is_not_null())
+
+    def _notes(self) -> None:
+        glued = sum(info.glued for info in self.infos)
+        collapsed = sum(info.ray_collapsed for info in self.infos)
+        if glued:
+            self.diag.note(
+                f"{glued:,} record(s) were glued onto the end of another line (a missing "
+                "newline); they were split and read"
+            )
+        if collapsed:
+            self.diag.note(
+                f"Ray's log de-duplication left out {collapsed:,} similar line(s) ('[repeated Nx "
+                "across cluster]'); their values are not in this log (capture with "
+                "RAY_DEDUP_LOGS=0)"
+            )
+
+
+@dataclass
+class _Chunk:
+    """What reading one chunk gives: records put to use, skipped lines, the clock brief."""
+
+    out: Extracted
+    info: ChunkInfo
+    recognised: int
+    skipped: list[tuple[str, int, str]]
+
+
+def _read_chunk(lines: pl.DataFrame, index: int, first_line: int, tz: str) -> _Chunk:
+    """Everything one chunk yields, with no state shared with other chunks."""
+    records, rest, info = build_records(lines, flags(), chunk=index, first_line=first_line, tz=tz)
+    out = Extracted()
+    extract(records, out)
+    used = pl.concat(out.used).unique() if out.used else pl.Series([], dtype=pl.Int64)
+    odd = pl.concat(out.unmatched) if out.unmatched else pl.Series([], dtype=pl.Int64)
+    out.used.clear()
+    out.unmatched.clear()
+    unused = pl.concat(
+        [records.filter(~pl.col("_seq").is_in(used.implode())).select(rest.columns), rest]
+    )
+    return _Chunk(out, info, used.len(), _skips(unused, odd))
+
+
+def _skips(unused: pl.DataFrame, odd: pl.Series) -> list[tuple[str, int, str]]:
+    """Every record not put to use, under one reason each, with a safe first example."""
+    if unused.height == 0:
+        return []
+    line = pl.col("line")
+    reason = (
+        pl.when(pl.col("_seq").is_in(odd.implode()))
+        .then(pl.lit(UNKNOWN_STATS))
+        .when(pl.col("_hdr"))
+        .then(pl.lit(NOT_USED))
+        .when(line.str.contains(_UVICORN))
+        .then(pl.lit(UVICORN_LINE))
+        .when(line.str.contains(r"^\s*$"))
+        .then(pl.lit(EMPTY))
+        .otherwise(pl.lit(NO_HEADER))
+    )
+    grouped = (
+        unused.select(line, _reason=reason)
+        .group_by("_reason", maintain_order=True)
+        .agg(pl.len(), line.filter(~line.str.contains(_PRIVATE)).first())
+    )
+    return [
+        (why, count, WITHHELD if example is None else _OUTER.sub("", _ANSI.sub("", example), 1))
+        for why, count, example in grouped.iter_rows()
+    ]
+
+
+def _concat(frames: list[pl.DataFrame]) -> pl.DataFrame | None:
+    frames = [f for f in frames if f.height]
+    if not frames:
+        return None
+    return pl.concat(frames, how="diagonal_relaxed").sort("ts", maintain_order=True)

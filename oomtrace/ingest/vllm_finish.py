@@ -1,0 +1,375 @@
+"""From the extracted rows of a whole file to the canonical tables and manifest entries."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import polars as pl
+
+from oomtrace.diagnostics import SourceDiagnostics
+from oomtrace.errors import UnitError
+from oomtrace.ingest.clock import ClockDecision, placed_utc
+from oomtrace.ingest.torch_oom import REPEAT_WINDOW_S, extract_ooms
+from oomtrace.ingest.vllm_patterns import (
+    EVENT_LINES,
+    FAMILY_ORDER,
+    PREEMPT_LOG_EVERY,
+    Family,
+)
+from oomtrace.units import GiB, format_bytes, parse_bytes
+
+RANK_REPEAT: Final = "repeated by another rank or process at the same second (counted once)"
+STALE_STATS: Final = "stats line repeated at DEBUG while idle (stale values)"
+# Lines of one engine death (worker, engine core, client, every in-flight request's traceback)
+# arrive within seconds of each other; a gap longer than this starts another death.
+DEATH_WINDOW_S: Final = 30
+_METRICS: Final = {
+    "prompt_tps": ("prompt_throughput_tokens_per_s", 1.0),
+    "gen_tps": ("generation_throughput_tokens_per_s", 1.0),
+    "running": ("requests_running", 1.0),
+    "waiting": ("requests_waiting", 1.0),
+    "swapped": ("requests_swapped", 1.0),
+    "deferred": ("requests_deferred", 1.0),
+    "preemptions": ("preemptions_in_interval", 1.0),
+    "kv_pct": ("kv_usage_ratio", 0.01),
+    "prefix_pct": ("prefix_cache_hit_ratio", 0.01),
+}
+_GAUGES: Final = ("running", "waiting", "swapped", "deferred", "kv_pct", "prefix_pct")
+_DETAILS: Final = {e.name: e.detail for e in EVENT_LINES}
+
+
+def with_ts(frame: pl.DataFrame, decision: ClockDecision, chunks: pl.DataFrame) -> pl.DataFrame:
+    """Add ``ts``: the collector's arrival time, else the outer full timestamp, else the printed
+    time placed by ``decision``. ``chunks`` (``_chunk``, ``_base``, ``_cmd``, ``_ctod``,
+    ``_cyo``) gives each chunk's year-offset base and the printed time that lines before its
+    first timestamp inherit from the chunks before."""
+    frame = frame.join(chunks, on="_chunk", how="left").with_columns(
+        _md=pl.coalesce("_md", "_cmd"),
+        _tod=pl.coalesce("_tod", "_ctod"),
+        _yo=pl.coalesce(pl.col("_yo") + pl.col("_base"), "_cyo"),
+    )
+    printed = placed_utc(pl.col("_md"), pl.col("_tod"), pl.col("_yo"), decision)
+    return frame.with_columns(ts=pl.coalesce("arrival_ts", "outer_ts", printed)).drop(
+        "_base", "_cmd", "_ctod", "_cyo"
+    )
+
+
+@dataclass
+class Ledger:
+    """Records dropped after they were counted as recognised (repeats, stale stats, no time),
+    by reason. One record can feed several tables: :meth:`settle` counts it once."""
+
+    diag: SourceDiagnostics
+    lost: dict[str, list[pl.Series]] = field(default_factory=dict)
+
+    def lose(self, reason: str, seqs: pl.Series) -> None:
+        if seqs.len():
+            self.lost.setdefault(reason, []).append(seqs)
+
+    def settle(self) -> None:
+        seen = pl.Series("_seq", [], dtype=pl.Int64)
+        for reason, parts in self.lost.items():
+            seqs = pl.concat(parts).unique()
+            seqs = seqs.filter(~seqs.is_in(seen.implode()))
+            self.diag.skip(reason, seqs.len(), None)
+            self.diag.lines_recognised -= seqs.len()
+            seen = pl.concat([seen, seqs])
+        self.lost.clear()
+
+
+def drop_rank_repeats(frame: pl.DataFrame, keys: Iterable[str], ledger: Ledger) -> pl.DataFrame:
+    """The same record at the same printed second from another process (tensor-parallel
+    workers, Ray actors, Slurm tasks) counts once; repeats within one process are kept."""
+    if frame.height == 0:
+        return frame
+    group = ["_md", "_tod", "_yo", *keys]
+    keep = pl.col("proc").eq_missing(pl.col("proc").first().over(group, order_by="_seq"))
+    kept = frame.filter(keep)
+    dropped = frame.filter(~keep).get_column("_seq")
+    ledger.lose(RANK_REPEAT, dropped.filter(~dropped.is_in(kept.get_column("_seq").implode())))
+    return kept
+
+
+def stats_samples(stats: pl.DataFrame, ledger: Ledger) -> pl.DataFrame:
+    """Samples from the periodic stats lines (and V0's separate prefix-cache line)."""
+    for column in ("engine", *_METRICS):
+        if column not in stats.columns:
+            stats = stats.with_columns(pl.lit(None, pl.String).alias(column))
+    stats = stats.sort("_seq").with_columns(
+        pl.col(*_METRICS).cast(pl.Float64), pl.col("pending").cast(pl.Float64, strict=False)
+    )
+    stats = stats.with_columns(waiting=pl.coalesce("waiting", "pending"))
+    stats = drop_rank_repeats(stats, ["engine", *_METRICS], ledger)
+    stats = _drop_stale(stats, ledger)
+    engines = stats.get_column("engine").drop_nulls().unique()
+    if engines.len() > 1:
+        ledger.diag.note(
+            f"stats lines come from {engines.len()} data-parallel engines "
+            f"({', '.join(sorted(engines.to_list()))}); their samples share one series per metric"
+        )
+    long = stats.select(
+        "ts",
+        *[(pl.col(c) * scale).alias(name) for c, (name, scale) in _METRICS.items()],
+    ).unpivot(index="ts", variable_name="metric", value_name="value")
+    return long.drop_nulls("value").select(
+        "ts", pl.lit(None, pl.Int32).alias("device"), "metric", "value"
+    )
+
+
+def _drop_stale(stats: pl.DataFrame, ledger: Ledger) -> pl.DataFrame:
+    """vLLM repeats the last stats at DEBUG when idle (issue 22545): the gauges did not change,
+    so those lines add nothing and may be stale."""
+    is_stats = pl.col("running").is_not_null()
+    same = pl.all_horizontal(
+        pl.col(c).eq_missing(pl.col(c).shift(1).over("engine", order_by="_seq")) for c in _GAUGES
+    )
+    stale = (pl.col("level") == "DEBUG") & is_stats & same
+    stale = stale.fill_null(value=False)
+    ledger.lose(STALE_STATS, stats.filter(stale).get_column("_seq"))
+    return stats.filter(~stale)
+
+
+def event_rows(
+    events: pl.DataFrame, config: dict[str, Any], ledger: Ledger
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Events from the event lines, and the ``preemptions_total`` samples of V0 warnings."""
+    events = drop_rank_repeats(events, ["kind", "name", "groups"], ledger).sort("_seq")
+    rows: list[dict[str, Any]] = []
+    totals: list[dict[str, Any]] = []
+    for row in events.iter_rows(named=True):
+        groups = json.loads(row["groups"]) if row["groups"] else {}
+        out = {"ts": row["ts"], "kind": row["kind"], "detail": _detail(row, groups, config)}
+        out |= _bytes(groups)
+        if row["kind"] == "startup_no_kv_memory":
+            out |= _no_kv(config)
+        if row["kind"] == "preemption" and groups.get("total") is not None:
+            totals.append({"ts": row["ts"], "value": float(groups["total"])})
+        if row["repeat"] and row["repeat"] > 1:
+            out["detail"] += f" (Ray: this line stood for {row['repeat']} similar lines)"
+        rows.append(out)
+    frame = pl.DataFrame(
+        rows,
+        schema={
+            "ts": pl.Datetime("ns", "UTC"),
+            "kind": pl.String,
+            "detail": pl.String,
+            "requested_bytes": pl.Int64,
+            "free_bytes": pl.Int64,
+        },
+    )
+    samples = pl.DataFrame(
+        totals, schema={"ts": pl.Datetime("ns", "UTC"), "value": pl.Float64}
+    ).with_columns(metric=pl.lit("preemptions_total"), device=pl.lit(None, pl.Int32))
+    return _merge_runs(frame), samples.select("ts", "device", "metric", "value")
+
+
+def _detail(row: dict[str, Any], groups: dict[str, Any], config: dict[str, Any]) -> str:
+    if row["kind"] == "preemption":
+        mode = str(groups.get("mode", "")).lower()
+        return (
+            f"request {groups.get('id')} preempted ({mode}) for lack of KV cache space; "
+            f"cumulative preemptions: {groups.get('total')} (vLLM V0 logs only every "
+            f"{PREEMPT_LOG_EVERY}th one)"
+        )
+    template = str(_DETAILS.get(row["name"], row["name"]))
+    try:
+        return str(template.format(**groups))
+    except (KeyError, IndexError, ValueError):
+        return template
+
+
+def _bytes(groups: dict[str, Any]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for name, value in groups.items():
+        if name.endswith("__gib") and value is not None:
+            column = name.removesuffix("__gib")
+            out[column] = max(parse_bytes(f"{value} GiB", allow_negative=True), 0)
+    return out
+
+
+def _no_kv(config: dict[str, Any]) -> dict[str, Any]:
+    stated = config.get("available_kv_cache_bytes")
+    if isinstance(stated, int) and stated <= 0:
+        return {"free_bytes": 0}
+    return {}
+
+
+def _merge_runs(events: pl.DataFrame) -> pl.DataFrame:
+    """One event per engine death and per start-up refusal, however many lines tell of it."""
+    if events.height == 0:
+        return events
+    events = events.sort("ts", maintain_order=True)
+    merged = pl.col("kind").is_in(
+        ["engine_dead", "startup_kv_insufficient", "startup_no_kv_memory"]
+    )
+    key = pl.when(pl.col("kind") == "engine_dead").then(pl.lit("")).otherwise(pl.col("detail"))
+    events = events.with_columns(_key=key, _merged=merged)
+    gap = (pl.col("ts") - pl.col("ts").shift(1)).over("kind", "_key").dt.total_seconds()
+    starts = pl.col("ts").shift(1).over("kind", "_key").is_null() | (gap > DEATH_WINDOW_S)
+    events = events.with_columns(_run=starts.cast(pl.Int64).cum_sum().over("kind", "_key"))
+    singles = events.filter(~pl.col("_merged"))
+    runs = (
+        events.filter(pl.col("_merged"))
+        .group_by("kind", "_key", "_run", maintain_order=True)
+        .agg(
+            pl.col("ts").first(),
+            pl.col("detail").first(),
+            pl.col("requested_bytes").first(),
+            pl.col("free_bytes").first(),
+            _n=pl.len(),
+        )
+        .with_columns(
+            detail=pl.when(pl.col("_n") > 1)
+            .then(pl.format("{} (and {} related line(s))", pl.col("detail"), pl.col("_n") - 1))
+            .otherwise(pl.col("detail"))
+        )
+    )
+    columns = ["ts", "kind", "detail", "requested_bytes", "free_bytes"]
+    return pl.concat([singles.select(columns), runs.select(columns)]).sort(
+        "ts", maintain_order=True
+    )
+
+
+def interval_preemptions(stats: pl.DataFrame) -> pl.DataFrame:
+    """A ``preemption`` event for every stats interval that reports preemptions (V1 0.12+)."""
+    if "preemptions" not in stats.columns:
+        return pl.DataFrame()
+    hits = stats.filter(pl.col("preemptions").cast(pl.Float64) > 0)
+    return hits.select(
+        "ts",
+        kind=pl.lit("preemption"),
+        detail=pl.format(
+            "{} preemption(s) in the stats interval ending here",
+            pl.col("preemptions").cast(pl.Float64).cast(pl.Int64),
+        ),
+    )
+
+
+def oom_rows(ooms: pl.DataFrame, ledger: Ledger) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """PyTorch OOM events and per-process samples (shared extractor, after rank de-dup)."""
+    ooms = drop_rank_repeats(ooms, ["body"], ledger)
+    events, samples = extract_ooms(ooms.select("ts", text="body"))
+    return _fold_wrappers(events), samples
+
+
+def _fold_wrappers(events: pl.DataFrame) -> pl.DataFrame:
+    """vLLM wraps an allocator OOM in its own text ("CUDA out of memory occurred when warming up
+    sampler ...", "Worker failed with error '...'"): a size-less OOM within
+    :data:`REPEAT_WINDOW_S` of a sized one on the same (or an unnamed) device is that failure
+    told again, not another one."""
+    sized = events.filter(pl.col("requested_bytes").is_not_null())
+    sizeless = events.filter(pl.col("requested_bytes").is_null()).with_row_index("_n")
+    if sized.height == 0 or sizeless.height == 0:
+        return events
+    near = (
+        sizeless.select("_n", "ts", "device")
+        .sort("ts")
+        .join_asof(
+            sized.select("ts", _sized_device="device", _sized_ts="ts").sort("ts"),
+            on="ts",
+            strategy="nearest",
+            tolerance=f"{REPEAT_WINDOW_S}s",
+        )
+    )
+    told = near.filter(
+        pl.col("_sized_ts").is_not_null()
+        & (pl.col("device").is_null() | (pl.col("device") == pl.col("_sized_device")))
+    ).get_column("_n")
+    kept = sizeless.filter(~pl.col("_n").is_in(told.implode())).drop("_n")
+    return pl.concat([sized, kept]).sort("ts")
+
+
+def engine_config(rows: pl.DataFrame, ledger: Ledger) -> tuple[dict[str, Any], str | None]:
+    """``engine_config`` from the startup rows (first statement of each key wins; a later,
+    different statement is a note, e.g. after a restart), and the stated vLLM version."""
+    config: dict[str, Any] = {}
+    changed: dict[str, Any] = {}
+    diag = ledger.diag
+    rows = drop_rank_repeats(rows, ["line", "key", "value"], ledger)
+    for row in rows.sort("_seq").iter_rows(named=True):
+        try:
+            value = _convert(row["value"], row["conv"])
+        except (ValueError, UnitError):
+            diag.note(f"{row['line']}: {row['key']} value {row['value']!r} did not parse")
+            continue
+        key = row["key"]
+        if value is None:
+            continue
+        if key not in config:
+            config[key] = value
+        elif config[key] != value and key not in changed:
+            changed[key] = value
+    for key, value in changed.items():
+        if key in ("version", "engine_kind"):
+            continue
+        diag.note(
+            f"engine_config.{key}: a later line states {_show(key, value)} (the engine "
+            f"restarted or another rank differs); kept the first, {_show(key, config[key])}"
+        )
+    version = config.pop("version", None)
+    return config, None if version is None else str(version)
+
+
+def _convert(value: str, conv: str) -> Any:
+    text = value.strip()
+    if conv == "gib":
+        return parse_bytes(f"{text} GiB", allow_negative=True)
+    if conv == "gb_means_gib":
+        # vLLM prints "GB" for a value it computed as bytes / 2**30.
+        return parse_bytes(f"{text} GB", decimal_means_binary=True, allow_negative=True)
+    if conv == "int":
+        return int(text.replace(",", ""))
+    if conv == "float":
+        return float(text)
+    if conv == "bool":
+        return text == "True"
+    return None if text in ("None", "") else text
+
+
+def _show(key: str, value: Any) -> str:
+    if key.endswith("_bytes") and isinstance(value, int):
+        return format_bytes(value) if abs(value) >= GiB // 1024 else f"{value} B"
+    return repr(value)
+
+
+def version_family(
+    evidence: set[Family], version: str | None, engine_kind: str | None, bracketed: bool
+) -> str:
+    """The version family: V0 evidence wins (V0 could be forced up to 0.10); a stated version
+    places V1; otherwise the newest family the line shapes prove."""
+    v1 = {f for f in evidence if f != "v0"}
+    parsed = _version_tuple(version)
+    if "v0" in evidence or engine_kind == "V0":
+        return "v0"
+    if parsed is not None and engine_kind != "V1" and not v1 and parsed < (0, 8):
+        return "v0"
+    if parsed is not None:
+        return _family_of(parsed)
+    if v1:
+        return max(v1, key=FAMILY_ORDER.index)
+    # Un-bracketed file names are vLLM <= 0.7, where V0 was the default engine.
+    return "unknown" if bracketed else "v0"
+
+
+def _family_of(version: tuple[int, ...]) -> Family:
+    bounds: list[tuple[tuple[int, ...], Family]] = [
+        ((0, 30), "v1-0.30"), ((0, 20), "v1-0.20"), ((0, 12), "v1-0.12"), ((0, 8, 5), "v1-0.8.5"),
+    ]  # fmt: skip
+    for bound, family in bounds:
+        if version >= bound:
+            return family
+    return "v1-0.7"
+
+
+def _version_tuple(version: str | None) -> tuple[int, ...] | None:
+    """``"0.10.2.dev2+gf5635d62e"`` -> ``(0, 10, 2)``."""
+    parts: list[int] = []
+    for piece in (version or "").split(".")[:3]:
+        digits = piece[: next((i for i, ch in enumerate(piece) if not ch.isdigit()), len(piece))]
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts) if parts else None

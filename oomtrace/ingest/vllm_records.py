@@ -1,0 +1,314 @@
+"""From raw lines to vLLM records, one chunk at a time and with no state shared between chunks
+(so chunks can be read side by side): prefixes and the engine header read, candidate records
+cut out, glued records split, each record's printed time kept for the clock.
+
+Speed notes, measured on 32 MB chunks (``benchmarks/ingest_bench.py``): a capturing regex costs
+about a microsecond per line when it walks a long line, a third of that on a short slice, and a
+capture-free search about a tenth. So the header is *found* on every line without captures, and
+the capturing parses run on short slices (the prefix, the header) of candidate lines only; the
+other lines are counted, never copied.
+
+A record keeps its time as printed (``_md`` = month*100+day, ``_tod`` = seconds of the day) and
+a year offset local to its chunk (``_yo``); ``_chunk`` says which chunk, so that
+:func:`oomtrace.ingest.clock.combine` can add each chunk's base once the whole file is read.
+Lines without a header of their own (traceback lines, prints) take the time of the record before
+them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Final
+
+import polars as pl
+
+from oomtrace.ingest.clock import (
+    ChunkYears,
+    FullAnchor,
+    month_day_expr,
+    printed_minus_full,
+    year_offsets,
+)
+from oomtrace.ingest.prefixes import (
+    ANSI,
+    REPEATED,
+    REPEATED_LITERAL,
+    PrefixKind,
+    detect_kinds,
+    outer_columns,
+    outer_pattern,
+    parse_iso,
+)
+from oomtrace.ingest.vllm_patterns import GLUED, HEADER
+
+TIME_COLUMNS: Final = (
+    "_seq", "_chunk", "_md", "_tod", "_yo", "_hdr", "outer_ts", "arrival_ts", "proc", "repeat",
+)  # fmt: skip
+FLAG_NAMES: Final = ("_lit", "_oom")
+# Where the engine header starts (capture-free); confirmed by parsing the slice it points at.
+_HEADER_AT: Final = (
+    r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) [0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}"
+)
+_HEADER_SLICE: Final = 96
+_HEADER_WHOLE: Final = "^(?P<hdr>" + HEADER.removeprefix("^") + ")"
+_LEVEL_TS: Final = _HEADER_AT + " "
+_TS_ONLY: Final = frozenset({"timestamp", "process", "nested"})
+_SAMPLE: Final = 256
+
+
+def _plain(pattern: str) -> str:
+    """``pattern`` with its named groups made non-capturing (for capture-free matching)."""
+    return re.sub(r"\(\?P<\w+>", "(?:", pattern)
+
+
+@cache
+def _prefix_test(kinds: frozenset[PrefixKind]) -> str:
+    return "^" + _plain(outer_pattern(kinds)) + "$"
+
+
+@dataclass
+class ChunkInfo:
+    """What one chunk tells the whole file: its clock brief and its counters."""
+
+    years: ChunkYears = field(default_factory=ChunkYears)
+    full_anchor: FullAnchor | None = None
+    full_lines: int = 0
+    timed_lines: int = 0
+    disagreement: dict[int, int] = field(default_factory=dict)
+    hosts: dict[str, int] = field(default_factory=dict)
+    bracketed: int = 0
+    glued: int = 0
+    ray_collapsed: int = 0
+
+
+def build_records(
+    lines: pl.DataFrame,
+    flags: Mapping[str, pl.Expr],
+    *,
+    chunk: int,
+    first_line: int,
+    tz: str,
+) -> tuple[pl.DataFrame, pl.DataFrame, ChunkInfo]:
+    """One chunk read: ``(records, rest, info)``.
+
+    ``records`` are the lines that were parsed, in file order: :data:`TIME_COLUMNS`, ``line``,
+    ``level``, ``_br``, the boolean ``flags`` (expressions over the raw ``line``; a record is a
+    candidate, ``_cand``, when any is true) and, for candidates only, ``body`` (the text after
+    the header). ``rest`` (``_seq``, ``line``, ``_hdr``) are the lines nothing needed parsed,
+    kept only to be counted."""
+    info = ChunkInfo()
+    if "arrival_ts" not in lines.columns:
+        lines = lines.with_columns(arrival_ts=pl.lit(None, pl.Datetime("ns", "UTC")))
+    line = pl.col("line")
+    frame = lines.with_columns(
+        _seq=pl.int_range(first_line, first_line + lines.height, dtype=pl.Int64) * 256,
+        _esc=line.str.contains("\x1b", literal=True),
+        _hpos=line.str.find(_HEADER_AT),
+        **flags,
+    ).with_columns(_cand=pl.any_horizontal(*flags))
+    # A candidate without a header of its own (a traceback line) takes the time of the header
+    # line before it, so then every header line of the chunk is parsed too.
+    headerless = frame.select((pl.col("_cand") & pl.col("_hpos").is_null()).any()).item()
+    parse = pl.col("_cand") | (pl.col("_hpos").is_not_null() if headerless else False)
+    rest = frame.filter(~parse).select("_seq", "line", _hdr=pl.col("_hpos").is_not_null())
+    records = _cleanup_ansi(_parse(frame.filter(parse)).drop("_hpos"), flags)
+    records = records.with_columns(
+        body=pl.when(pl.col("_cand")).then(line.str.slice(pl.col("_lead")))
+    )
+    records = _repeat_suffix(records, info)
+    glued = pl.col("_cand") & pl.col("body").str.contains(_LEVEL_TS)
+    if records.select(glued.any()).item():
+        records = _split_glued(records, info)
+    records = _place(records.with_columns(_chunk=pl.lit(chunk, pl.Int32)), info, tz)
+    _count(records, info)
+    return records, rest, info
+
+
+def _parse(frame: pl.DataFrame, kinds: frozenset[PrefixKind] | None = None) -> pl.DataFrame:
+    """Header fields, prefix fields, and ``_outer``/``_lead`` (prefix and prefix+header
+    lengths in characters) for every row of ``frame``.
+
+    The prefix kinds are detected on a sample; the full-prefix test that confirms each header
+    checks every row, and rows it rejects are looked at again for kinds the sample missed."""
+    line, hpos = pl.col("line"), pl.col("_hpos")
+    frame = frame.with_columns(
+        _pre=line.cast(pl.Binary).bin.head(hpos.fill_null(0)).cast(pl.String, strict=False)
+    )
+    prefixed = frame.filter(hpos > 0)
+    if kinds is None:
+        sample = pl.concat([prefixed.head(_SAMPLE), prefixed.tail(_SAMPLE)])
+        kinds = detect_kinds(sample, "_pre") | detect_kinds(frame.filter(hpos.is_null()), "line")
+    frame = frame.with_columns(
+        _ok=hpos.is_not_null()
+        & ((hpos == 0) | pl.col("_pre").str.contains(_prefix_test(kinds)).fill_null(value=False)),
+    )
+    rejected = frame.filter((hpos > 0) & ~pl.col("_ok"))
+    if rejected.height:
+        more = detect_kinds(rejected, "_pre") - kinds
+        if more:
+            return _parse(frame.drop("_pre", "_ok"), kinds | more)
+    frame = frame.with_columns(
+        _h=line.str.slice(pl.col("_pre").str.len_chars(), _HEADER_SLICE).str.extract_groups(
+            _HEADER_WHOLE
+        )
+    )
+    h = pl.col("_h").struct.field
+    frame = frame.with_columns(_hdr=pl.col("_ok") & h("hdr").is_not_null())
+    outer = _outer(frame, kinds)
+    md, hms = h("md"), h("hms")
+    header = pl.col("_hdr")
+    return outer.with_columns(
+        _lead=pl.col("_outer") + pl.when(header).then(h("hdr").str.len_chars()).otherwise(0),
+        level=pl.when(header).then(h("level")),
+        _br=header & h("br").is_not_null(),
+        _md=pl.when(header).then(
+            month_day_expr(md.str.head(2).cast(pl.Int32), md.str.tail(2).cast(pl.Int32))
+        ),
+        _tod=pl.when(header).then(
+            hms.str.head(2).cast(pl.Int32) * 3600
+            + hms.str.slice(3, 2).cast(pl.Int32) * 60
+            + hms.str.tail(2).cast(pl.Int32)
+        ),
+    ).drop("_pre", "_h", "_ok")
+
+
+def _outer(frame: pl.DataFrame, kinds: frozenset[PrefixKind]) -> pl.DataFrame:
+    """``_outer``, ``outer_ts``, ``host``, ``proc``: from the prefix before a confirmed header
+    (cheaply when the chunk has only timestamps and process prefixes), else by matching the
+    outer-prefix pattern at the start of the line (headerless lines: rare)."""
+    if not kinds:
+        return frame.with_columns(
+            _outer=pl.lit(0, pl.UInt32),
+            outer_ts=pl.lit(None, pl.Datetime("ns", "UTC")),
+            host=pl.lit(None, pl.String),
+            proc=pl.lit(None, pl.String),
+        )
+    with_header = frame.filter("_hdr")
+    without = frame.filter(~pl.col("_hdr"))
+    pre = pl.col("_pre")
+    if kinds <= _TS_ONLY:
+        stamp = pre.str.extract(r"^([0-9]{4}-[0-9]{2}-[0-9]{2}T[^ ]+) ", 1)
+        proc = pre.str.slice(stamp.str.len_chars().fill_null(-1) + 1).str.strip_chars_end(" ")
+        with_header = with_header.with_columns(
+            _outer=pre.str.len_chars(),
+            outer_ts=parse_iso(stamp),
+            host=pl.lit(None, pl.String),
+            proc=pl.when(proc.str.len_bytes() > 0).then(proc),
+        )
+    else:
+        groups = pre.str.extract_groups("^(?P<outer>" + outer_pattern(kinds) + ")$")
+        with_header = with_header.with_columns(_p=groups).with_columns(
+            _outer=pre.str.len_chars(), **outer_columns(pl.col("_p"), kinds)
+        )
+    groups = pl.col("line").str.extract_groups("^(?P<outer>" + outer_pattern(kinds) + ")")
+    without = without.with_columns(_p=groups).with_columns(
+        _outer=pl.col("_p").struct.field("outer").str.len_chars(),
+        **outer_columns(pl.col("_p"), kinds),
+    )
+    columns = [*frame.columns, "_outer", "outer_ts", "host", "proc"]
+    if without.height == 0:
+        joined = with_header.select(columns)
+    elif with_header.height == 0:
+        joined = without.select(columns)
+    else:
+        parts = [with_header.select(columns), without.select(columns)]
+        joined = pl.concat(parts, how="vertical_relaxed").sort("_seq")
+    return joined.with_columns(pl.col("_outer").cast(pl.UInt32))
+
+
+def _cleanup_ansi(frame: pl.DataFrame, flags: Mapping[str, pl.Expr]) -> pl.DataFrame:
+    """Colour codes beyond the process prefix (a coloured level name, say): strip them from
+    those candidate lines only and read them again."""
+    coloured = pl.col("_esc") & pl.col("_cand")
+    if not frame.select(coloured.any()).item():
+        return frame.drop("_esc")
+    suspects = frame.filter(coloured)
+    in_lead = pl.col("line").str.head(pl.col("_lead")).str.count_matches("\x1b", literal=True)
+    every = pl.col("line").str.count_matches("\x1b", literal=True)
+    redo = suspects.filter((every > in_lead).fill_null(value=False))
+    if redo.height == 0:
+        return frame.drop("_esc")
+    cleaned = redo.select("_seq", "arrival_ts", line=pl.col("line").str.replace_all(ANSI, ""))
+    cleaned = cleaned.with_columns(_hpos=pl.col("line").str.find(_HEADER_AT), **flags)
+    cleaned = _parse(cleaned).drop("_hpos")
+    cleaned = cleaned.with_columns(_cand=pl.any_horizontal(*flags), _esc=pl.lit(value=False))
+    rest = frame.filter(~pl.col("_seq").is_in(redo.get_column("_seq").implode()))
+    return pl.concat([rest, cleaned.select(rest.columns)]).sort("_seq").drop("_esc")
+
+
+def _repeat_suffix(frame: pl.DataFrame, info: ChunkInfo) -> pl.DataFrame:
+    has = pl.col("_cand") & pl.col("line").str.contains(REPEATED_LITERAL, literal=True)
+    if not frame.select(has.any()).item():
+        return frame.with_columns(repeat=pl.lit(1, pl.Int32))
+    frame = frame.with_columns(
+        repeat=pl.when(has)
+        .then(pl.col("body").str.extract(REPEATED, 1).cast(pl.Int32, strict=False))
+        .otherwise(1)
+        .fill_null(1),
+        body=pl.when(has).then(pl.col("body").str.replace(REPEATED, "")).otherwise("body"),
+    )
+    info.ray_collapsed += int(frame.get_column("repeat").sum()) - frame.height
+    return frame
+
+
+def _split_glued(frame: pl.DataFrame, info: ChunkInfo) -> pl.DataFrame:
+    """Split records glued onto one line (``...hit rate: 0.0%INFO 07-28 06:41:19 [...]``)."""
+    glued = (pl.col("_cand") & pl.col("body").str.contains(_LEVEL_TS)).fill_null(value=False)
+    single = frame.filter(~glued)
+    pieces = (
+        frame.filter(glued)
+        .with_columns(pl.col("body").str.replace_all(GLUED, "\n$0").str.split("\n"))
+        .with_columns(_piece=pl.int_ranges(pl.col("body").list.len(), dtype=pl.Int64))
+        .explode("body", "_piece")
+        .filter(pl.col("body").str.len_bytes() > 0)
+        .with_columns(_seq=pl.col("_seq") + pl.col("_piece"))
+    )
+    info.glued += int((pieces.get_column("_piece") > 0).sum())
+    first = pieces.filter(pl.col("_piece") == 0).drop("_piece")
+    rest = pieces.filter(pl.col("_piece") > 0)
+    if rest.height:
+        inherited = rest.select("_seq", "arrival_ts", "outer_ts", "host", "repeat", "proc")
+        again = rest.select("_seq", *FLAG_NAMES, "_cand", line=pl.col("body"))
+        again = _parse(
+            again.with_columns(_hpos=pl.col("line").str.find(_HEADER_AT)),
+            frozenset(("process",)),
+        ).drop("_hpos")
+        again = again.with_columns(body=pl.col("line").str.slice(pl.col("_lead")))
+        again = again.drop("outer_ts", "host").join(inherited.rename({"proc": "_proc0"}), on="_seq")
+        rest = again.with_columns(proc=pl.coalesce("proc", "_proc0")).drop("_proc0")
+    columns = single.columns
+    parts = [single, first.select(columns)]
+    if rest.height:
+        parts.append(rest.select(columns))
+    return pl.concat(parts, how="vertical_relaxed").sort("_seq")
+
+
+def _place(frame: pl.DataFrame, info: ChunkInfo, tz: str) -> pl.DataFrame:
+    """Local year offsets, the full-time anchor, the printed-versus-full disagreement, then
+    the printed time handed down to lines without a header of their own."""
+    offsets, info.years = year_offsets(frame.get_column("_md"), frame.get_column("_tod"))
+    frame = frame.with_columns(offsets.alias("_yo"))
+    printed = frame.filter(pl.col("_md").is_not_null())
+    info.timed_lines = printed.height
+    full = pl.coalesce(pl.col("arrival_ts"), pl.col("outer_ts"))
+    both = printed.filter(full.is_not_null()).select("_md", "_tod", "_yo", full.alias("_full"))
+    if both.height:
+        info.full_lines = both.height
+        last = both.row(-1, named=True)
+        info.full_anchor = FullAnchor(last["_md"], last["_tod"], last["_yo"], last["_full"])
+        diffs = both.select(printed_minus_full(pl.col("_md"), pl.col("_tod"), pl.col("_full"), tz))
+        for value, count in diffs.to_series().value_counts().iter_rows():
+            if value is not None:
+                info.disagreement[int(value)] = info.disagreement.get(int(value), 0) + int(count)
+    return frame.with_columns(pl.col("_md", "_tod", "_yo").forward_fill())
+
+
+def _count(frame: pl.DataFrame, info: ChunkInfo) -> None:
+    hosts = frame.get_column("host").drop_nulls()
+    if hosts.len():
+        for host, count in hosts.value_counts().iter_rows():
+            info.hosts[host] = info.hosts.get(host, 0) + int(count)
+    info.bracketed = int(frame.select(pl.col("_br").fill_null(value=False).sum()).item())

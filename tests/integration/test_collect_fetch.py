@@ -1,0 +1,44 @@
+"""The scrape itself against a real loopback server: one kept-alive connection, a whole-request
+deadline, a size cap with or without Content-Length, no redirects followed."""
+
+from __future__ import annotations
+
+import pytest
+
+from collectors.prometheus import FetchError, HttpFetcher
+from tests.unit.collectors.factories import Reply, metrics_server, vllm_metrics
+
+
+def test_scrapes_reuse_one_connection() -> None:
+    with metrics_server(lambda n: Reply(body=vllm_metrics().encode())) as server:
+        fetcher = HttpFetcher(server.url, timeout_s=1.0, max_bytes=1 << 20)
+        bodies = [fetcher.fetch() for _ in range(5)]
+        fetcher.close()
+    assert bodies == [vllm_metrics().encode()] * 5
+    assert len({s.client_port for s in server.served}) == 1
+
+
+def test_a_body_trickling_in_is_cut_at_the_deadline_not_at_each_read() -> None:
+    # GIVEN a server that sends 100 bytes every 50 ms: no single read ever times out
+    body = vllm_metrics().encode()
+    with metrics_server(lambda n: Reply(body=body, trickle_s=0.05)) as server:
+        fetcher = HttpFetcher(server.url, timeout_s=0.3, max_bytes=1 << 20)
+        with pytest.raises(FetchError, match=r"^no complete response within 0\.3 s$"):
+            fetcher.fetch()
+
+
+@pytest.mark.parametrize("content_length", [True, False], ids=["announced", "streamed"])
+def test_a_response_over_the_cap_is_refused(content_length: bool) -> None:
+    reply = Reply(body=b"x" * 5000, content_length=content_length)
+    with metrics_server(lambda n: reply) as server:
+        fetcher = HttpFetcher(server.url, timeout_s=1.0, max_bytes=1000)
+        with pytest.raises(FetchError, match="over the 1000 byte cap"):
+            fetcher.fetch()
+
+
+def test_a_redirect_is_not_followed() -> None:
+    with metrics_server(lambda n: Reply(status=301, body=b"")) as server:
+        fetcher = HttpFetcher(server.url, timeout_s=1.0, max_bytes=1000)
+        with pytest.raises(FetchError, match=r"^HTTP 301 Moved Permanently$"):
+            fetcher.fetch()
+    assert len(server.served) == 1

@@ -1,0 +1,109 @@
+"""Source runners: failures become gaps with backoff, a slow source delays no other, missed
+deadlines are counted, health is reported."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from collectors.schedule import HealthReporter, Schedule, SourceRunner, backoff_s
+from tests.unit.collectors.factories import MemorySink, wait_until
+
+
+class Scripted:
+    """A source whose polls fail while ``failing`` is set, and take ``delay_s`` each."""
+
+    def __init__(self, name: str, *, delay_s: float = 0.0) -> None:
+        self.name, self.target = name, f"target-{name}"
+        self.delay_s = delay_s
+        self.failing = False
+        self.polls: list[float] = []
+        self.closed = False
+
+    def poll(self, now_ns: int) -> None:
+        self.polls.append(time.monotonic())
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        if self.failing:
+            raise ConnectionRefusedError("[Errno 111] Connection refused")
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@contextmanager
+def running(*runners: SourceRunner, stop: threading.Event) -> Iterator[None]:
+    for runner in runners:
+        runner.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        for runner in runners:
+            runner.join(2.0)
+
+
+def test_a_failure_is_one_gap_that_ends_when_the_source_recovers() -> None:
+    # GIVEN a source that fails for a while, then works again
+    source, sink, stop = Scripted("prom"), MemorySink(), threading.Event()
+    source.failing = True
+    runner = SourceRunner(source, Schedule(0.01, max_backoff_s=0.05), sink, stop)
+    with running(runner, stop=stop):
+        assert wait_until(lambda: runner.errors >= 3)
+        source.failing = False
+        assert wait_until(lambda: runner.up)
+    # THEN one gap opened at the first failure and closed at the recovery, with its reason
+    opened, closed = sink.kind("gap")
+    assert opened["end"] is None
+    assert closed["ts"] == opened["ts"]
+    assert closed["end"] > closed["ts"]
+    assert closed["reason"] == "ConnectionRefusedError: [Errno 111] Connection refused"
+    assert closed["attempts"] >= 3
+    assert source.closed
+
+
+def test_backoff_doubles_from_the_interval_up_to_its_cap() -> None:
+    delays = [backoff_s(Schedule(0.02, max_backoff_s=1.0), n) for n in range(1, 7)]
+    assert delays == [0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
+    assert backoff_s(Schedule(0.5, max_backoff_s=1.0), 1) == 0.5
+
+
+def test_a_failing_source_is_retried_no_sooner_than_its_backoff() -> None:
+    source, stop = Scripted("prom"), threading.Event()
+    source.failing = True
+    schedule = Schedule(0.02, max_backoff_s=10.0)
+    runner = SourceRunner(source, schedule, MemorySink(), stop)
+    with running(runner, stop=stop):
+        assert wait_until(lambda: len(source.polls) >= 4, timeout_s=3.0)
+    waits = [b - a for a, b in zip(source.polls, source.polls[1:], strict=False)][:3]
+    # lower bounds only: a loaded machine can make a retry later, never sooner
+    assert [w >= 0.95 * backoff_s(schedule, n) for n, w in enumerate(waits, start=1)] == [True] * 3
+
+
+def test_a_slow_source_does_not_delay_another() -> None:
+    # GIVEN a source that takes 300 ms per poll beside one polled every 10 ms
+    slow, fast = Scripted("slow", delay_s=0.3), Scripted("fast")
+    sink, stop = MemorySink(), threading.Event()
+    runners = [SourceRunner(s, Schedule(0.01), sink, stop) for s in (slow, fast)]
+    with running(*runners, stop=stop):
+        time.sleep(0.5)
+    # THEN the fast one kept its pace while the slow one was stuck
+    assert len(fast.polls) >= 25
+    assert max(b - a for a, b in zip(fast.polls, fast.polls[1:], strict=False)) < 0.25
+    # and the slow one counted the slots it could not start on time
+    assert runners[0].misses >= 10
+
+
+def test_health_reports_every_runner_with_its_counters() -> None:
+    source, sink, stop = Scripted("log"), MemorySink(), threading.Event()
+    runner = SourceRunner(source, Schedule(0.01), sink, stop)
+    health = HealthReporter([runner], sink, stop, interval_s=0.05)
+    health.start()
+    with running(runner, stop=stop):
+        assert wait_until(lambda: len(sink.kind("health")) >= 2)
+    health.join(1.0)
+    last = sink.kind("health")[-1]
+    assert (last["src"], last["target"], last["up"], last["errors"]) == ("log", "target-log", 1, 0)
+    assert last["samples"] > 0

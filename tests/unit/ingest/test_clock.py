@@ -1,0 +1,195 @@
+"""Year-less, zone-less vLLM times are placed in UTC: --year/--tz, file mtime anchoring the end,
+New Year inside the file, full outer timestamps and collector arrival times winning."""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+
+import polars as pl
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from oomtrace.diagnostics import SourceDiagnostics
+from oomtrace.ingest import IngestOptions, ingest_paths
+from oomtrace.ingest.base import ClockOptions, ParseContext
+from oomtrace.ingest.clock import combine, year_offsets
+from oomtrace.ingest.vllm import NO_TIME, PARSER
+
+DATA = Path(__file__).resolve().parents[2] / "data" / "vllm"
+
+
+def _stats(stamp: str, running: int = 1) -> str:
+    return (
+        f"INFO {stamp} [loggers.py:118] Engine 000: Avg prompt throughput: 1.0 tokens/s, Avg "
+        f"generation throughput: 2.0 tokens/s, Running: {running} reqs, Waiting: 0 reqs, GPU KV "
+        "cache usage: 10.0%, Prefix cache hit rate: 0.0%"
+    )
+
+
+def _log(tmp_path: Path, stamps: list[str], mtime: datetime | None = None) -> Path:
+    path = tmp_path / "server.log"
+    path.write_text("".join(_stats(s, i) + "\n" for i, s in enumerate(stamps)))
+    if mtime is not None:
+        os.utime(path, (mtime.timestamp(), mtime.timestamp()))
+    return path
+
+
+def _running_times(path: Path, **options: object) -> list[datetime]:
+    trace = ingest_paths([path], IngestOptions(**options))  # type: ignore[arg-type]
+    running = trace.samples.filter(pl.col("metric") == "requests_running").sort("value")
+    return running["ts"].to_list()
+
+
+def test_the_modification_time_anchors_the_end_of_the_file_across_new_year(
+    tmp_path: Path,
+) -> None:
+    path = _log(
+        tmp_path, ["12-31 23:59:58", "01-01 00:00:03"], datetime(2026, 1, 1, 0, 5, tzinfo=UTC)
+    )
+    trace = ingest_paths([path], IngestOptions())
+    assert _running_times(path) == [
+        datetime(2025, 12, 31, 23, 59, 58, tzinfo=UTC),
+        datetime(2026, 1, 1, 0, 0, 3, tzinfo=UTC),
+    ]
+    assert trace.manifest.clock == {
+        "tz": "UTC", "tz_source": "default", "year": 2025, "year_source": "mtime",
+        "year_last": 2026,
+    }  # fmt: skip
+    notes = trace.manifest.sources[0].notes
+    assert (
+        "vLLM prints no year: placed the last line in 2026 from the file modification time "
+        "(2026-01-01T00:05:00Z); pass --year if that is wrong"
+    ) in notes
+    assert "the log crosses New Year: lines run from 2025 into 2026" in notes
+
+
+def test_a_december_log_copied_in_january_stays_in_the_old_year(tmp_path: Path) -> None:
+    path = _log(tmp_path, ["12-30 10:00:00", "12-31 23:59:00"], datetime(2026, 1, 2, tzinfo=UTC))
+    assert [t.year for t in _running_times(path)] == [2025, 2025]
+
+
+def test_a_late_line_from_the_old_year_after_midnight_stays_in_the_old_year(
+    tmp_path: Path,
+) -> None:
+    stamps = ["12-31 23:59:59", "01-01 00:00:01", "12-31 23:59:59", "01-01 00:00:02"]
+    path = _log(tmp_path, stamps, datetime(2026, 1, 1, 1, 0, tzinfo=UTC))
+    times = _running_times(path)
+    assert [t.year for t in times] == [2025, 2026, 2025, 2026]
+
+
+def test_the_year_option_is_the_year_of_the_first_line(tmp_path: Path) -> None:
+    path = _log(tmp_path, ["12-31 23:59:58", "01-01 00:00:03"], datetime(2030, 6, 1, tzinfo=UTC))
+    trace = ingest_paths([path], IngestOptions(year=2023))
+    assert [t.year for t in _running_times(path, year=2023)] == [2023, 2024]
+    assert trace.manifest.clock["year_source"] == "option"
+    assert not any("modification time" in n for n in trace.manifest.sources[0].notes)
+
+
+def test_the_zone_option_places_local_times_across_daylight_saving_changes(
+    tmp_path: Path,
+) -> None:
+    # Berlin: 03-30 02:00-03:00 does not exist; 10-26 02:00-03:00 happens twice (the earlier is
+    # taken).
+    stamps = ["03-30 01:30:00", "03-30 02:30:00", "03-30 03:30:00", "10-26 02:30:00"]
+    path = _log(tmp_path, stamps)
+    trace = ingest_paths([path], IngestOptions(year=2025, tz="Europe/Berlin"))
+    running = trace.samples.filter(pl.col("metric") == "requests_running").sort("value")
+    assert running["ts"].to_list() == [
+        datetime(2025, 3, 30, 0, 30, tzinfo=UTC),
+        datetime(2025, 3, 30, 1, 30, tzinfo=UTC),
+        datetime(2025, 10, 26, 0, 30, tzinfo=UTC),
+    ]
+    assert running["value"].to_list() == [0.0, 2.0, 3.0]
+    source = trace.manifest.sources[0]
+    assert source.skipped[NO_TIME].count == 1
+    assert trace.manifest.clock == {
+        "tz": "Europe/Berlin", "tz_source": "option", "year": 2025, "year_source": "option"
+    }  # fmt: skip
+
+
+def test_february_29_in_a_common_year_is_reported_not_invented(tmp_path: Path) -> None:
+    path = _log(tmp_path, ["02-28 10:00:00", "02-29 10:00:00"])
+    trace = ingest_paths([path], IngestOptions(year=2025))
+    assert trace.samples.filter(pl.col("metric") == "requests_running").height == 1
+    assert trace.manifest.sources[0].skipped[NO_TIME].count == 1
+
+
+def test_outer_full_timestamps_win_and_a_steady_offset_is_reported() -> None:
+    trace = ingest_paths([DATA / "kubectl.log"], IngestOptions())
+    running = trace.samples.filter(pl.col("metric") == "requests_running")
+    assert running["ts"].to_list() == [
+        datetime(2025, 6, 2, 8, 0, 10, 500000, tzinfo=UTC),
+        datetime(2025, 6, 2, 8, 0, 20, 750000, tzinfo=UTC),
+    ]
+    assert trace.manifest.clock == {
+        "tz": "UTC",
+        "tz_source": "kubectl/docker timestamps",
+        "year_source": "kubectl/docker timestamps",
+    }
+    note = (
+        "3 of 3 line(s): the printed time differs from the kubectl/docker timestamps by more than "
+        "5 s (most often +7,200 s); the kubectl/docker timestamps were used; a steady +2 h usually "
+        "means the server's local zone is not the one assumed: pass --tz"
+    )
+    assert trace.manifest.sources[0].notes == [note]
+
+
+def test_printed_times_that_agree_with_outer_ones_raise_no_note() -> None:
+    lines = [f"2025-06-02T10:00:0{i}.250Z {_stats(f'06-02 10:00:0{i}', i)}" for i in range(3)]
+    diag = SourceDiagnostics("k", "vllm-log", "n")
+    result = PARSER.parse_lines(pl.DataFrame({"line": lines}), ParseContext(), diag)
+    assert result.samples is not None
+    assert diag.notes == []
+
+
+def test_collector_arrival_times_win_and_give_sub_second_resolution() -> None:
+    lines = pl.DataFrame(
+        {
+            "line": [_stats("06-02 10:00:00", 1), _stats("06-02 10:00:00", 2)],
+            "arrival_ts": [
+                datetime(2025, 6, 2, 10, 0, 0, 100000, tzinfo=UTC),
+                datetime(2025, 6, 2, 10, 0, 0, 900000, tzinfo=UTC),
+            ],
+        },
+        schema_overrides={"arrival_ts": pl.Datetime("ns", "UTC")},
+    )
+    diag = SourceDiagnostics("tail", "vllm-log", "n")
+    result = PARSER.parse_lines(lines, ParseContext(clock=ClockOptions()), diag)
+    assert result.samples is not None
+    running = result.samples.filter(pl.col("metric") == "requests_running")
+    assert running["ts"].dt.microsecond().to_list() == [100000, 900000]
+    assert result.clock["year_source"] == "collector arrival times"
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(min_value=0, max_value=364 * 86400 - 1), min_size=1, max_size=40),
+    st.integers(min_value=1, max_value=5),
+)
+def test_chunked_year_offsets_equal_whole_file_offsets(seconds: list[int], parts: int) -> None:
+    md = [_md(s) for s in seconds]
+    tod = [s % 86400 for s in seconds]
+    whole, _ = year_offsets(pl.Series(md, dtype=pl.Int32), pl.Series(tod, dtype=pl.Int32))
+    size = max(1, len(md) // parts)
+    briefs, local = [], []
+    for start in range(0, len(md), size):
+        offsets, brief = year_offsets(
+            pl.Series(md[start : start + size], dtype=pl.Int32),
+            pl.Series(tod[start : start + size], dtype=pl.Int32),
+        )
+        briefs.append(brief)
+        local.append(offsets)
+    bases, summary = combine(briefs)
+    joined = pl.concat([o + b for o, b in zip(local, bases, strict=True)])
+    assert joined.to_list() == whole.to_list()
+    assert summary.last is not None
+    assert summary.last[2] == whole[-1]
+
+
+def _md(second_of_year: int) -> int:
+    day = second_of_year // 86400
+    month_starts = [0, 31, 60, 91, 121, 152, 182, 213, 244, 274, 305, 335, 366]
+    month = next(m for m in range(12) if month_starts[m + 1] > day)
+    return (month + 1) * 100 + day - month_starts[month] + 1

@@ -1,0 +1,476 @@
+"""vLLM server logs of every version family, behind every supervisor, become the canonical trace.
+
+The files in ``tests/data/vllm`` are written in the real formats (reference/formats.md §1), with
+their traps: colour codes, CRLF-joined records, glued records, idle DEBUG repeats, records
+repeated by tensor-parallel ranks, New Year inside the file, internal request ids, streamed
+outputs, start-up refusals, OOM tracebacks.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from datetime import UTC, datetime
+from pathlib import Path
+
+import polars as pl
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from polars.testing import assert_frame_equal
+
+from oomtrace.cli import cli
+from oomtrace.diagnostics import SourceDiagnostics
+from oomtrace.ingest import IngestOptions, ingest_paths
+from oomtrace.ingest.base import ClockOptions, LineParser, ParseContext, ParseResult, registry
+from oomtrace.ingest.textio import InputFile
+from oomtrace.ingest.vllm import NO_HEADER, NOT_USED, PARSER, UVICORN_LINE
+from oomtrace.ingest.vllm_finish import RANK_REPEAT, STALE_STATS
+from oomtrace.schema import conform
+from oomtrace.trace import Trace
+from oomtrace.units import GiB, parse_bytes
+
+DATA = Path(__file__).resolve().parents[2] / "data" / "vllm"
+REQUESTS = {
+    "ts": pl.Datetime("ns", "UTC"),
+    "request_id": pl.String,
+    "event": pl.String,
+    "prompt_tokens": pl.Int64,
+    "max_tokens": pl.Int64,
+    "output_tokens": pl.Int64,
+}
+
+
+def _ingest(name: str, **options: object) -> Trace:
+    options.setdefault("year", 2025)
+    return ingest_paths([DATA / name], IngestOptions(**options))  # type: ignore[arg-type]
+
+
+def _at(*fields: int) -> datetime:
+    return datetime(*fields, tzinfo=UTC)  # type: ignore[misc]
+
+
+def _series(trace: Trace, metric: str) -> list[float]:
+    return trace.samples.filter(pl.col("metric") == metric).sort("ts")["value"].to_list()
+
+
+def _requests(trace: Trace) -> pl.DataFrame:
+    return trace.requests.select(list(REQUESTS))
+
+
+def _expected(rows: list[tuple[object, ...]]) -> pl.DataFrame:
+    return pl.DataFrame(rows, schema=REQUESTS, orient="row")
+
+
+# --- V0 ---------------------------------------------------------------------------------------
+
+
+def test_v0_tp2_log_gives_config_stats_requests_preemptions_and_the_oom() -> None:
+    trace = _ingest("v0_0.6.6_tp2.log")
+    assert trace.manifest.engine == {"name": "vllm", "version_family": "v0", "version": "0.6.6"}
+    config = trace.manifest.engine_config
+    assert {k: config[k] for k in ("num_gpu_blocks", "block_size", "max_model_len")} == {
+        "num_gpu_blocks": 12606, "block_size": 16, "max_model_len": 8192,
+    }  # fmt: skip
+    # "Loading model weights took 7.4829 GB" is GiB (vLLM divides by 2**30).
+    assert config["model_weights_bytes"] == parse_bytes("7.4829 GiB")
+    assert config["available_kv_cache_bytes"] == parse_bytes("12.31 GiB")
+    assert config["cuda_graph_bytes"] == parse_bytes("0.31 GiB")
+    assert (config["max_concurrency"], config["max_concurrency_tokens"]) == (24.62, 8192)
+    assert (config["gpu_memory_utilization"], config["max_num_seqs"]) == (0.9, 256)
+    assert config["tensor_parallel_size"] == 2
+    assert "quantization" not in config  # "None" is not a statement
+
+    assert _series(trace, "requests_waiting") == [1.0, 4.0]  # V0 calls it "Pending"
+    assert _series(trace, "requests_swapped") == [0.0, 1.0]
+    assert _series(trace, "kv_usage_ratio") == pytest.approx([0.123, 0.994])
+    assert _series(trace, "prefix_cache_hit_ratio") == pytest.approx([0.352])
+    assert _series(trace, "preemptions_total") == [1.0, 51.0]
+
+    assert_frame_equal(
+        _requests(trace),
+        _expected([
+            (_at(2025, 12, 31, 23, 59, 58), "chat-5b4ae1", "arrived", 7, 1024, None),
+            (_at(2025, 12, 31, 23, 59, 58), "chat-5b4ae1", "admitted", None, None, None),
+            (_at(2026, 1, 1, 0, 0, 1), "chat-77aa02", "arrived", 5, 4096, None),
+            (_at(2026, 1, 1, 0, 0, 1), "chat-77aa02", "admitted", None, None, None),
+            (_at(2026, 1, 1, 0, 0, 3), "chat-5b4ae1", "preempted", None, None, None),
+            (_at(2026, 1, 1, 0, 0, 9), "chat-77aa02", "preempted", None, None, None),
+            (_at(2026, 1, 1, 0, 0, 10), "chat-77aa02", "aborted", None, None, None),
+        ]),
+    )  # fmt: skip
+
+    events = trace.events.select("ts", "kind", "device", "requested_bytes", "detail")
+    assert events["kind"].to_list() == [
+        "engine_start", "preemption", "preemption", "oom", "engine_dead",
+    ]  # fmt: skip
+    assert events.row(2, named=True)["detail"] == (
+        "request chat-77aa02 preempted (recompute) for lack of KV cache space; cumulative "
+        "preemptions: 51 (vLLM V0 logs only every 50th one)"
+    )
+    oom = events.row(3, named=True)
+    # The OOM line is a raw traceback line: it takes the time of the record before it.
+    assert (oom["ts"], oom["device"], oom["requested_bytes"]) == (
+        _at(2026, 1, 1, 0, 0, 12), 1, 2 * GiB,
+    )  # fmt: skip
+    assert events.row(4, named=True)["detail"] == (
+        "the V0 engine loop died (and 1 related line(s))"
+    )
+
+
+def test_v0_diagnostics_count_every_line_under_one_reason() -> None:
+    source = _ingest("v0_0.6.6_tp2.log").manifest.sources[0]
+    assert source.lines_read == 36
+    assert source.lines_recognised + source.lines_skipped == source.lines_read
+    assert {k: v.count for k, v in source.skipped.items()} == {
+        RANK_REPEAT: 3, NOT_USED: 4, UVICORN_LINE: 2, NO_HEADER: 2,
+    }  # fmt: skip
+    assert source.skipped[UVICORN_LINE].example == (
+        'INFO:     10.0.0.5:51234 - "POST /v1/chat/completions HTTP/1.1" 200 OK'
+    )
+
+
+def test_v0_async_engine_finished_lines_and_the_oldest_stats_form() -> None:
+    trace = _ingest("v0_0.4_async.log")
+    assert trace.manifest.engine["version_family"] == "v0"
+    assert _requests(trace)["event"].to_list() == ["arrived", "finished", "aborted"]
+    assert _series(trace, "requests_waiting") == [115.0]
+    assert _series(trace, "kv_usage_ratio") == pytest.approx([0.99])
+    assert trace.manifest.engine_config["num_gpu_blocks"] == 27871
+
+
+# --- V1 ---------------------------------------------------------------------------------------
+
+
+def test_v1_glued_records_are_split_and_idle_debug_repeats_dropped() -> None:
+    trace = _ingest("v1_0.8.5_glued.log")
+    running = trace.samples.filter(pl.col("metric") == "requests_running").sort("ts")
+    assert running.select("ts", "value").rows() == [
+        (_at(2025, 7, 28, 6, 40, 59), 8.0),
+        (_at(2025, 7, 28, 6, 41, 9), 9.0),
+        (_at(2025, 7, 28, 6, 41, 19), 0.0),
+    ]
+    source = trace.manifest.sources[0]
+    assert source.skipped[STALE_STATS].count == 2
+    assert source.skipped[RANK_REPEAT].count == 3  # weights, KV budget, graphs from rank 1
+    assert "1 record(s) were glued onto the end of another line" in source.notes[-1]
+    config = trace.manifest.engine_config
+    assert config["num_gpu_blocks"] == 19592
+    assert config["kv_cache_tokens"] == 313472
+    assert config["model_weights_bytes"] == parse_bytes("30.7086 GiB")
+    assert config["gpu_memory_utilization"] == 0.92
+    assert trace.manifest.engine["version_family"] == "v1-0.8.5"
+
+
+def test_v1_tensor_parallel_oom_counts_each_rank_once_and_each_device_once() -> None:
+    trace = _ingest("v1_0.11_tp2_oom.log")
+    assert_frame_equal(
+        _requests(trace),
+        _expected([
+            (_at(2025, 11, 6, 10, 55, 1), "chatcmpl-a1", "arrived", 8, 8192, None),
+            (_at(2025, 11, 6, 10, 55, 1), "chatcmpl-a1", "admitted", None, None, None),
+            (_at(2025, 11, 6, 10, 55, 2), "chatcmpl-b2", "arrived", 3, 32000, None),
+            (_at(2025, 11, 6, 10, 55, 2), "chatcmpl-b2", "admitted", None, None, None),
+            (_at(2025, 11, 6, 10, 55, 3), "chatcmpl-c3", "arrived", 1, 100, None),
+            (_at(2025, 11, 6, 10, 55, 3), "chatcmpl-c3", "admitted", None, None, None),
+            (_at(2025, 11, 6, 10, 55, 4), "chatcmpl-c3", "finished", None, None, 8),
+            (_at(2025, 11, 6, 10, 55, 20), "chatcmpl-a1", "aborted", None, None, None),
+            (_at(2025, 11, 6, 10, 55, 20), "chatcmpl-b2", "aborted", None, None, None),
+        ]),
+    )  # fmt: skip
+    ooms = trace.events.filter(pl.col("kind") == "oom").sort("device")
+    assert ooms["device"].to_list() == [0, 1]
+    assert ooms["free_bytes"].to_list() == [
+        parse_bytes("734.69 MiB"), parse_bytes("730.69 MiB"),
+    ]  # fmt: skip
+    dead = trace.events.filter(pl.col("kind") == "engine_dead")
+    assert dead.height == 1
+    assert dead["ts"][0] == _at(2025, 11, 6, 10, 55, 19)
+    config = trace.manifest.engine_config
+    assert config["available_kv_cache_bytes"] == parse_bytes("2.30 GiB")
+    assert (config["kv_cache_tokens"], config["max_concurrency_tokens"]) == (75840, 120000)
+
+
+def test_v1_internal_ids_details_streams_and_interval_preemptions() -> None:
+    trace = _ingest("v1_0.20_stream.log")
+    assert_frame_equal(
+        _requests(trace),
+        _expected([
+            # the DEBUG details line gives the prompt count; the prompt text mentions
+            # "prompt_token_ids: [9]" itself, which must not be taken for the list
+            (_at(2025, 9, 17, 18, 27, 20), "chatcmpl-f00d", "arrived", 11, 512, None),
+            (_at(2025, 9, 17, 18, 27, 20), "chatcmpl-f00d", "admitted", None, None, None),
+            (_at(2025, 9, 17, 18, 27, 21), "chatcmpl-f00d", "first_token", None, None, 1),
+            (_at(2025, 9, 17, 18, 27, 21), "chatcmpl-f00d", "progress", None, None, 3),
+            (_at(2025, 9, 17, 18, 27, 22), "chatcmpl-f00d", "progress", None, None, 4),
+            (_at(2025, 9, 17, 18, 27, 22), "chatcmpl-f00d", "finished", None, None, 4),
+            (_at(2025, 9, 17, 18, 27, 23), "chatcmpl-beef", "arrived", None, 2048, None),
+            (_at(2025, 9, 17, 18, 27, 23), "chatcmpl-beef", "admitted", None, None, None),
+            (_at(2025, 9, 17, 18, 27, 25), "chatcmpl-beef", "aborted", None, None, None),
+            (_at(2025, 9, 17, 18, 27, 26), "chatcmpl-dead", "rejected", None, None, None),
+        ]),
+    )  # fmt: skip
+    assert _series(trace, "preemptions_in_interval") == [5.0]
+    assert _series(trace, "requests_deferred") == [2.0]
+    assert trace.events.filter(pl.col("kind") == "preemption")["detail"].to_list() == [
+        "5 preemption(s) in the stats interval ending here"
+    ]
+    assert trace.manifest.engine["version_family"] == "v1-0.20"
+    assert trace.manifest.engine_config["model_weights_bytes"] == parse_bytes("33.89 GiB")
+
+
+def test_v1_newest_forms_device_names_aggregates_and_absent_prefix_cache() -> None:
+    trace = _ingest("v1_0.31_xpu.log")
+    assert _series(trace, "kv_usage_ratio") == pytest.approx([0.006, 0.4])
+    assert _series(trace, "prefix_cache_hit_ratio") == pytest.approx([0.1])
+    assert _series(trace, "requests_running") == [1.0, 12.0]
+    config = trace.manifest.engine_config
+    assert (config["kv_cache_tokens"], config["max_concurrency"]) == (425216, 10.38)
+    assert trace.manifest.engine == {
+        "name": "vllm", "version_family": "v1-0.30", "version": "0.31.0"
+    }  # fmt: skip
+
+
+# --- start-up refusals ------------------------------------------------------------------------
+
+
+def test_kv_cache_too_small_for_one_request_is_an_event_with_the_sizes() -> None:
+    trace = _ingest("startup_kv_insufficient_v1.log")
+    refusal = trace.events.filter(pl.col("kind") == "startup_kv_insufficient").row(0, named=True)
+    assert refusal["requested_bytes"] == 16 * GiB
+    assert refusal["free_bytes"] == parse_bytes("9.38 GiB")
+    assert refusal["detail"] == (
+        "max seq len 131072 needs 16.00 GiB of KV cache; 9.38 GiB available; estimated maximum "
+        "model length 76784"
+    )
+    assert trace.events.filter(pl.col("kind") == "engine_dead").height == 1
+
+
+def test_negative_kv_budget_is_a_no_kv_memory_event() -> None:
+    trace = _ingest("startup_no_kv_memory_v1.log")
+    assert trace.manifest.engine_config["available_kv_cache_bytes"] == -parse_bytes("1.46 GiB")
+    refusal = trace.events.filter(pl.col("kind") == "startup_no_kv_memory").row(0, named=True)
+    assert refusal["free_bytes"] == 0
+    assert refusal["detail"] == "vLLM found no memory left for the KV cache at start-up"
+
+
+def test_v0_max_seq_len_above_the_cache_is_an_event_in_tokens() -> None:
+    trace = _ingest("startup_max_seq_len_v0.log")
+    refusal = trace.events.filter(pl.col("kind") == "startup_kv_insufficient").row(0, named=True)
+    assert refusal["detail"] == "max seq len 32768 is above the 21680 tokens the KV cache can hold"
+    assert refusal["requested_bytes"] is None
+    assert trace.manifest.engine_config["model_weights_bytes"] == parse_bytes("13.4967 GiB")
+
+
+# --- outer prefixes -----------------------------------------------------------------------------
+
+
+def test_journald_names_the_node_and_the_unit_lines_are_counted() -> None:
+    trace = _ingest("journald.log")
+    assert trace.manifest.nodes == ["ml2-1-a100-1"]
+    assert _series(trace, "requests_running") == [1.0, 4.0]
+    source = trace.manifest.sources[0]
+    assert source.skipped[NO_HEADER].example == "Started vllm.service - vLLM server."
+
+
+def test_compose_slurm_and_ray_prefixes() -> None:
+    compose = _ingest("compose.log")
+    assert compose.events["kind"].to_list() == ["engine_dead"]
+    slurm = _ingest("slurm.log")
+    assert _series(slurm, "requests_running") == [2.0, 3.0]
+    assert slurm.manifest.sources[0].skipped[RANK_REPEAT].count == 1
+    ray = _ingest("ray.log")
+    config = ray.manifest.engine_config
+    assert (config["kv_cache_tokens"], config["init_engine_seconds"]) == (120000, 12.5)
+    assert ray.manifest.sources[0].notes[-1] == (
+        "Ray's log de-duplication left out 5 similar line(s) ('[repeated Nx across cluster]'); "
+        "their values are not in this log (capture with RAY_DEDUP_LOGS=0)"
+    )
+
+
+# --- rank repeats and distinct records -----------------------------------------------------------
+
+
+def _lines(*lines: str) -> tuple[pl.DataFrame | None, pl.DataFrame | None, SourceDiagnostics]:
+    diag = SourceDiagnostics("t", "vllm-log", "n")
+    ctx = ParseContext(clock=ClockOptions(year=2025))
+    result = PARSER.parse_lines(pl.DataFrame({"line": list(lines)}), ctx, diag)
+    return result.events, result.requests, diag
+
+
+def test_distinct_records_at_the_same_second_are_all_kept() -> None:
+    warn = (
+        "WARNING 01-01 00:00:03 scheduler.py:1560] Sequence group {id} is preempted by "
+        "PreemptionMode.SWAP mode because there is not enough KV cache space. This can affect "
+        "the end-to-end performance. Increase gpu_memory_utilization or tensor_parallel_size to "
+        "provide more KV cache memory. total_num_cumulative_preemption={n}"
+    )
+    events, requests, diag = _lines(warn.format(id="a", n=1), warn.format(id="b", n=51))
+    assert events is not None
+    assert requests is not None
+    assert events["kind"].to_list() == ["preemption", "preemption"]
+    assert requests["request_id"].to_list() == ["a", "b"]
+    assert RANK_REPEAT not in diag.skipped
+
+
+def test_the_same_record_from_two_ranks_counts_once() -> None:
+    line = "INFO 01-01 00:00:03 [gpu_worker.py:232] Available KV cache memory: 2.30 GiB"
+    _, _, diag = _lines(f"(Worker_TP0 pid=1) {line}", f"(Worker_TP1 pid=2) {line}")
+    assert (diag.lines_recognised, diag.skipped[RANK_REPEAT].count) == (1, 1)
+
+
+def test_vllms_own_wrapper_of_an_oom_is_the_same_failure_but_a_later_one_is_not() -> None:
+    oom = (
+        "(EngineCore_DP0 pid=5) ERROR 05-01 10:00:01 [core.py:1] torch.OutOfMemoryError: CUDA out "
+        "of memory. Tried to allocate 4.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which "
+        "2.01 GiB is free. Including non-PyTorch memory, this process has 77.17 GiB memory in use. "
+        "Of the allocated memory 70.10 GiB is allocated by PyTorch, and 5.55 GiB is reserved by "
+        "PyTorch but unallocated."
+    )
+    wrapper = (
+        "(EngineCore_DP0 pid=5) ERROR 05-01 10:00:01 [core.py:1] RuntimeError: CUDA out of memory "
+        "occurred when warming up sampler with 256 dummy requests. Please try lowering "
+        "`max_num_seqs` or `gpu_memory_utilization` when initializing the engine."
+    )
+    later = "(EngineCore_DP0 pid=5) ERROR 05-01 10:00:09 [core.py:1] RuntimeError: CUDA error: "
+    later += "out of memory"
+    events, _, _ = _lines(oom, wrapper, later)
+    assert events is not None
+    ooms = events.filter(pl.col("kind") == "oom")
+    assert ooms.select("device", "requested_bytes").rows() == [(0, 4 * GiB), (None, None)]
+    assert ooms["detail"][1] == "CUDA error: out of memory (no size stated)"
+
+
+def test_token_lists_cut_by_max_log_len_give_no_count() -> None:
+    args = "INFO 01-01 00:00:00 [utils.py:1] non-default args: {'model': 'm', 'max_log_len': 3}"
+    received = (
+        "INFO 01-01 00:00:01 [logger.py:1] Received request r1: prompt: 'abc', params: "
+        "SamplingParams(n=1, max_tokens=9, min_tokens=0), prompt_token_ids: [1, 2, 3], "
+        "lora_request: None."
+    )
+    _, requests, diag = _lines(args, received)
+    assert requests is not None
+    assert requests.select("prompt_tokens", "max_tokens").row(0) == (None, 9)
+    assert any("cut by --max-log-len" in n for n in diag.notes)
+
+
+# --- the file as a whole: gzip, sniffing, privacy, the CLI -------------------------------------
+
+
+def test_a_gzipped_log_gives_the_same_trace(tmp_path: Path) -> None:
+    plain = tmp_path / "server.log"
+    shutil.copy(DATA / "v1_0.11_tp2_oom.log", plain)
+    packed = tmp_path / "server.log.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    a = ingest_paths([plain], IngestOptions(year=2025))
+    b = ingest_paths([packed], IngestOptions(year=2025))
+    for table in ("samples", "requests", "events"):
+        assert_frame_equal(a.table(table).drop("source"), b.table(table).drop("source"))
+    assert a.manifest.engine_config == b.manifest.engine_config
+
+
+@pytest.mark.parametrize("path", sorted(DATA.glob("*.log")), ids=lambda p: p.name)
+def test_every_sample_file_is_sniffed_as_vllm(path: Path) -> None:
+    source = InputFile(path, path.name)
+    scores = {name: p.sniff(source.head(), path.name) for name, p in registry().items()}
+    assert max(scores, key=lambda n: scores[n]) == "vllm-log"
+    assert scores["vllm-log"] >= 0.7
+
+
+def test_the_parser_is_registered_and_takes_tailed_lines_too() -> None:
+    assert registry()["vllm-log"] is PARSER
+    assert isinstance(PARSER, LineParser)
+
+
+def test_other_text_is_not_sniffed_as_vllm() -> None:
+    assert PARSER.sniff("[2025-02-27 04:46:39 TP0] Decode batch. #running-req: 1\n", "x.log") == 0
+    assert PARSER.sniff("hello\nworld\n", "notes.txt") == 0
+
+
+def test_prompt_and_output_text_never_reach_the_trace(tmp_path: Path) -> None:
+    runner = CliRunner()
+    out = tmp_path / "trace"
+    result = runner.invoke(
+        cli, ["ingest", str(DATA / "v1_0.11_tp2_oom.log"), "--out", str(out), "--year", "2025"]
+    )
+    assert result.exit_code == 0, result.output
+    stored = b"".join(p.read_bytes() for p in out.iterdir())
+    for text in (b"Summarise this", b"Write a story", b"How can I help"):
+        assert text not in stored
+
+
+def test_cli_ingest_and_inspect_a_vllm_log(tmp_path: Path) -> None:
+    runner = CliRunner()
+    out = tmp_path / "trace"
+    result = runner.invoke(
+        cli, ["ingest", str(DATA / "v0_0.6.6_tp2.log"), "--out", str(out), "--year", "2025"]
+    )
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith(f"wrote {out}: 15 samples, 7 request events, 5 events\n")
+    result = runner.invoke(cli, ["inspect", str(DATA / "v1_0.20_stream.log"), "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert (doc["parser"], doc["counts"]["requests"]) == ("vllm-log", 10)
+    assert doc["manifest"]["engine"]["version_family"] == "v1-0.20"
+
+
+def test_cli_forcing_vllm_on_a_binary_file_reads_nothing_and_says_so(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.bin"
+    junk.write_bytes(bytes(range(256)) * 40)
+    result = CliRunner().invoke(cli, ["inspect", str(junk), "--format", "vllm-log", "--json"])
+    assert result.exit_code == 0, result.output
+    source = json.loads(result.output)["manifest"]["sources"][0]
+    assert source["lines_recognised"] == 0
+    assert source["lines_skipped"] == source["lines_read"] > 0
+
+
+# --- robustness ----------------------------------------------------------------------------------
+
+
+def _check(result: ParseResult, diag: SourceDiagnostics) -> None:
+    """Every line is counted once (glued records add to the count); every table conforms."""
+    assert diag.lines_recognised >= 0
+    assert diag.lines_recognised + diag.lines_skipped >= diag.lines_read
+    for table in ("samples", "requests", "events"):
+        frame = getattr(result, table)
+        if frame is not None:
+            conform(table, frame.with_columns(node=pl.lit("n"), source=pl.lit("s")))
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.text(max_size=300), min_size=1, max_size=30))
+def test_parse_lines_never_raises_on_arbitrary_text(lines: list[str]) -> None:
+    frame = pl.DataFrame({"line": [line.replace("\n", " ") for line in lines]})
+    diag = SourceDiagnostics("t", "vllm-log", "n")
+    _check(PARSER.parse_lines(frame, ParseContext(clock=ClockOptions(year=2025)), diag), diag)
+
+
+_VLLMISH = st.sampled_from([
+    "INFO 12-31 23:59:59 [x.py:1] ", "WARNING 01-01 00:00:00 y.py:2] ", "(Worker pid=1) ",
+    "Avg prompt throughput: ", "Running: 1 reqs, ", "Received request ", "max_tokens=",
+    "prompt_token_ids: [1, ", "]", "out of memory. Tried to allocate ", "GiB", "\x1b[0;0m", "\r",
+    "Aborted request(s) ", ", ", "Generated response x (streaming delta): ",
+    "2025-01-01T00:00:00Z ",
+    "Available KV cache memory: ", "# GPU blocks: ", "Engine 000: ", "Waiting: 2 reqs, ",
+])  # fmt: skip
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.lists(st.one_of(_VLLMISH, st.text(max_size=8)), max_size=12), max_size=25))
+def test_parse_never_raises_on_vllm_like_fragments(pieces: list[list[str]]) -> None:
+    lines = ["".join(p).replace("\n", " ") for p in pieces] or [""]
+    diag = SourceDiagnostics("t", "vllm-log", "n")
+    _check(PARSER.parse_lines(pl.DataFrame({"line": lines}), ParseContext(), diag), diag)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.binary(min_size=1, max_size=4000))
+def test_parse_never_raises_on_arbitrary_bytes(tmp_path: Path, data: bytes) -> None:
+    path = tmp_path / "bytes.log"
+    path.write_bytes(data)
+    diag = SourceDiagnostics("bytes.log", "vllm-log", "n")
+    _check(PARSER.parse(InputFile(path, "bytes.log"), ParseContext(), diag), diag)
