@@ -84,7 +84,9 @@ def _incident(incident: Incident) -> list[str]:
             peak += f" of {format_bytes(incident.capacity_bytes)} {of_what}"
     lines.append(peak + f"; the rise began at {when(incident.start)}")
     lines.append(_coverage(incident))
-    for process in incident.processes[:3]:
+    # Another process is worth a line when it matters: the class says so, or it holds 1 %.
+    shown = [p for p in incident.processes if incident.cls == "foreign_memory" or p.share >= 0.01]
+    for process in shown[:3]:
         who = f"process {process.pid}" if process.pid is not None else "other processes"
         grew = (
             f" (+{format_bytes(process.growth_bytes)} in the window)"
