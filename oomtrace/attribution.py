@@ -18,33 +18,28 @@ slack, other processes, memory outside PyTorch) and a residual.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import asdict
-from datetime import datetime
+from datetime import datetime, timedelta
+from typing import Any
 
 import polars as pl
 
 from oomtrace.analysis.assemble import Prepared, build_incident
 from oomtrace.analysis.breakdown import engine_pids
-from oomtrace.analysis.findings import Findings, Reconciliation, TraceSummary
+from oomtrace.analysis.findings import Findings, TraceSummary
 from oomtrace.analysis.gaps import hole_gaps, manifest_gaps, request_gaps, table_gaps
 from oomtrace.analysis.incidents import anchor_incidents
+from oomtrace.analysis.index import SeriesIndex
 from oomtrace.analysis.kvmodel import KVModel, kv_model
 from oomtrace.analysis.options import AnalyzeOptions
 from oomtrace.analysis.pool import pool_breakpoints
-from oomtrace.analysis.reconcile import kv_reconciliation, memory_reconciliations, modelled_series
-from oomtrace.analysis.series import (
-    SERIES_SCHEMA,
-    SeriesIndex,
-    capacities,
-    engine_series,
-    holes,
-    memory_series,
-    observed_kv,
-)
-from oomtrace.analysis.spikes import find_spikes
+from oomtrace.analysis.reconcile import kv_reconciliation, memory_reconciliations, modelled_index
+from oomtrace.analysis.series import BYTES_METRICS, capacities, engine_series, observed_kv
+from oomtrace.analysis.spikes import Spike, find_spikes
 from oomtrace.errors import InputError
 from oomtrace.schema import TS
-from oomtrace.timeline import RESETS, Timeline, build_timeline, decode_rate, summarize_requests
+from oomtrace.timeline import RESETS, Timeline, build_timeline
 from oomtrace.trace import Trace
 
 __all__ = ["AnalyzeOptions", "Findings", "analyze"]
@@ -56,51 +51,28 @@ def analyze(trace: Trace, options: AnalyzeOptions | None = None) -> Findings:
     """Analyse a canonical trace. Raises :class:`InputError` only when nothing can be analysed
     (no rows at all, or none on the requested node); partial traces give findings with gaps."""
     options = options or AnalyzeOptions()
-    trace = _on_node(trace, options.node)
-    kv = kv_model(
-        trace.manifest, trace.samples, spec=options.kv_spec, spec_label=options.kv_spec_label
-    )
-    timeline = _timeline(trace, kv)
-    breakpoints = pool_breakpoints(timeline) if not timeline.knots.is_empty() else pl.DataFrame()
-    memory = memory_series(trace.samples)
-    kv_seen = observed_kv(trace.samples, kv)
-    engine = engine_series(trace.samples)
-    caps = capacities(trace.samples, trace.events)
-    cap_map = {
-        (r["node"], r["device"]): int(r["capacity_bytes"]) for r in caps.iter_rows(named=True)
-    }
-    modelled = modelled_series(breakpoints, kv.has_bytes)
-    spikes = find_spikes(_spike_input(memory, kv_seen, modelled, caps, kv), options)
-    logger.debug("%d spikes, %d knots", len(spikes), timeline.knots.height)
-    prep = Prepared(
-        trace=trace,
-        kv=kv,
-        timeline=timeline,
-        breakpoints=breakpoints,
-        memory=SeriesIndex(memory),
-        kv_index=SeriesIndex(kv_seen),
-        engine=SeriesIndex(engine),
-        capacities=cap_map,
-        engine_pids=engine_pids(trace.samples, trace.events, trace.manifest),
-        idle=_idle(engine, breakpoints),
-    )
+    prep, modelled, spikes = _prepare(_on_node(trace, options.node), options)
+    trace, kv, timeline = prep.trace, prep.kv, prep.timeline
     anchors = anchor_incidents(trace.events, spikes, options)
     incidents = tuple(build_incident(prep, a, options, i) for i, a in enumerate(anchors, start=1))
-    kv_recon, kv_gap = kv_reconciliation(kv_seen, breakpoints, kv, not timeline.knots.is_empty())
-    memory_recon, memory_gap = memory_reconciliations(prep.memory)
-    reconciliation: tuple[Reconciliation, ...] = (
-        *((kv_recon,) if kv_recon else ()),
-        *memory_recon,
+    kv_recon, kv_gap = kv_reconciliation(
+        prep.kv_index.long(), prep.breakpoints, kv, not timeline.knots.is_empty()
     )
+    memory_recon, memory_gap = memory_reconciliations(prep.memory)
+    holes = pl.concat([index.holes() for index in (prep.memory, prep.kv_index, prep.engine)])
     gaps = (
         *manifest_gaps(trace),
         *table_gaps(trace, kv),
-        *hole_gaps(holes(trace.samples)),
+        *hole_gaps(holes),
         *request_gaps(timeline, timeline.rate),
     )
+    # Full resolution inside incident windows, peak-keeping buckets elsewhere.
+    wide = timedelta(seconds=options.window_s)
+    windows = [(i.node, i.window_start - wide, i.peak_ts + wide) for i in incidents]
+    indexes = (prep.memory, prep.kv_index, prep.engine, modelled, memory_gap)
     series = pl.concat(
-        [memory, kv_seen.select(SERIES_SCHEMA.names()), engine, modelled, kv_gap, memory_gap],
-        how="vertical",
+        [index.compact(windows, options.series_buckets) for index in indexes]
+        + [SeriesIndex.from_long(kv_gap).compact(windows, options.series_buckets)]
     )
     return Findings(
         trace=_summary(trace, timeline),
@@ -108,19 +80,89 @@ def analyze(trace: Trace, options: AnalyzeOptions | None = None) -> Findings:
         decode_rate=asdict(timeline.rate),
         incidents=incidents,
         spikes=tuple(spikes[:20]),
-        reconciliation=reconciliation,
+        reconciliation=(*((kv_recon,) if kv_recon else ()), *memory_recon),
         gaps=tuple(gaps),
-        options={
-            "window_s": options.window_s,
-            "top_culprits": options.top_culprits,
-            "max_incidents": options.max_incidents,
-            "min_rise_bytes": options.min_rise_bytes,
-            "min_rise_fraction": options.min_rise_fraction,
-            "kv_full_ratio": options.kv_full_ratio,
-            "json_series_buckets": options.json_series_buckets,
-            "node": options.node,
-        },
+        options=_options_json(options),
         series=series,
+    )
+
+
+def _prepare(trace: Trace, options: AnalyzeOptions) -> tuple[Prepared, SeriesIndex, list[Spike]]:
+    """Everything computed once: the KV model, the timeline and its sweep, the series, the
+    spikes."""
+    kv = kv_model(
+        trace.manifest, trace.samples, spec=options.kv_spec, spec_label=options.kv_spec_label
+    )
+    timeline = _timeline(trace, kv)
+    breakpoints = pool_breakpoints(timeline) if not timeline.knots.is_empty() else pl.DataFrame()
+    memory = SeriesIndex.from_samples(trace.samples, BYTES_METRICS, unit="bytes")
+    kv_index = SeriesIndex.from_long(observed_kv(trace.samples, kv))
+    engine_long = engine_series(trace.samples)
+    modelled = modelled_index(breakpoints, kv.has_bytes)
+    caps = capacities(trace.samples, trace.events)
+    cap_map = {
+        (r["node"], r["device"]): int(r["capacity_bytes"]) for r in caps.iter_rows(named=True)
+    }
+    observed_any = not (memory.empty and kv_index.empty)
+    spikes = find_spikes(
+        [memory, kv_index] if observed_any else [_modelled_for_spikes(modelled, kv)],
+        _capacity_of(cap_map, kv),
+        options,
+    )
+    logger.debug("%d spikes, %d knots", len(spikes), timeline.knots.height)
+    prep = Prepared(
+        trace=trace,
+        kv=kv,
+        timeline=timeline,
+        breakpoints=breakpoints,
+        memory=memory,
+        kv_index=kv_index,
+        engine=SeriesIndex.from_long(engine_long),
+        capacities=cap_map,
+        engine_pids=engine_pids(trace.samples, trace.events, trace.manifest),
+        idle=_idle(engine_long, breakpoints),
+    )
+    return prep, modelled, spikes
+
+
+def _options_json(options: AnalyzeOptions) -> dict[str, Any]:
+    return {
+        "window_s": options.window_s,
+        "top_culprits": options.top_culprits,
+        "max_incidents": options.max_incidents,
+        "min_rise_bytes": options.min_rise_bytes,
+        "min_rise_fraction": options.min_rise_fraction,
+        "kv_full_ratio": options.kv_full_ratio,
+        "series_buckets": options.series_buckets,
+        "json_series_buckets": options.json_series_buckets,
+        "node": options.node,
+    }
+
+
+def _capacity_of(
+    devices: dict[tuple[str, int | None], int], kv: KVModel
+) -> Callable[[dict[str, Any]], float | None]:
+    """Each series' capacity: device series against the device, KV against the pool."""
+    pool = {"bytes": kv.pool_bytes, "ratio": 1, "blocks": kv.pool_blocks, "tokens": kv.pool_tokens}
+
+    def capacity(meta: dict[str, Any]) -> float | None:
+        if meta["metric"] in ("kv_used", "modelled_kv_bytes", "modelled_stored_tokens"):
+            value = pool.get(meta["unit"])
+            return float(value) if value else None
+        value = devices.get((meta["node"], meta["device"]))
+        return float(value) if value else None
+
+    return capacity
+
+
+def _modelled_for_spikes(modelled: SeriesIndex, kv: KVModel) -> SeriesIndex:
+    """Without any observation, spikes are looked for in the modelled KV (a model is not evidence,
+    so this happens only then)."""
+    metric = "modelled_kv_bytes" if kv.has_bytes else "modelled_stored_tokens"
+    keep = [n for n in modelled.names() if modelled.meta(n)["metric"] == metric]
+    return SeriesIndex(
+        {n: modelled.rows(n) for n in keep},
+        {n: {k: v for k, v in modelled.meta(n).items() if k != "series"} for n in keep},
     )
 
 
@@ -156,7 +198,6 @@ def _trace_end(trace: Trace) -> dict[str, datetime]:
 
 
 def _timeline(trace: Trace, kv: KVModel) -> Timeline:
-    rate = decode_rate(summarize_requests(trace.requests), trace.samples)
     resets = trace.events.filter(pl.col("kind").is_in(RESETS)).select("node", "ts")
     max_len = trace.manifest.engine_config.get("max_model_len")
     return build_timeline(
@@ -164,49 +205,9 @@ def _timeline(trace: Trace, kv: KVModel) -> Timeline:
         kv,
         trace_end=_trace_end(trace),
         resets=resets,
-        rate=rate,
+        samples=trace.samples,
         max_model_len=int(max_len) if isinstance(max_len, int) else None,
     )
-
-
-def _spike_input(
-    memory: pl.DataFrame,
-    kv_seen: pl.DataFrame,
-    modelled: pl.DataFrame,
-    caps: pl.DataFrame,
-    kv: KVModel,
-) -> pl.DataFrame:
-    """Every memory series with its capacity: device series against the device, KV against the
-    pool. Modelled KV joins only where nothing was observed (a model is not evidence)."""
-    with_caps = (
-        memory.join(caps, on=["node", "device"], how="left")
-        .with_columns(capacity=pl.col("capacity_bytes").cast(pl.Float64))
-        .drop("capacity_bytes")
-    )
-    kv_capacity = {
-        unit: float(value) if value else None
-        for unit, value in (
-            ("bytes", kv.pool_bytes),
-            ("ratio", 1),
-            ("blocks", kv.pool_blocks),
-            ("tokens", kv.pool_tokens),
-        )
-    }
-    observed_kv_rows = kv_seen.select(SERIES_SCHEMA.names()).with_columns(
-        capacity=pl.col("unit").replace_strict(kv_capacity, default=None, return_dtype=pl.Float64)
-    )
-    frames = [with_caps, observed_kv_rows]
-    if memory.is_empty() and kv_seen.is_empty() and not modelled.is_empty():
-        metric = "modelled_kv_bytes" if kv.has_bytes else "modelled_stored_tokens"
-        frames.append(
-            modelled.filter(pl.col("metric") == metric).with_columns(
-                capacity=pl.lit(
-                    float((kv.pool_bytes if kv.has_bytes else kv.pool_tokens) or 0) or None,
-                    dtype=pl.Float64,
-                )
-            )
-        )
-    return pl.concat(frames, how="vertical")
 
 
 def _idle(engine: pl.DataFrame, breakpoints: pl.DataFrame) -> pl.DataFrame:

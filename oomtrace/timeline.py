@@ -14,11 +14,14 @@ Built from the ``requests`` table alone (lifecycle events), in bulk Polars opera
 
 Every figure read from the timeline carries its basis:
 
-* ``exact`` — bracketed by stated points of a request whose progress the source states;
-* ``modelled`` — bracketed by stated points (admission, final count) of a request without progress
+* ``exact`` - bracketed by stated points of a request whose progress the source states;
+* ``modelled`` - bracketed by stated points (admission, final count) of a request without progress
   statements: growth in between is modelled as linear;
-* ``bounded`` — after the last statement: only the contract bounds it (``low`` is what was last
+* ``bounded`` - after the last statement: only the contract bounds it (``low`` is what was last
   stated, ``high`` is ``prompt_tokens + max_tokens``); the value is the decode-rate model.
+
+Internally requests and segments carry integer ids (``rid``, ``sid``) in sorted order, so that
+per-request windows are single passes (:mod:`oomtrace.analysis.grouped`), not millions of groups.
 """
 
 from __future__ import annotations
@@ -29,11 +32,28 @@ from typing import Final, Literal
 
 import polars as pl
 
+from oomtrace.analysis import grouped as g
+from oomtrace.analysis.grouped import per_request
+from oomtrace.analysis.knots import KEYS, close_open_segments, model_knots
 from oomtrace.analysis.kvmodel import KVModel
-from oomtrace.schema import TS
+from oomtrace.analysis.rate import NS_PER_S, DecodeRate, decode_rate
+from oomtrace.schema import REQUEST_EVENTS, TS
+
+__all__ = [
+    "KEYS",
+    "NS_PER_S",
+    "RESETS",
+    "Basis",
+    "DecodeRate",
+    "Timeline",
+    "build_timeline",
+    "decode_rate",
+    "lit_ts",
+    "per_request",
+    "summarize_requests",
+]
 
 Basis = Literal["exact", "modelled", "bounded"]
-BASES: Final[tuple[Basis, ...]] = ("exact", "modelled", "bounded")
 
 _RANK: Final = {
     "arrived": 0,
@@ -51,8 +71,6 @@ INSIDE: Final = ("first_token", "progress")
 CLOSES: Final = ("preempted", "finished", "aborted")
 ENDS: Final = ("finished", "aborted", "rejected")
 RESETS: Final = ("engine_dead", "engine_start")
-KEYS: Final = ["node", "request_id", "seg"]
-NS_PER_S: Final = 1_000_000_000
 
 
 def lit_ts(value: datetime) -> pl.Expr:
@@ -62,17 +80,10 @@ def lit_ts(value: datetime) -> pl.Expr:
 
 
 @dataclass(frozen=True)
-class DecodeRate:
-    """Tokens one resident request generates per second, as observed in this trace."""
-
-    tokens_per_s: float | None
-    basis: Literal["requests", "engine_throughput", "none"]
-    statement: str
-
-
-@dataclass(frozen=True)
 class Timeline:
-    """Per-request tables (see the module docstring). ``requests`` has one row per request."""
+    """Per-request tables (see the module docstring). ``requests`` has one row per request;
+    ``segments`` one per resident interval; ``knots`` the stored-token points of each segment,
+    sorted by segment and time."""
 
     requests: pl.DataFrame
     segments: pl.DataFrame
@@ -81,88 +92,70 @@ class Timeline:
     kv: KVModel
 
 
-def summarize_requests(requests: pl.DataFrame) -> pl.DataFrame:
-    """One row per ``(node, request_id)``: times of each lifecycle step and the stated counts."""
-    ev = _sorted_events(requests)
-    ts, event = pl.col("ts"), pl.col("event")
-    return (
-        ev.group_by("node", "request_id", maintain_order=True)
-        .agg(
-            arrived_ts=ts.filter(event == "arrived").min(),
-            first_seen_ts=ts.min(),
-            admitted_ts=ts.filter(event == "admitted").min(),
-            first_token_ts=ts.filter(event == "first_token").min(),
-            end_ts=ts.filter(event.is_in(ENDS)).max(),
-            end_event=event.filter(event.is_in(ENDS)).last(),
-            prompt_tokens=pl.col("prompt_tokens").drop_nulls().first(),
-            max_tokens=pl.col("max_tokens").drop_nulls().first(),
-            cached_tokens=pl.col("cached_tokens").drop_nulls().first(),
-            output_tokens=pl.col("output_tokens").max(),
-            preemptions=(event == "preempted").sum().cast(pl.Int64),
-            progress_stated=((event == "progress") & pl.col("output_tokens").is_not_null())
-            .sum()
-            .cast(pl.Int64),
-            states_admission=(event == "admitted").any(),
-        )
-        .with_columns(contract_tokens=pl.col("prompt_tokens") + pl.col("max_tokens"))
-    )
+EVENT_TYPE: Final = pl.Enum(list(REQUEST_EVENTS))
 
 
 def _sorted_events(requests: pl.DataFrame) -> pl.DataFrame:
-    rank = pl.col("event").replace_strict(_RANK, return_dtype=pl.Int8)
-    return requests.with_columns(rank=rank).sort("node", "request_id", "ts", "rank")
-
-
-def decode_rate(summary: pl.DataFrame, samples: pl.DataFrame) -> DecodeRate:
-    """The per-request decode rate: the median over requests whose source states both the decode
-    time and the count; else engine generation throughput per running request; else unknown."""
-    start = pl.coalesce("first_token_ts", "admitted_ts")
-    generated = pl.col("output_tokens") - pl.col("first_token_ts").is_not_null().cast(pl.Int64)
-    per_request = (
-        summary.filter(
-            (pl.col("end_event") == "finished")
-            & (pl.col("output_tokens") >= 2)
-            & start.is_not_null()
+    """The lifecycle sorted by request and time, with ``rid`` (1, 2, ... per ``(node,
+    request_id)`` in key order) and the event as an enum: integer keys and compares only."""
+    return (
+        requests.select(
+            "ts",
+            "node",
+            "request_id",
+            pl.col("event").cast(EVENT_TYPE),
+            "prompt_tokens",
+            "max_tokens",
+            "output_tokens",
+            "cached_tokens",
+            rank=pl.col("event").replace_strict(_RANK, return_dtype=pl.Int8),
+            rid=pl.struct("node", "request_id").rank("dense").cast(pl.Int64),
         )
-        .with_columns(seconds=(pl.col("end_ts") - start).dt.total_nanoseconds() / NS_PER_S)
-        .filter(pl.col("seconds") > 0)
-        .select(rate=generated / pl.col("seconds"))
+        .sort("rid", "ts", "rank")
+        .with_columns(pl.col("rid").set_sorted())  # lets group_by("rid") take its sorted path
     )
-    if per_request.height >= 3:
-        rate = float(per_request["rate"].median())  # type: ignore[arg-type]
-        return DecodeRate(
-            rate,
-            "requests",
-            f"median of {per_request.height:,} finished requests: {rate:.1f} tokens/s each",
-        )
-    engine = _engine_rate(samples)
-    if engine is not None:
-        return DecodeRate(
-            engine,
-            "engine_throughput",
-            f"engine generation throughput per running request (median): {engine:.1f} tokens/s",
-        )
-    return DecodeRate(None, "none", "no decode rate: open requests stay at their last statement")
 
 
-def _engine_rate(samples: pl.DataFrame) -> float | None:
-    wide = samples.filter(
-        pl.col("metric").is_in(["generation_throughput_tokens_per_s", "requests_running"])
+def summarize_requests(requests: pl.DataFrame) -> pl.DataFrame:
+    """One row per ``(node, request_id)``: times of each lifecycle step and the stated counts
+    (the largest stated, where stated more than once); ``contract_tokens`` is ``prompt_tokens +
+    max_tokens``; ``rid`` is an internal key (row ``rid - 1``)."""
+    return _summarize(_sorted_events(requests))
+
+
+def _summarize(ev: pl.DataFrame) -> pl.DataFrame:
+    ts, event = pl.col("ts"), pl.col("event")
+    marked = ev.with_columns(
+        _arrived=pl.when(event == "arrived").then(ts),
+        _admitted=pl.when(event == "admitted").then(ts),
+        _first=pl.when(event == "first_token").then(ts),
+        _end=pl.when(event.is_in(ENDS)).then(ts),
+        _end_event=pl.when(event.is_in(ENDS)).then(event.cast(pl.String)),
+        _pre=(event == "preempted").cast(pl.Int64),
+        _tok=event.is_in(INSIDE).cast(pl.Int64),
+        _prog=((event == "progress") & pl.col("output_tokens").is_not_null()).cast(pl.Int64),
     )
-    if wide.is_empty():
-        return None
-    per_ts = (
-        wide.group_by("node", "ts", "metric")
-        .agg(pl.col("value").max())
-        .pivot(on="metric", index=["node", "ts"], values="value")
+    return (
+        marked.group_by("rid", maintain_order=True)
+        .agg(
+            pl.col("node").first(),
+            pl.col("request_id").first(),
+            arrived_ts=pl.col("_arrived").min(),
+            first_seen_ts=ts.min(),
+            admitted_ts=pl.col("_admitted").min(),
+            first_token_ts=pl.col("_first").min(),
+            end_ts=pl.col("_end").max(),
+            end_event=pl.col("_end_event").drop_nulls().last(),
+            prompt_tokens=pl.col("prompt_tokens").max(),
+            max_tokens=pl.col("max_tokens").max(),
+            cached_tokens=pl.col("cached_tokens").max(),
+            output_tokens=pl.col("output_tokens").max(),
+            preemptions=pl.col("_pre").sum(),
+            token_events=pl.col("_tok").sum(),
+            progress_stated=pl.col("_prog").sum(),
+        )
+        .with_columns(contract_tokens=pl.col("prompt_tokens") + pl.col("max_tokens"))
     )
-    if not {"generation_throughput_tokens_per_s", "requests_running"} <= set(per_ts.columns):
-        return None
-    rates = per_ts.filter(pl.col("requests_running") > 0).select(
-        pl.col("generation_throughput_tokens_per_s") / pl.col("requests_running")
-    )
-    rates = rates.filter(pl.all() > 0)
-    return None if rates.is_empty() else float(rates.to_series().median())  # type: ignore[arg-type]
 
 
 def build_timeline(
@@ -171,112 +164,128 @@ def build_timeline(
     *,
     trace_end: dict[str, datetime],
     resets: pl.DataFrame,
-    rate: DecodeRate,
+    rate: DecodeRate | None = None,
+    samples: pl.DataFrame | None = None,
     max_model_len: int | None = None,
 ) -> Timeline:
     """Segments and knots for every request (see the module docstring).
 
     ``trace_end`` maps each node to the last moment its trace covers; ``resets`` holds
-    ``node, ts`` of engine deaths and (re)starts, which end every open residency.
+    ``node, ts`` of engine deaths and (re)starts, which end every open residency. Without a
+    ``rate``, the decode rate is measured from the requests (or from ``samples``' throughput).
     """
-    summary = summarize_requests(requests)
-    ev = _classified(requests, summary)
+    events = _sorted_events(requests)
+    summary = _summarize(events)
+    if rate is None:
+        rate = decode_rate(summary, samples if samples is not None else requests.clear())
+    ev = _classified(events, summary)
+    del events  # millions of rows: let each intermediate go as soon as it is used
     segments = _segments(ev, rate)
     stated = _stated_knots(ev, segments)
-    segments = _close_open_segments(segments, stated, summary, trace_end, resets, rate)
-    knots = _model_knots(stated, segments, summary, rate, max_model_len)
+    del ev
+    segments = close_open_segments(segments, stated, summary, trace_end, resets, rate)
+    knots = model_knots(stated, segments, summary, rate, max_model_len)
     return Timeline(summary, segments, knots, rate, kv)
 
 
-def _classified(requests: pl.DataFrame, summary: pl.DataFrame) -> pl.DataFrame:
+# Residency roles of events, as small integers (compared millions of times).
+NONE, OPEN, IN, CLOSE = 0, 1, 2, 3
+
+
+def _classified(events: pl.DataFrame, summary: pl.DataFrame) -> pl.DataFrame:
     """Events with their residency role, the segment they belong to, and the stated output so
     far. A request is resident after an admission, a resume or a token; not after a close."""
-    ev = _sorted_events(requests.drop("prompt_tokens", "max_tokens", "cached_tokens")).join(
-        summary.select("node", "request_id", "prompt_tokens", "max_tokens"),
-        on=["node", "request_id"],
-        how="left",
-    )
     event = pl.col("event")
-    per_request = ["node", "request_id"]
+    admitting = events.filter(event == "admitted")["node"].unique().to_list()
+    node_states_admission = pl.col("node").is_in(admitting)
     # Where the node's source never states admissions (vLLM V1 logs "Added request" when a request
     # enters the engine, not when it is scheduled), a request with no token statement may have
     # been resident from its arrival: its arrival opens a segment, an upper bound on residency.
-    node_states_admission = (event == "admitted").any().over("node")
-    has_tokens = event.is_in(INSIDE).any().over(per_request)
-    arrival_opens = (event == "arrived") & ~node_states_admission & ~has_tokens
+    arrival_opens = (event == "arrived") & ~node_states_admission & (pl.col("token_events") == 0)
     role = (
         pl.when(event.is_in(OPENS) | arrival_opens)
-        .then(pl.lit("open"))
+        .then(pl.lit(OPEN, pl.Int8))
         .when(event.is_in(INSIDE))
-        .then(pl.lit("inside"))
+        .then(pl.lit(IN, pl.Int8))
         .when(event.is_in(CLOSES))
-        .then(pl.lit("close"))
-        .otherwise(pl.lit("none"))
+        .then(pl.lit(CLOSE, pl.Int8))
+        .otherwise(pl.lit(NONE, pl.Int8))
     )
-    ev = ev.with_columns(role=role)
     resident_after = (
-        pl.when(pl.col("role").is_in(["open", "inside"]))
+        pl.when(pl.col("role").is_in([OPEN, IN]))
         .then(pl.lit(1, pl.Int8))
-        .when(pl.col("role") == "close")
+        .when(pl.col("role") == CLOSE)
         .then(pl.lit(0, pl.Int8))
-        .otherwise(pl.lit(None, pl.Int8))
-    )
-    ev = ev.with_columns(resident_after=resident_after.forward_fill().over(per_request))
-    ev = ev.with_columns(
-        resident_before=pl.col("resident_after").shift(1).over(per_request).fill_null(0),
-        prev_ts=pl.col("ts").shift(1).over(per_request),
-        output_before=pl.col("output_tokens").forward_fill().shift(1).over(per_request),
     )
     # An abort of a request that was not resident is a waiting-queue abort when the source states
     # admissions; when it never does, the request may have been running: it closes a segment.
     waiting_abort = (event == "aborted") & node_states_admission
     begins = (pl.col("resident_before") == 0) & (
-        pl.col("role").is_in(["open", "inside"]) | ((pl.col("role") == "close") & ~waiting_abort)
+        pl.col("role").is_in([OPEN, IN]) | ((pl.col("role") == CLOSE) & ~waiting_abort)
     )
-    in_segment = pl.col("role").is_in(["open", "inside"]) | (
-        (pl.col("role") == "close") & ((pl.col("resident_before") == 1) | begins)
+    in_segment = pl.col("role").is_in([OPEN, IN]) | (
+        (pl.col("role") == CLOSE) & ((pl.col("resident_before") == 1) | begins)
     )
-    return ev.with_columns(
-        begins=begins,
-        seg=begins.cast(pl.Int32).cum_sum().over(per_request),
-        in_segment=in_segment,
-        prompt=pl.col("prompt_tokens").fill_null(0),
-    ).filter(pl.col("in_segment"))
+    return (
+        events.lazy()
+        .drop("prompt_tokens", "max_tokens", "cached_tokens")
+        .with_columns(
+            prompt_tokens=per_request(summary["prompt_tokens"]),
+            token_events=per_request(summary["token_events"]),
+        )
+        .with_columns(role=role)
+        .with_columns(resident_after=g.forward_fill(resident_after, "rid"))
+        .with_columns(
+            resident_before=g.prev(pl.col("resident_after"), "rid").fill_null(0),
+            prev_ts=g.prev(pl.col("ts"), "rid"),
+            output_before=g.prev(g.forward_fill(pl.col("output_tokens"), "rid"), "rid"),
+        )
+        .with_columns(begins=begins, in_segment=in_segment)
+        .with_columns(seg=g.cum_sum(pl.col("begins").cast(pl.Int32), "rid"))
+        .filter(pl.col("in_segment"))
+        .with_columns(
+            sid=g.group_id("rid", "seg").set_sorted(), prompt=pl.col("prompt_tokens").fill_null(0)
+        )
+        .drop("begins", "in_segment", "resident_after", "token_events")
+        .collect()
+    )
 
 
 def _segments(ev: pl.DataFrame, rate: DecodeRate) -> pl.DataFrame:
-    first = pl.col("role").first()
-    close = pl.col("role").last() == "close"
-    segments = ev.group_by(KEYS, maintain_order=True).agg(
-        first_role=first,
-        first_event=pl.col("event").first(),
+    close = pl.col("role").last() == CLOSE
+    segments = ev.group_by("sid", maintain_order=True).agg(
+        pl.col("node").first(),
+        pl.col("request_id").first(),
+        pl.col("seg").first(),
+        pl.col("rid").first(),
+        pl.col("prompt").first(),
+        pl.col("prompt_tokens").first(),
+        first_role=pl.col("role").first(),
+        first_event=pl.col("event").first().cast(pl.String),
         first_ts=pl.col("ts").first(),
         prev_ts=pl.col("prev_ts").first(),
         end_ts=pl.when(close).then(pl.col("ts").last()),
-        end_event=pl.when(close).then(pl.col("event").last()),
+        end_event=pl.when(close).then(pl.col("event").last().cast(pl.String)),
         end_output=pl.when(close).then(pl.col("output_tokens").last()),
         start_output=pl.col("output_before").first(),
     )
     # A segment that begins at its close (no admission, no token stated): it started at the
     # previous event (the arrival, an upper bound), or, with nothing before, output/rate earlier.
-    back = (
-        pl.duration(
-            nanoseconds=(pl.col("end_output") / rate.tokens_per_s * NS_PER_S).cast(pl.Int64)
-        )
-        if rate.tokens_per_s
-        else pl.duration(nanoseconds=0)
-    )
+    back = pl.duration(nanoseconds=0)
+    if rate.tokens_per_s:
+        seconds = pl.col("end_output").fill_null(0) / rate.tokens_per_s
+        back = pl.duration(nanoseconds=(seconds * NS_PER_S).cast(pl.Int64))
     start_ts = (
-        pl.when(pl.col("first_role") != "close")
+        pl.when(pl.col("first_role") != CLOSE)
         .then(pl.col("first_ts"))
         .when(pl.col("prev_ts").is_not_null())
         .then(pl.col("prev_ts"))
-        .otherwise(pl.col("first_ts") - back.fill_null(pl.duration(nanoseconds=0)))
+        .otherwise(pl.col("first_ts") - back)
     )
     start_basis = (
-        pl.when(pl.col("first_role") == "open")
+        pl.when(pl.col("first_role") == OPEN)
         .then(pl.col("first_event"))
-        .when(pl.col("first_role") == "inside")
+        .when(pl.col("first_role") == IN)
         .then(pl.lit("first_token"))
         .when(pl.col("prev_ts").is_not_null())
         .then(pl.lit("arrived"))
@@ -284,19 +293,17 @@ def _segments(ev: pl.DataFrame, rate: DecodeRate) -> pl.DataFrame:
     )
     return segments.with_columns(
         start_ts=start_ts.cast(TS), start_basis=start_basis, end_basis=pl.col("end_event")
-    ).select(*KEYS, "start_ts", "start_basis", "end_ts", "end_basis", "end_output", "start_output")
+    ).drop("first_role", "first_event", "first_ts", "prev_ts", "end_event")
 
 
 def _stated_knots(ev: pl.DataFrame, segments: pl.DataFrame) -> pl.DataFrame:
     """Knots the source states: the start (prompt plus output stated before), each token count,
-    and a close with its count."""
-    prompt = pl.col("prompt")
-    start = segments.join(
-        ev.group_by(KEYS).agg(pl.col("prompt").first(), pl.col("prompt_tokens").first()), on=KEYS
-    ).select(
-        *KEYS,
+    and a close with its count. Sorted by segment, time and order."""
+    start = segments.select(
+        "sid",
+        "rid",
         ts=pl.col("start_ts"),
-        tokens=(prompt + pl.col("start_output").fill_null(0)).cast(pl.Float64),
+        tokens=(pl.col("prompt") + pl.col("start_output").fill_null(0)).cast(pl.Float64),
         stated=pl.col("prompt_tokens").is_not_null(),
         order=pl.lit(0, pl.Int8),
     )
@@ -305,133 +312,12 @@ def _stated_knots(ev: pl.DataFrame, segments: pl.DataFrame) -> pl.DataFrame:
         .then(pl.col("output_tokens").fill_null(1))
         .otherwise(pl.col("output_tokens"))
     )
-    points = ev.filter(pl.col("role").is_in(["inside", "close"]) & counted.is_not_null()).select(
-        *KEYS,
+    points = ev.filter(pl.col("role").is_in([IN, CLOSE]) & counted.is_not_null()).select(
+        "sid",
+        "rid",
         "ts",
-        tokens=(prompt + counted).cast(pl.Float64),
-        stated=pl.lit(True),
+        tokens=(pl.col("prompt") + counted).cast(pl.Float64),
+        stated=pl.lit(value=True),
         order=pl.lit(1, pl.Int8),
     )
-    return pl.concat([start, points]).sort(*KEYS, "ts", "order")
-
-
-def _close_open_segments(
-    segments: pl.DataFrame,
-    stated: pl.DataFrame,
-    summary: pl.DataFrame,
-    trace_end: dict[str, datetime],
-    resets: pl.DataFrame,
-    rate: DecodeRate,
-) -> pl.DataFrame:
-    """End every open segment: at the next reset, when its contract would be spent at the decode
-    rate, or at the end of the trace, whichever comes first."""
-    last = stated.group_by(KEYS).agg(
-        last_ts=pl.col("ts").max(), last_tokens=pl.col("tokens").last()
-    )
-    seg = segments.join(last, on=KEYS, how="left").join(
-        summary.select("node", "request_id", "contract_tokens", "first_token_ts"),
-        on=["node", "request_id"],
-    )
-    ends = pl.DataFrame(
-        {"node": list(trace_end), "trace_end": list(trace_end.values())},
-        schema={"node": pl.String, "trace_end": TS},
-    )
-    seg = seg.join(ends, on="node", how="left")
-    reset_ts = resets.select("node", reset_ts=pl.col("ts")).sort("reset_ts")
-    seg = seg.with_columns(anchor=pl.coalesce("last_ts", "start_ts")).sort("anchor")
-    seg = seg.join_asof(
-        reset_ts,
-        left_on="anchor",
-        right_on="reset_ts",
-        by="node",
-        strategy="forward",
-        check_sortedness=False,  # both sides sorted just above; polars cannot check with `by`
-    )
-    spent = pl.lit(None, dtype=TS)
-    seg = seg.with_columns(decodes=_decodes())
-    if rate.tokens_per_s:
-        seconds = (pl.col("contract_tokens") - pl.col("last_tokens")).clip(lower_bound=0) / (
-            rate.tokens_per_s
-        )
-        spent = pl.when(pl.col("decodes")).then(
-            pl.col("anchor") + pl.duration(nanoseconds=(seconds * NS_PER_S).cast(pl.Int64))
-        )
-    # A request still open when the trace ends is resident at its last instant: it leaves one
-    # microsecond after (the finest step a Python datetime has), so that look-ups at the trace
-    # end still count it.
-    after_end = pl.col("trace_end") + pl.duration(microseconds=1)
-    candidates = pl.min_horizontal("reset_ts", spent, after_end)
-    basis = (
-        pl.when(candidates == pl.col("reset_ts"))
-        .then(pl.lit("reset"))
-        .when(candidates == spent)
-        .then(pl.lit("contract"))
-        .otherwise(pl.lit("trace_end"))
-    )
-    open_ = pl.col("end_ts").is_null()
-    return (
-        seg.with_columns(
-            end_ts=pl.when(open_).then(pl.max_horizontal(candidates, "anchor")).otherwise("end_ts"),
-            end_basis=pl.when(open_).then(basis).otherwise("end_basis"),
-        )
-        .select(*KEYS, "start_ts", "start_basis", "end_ts", "end_basis", "end_output")
-        .sort(KEYS)
-    )
-
-
-def _decodes() -> pl.Expr:
-    """A request decodes once its first token is out. Where the node states first tokens, one
-    without a first token is still in prefill and neither grows nor spends its contract; where
-    the node never states them, decoding is assumed from the start (an upper bound)."""
-    stated = pl.col("first_token_ts").is_not_null()
-    return stated | ~stated.any().over("node")
-
-
-def _model_knots(
-    stated: pl.DataFrame,
-    segments: pl.DataFrame,
-    summary: pl.DataFrame,
-    rate: DecodeRate,
-    max_model_len: int | None,
-) -> pl.DataFrame:
-    """Add model knots after the last statement of every segment whose end count is not stated:
-    growth at the decode rate, capped by the contract, up to the segment's end."""
-    tail = (
-        stated.group_by(KEYS)
-        .agg(last_ts=pl.col("ts").last(), last_tokens=pl.col("tokens").last())
-        .join(segments.select(*KEYS, "end_ts", "end_output"), on=KEYS)
-        .join(
-            summary.select("node", "request_id", "contract_tokens", "first_token_ts"),
-            on=["node", "request_id"],
-        )
-        .with_columns(decodes=_decodes())
-        .filter(pl.col("end_output").is_null())
-    )
-    cap = pl.col("contract_tokens").cast(pl.Float64)
-    if max_model_len:
-        cap = cap.fill_null(float(max_model_len))
-    # A statement above the contract wins (the contract was misread or not enforced).
-    cap = pl.when(cap.is_not_null()).then(pl.max_horizontal(cap, pl.col("last_tokens")))
-    span_s = (pl.col("end_ts") - pl.col("last_ts")).dt.total_nanoseconds() / NS_PER_S
-    if rate.tokens_per_s:
-        room = (cap - pl.col("last_tokens")).clip(lower_bound=0)
-        reach_s = pl.when(pl.col("decodes")).then(room / rate.tokens_per_s)
-        speed = pl.when(pl.col("decodes")).then(rate.tokens_per_s).otherwise(0.0)
-        grown = pl.col("last_tokens") + speed * span_s
-        end_tokens = pl.min_horizontal(grown, cap.fill_null(float("inf")))
-        cap_ts = pl.col("last_ts") + pl.duration(nanoseconds=(reach_s * NS_PER_S).cast(pl.Int64))
-        cap_knots = tail.filter((reach_s < span_s).fill_null(value=False)).select(
-            *KEYS, ts=cap_ts, tokens=cap, stated=pl.lit(False), order=pl.lit(2, pl.Int8)
-        )
-    else:
-        end_tokens = pl.col("last_tokens")
-        cap_knots = stated.clear().select(*KEYS, "ts", "tokens", "stated", "order")
-    end_knots = tail.select(
-        *KEYS,
-        ts=pl.col("end_ts"),
-        tokens=end_tokens,
-        stated=pl.lit(False),
-        order=pl.lit(3, pl.Int8),
-    )
-    frames = [stated, cap_knots.cast(stated.schema), end_knots.cast(stated.schema)]
-    return pl.concat(frames).sort(*KEYS, "ts", "order").drop("order")
+    return pl.concat([start, points]).sort("sid", "ts", "order")

@@ -11,12 +11,12 @@ import polars as pl
 from oomtrace.analysis import culprits as cul
 from oomtrace.analysis.breakdown import breakdown, foreign_processes
 from oomtrace.analysis.classify import Context, classify
-from oomtrace.analysis.findings import Incident, IncidentClass
+from oomtrace.analysis.findings import Component, Incident, IncidentClass
 from oomtrace.analysis.incidents import Anchoring
+from oomtrace.analysis.index import SeriesIndex
 from oomtrace.analysis.kvmodel import KVModel
 from oomtrace.analysis.options import AnalyzeOptions
 from oomtrace.analysis.pool import pool_at
-from oomtrace.analysis.series import SeriesIndex
 from oomtrace.analysis.window import window_segments
 from oomtrace.timeline import Timeline
 from oomtrace.trace import Trace
@@ -81,41 +81,55 @@ def _modelled_kv(prep: Prepared, node: str, ts: datetime) -> int | None:
     return int(value) if value is not None else None
 
 
-def build_incident(
-    prep: Prepared, anchor: Anchoring, options: AnalyzeOptions, number: int
-) -> Incident:
-    """Assemble one incident (``number`` 1 is the primary)."""
+@dataclass(frozen=True)
+class _Moment:
+    """Where and when an incident peaked, and the figures read there once."""
+
+    anchor: Anchoring
+    window: timedelta
+    window_start: datetime
+    device_capacity: int | None
+    peak_bytes: int | None
+    kv_spike: bool
+
+
+def _moment(prep: Prepared, anchor: Anchoring, options: AnalyzeOptions) -> _Moment:
     window = timedelta(seconds=options.window_s)
-    node, peak = anchor.node, anchor.peak_ts
-    window_start = peak - window
-    kv_spike = (
-        anchor.kind == "spike" and anchor.spike is not None and anchor.spike.metric == "kv_used"
+    spike = anchor.spike
+    return _Moment(
+        anchor=anchor,
+        window=window,
+        window_start=anchor.peak_ts - window,
+        device_capacity=_capacity(prep, anchor.node, anchor.device),
+        peak_bytes=_peak_bytes(prep, anchor, window),
+        kv_spike=anchor.kind == "spike" and spike is not None and spike.metric == "kv_used",
     )
-    device_capacity = _capacity(prep, node, anchor.device)
-    capacity = prep.kv.pool_bytes if kv_spike else device_capacity
-    peak_bytes = _peak_bytes(prep, anchor, window)
-    ranked = cul.residents(prep.timeline, node, peak, window_start)
+
+
+def _context(prep: Prepared, m: _Moment, options: AnalyzeOptions, ranked: pl.DataFrame) -> Context:
+    anchor, node = m.anchor, m.anchor.node
+    oom = anchor.event if anchor.kind == "oom" else None
     processes = foreign_processes(
         prep.memory,
         node=node,
         device=anchor.device,
-        peak_ts=peak,
-        window_start=window_start,
-        window=window,
+        peak_ts=anchor.peak_ts,
+        window_start=m.window_start,
+        window=m.window,
         engine=prep.engine_pids,
-        oom=anchor.event if anchor.kind == "oom" else None,
-        observed=peak_bytes,
+        oom=oom,
+        observed=m.peak_bytes,
     )
     on_node = pl.col("node") == node
-    context = Context(
+    return Context(
         node=node,
         device=anchor.device,
-        peak_ts=peak,
-        window_start=window_start,
-        window=window,
+        peak_ts=anchor.peak_ts,
+        window_start=m.window_start,
+        window=m.window,
         anchor=anchor.kind,
         spike=anchor.spike,
-        oom=anchor.event if anchor.kind == "oom" else None,
+        oom=oom,
         events=prep.trace.events.filter(on_node).sort("ts"),
         requests=prep.trace.requests.filter(on_node).sort("ts"),
         residents=ranked,
@@ -124,35 +138,44 @@ def build_incident(
         engine=prep.engine,
         kv=prep.kv,
         config=prep.trace.manifest.engine_config,
-        capacity=device_capacity,
+        capacity=m.device_capacity,
         options=options,
         engine_pids=prep.engine_pids,
         idle=prep.idle.filter(on_node),
-        modelled_kv_bytes=_modelled_kv(prep, node, peak),
+        modelled_kv_bytes=_modelled_kv(prep, node, anchor.peak_ts),
         processes=processes,
     )
+
+
+def _observed(m: _Moment, cls: IncidentClass, observed_kv: int | None) -> tuple[int | None, str]:
+    """What coverage is measured against: the observed KV in use for a KV exhaustion (or a KV
+    spike), else the incident's peak figure; nothing when only the model saw the peak."""
+    spike = m.anchor.spike
+    if (cls == "kv_exhaustion" or m.kv_spike) and observed_kv is not None:
+        return observed_kv, "observed KV in use"
+    if spike is not None and spike.kind == "modelled":
+        return None, "nothing observed at the peak (the spike is in the modelled KV)"
+    if m.peak_bytes is None:
+        return None, "nothing observed at the peak"
+    if m.anchor.kind == "spike" and spike is not None:
+        return m.peak_bytes, spike.series
+    return m.peak_bytes, "device memory in use"
+
+
+def build_incident(
+    prep: Prepared, anchor: Anchoring, options: AnalyzeOptions, number: int
+) -> Incident:
+    """Assemble one incident (``number`` 1 is the primary)."""
+    m = _moment(prep, anchor, options)
+    node, peak = anchor.node, anchor.peak_ts
+    ranked = cul.residents(prep.timeline, node, peak, m.window_start)
+    context = _context(prep, m, options, ranked)
     cls, reason, checks = classify(context)
-    observed_kv = _observed_kv(prep, node, peak, window)
-    if (cls == "kv_exhaustion" or kv_spike) and observed_kv is not None:
-        observed, basis = observed_kv, "observed KV in use"
-    elif anchor.spike is not None and anchor.spike.kind == "modelled":
-        observed, basis = None, "nothing observed at the peak (the spike is in the modelled KV)"
-    elif peak_bytes is not None:
-        observed = peak_bytes
-        basis = (
-            anchor.spike.series
-            if anchor.kind == "spike" and anchor.spike
-            else "device memory in use"
-        )
-    else:
-        observed, basis = None, "nothing observed at the peak"
+    observed_kv = _observed_kv(prep, node, peak, m.window)
+    observed, basis = _observed(m, cls, observed_kv)
     shares = cul.with_shares(ranked, observed)
     explained = shares.explained_bytes
-    coverage = (
-        min(explained / observed, 1.0)
-        if observed and explained is not None
-        else (0.0 if observed else None)
-    )
+    coverage = min((explained or 0) / observed, 1.0) if observed else None
     chosen = (
         ()
         if cls in NOT_REQUESTS
@@ -160,25 +183,12 @@ def build_incident(
             shares,
             transient=cls == "transient_peak",
             peak_ts=peak,
-            window_start=window_start,
+            window_start=m.window_start,
             top=options.top_culprits,
             basis_label=basis,
         )
     )
-    waiting = prep.engine.value_at(prep.engine.find("requests_waiting", node), peak, window)
-    foreign = sum(p.bytes for p in processes)
-    parts = breakdown(
-        prep.memory,
-        node=node,
-        device=anchor.device,
-        peak_ts=peak,
-        window=window,
-        observed=peak_bytes if _device_anchor(anchor) else None,
-        explained=explained,
-        pool_bytes=prep.kv.pool_bytes,
-        weights=_int(prep.trace.manifest.engine_config.get("model_weights_bytes")),
-        foreign=foreign,
-    )
+    waiting = prep.engine.value_at(prep.engine.find("requests_waiting", node), peak, m.window)
     return Incident(
         id=f"I{number}",
         primary=number == 1,
@@ -188,19 +198,19 @@ def build_incident(
         anchor_series=anchor.series,
         node=node,
         device=anchor.device,
-        start=anchor.start(window),
+        start=anchor.start(m.window),
         peak_ts=peak,
-        window_start=window_start,
-        peak_bytes=peak_bytes,
-        capacity_bytes=capacity,
+        window_start=m.window_start,
+        peak_bytes=m.peak_bytes,
+        capacity_bytes=prep.kv.pool_bytes if m.kv_spike else m.device_capacity,
         coverage=coverage,
         coverage_basis=basis,
         observed_bytes=observed,
         explained_bytes=explained,
         unexplained_bytes=max(observed - (explained or 0), 0) if observed is not None else None,
-        breakdown=parts,
+        breakdown=_breakdown(prep, m, explained, context),
         culprits=chosen,
-        processes=tuple(processes),
+        processes=tuple(context.processes),
         checks=checks,
         ledger=cul.ledger(
             shares,
@@ -211,7 +221,24 @@ def build_incident(
             waiting_requests=round(waiting) if waiting is not None else None,
         ),
         spikes=tuple(anchor.spikes),
-        window_segments=_swimlanes(prep.timeline, node, window_start, peak, chosen),
+        window_segments=_swimlanes(prep.timeline, node, m.window_start, peak, chosen),
+    )
+
+
+def _breakdown(
+    prep: Prepared, m: _Moment, explained: int | None, context: Context
+) -> tuple[Component, ...]:
+    return breakdown(
+        prep.memory,
+        node=m.anchor.node,
+        device=m.anchor.device,
+        peak_ts=m.anchor.peak_ts,
+        window=m.window,
+        observed=m.peak_bytes if _device_anchor(m.anchor) else None,
+        explained=explained,
+        pool_bytes=prep.kv.pool_bytes,
+        weights=_int(prep.trace.manifest.engine_config.get("model_weights_bytes")),
+        foreign=sum(p.bytes for p in context.processes),
     )
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import polars as pl
 
 from oomtrace.analysis.findings import Component, ProcessUse
-from oomtrace.analysis.series import SeriesIndex
+from oomtrace.analysis.index import SeriesIndex
 from oomtrace.trace import Manifest
 
 

@@ -31,9 +31,9 @@ import polars as pl
 
 from oomtrace.analysis import evidence as ev
 from oomtrace.analysis.findings import ClassCheck, Evidence, IncidentClass, ProcessUse
+from oomtrace.analysis.index import SeriesIndex
 from oomtrace.analysis.kvmodel import KVModel
 from oomtrace.analysis.options import AnalyzeOptions
-from oomtrace.analysis.series import SeriesIndex
 from oomtrace.analysis.spikes import Spike
 from oomtrace.timeline import lit_ts
 from oomtrace.units import format_bytes

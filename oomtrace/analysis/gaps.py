@@ -14,7 +14,6 @@ import polars as pl
 
 from oomtrace.analysis.findings import Gap
 from oomtrace.analysis.kvmodel import KVModel
-from oomtrace.analysis.series import label
 from oomtrace.timeline import DecodeRate, Timeline
 from oomtrace.trace import Trace
 
@@ -81,9 +80,7 @@ def table_gaps(trace: Trace, kv: KVModel) -> list[Gap]:
 def hole_gaps(holes: pl.DataFrame) -> list[Gap]:
     if holes.is_empty():
         return []
-    named = holes.with_columns(series=label(pl.col("metric"))).sort(
-        "seconds", "start", "series", descending=[True, False, False]
-    )
+    named = holes.sort("seconds", "start", "series", descending=[True, False, False])
     out = [
         Gap(
             "hole",

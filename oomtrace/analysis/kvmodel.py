@@ -14,10 +14,12 @@ Bytes per block come from one of two places, and the findings say which:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import polars as pl
 
+from oomtrace.budget import kv_spec, load_architecture
 from oomtrace.trace import Manifest
 from oomtrace.units import GiB, format_bytes
 
@@ -111,6 +113,37 @@ def _sample_max(samples: pl.DataFrame, metric: str) -> int | None:
     return None if values.is_empty() else int(values.max())  # type: ignore[arg-type]
 
 
+@dataclass(frozen=True)
+class _Pool:
+    """What the trace says about the pool, before any bytes model."""
+
+    block_size: int
+    block_size_stated: bool
+    blocks: int | None
+    tokens: int | None
+    available: int | None
+    notes: tuple[str, ...]
+
+
+def _pool(manifest: Manifest, samples: pl.DataFrame) -> _Pool:
+    config = manifest.engine_config
+    stated_block = _int(config, "block_size")
+    engine = str(manifest.engine.get("name", "")).lower()
+    block_size = stated_block or (1 if engine == "sglang" else DEFAULT_BLOCK_SIZE)
+    notes = []
+    if stated_block is None:
+        why = "SGLang pages one token" if engine == "sglang" else "the vLLM default"
+        notes.append(f"block size not stated; assumed {block_size} ({why})")
+    blocks = _int(config, "num_gpu_blocks") or _sample_max(samples, "kv_blocks_total")
+    tokens = _int(config, "kv_cache_tokens") or _sample_max(samples, "kv_tokens_total")
+    if blocks is None and tokens is not None:
+        blocks = tokens // block_size
+    if tokens is None and blocks is not None:
+        tokens = blocks * block_size
+    available = _int(config, "available_kv_cache_bytes")
+    return _Pool(block_size, stated_block is not None, blocks, tokens, available, tuple(notes))
+
+
 def kv_model(
     manifest: Manifest,
     samples: pl.DataFrame,
@@ -120,105 +153,95 @@ def kv_model(
 ) -> KVModel:
     """The KV model of a trace: the architecture's ``spec`` when given, else the engine's
     statements, else no bytes at all (tokens and blocks only), each with its explanation."""
-    config = manifest.engine_config
-    notes: list[str] = []
-    stated_block = _int(config, "block_size")
-    engine = str(manifest.engine.get("name", "")).lower()
-    block_size = stated_block or (1 if engine == "sglang" else DEFAULT_BLOCK_SIZE)
-    if stated_block is None:
-        notes.append(
-            f"block size not stated; assumed {block_size} "
-            f"({'SGLang pages one token' if engine == 'sglang' else 'the vLLM default'})"
-        )
-    pool_blocks = _int(config, "num_gpu_blocks") or _sample_max(samples, "kv_blocks_total")
-    pool_tokens = _int(config, "kv_cache_tokens") or _sample_max(samples, "kv_tokens_total")
-    if pool_blocks is None and pool_tokens is not None:
-        pool_blocks = pool_tokens // block_size
-    if pool_tokens is None and pool_blocks is not None:
-        pool_tokens = pool_blocks * block_size
-    available = _int(config, "available_kv_cache_bytes")
-    engine_model = _engine_block_bytes(config, available, block_size, pool_blocks, pool_tokens)
-
+    pool = _pool(manifest, samples)
+    engine_model = _engine_block_bytes(manifest.engine_config, pool)
     if spec is not None:
-        per_token = getattr(spec, "kv_bytes_per_token", None)
-        bytes_per_token = float(per_token) if isinstance(per_token, int | float) else None
-        pool_bytes = available or (
-            round(pool_tokens * bytes_per_token) if pool_tokens and bytes_per_token else None
-        )
-        statement = f"bytes per token from the model {spec_label}"
-        if bytes_per_token is not None:
-            statement += f": {format_bytes(round(bytes_per_token))} per token"
-        if engine_model is not None and bytes_per_token:
-            engine_bpt = engine_model[0] / block_size
-            drift = engine_bpt / bytes_per_token - 1
-            notes.append(
-                f"the engine's statements imply {format_bytes(round(engine_bpt))} per token "
-                f"({drift:+.1%} against the {spec_label})"
-            )
-        return KVModel(
-            "architecture",
-            block_size,
-            stated_block is not None,
-            spec,
-            bytes_per_token,
-            round(bytes_per_token * block_size) if bytes_per_token else None,
-            pool_blocks,
-            pool_tokens,
-            pool_bytes,
-            statement,
-            tuple(notes),
-        )
+        return _architecture_model(pool, spec, spec_label, engine_model)
     if engine_model is None:
-        notes.append(
+        note = (
             "no bytes per token: pass --config with the model's config.json, or give a trace "
             "whose engine log states the available KV cache memory and its blocks or tokens"
         )
         return KVModel(
             "none",
-            block_size,
-            stated_block is not None,
+            pool.block_size,
+            pool.block_size_stated,
             None,
             None,
             None,
-            pool_blocks,
-            pool_tokens,
+            pool.blocks,
+            pool.tokens,
             None,
             "no KV bytes model: figures are in tokens and blocks only",
-            tuple(notes),
+            (*pool.notes, note),
         )
     per_block, basis, statement = engine_model
-    if available is not None and available < 100 * GiB:
-        notes.append(
-            "the engine prints the available KV memory rounded to 0.01 GiB: bytes per block are "
-            f"within ±{_PRINTED_GIB_ERROR / available:.2%}"
+    notes = pool.notes
+    if pool.available is not None:
+        rounding = (
+            "engines print the available KV memory rounded (vLLM and SGLang to 0.01 GiB): bytes "
+            f"per block are within about ±{_PRINTED_GIB_ERROR / pool.available:.2%}"
         )
+        notes += (rounding,)
     return KVModel(
         basis,
-        block_size,
-        stated_block is not None,
+        pool.block_size,
+        pool.block_size_stated,
         BlockBytes(per_block),
-        per_block / block_size,
+        per_block / pool.block_size,
         per_block,
-        pool_blocks,
-        pool_tokens,
-        pool_blocks * per_block if pool_blocks else available,
+        pool.blocks,
+        pool.tokens,
+        pool.blocks * per_block if pool.blocks else pool.available,
         statement,
-        tuple(notes),
+        notes,
     )
 
 
-def _engine_block_bytes(
-    config: dict[str, Any],
-    available: int | None,
-    block_size: int,
-    pool_blocks: int | None,
-    pool_tokens: int | None,
-) -> tuple[int, KVBasis, str] | None:
+def _architecture_model(
+    pool: _Pool,
+    spec: SequenceBytes,
+    label: str,
+    engine_model: tuple[int, KVBasis, str] | None,
+) -> KVModel:
+    per_token = getattr(spec, "kv_bytes_per_token", None)
+    bytes_per_token = float(per_token) if isinstance(per_token, int | float) else None
+    pool_bytes = pool.available or (
+        round(pool.tokens * bytes_per_token) if pool.tokens and bytes_per_token else None
+    )
+    statement = f"bytes per token from the model {label}"
+    notes = pool.notes
+    if bytes_per_token is not None:
+        statement += f": {format_bytes(round(bytes_per_token))} per token"
+    if engine_model is not None and bytes_per_token:
+        engine_bpt = engine_model[0] / pool.block_size
+        drift = engine_bpt / bytes_per_token - 1
+        implied = (
+            f"the engine's statements imply {format_bytes(round(engine_bpt))} per token "
+            f"({drift:+.1%} against the {label})"
+        )
+        notes += (implied,)
+    return KVModel(
+        "architecture",
+        pool.block_size,
+        pool.block_size_stated,
+        spec,
+        bytes_per_token,
+        round(bytes_per_token * pool.block_size) if bytes_per_token else None,
+        pool.blocks,
+        pool.tokens,
+        pool_bytes,
+        statement,
+        notes,
+    )
+
+
+def _engine_block_bytes(config: dict[str, Any], pool: _Pool) -> tuple[int, KVBasis, str] | None:
+    available, block_size = pool.available, pool.block_size
     if available is None:
         return None
-    stated_blocks = _int(config, "num_gpu_blocks")
     stated_tokens = _int(config, "kv_cache_tokens")
-    blocks = stated_blocks or (pool_blocks if not stated_tokens else None)
+    blocks = _int(config, "num_gpu_blocks") or (pool.blocks if not stated_tokens else None)
     if blocks:
         per_block = round(available / blocks)
         text = (
@@ -226,11 +249,31 @@ def _engine_block_bytes(
             f"blocks = {format_bytes(per_block)} per block of {block_size} tokens"
         )
         return per_block, "engine_blocks", text
-    if pool_tokens:
-        per_block = round(available * block_size / pool_tokens)
+    if pool.tokens:
+        per_block = round(available * block_size / pool.tokens)
         text = (
-            f"engine statements: available KV cache {format_bytes(available)} ÷ {pool_tokens:,} "
-            f"tokens x {block_size} = {format_bytes(per_block)} per block of {block_size} tokens"
+            f"engine statements: available KV cache {format_bytes(available)} ÷ "
+            f"{pool.tokens:,} tokens x {block_size} = {format_bytes(per_block)} per block of "
+            f"{block_size} tokens"
         )
         return per_block, "engine_tokens", text
     return None
+
+
+def architecture_spec(
+    config: Path,
+    manifest: Manifest,
+    *,
+    kv_cache_dtype: str = "auto",
+    tensor_parallel: int | None = None,
+) -> tuple[SequenceBytes, str]:
+    """The KV rule of the model in ``config`` (a ``config.json`` or its directory), per GPU, and
+    a label saying where it came from. The tensor-parallel size defaults to the one the trace's
+    engine stated (else 1). Raises :class:`~oomtrace.errors.ConfigError` for a config the budget
+    module cannot read."""
+    stated = manifest.engine_config.get("tensor_parallel_size")
+    tp = tensor_parallel or (stated if isinstance(stated, int) and stated > 0 else 1)
+    arch = load_architecture(config)
+    spec = kv_spec(arch, kv_cache_dtype=kv_cache_dtype, tensor_parallel=tp)
+    label = f"architecture ({arch.name}, KV {spec.kv_dtype}, tensor parallel {tp})"
+    return spec, label

@@ -47,7 +47,9 @@ class AnalyzeOptions:
     min_rise_fraction: float = 0.05
     # A KV pool at or above this share of its blocks is full (vLLM preempts near 100 %).
     kv_full_ratio: float = 0.95
-    # Points per series kept in the JSON document (min and max per bucket, peaks survive).
+    # Series in the findings: full resolution inside incident windows, elsewhere the minimum and
+    # maximum of each of this many time buckets (peaks survive). The JSON document keeps fewer.
+    series_buckets: int = 5000
     json_series_buckets: int = 1000
 
     def __post_init__(self) -> None:

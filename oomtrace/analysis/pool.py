@@ -6,9 +6,10 @@ level changes by a jump (``Δlevel``) and its slope by ``Δslope``; after cumula
 the last knot at or before ``t``. Evaluating at N sample times is one as-of join: the cost grows
 with knots plus samples, never with their product.
 
-Quantities swept: resident requests, stored tokens, KV blocks and bytes (blocks and bytes are
-whole-block figures at each knot, linear in between), and the contract bytes (every resident
-request at ``prompt_tokens + max_tokens``: what a reserve-the-whole-contract policy would hold).
+Quantities swept: resident requests, stored tokens, KV bytes (whole blocks at each knot, linear in
+between; without a bytes model, KV blocks instead), and the contract bytes (every resident request
+at ``prompt_tokens + max_tokens``: what a reserve-the-whole-contract policy would hold). With
+uniform blocks, KV blocks are KV bytes over bytes per block.
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ from typing import Final
 
 import polars as pl
 
+from oomtrace.analysis import grouped as g
+from oomtrace.analysis.grouped import per_request
 from oomtrace.schema import TS
-from oomtrace.timeline import KEYS, NS_PER_S, Timeline
+from oomtrace.timeline import NS_PER_S, Timeline
 
-QUANTITIES: Final = ("tokens", "blocks", "bytes")
+QUANTITIES: Final = ("tokens", "bytes")  # "blocks" instead of "bytes" without a bytes model
 POOL_COLUMNS: Final = (
     "resident_requests",
     "stored_tokens",
@@ -40,60 +43,57 @@ def _reference(timeline: Timeline) -> datetime:
     return first if isinstance(first, datetime) else datetime(2000, 1, 1, tzinfo=None)
 
 
+def _quantities(timeline: Timeline) -> tuple[str, str]:
+    return ("tokens", "bytes") if timeline.kv.has_bytes else ("tokens", "blocks")
+
+
 def knot_deltas(timeline: Timeline) -> pl.DataFrame:
-    """Per knot: the jumps of level and slope of each quantity, and of the resident count."""
+    """Per knot: the jumps of level and slope of each quantity, and of the resident count.
+    Knots are sorted by segment (``sid``) and time; each segment's first knot adds it, its last
+    removes it."""
     kv = timeline.kv
     t0 = _reference(timeline)
-    knots = timeline.knots.with_columns(
+    second = kv.bytes_expr if kv.has_bytes else kv.blocks_expr
+    quantities = _quantities(timeline)
+    knots = timeline.knots.select(
+        "sid",
+        "rid",
+        "node",
+        "ts",
         t=_seconds(pl.col("ts"), t0),
-        blocks=kv.blocks_expr(pl.col("tokens")).cast(pl.Float64),
-        bytes=kv.bytes_expr(pl.col("tokens")).cast(pl.Float64),
+        tokens=pl.col("tokens").fill_null(0.0),
+        **{quantities[1]: second(pl.col("tokens")).cast(pl.Float64).fill_null(0.0)},
     )
-    first = pl.col("t").cum_count().over(KEYS) == 1
-    last = pl.col("t").shift(-1).over(KEYS).is_null()
-    dt_next = pl.col("t").shift(-1).over(KEYS) - pl.col("t")
-    dt_prev = pl.col("t") - pl.col("t").shift(1).over(KEYS)
-    deltas: list[pl.Expr] = []
-    for q in QUANTITIES:
-        value = pl.col(q).fill_null(0.0)
-        slope = (
+    first, last = g.is_first("sid"), g.is_last("sid")
+    dt_next = g.following(pl.col("t"), "sid") - pl.col("t")
+    dt_prev = pl.col("t") - g.prev(pl.col("t"), "sid")
+    knots = knots.with_columns(
+        (
             pl.when(last | (dt_next <= 0))
             .then(0.0)
-            .otherwise((value.shift(-1).over(KEYS) - value) / dt_next)
-        )
-        deltas.append(slope.alias(f"s_{q}"))
-    knots = knots.with_columns(deltas)
+            .otherwise((g.following(pl.col(q), "sid") - pl.col(q)) / dt_next)
+        ).alias(f"s_{q}")
+        for q in quantities
+    )
     out: list[pl.Expr] = []
-    for q in QUANTITIES:
-        value, slope = pl.col(q).fill_null(0.0), pl.col(f"s_{q}")
-        prev_slope = slope.shift(1).over(KEYS)
-        carried = (
-            pl.when(first).then(0.0).otherwise(value.shift(1).over(KEYS) + prev_slope * dt_prev)
-        )
+    for q in quantities:
+        value, slope = pl.col(q), pl.col(f"s_{q}")
+        prev_slope = g.prev(slope, "sid")
+        carried = pl.when(first).then(0.0).otherwise(g.prev(value, "sid") + prev_slope * dt_prev)
         target = pl.when(last).then(0.0).otherwise(value)
         d_slope = pl.when(first).then(slope).otherwise(slope - prev_slope)
         out += [(target - carried).alias(f"dl_{q}"), d_slope.alias(f"ds_{q}")]
-    contract = (
-        timeline.requests.select(
-            "node",
-            "request_id",
-            contract=kv.bytes_expr(pl.col("contract_tokens")).cast(pl.Float64).fill_null(0.0),
-        )
-        if kv.has_bytes
-        else timeline.requests.select("node", "request_id", contract=pl.lit(0.0))
-    )
+    contract = timeline.requests.select(
+        kv.bytes_expr(pl.col("contract_tokens")).cast(pl.Float64).fill_null(0.0)
+    ).to_series()
     step = first.cast(pl.Float64) - last.cast(pl.Float64)
-    return (
-        knots.with_columns(out)
-        .join(contract, on=["node", "request_id"], how="left")
-        .select(
-            "node",
-            "ts",
-            "t",
-            *[c for q in QUANTITIES for c in (f"dl_{q}", f"ds_{q}")],
-            d_resident=step,
-            d_contract=step * pl.col("contract").fill_null(0.0),
-        )
+    return knots.with_columns(*out, d_resident=step).select(
+        "node",
+        "ts",
+        "t",
+        *[c for q in quantities for c in (f"dl_{q}", f"ds_{q}")],
+        "d_resident",
+        d_contract=pl.col("d_resident") * per_request(contract),
     )
 
 
@@ -101,38 +101,51 @@ def pool_breakpoints(timeline: Timeline) -> pl.DataFrame:
     """Cumulative sums per node at every distinct knot time: the pool's state after each change.
 
     Columns ``node, ts, t`` and, per quantity, ``L_q, S_q, C_q`` (see the module docstring), plus
-    ``resident_requests`` and ``contract_bytes`` (step functions), and the evaluated pool columns
-    at the breakpoint itself (:data:`POOL_COLUMNS`).
+    ``R`` (resident requests) and ``K`` (contract bytes), and the evaluated pool columns at the
+    breakpoint itself (:data:`POOL_COLUMNS`).
     """
     deltas = knot_deltas(timeline)
-    sums = [pl.col(c).sum() for c in deltas.columns if c.startswith(("dl_", "ds_", "d_"))]
-    per_ts = deltas.group_by("node", "ts").agg(pl.col("t").first(), *sums).sort("node", "ts")
-    cumulative: list[pl.Expr] = []
-    for q in QUANTITIES:
+    frames = []
+    for node in sorted(deltas["node"].unique().to_list()):
+        mine = deltas.filter(pl.col("node") == node).sort("ts")
+        cumulative: list[pl.Expr] = []
+        for q in _quantities(timeline):
+            cumulative += [
+                pl.col(f"dl_{q}").cum_sum().alias(f"L_{q}"),
+                pl.col(f"ds_{q}").cum_sum().alias(f"S_{q}"),
+                (pl.col(f"ds_{q}") * pl.col("t")).cum_sum().alias(f"C_{q}"),
+            ]
         cumulative += [
-            pl.col(f"dl_{q}").cum_sum().over("node").alias(f"L_{q}"),
-            pl.col(f"ds_{q}").cum_sum().over("node").alias(f"S_{q}"),
-            (pl.col(f"ds_{q}") * pl.col("t")).cum_sum().over("node").alias(f"C_{q}"),
+            pl.col("d_resident").cum_sum().alias("R"),
+            pl.col("d_contract").cum_sum().alias("K"),
         ]
-    cumulative += [
-        pl.col("d_resident").cum_sum().over("node").alias("R"),
-        pl.col("d_contract").cum_sum().over("node").alias("K"),
-    ]
-    state = per_ts.select("node", "ts", "t", *cumulative)
-    return state.with_columns(_evaluate(pl.col("t"), has_bytes=timeline.kv.has_bytes))
+        # Several knots at one instant: the state after the last of them is the state then.
+        state = mine.select("node", "ts", "t", *cumulative).filter(
+            pl.col("ts").ne_missing(pl.col("ts").shift(-1))
+        )
+        frames.append(state)
+    del deltas
+    state = pl.concat(frames)
+    return state.with_columns(
+        _evaluate(pl.col("t"), state.columns, timeline.kv.bytes_per_block)
+    ).with_columns(bytes_per_block=pl.lit(timeline.kv.bytes_per_block, dtype=pl.Int64))
 
 
-def _evaluate(t: pl.Expr, *, has_bytes: bool) -> list[pl.Expr]:
+def _evaluate(t: pl.Expr, columns: list[str], per_block: int | None) -> list[pl.Expr]:
     def at(q: str) -> pl.Expr:
         value = pl.col(f"L_{q}") + pl.col(f"S_{q}") * t - pl.col(f"C_{q}")
         return value.clip(lower_bound=0.0).round(0).cast(pl.Int64)
 
-    kv_bytes = at("bytes") if has_bytes else pl.lit(None, dtype=pl.Int64)
-    contract = pl.col("K").round(0).cast(pl.Int64) if has_bytes else pl.lit(None, dtype=pl.Int64)
+    none = pl.lit(None, dtype=pl.Int64)
+    if "L_bytes" in columns:
+        kv_bytes, contract = at("bytes"), pl.col("K").round(0).cast(pl.Int64)
+        blocks = (kv_bytes / per_block).round(0).cast(pl.Int64) if per_block else none
+    else:
+        kv_bytes, contract, blocks = none, none, at("blocks")
     return [
         pl.col("R").round(0).cast(pl.Int64).alias("resident_requests"),
         at("tokens").alias("stored_tokens"),
-        at("blocks").alias("kv_blocks"),
+        blocks.alias("kv_blocks"),
         kv_bytes.alias("kv_bytes"),
         contract.alias("contract_bytes"),
     ]
@@ -140,40 +153,39 @@ def _evaluate(t: pl.Expr, *, has_bytes: bool) -> list[pl.Expr]:
 
 def pool_at(breakpoints: pl.DataFrame, at: pl.DataFrame, *, has_bytes: bool) -> pl.DataFrame:
     """The pool at arbitrary times: ``at`` (columns ``node, ts``, any order) gains
-    :data:`POOL_COLUMNS` by one as-of join on the breakpoints; zero before the first knot."""
+    :data:`POOL_COLUMNS` by one as-of join per node on the breakpoints; zero before the first
+    knot. Rows keep their order."""
     if breakpoints.is_empty():
         return at.with_columns(
             *[pl.lit(0, dtype=pl.Int64).alias(c) for c in POOL_COLUMNS[:3]],
             *[pl.lit(0 if has_bytes else None, dtype=pl.Int64).alias(c) for c in POOL_COLUMNS[3:]],
         )
+    sums = [c for c in breakpoints.columns if c[:2] in ("L_", "S_", "C_") or c in ("R", "K")]
+    per_block = breakpoints["bytes_per_block"][0] if "bytes_per_block" in breakpoints else None
     state = breakpoints.select(
-        "node",
-        pl.col("ts").alias("_bp_ts"),
-        pl.col("t").alias("_bp_t"),
-        *[c for c in breakpoints.columns if c[:2] in ("L_", "S_", "C_") or c in ("R", "K")],
+        "node", pl.col("ts").alias("_bp_ts"), pl.col("t").alias("_bp_t"), *sums
     )
-    joined = (
-        at.with_row_index("_order")
-        .with_columns(pl.col("ts").cast(TS))
-        .sort("ts")
-        .join_asof(
-            state.sort("_bp_ts"),
-            left_on="ts",
+    frame = at.with_row_index("_order").with_columns(_ts=pl.col("ts").cast(TS))
+    nodes = frame["node"].unique(maintain_order=True).to_list()
+    parts, reorder = [], len(nodes) > 1
+    for node in nodes:
+        mine = frame.filter(pl.col("node") == node) if len(nodes) > 1 else frame
+        if not mine["_ts"].is_sorted():
+            mine, reorder = mine.sort("_ts"), True
+        joined = mine.join_asof(
+            state.filter(pl.col("node") == node).drop("node"),
+            left_on="_ts",
             right_on="_bp_ts",
-            by="node",
             strategy="backward",
-            check_sortedness=False,  # both sides sorted here; polars cannot check with `by`
         )
-    )
-    t = pl.col("_bp_t") + (pl.col("ts") - pl.col("_bp_ts")).dt.total_nanoseconds() / NS_PER_S
-    filled = [pl.col(c).fill_null(0.0) for c in state.columns if c[:2] in ("L_", "S_", "C_")]
-    values = joined.with_columns(*filled, pl.col("R").fill_null(0.0), pl.col("K").fill_null(0.0))
-    values = values.with_columns(_evaluate(t.fill_null(0.0), has_bytes=has_bytes))
-    return (
-        values.sort("_order")
-        .select(*at.columns, *POOL_COLUMNS)
-        .with_columns(pl.col("ts").cast(at.schema["ts"]))
-    )
+        elapsed = (pl.col("_ts") - pl.col("_bp_ts")).dt.total_nanoseconds() / NS_PER_S
+        t = (pl.col("_bp_t") + elapsed).fill_null(0.0)
+        joined = joined.with_columns(pl.col(c).fill_null(0.0) for c in sums)
+        parts.append(joined.with_columns(_evaluate(t, sums, per_block)))
+    out = pl.concat(parts)
+    if reorder:
+        out = out.sort("_order")
+    return out.select(*at.columns, *POOL_COLUMNS)
 
 
 def pool_series(timeline: Timeline) -> pl.DataFrame:

@@ -16,9 +16,10 @@ from datetime import timedelta
 import polars as pl
 
 from oomtrace.analysis.findings import Reconciliation
+from oomtrace.analysis.index import SeriesIndex
 from oomtrace.analysis.kvmodel import KVModel
 from oomtrace.analysis.pool import POOL_COLUMNS, pool_at
-from oomtrace.analysis.series import SERIES_SCHEMA, SeriesIndex
+from oomtrace.analysis.series import SERIES_SCHEMA
 from oomtrace.units import format_bytes
 
 TOLERANCE = timedelta(seconds=5)
@@ -102,7 +103,7 @@ def _pair(index: SeriesIndex, a_metric: str, b_metric: str) -> list[tuple[str, s
         b_rows = index.rows(b).select(pl.col("ts").alias("b_ts"), b="value")
         joined = (
             index.rows(a)
-            .select("node", "device", "ts", a="value")
+            .select("ts", a="value")
             .join_asof(
                 b_rows,
                 left_on="ts",
@@ -116,94 +117,88 @@ def _pair(index: SeriesIndex, a_metric: str, b_metric: str) -> list[tuple[str, s
     return out
 
 
-def memory_reconciliations(
-    index: SeriesIndex,
-) -> tuple[list[Reconciliation], pl.DataFrame]:
+SPECS = (
+    (
+        "device_vs_reserved",
+        "device_used_bytes",
+        "torch_reserved_bytes",
+        "non_pytorch_bytes",
+        (
+            "memory outside PyTorch's cache: CUDA context, NCCL buffers, CUDA graphs, or "
+            "another process on the device"
+        ),
+    ),
+    (
+        "reserved_vs_allocated",
+        "torch_reserved_bytes",
+        "torch_allocated_bytes",
+        "allocator_slack_bytes",
+        (
+            "held by the caching allocator but not by live tensors (reserved is not "
+            "occupied); large slack at an OOM means fragmentation"
+        ),
+    ),
+)
+
+
+def memory_reconciliations(index: SeriesIndex) -> tuple[list[Reconciliation], SeriesIndex]:
     """Device against reserved, reserved against allocated, per device; and the gap series."""
     results: list[Reconciliation] = []
-    series: list[pl.DataFrame] = []
-    specs = [
-        (
-            "device_vs_reserved",
-            "device_used_bytes",
-            "torch_reserved_bytes",
-            "non_pytorch_bytes",
-            (
-                "memory outside PyTorch's cache: CUDA context, NCCL buffers, CUDA graphs, or "
-                "another process on the device"
-            ),
-        ),
-        (
-            "reserved_vs_allocated",
-            "torch_reserved_bytes",
-            "torch_allocated_bytes",
-            "allocator_slack_bytes",
-            (
-                "held by the caching allocator but not by live tensors (reserved is not "
-                "occupied); large slack at an OOM means fragmentation"
-            ),
-        ),
-    ]
-    for name, a_metric, b_metric, gap_metric, meaning in specs:
+    parts: dict[str, pl.DataFrame] = {}
+    meta: dict[str, dict[str, object]] = {}
+    for name, a_metric, b_metric, gap_metric, meaning in SPECS:
         for a, b, joined in _pair(index, a_metric, b_metric):
-            gaps = joined.with_columns(gap=pl.col("a") - pl.col("b"))
+            gaps = joined.select("ts", gap=pl.col("a") - pl.col("b"))
             points, median, worst, worst_ts = _stats(gaps)
-            text = meaning
-            if worst is not None:
-                text = f"up to {format_bytes(round(worst))}: {meaning}"
+            text = meaning if worst is None else f"up to {format_bytes(round(worst))}: {meaning}"
             results.append(
                 Reconciliation(name, a, b, "bytes", points, median, worst, worst_ts, text)  # type: ignore[arg-type]
             )
-            series.append(
-                gaps.select(
-                    series=pl.lit(f"{gap_metric} gpu") + pl.col("device").cast(pl.String),
-                    kind=pl.lit("derived"),
-                    node="node",
-                    source=pl.lit("oomtrace"),
-                    device="device",
-                    pid=pl.lit(None, pl.Int64),
-                    metric=pl.lit(gap_metric),
-                    unit=pl.lit("bytes"),
-                    ts="ts",
-                    value="gap",
-                )
-            )
-    frame = pl.concat(series) if series else pl.DataFrame(schema=SERIES_SCHEMA)
-    return results, frame
+            where = index.meta(a)
+            label = f"{gap_metric} gpu{where['device']} ({where['node']})"
+            parts[label] = gaps.select("ts", value="gap")
+            meta[label] = {
+                "kind": "derived",
+                "node": where["node"],
+                "source": "oomtrace",
+                "device": where["device"],
+                "pid": None,
+                "metric": gap_metric,
+                "unit": "bytes",
+            }
+    return results, SeriesIndex(parts, meta)
 
 
-def modelled_series(breakpoints: pl.DataFrame, has_bytes: bool) -> pl.DataFrame:
-    """The sweep's pool series in the long series form (one point per breakpoint)."""
+POOL_SERIES = {
+    "resident_requests": ("modelled resident requests", "count"),
+    "stored_tokens": ("modelled stored tokens", "tokens"),
+    "kv_blocks": ("modelled kv blocks", "blocks"),
+    "kv_bytes": ("modelled kv bytes", "bytes"),
+    "contract_bytes": ("contract kv bytes (prompt + max_tokens)", "bytes"),
+}
+
+
+def modelled_index(breakpoints: pl.DataFrame, has_bytes: bool) -> SeriesIndex:
+    """The sweep's pool series, one per node and quantity (one point per breakpoint)."""
+    parts: dict[str, pl.DataFrame] = {}
+    meta: dict[str, dict[str, object]] = {}
     if breakpoints.is_empty():
-        return pl.DataFrame(schema=SERIES_SCHEMA)
-    units = {
-        "resident_requests": "count",
-        "stored_tokens": "tokens",
-        "kv_blocks": "blocks",
-        "kv_bytes": "bytes",
-        "contract_bytes": "bytes",
-    }
-    names = {
-        "resident_requests": "modelled resident requests",
-        "stored_tokens": "modelled stored tokens",
-        "kv_blocks": "modelled kv blocks",
-        "kv_bytes": "modelled kv bytes",
-        "contract_bytes": "contract kv bytes (prompt + max_tokens)",
-    }
+        return SeriesIndex(parts, {})
     columns = [c for c in POOL_COLUMNS if has_bytes or c not in ("kv_bytes", "contract_bytes")]
-    frames = [
-        breakpoints.select(
-            series=pl.lit(names[c]),
-            kind=pl.lit("modelled"),
-            node="node",
-            source=pl.lit("oomtrace"),
-            device=pl.lit(None, pl.Int32),
-            pid=pl.lit(None, pl.Int64),
-            metric=pl.lit(f"modelled_{c}"),
-            unit=pl.lit(units[c]),
-            ts="ts",
-            value=pl.col(c).cast(pl.Float64),
-        )
-        for c in columns
-    ]
-    return pl.concat(frames)
+    nodes = sorted(breakpoints["node"].unique().to_list())
+    for node in nodes:
+        mine = breakpoints.filter(pl.col("node") == node)
+        for column in columns:
+            name, unit = POOL_SERIES[column]
+            label = name if len(nodes) == 1 else f"{name} ({node})"
+            parts[label] = mine.select("ts", value=pl.col(column).cast(pl.Float64))
+            meta[label] = {
+                "kind": "modelled",
+                "node": node,
+                "source": "oomtrace",
+                "device": None,
+                "pid": None,
+                "metric": f"modelled_{column}",
+                "unit": unit,
+            }
+    return SeriesIndex(parts, meta)

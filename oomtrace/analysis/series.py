@@ -1,14 +1,13 @@
-"""Memory series out of the long ``samples`` table: what was observed, in bytes where possible.
+"""Series out of the long ``samples`` table: what was observed, in bytes where possible.
 
 Each series is one ``(node, source, device, pid, metric)``. Device and allocator series are bytes
-already. Observed KV comes as blocks, tokens or a usage ratio; with a KV model it is turned into
-bytes, else kept in its own unit. Holes (a sampling interval far above the series' usual one) are
-data gaps, reported with the findings.
+already (they are kept apart per series by :class:`oomtrace.analysis.index.SeriesIndex`).
+Observed KV comes as blocks, tokens or a usage ratio; with a KV model it is turned into bytes,
+else kept in its own unit. Scheduler series are counts.
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
 from typing import Any, Final, Literal
 
 import polars as pl
@@ -29,8 +28,6 @@ BYTES_METRICS: Final = (
 )
 # Observed KV in order of preference: blocks are exact, tokens nearly, the ratio is rounded.
 KV_METRICS: Final = ("kv_blocks_used", "kv_tokens_used", "kv_usage_ratio")
-HOLE_FACTOR: Final = 5.0
-HOLE_MIN_S: Final = 1.0
 
 Unit = Literal["bytes", "ratio", "blocks", "tokens", "count"]
 
@@ -71,23 +68,6 @@ def label(metric: pl.Expr) -> pl.Expr:
         pl.col("source"),
         pl.lit(")"),
     )
-
-
-def memory_series(samples: pl.DataFrame) -> pl.DataFrame:
-    """Observed byte series in the long :data:`SERIES_SCHEMA` form, sorted by series and time."""
-    rows = samples.filter(pl.col("metric").is_in(BYTES_METRICS))
-    return rows.select(
-        series=label(pl.col("metric")),
-        kind=pl.lit("observed"),
-        node="node",
-        source="source",
-        device="device",
-        pid="pid",
-        metric="metric",
-        unit=pl.lit("bytes"),
-        ts="ts",
-        value="value",
-    ).sort("series", "ts")
 
 
 ENGINE_METRICS: Final = (
@@ -180,40 +160,6 @@ def capacities(samples: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
     return both.group_by("node", "device").agg(capacity_bytes=pl.col("total").max().cast(pl.Int64))
 
 
-def holes(samples: pl.DataFrame) -> pl.DataFrame:
-    """Intervals in which a sampled series went quiet for far longer than usual.
-
-    A hole is a gap of more than ``HOLE_FACTOR`` times the series' median interval and at least
-    ``HOLE_MIN_S`` seconds. Columns: series keys, ``start``, ``end``, ``seconds``, ``usual_s``.
-    """
-    if samples.is_empty():
-        return pl.DataFrame(
-            schema={
-                **{k: samples.schema[k] for k in SERIES_KEYS},
-                "start": TS,
-                "end": TS,
-                "seconds": pl.Float64,
-                "usual_s": pl.Float64,
-            }
-        )
-    gaps = (
-        samples.select(*SERIES_KEYS, "ts")
-        .unique()
-        .sort(*SERIES_KEYS, "ts", nulls_last=True)
-        .with_columns(start=pl.col("ts").shift(1).over(SERIES_KEYS))
-        .with_columns(
-            seconds=((pl.col("ts") - pl.col("start")).dt.total_nanoseconds() / 1e9).round(6)
-        )
-    )
-    gaps = gaps.with_columns(usual_s=pl.col("seconds").median().over(SERIES_KEYS))
-    limit = pl.max_horizontal(pl.col("usual_s") * HOLE_FACTOR, pl.lit(HOLE_MIN_S))
-    return (
-        gaps.filter(pl.col("seconds") > limit)
-        .select(*SERIES_KEYS, "start", end=pl.col("ts"), seconds="seconds", usual_s="usual_s")
-        .sort("start", *SERIES_KEYS, nulls_last=True)
-    )
-
-
 def downsample(series: pl.DataFrame, buckets: int) -> pl.DataFrame:
     """At most ``2 x buckets`` points per series: the first minimum and first maximum of each
     equal-time bucket, so that no peak is averaged away. Deterministic."""
@@ -239,73 +185,3 @@ def downsample(series: pl.DataFrame, buckets: int) -> pl.DataFrame:
         ]
     )
     return points.unique().sort("series", "ts", "value").select(series.columns)
-
-
-ANY_PID: Final = -1  # find(): any process (pids are positive)
-
-
-class SeriesIndex:
-    """Fast look-ups in a long series frame: the frame is sorted once and each series is a
-    zero-copy slice, so a value as of an instant is a binary search, not a scan."""
-
-    def __init__(self, series: pl.DataFrame) -> None:
-        self.frame = series.sort("series", "ts")
-        self.empty = series.is_empty()
-        spans = (
-            self.frame.with_row_index("_i")
-            .group_by("series", "kind", "node", "source", "device", "pid", "metric", "unit")
-            .agg(first=pl.col("_i").min(), n=pl.len())
-            .sort("series")
-        )
-        self.catalog = spans
-        self._spans = {
-            r["series"]: (int(r["first"]), int(r["n"])) for r in spans.iter_rows(named=True)
-        }
-
-    def find(
-        self, metric: str, node: str, device: int | None = None, *, pid: int | None = ANY_PID
-    ) -> str | None:
-        """The best-sampled series of ``metric`` on ``node``, on ``device`` when given, of
-        ``pid`` when given (``None`` asks for a series without a pid)."""
-        if self.empty:
-            return None
-        condition = (pl.col("metric") == metric) & (pl.col("node") == node)
-        if device is not None:
-            condition &= pl.col("device") == device
-        if pid != ANY_PID:
-            condition &= pl.col("pid").eq_missing(pid)
-        rows = self.catalog.filter(condition).sort("n", "series", descending=[True, False])
-        return None if rows.is_empty() else str(rows["series"][0])
-
-    def rows(self, series: str) -> pl.DataFrame:
-        first, n = self._spans[series]
-        return self.frame.slice(first, n)
-
-    def between(self, series: str, start: datetime, end: datetime) -> pl.DataFrame:
-        """Rows with ``start <= ts <= end``."""
-        rows = self.rows(series)
-        lo = int(rows["ts"].search_sorted(start, side="left"))
-        hi = int(rows["ts"].search_sorted(end, side="right"))
-        return rows.slice(lo, hi - lo)
-
-    def at(self, series: str | None, ts: datetime, within: timedelta) -> dict[str, Any] | None:
-        """The last row at or before ``ts``, if it is no older than ``within``."""
-        if series is None:
-            return None
-        rows = self.between(series, ts - within, ts)
-        return None if rows.is_empty() else rows.row(rows.height - 1, named=True)
-
-    def value_at(self, series: str | None, ts: datetime, within: timedelta) -> float | None:
-        row = self.at(series, ts, within)
-        return None if row is None else float(row["value"])
-
-    def max_between(
-        self, series: str | None, start: datetime, end: datetime
-    ) -> dict[str, Any] | None:
-        """The row holding the largest value in ``[start, end]`` (the first, on ties)."""
-        if series is None:
-            return None
-        rows = self.between(series, start, end)
-        if rows.is_empty():
-            return None
-        return rows.row(int(rows["value"].arg_max() or 0), named=True)

@@ -72,14 +72,21 @@ def _incident(incident: Incident) -> list[str]:
         f"PRIMARY  {incident.cls} at {when(incident.peak_ts)} on {where} (anchored on {anchor})",
         f"  why:       {safe(incident.reason)}",
     ]
-    peak = f"  peak:      {_bytes(incident.peak_bytes)}"
     kv_peak = incident.anchor == "spike" and (incident.anchor_series or "").startswith("kv_used")
-    if incident.capacity_bytes:
-        of_what = "KV pool" if kv_peak else "device memory"
-        peak += f" of {format_bytes(incident.capacity_bytes)} {of_what}"
+    of_what = "KV pool" if kv_peak else "device memory"
+    if incident.peak_bytes is None:
+        peak = "  peak:      no memory figure at the peak"
+        if incident.capacity_bytes:
+            peak += f" ({format_bytes(incident.capacity_bytes)} {of_what})"
+    else:
+        peak = f"  peak:      {format_bytes(incident.peak_bytes)}"
+        if incident.capacity_bytes:
+            peak += f" of {format_bytes(incident.capacity_bytes)} {of_what}"
     lines.append(peak + f"; the rise began at {when(incident.start)}")
     lines.append(_coverage(incident))
-    for process in incident.processes[:3]:
+    # Another process is worth a line when it matters: the class says so, or it holds 1 %.
+    shown = [p for p in incident.processes if incident.cls == "foreign_memory" or p.share >= 0.01]
+    for process in shown[:3]:
         who = f"process {process.pid}" if process.pid is not None else "other processes"
         grew = (
             f" (+{format_bytes(process.growth_bytes)} in the window)"

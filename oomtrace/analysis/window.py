@@ -11,33 +11,44 @@ from datetime import datetime
 
 import polars as pl
 
+from oomtrace.analysis.grouped import per_request
 from oomtrace.schema import TS
 from oomtrace.timeline import KEYS, NS_PER_S, Timeline, lit_ts
 
+_FIGURES = ("tokens", "tokens_low", "tokens_high", "basis", "blocks", "bytes")
+
 
 def tokens_at(timeline: Timeline, points: pl.DataFrame) -> pl.DataFrame:
-    """``points`` (``node, request_id, seg, at``) gain ``tokens`` (interpolated), ``tokens_low``,
-    ``tokens_high``, ``basis``, ``blocks`` and ``bytes`` as of ``at`` within that segment."""
+    """``points`` (``sid``, ``rid`` and ``at``, plus anything else) gain ``tokens``
+    (interpolated), ``tokens_low``, ``tokens_high``, ``basis``, ``blocks`` and ``bytes`` as of
+    ``at`` within segment ``sid``."""
     if points.is_empty():
         return points.with_columns(
-            tokens=pl.lit(None, pl.Int64),
-            tokens_low=pl.lit(None, pl.Int64),
-            tokens_high=pl.lit(None, pl.Int64),
-            basis=pl.lit(None, pl.String),
-            blocks=pl.lit(None, pl.Int64),
-            bytes=pl.lit(None, pl.Int64),
+            pl.lit(None, pl.String if c == "basis" else pl.Int64).alias(c) for c in _FIGURES
         )
     points = points.with_columns(pl.col("at").cast(TS)).with_row_index("_row").sort("at")
-    knots = timeline.knots.join(points.select(KEYS).unique(), on=KEYS, how="semi").sort("ts")
+    out = _figures(timeline, _bracket(timeline, points))
+    original = [c for c in points.columns if c != "_row"]
+    return (
+        points.join(out.select("_row", *_FIGURES), on="_row", how="left")
+        .sort("_row")
+        .select(*original, *_FIGURES)
+    )
+
+
+def _bracket(timeline: Timeline, points: pl.DataFrame) -> pl.DataFrame:
+    """Per point: the knots just before and after it, and the stated ones around it."""
+    wanted = points["sid"].unique().implode()
+    knots = timeline.knots.filter(pl.col("sid").is_in(wanted)).sort("ts")
     stated = knots.filter(pl.col("stated"))
 
     def asof(right: pl.DataFrame, strategy: str, names: tuple[str, str]) -> pl.DataFrame:
-        picked = right.select(*KEYS, pl.col("ts").alias(names[0]), pl.col("tokens").alias(names[1]))
-        return points.select("_row", *KEYS, "at").join_asof(
+        picked = right.select("sid", pl.col("ts").alias(names[0]), pl.col("tokens").alias(names[1]))
+        return points.select("_row", "sid", "rid", "at").join_asof(
             picked,
             left_on="at",
             right_on=names[0],
-            by=KEYS,
+            by="sid",
             strategy=strategy,  # type: ignore[arg-type]
             check_sortedness=False,  # both sides sorted on the asof key above
         )
@@ -49,18 +60,16 @@ def tokens_at(timeline: Timeline, points: pl.DataFrame) -> pl.DataFrame:
     )
     low = asof(stated, "backward", ("_ts_l", "low"))
     high = asof(stated, "forward", ("_ts_h", "high_stated"))
-    joined = (
+    return (
         prev.join(nxt.select("_row", "ts_n", "y_n"), on="_row")
         .join(low.select("_row", "low"), on="_row")
         .join(high.select("_row", "high_stated"), on="_row")
-        .join(
-            timeline.requests.select(
-                "node", "request_id", "contract_tokens", "progress_stated", "prompt_tokens"
-            ),
-            on=["node", "request_id"],
-            how="left",
-        )
     )
+
+
+def _figures(timeline: Timeline, joined: pl.DataFrame) -> pl.DataFrame:
+    """Interpolated tokens, their bounds and basis (see :mod:`oomtrace.timeline`), and bytes."""
+    summary = timeline.requests
     span = (pl.col("ts_n") - pl.col("ts_p")).dt.total_nanoseconds() / NS_PER_S
     into = (pl.col("at") - pl.col("ts_p")).dt.total_nanoseconds() / NS_PER_S
     value = (
@@ -71,31 +80,22 @@ def tokens_at(timeline: Timeline, points: pl.DataFrame) -> pl.DataFrame:
     basis = (
         pl.when(pl.col("high_stated").is_null())
         .then(pl.lit("bounded"))
-        .when(pl.col("progress_stated") > 0)
+        .when(per_request(summary["progress_stated"]) > 0)
         .then(pl.lit("exact"))
         .otherwise(pl.lit("modelled"))
     )
-    kv = timeline.kv
+    contract = per_request(summary["contract_tokens"]).cast(pl.Float64)
     out = joined.with_columns(
         tokens=value.round(0).cast(pl.Int64),
         tokens_low=pl.col("low").fill_null(0.0).round(0).cast(pl.Int64),
-        tokens_high=pl.coalesce("high_stated", pl.col("contract_tokens").cast(pl.Float64))
-        .round(0)
-        .cast(pl.Int64),
+        tokens_high=pl.coalesce("high_stated", contract).round(0).cast(pl.Int64),
         basis=basis,
     )
-    out = out.with_columns(
+    return out.with_columns(
         tokens_high=pl.max_horizontal("tokens_high", "tokens"),
         tokens_low=pl.min_horizontal("tokens_low", "tokens"),
-        blocks=kv.blocks_expr(pl.col("tokens")),
-        bytes=kv.bytes_expr(pl.col("tokens")),
-    )
-    original = [c for c in points.columns if c != "_row"]
-    extra = ["tokens", "tokens_low", "tokens_high", "basis", "blocks", "bytes"]
-    return (
-        points.join(out.select("_row", *extra), on="_row", how="left")
-        .sort("_row")
-        .select(*original, *extra)
+        blocks=timeline.kv.blocks_expr(pl.col("tokens")),
+        bytes=timeline.kv.bytes_expr(pl.col("tokens")),
     )
 
 
@@ -106,8 +106,10 @@ def resident_at(timeline: Timeline, node: str, at: datetime) -> pl.DataFrame:
         & (pl.col("start_ts") <= lit_ts(at))
         & (pl.col("end_ts") > lit_ts(at))
     )
-    points = segments.select(*KEYS, "start_ts", "start_basis", at=pl.lit(at, dtype=TS))
-    return tokens_at(timeline, points).drop("at")
+    points = segments.select(
+        "sid", "rid", *KEYS, "start_ts", "start_basis", at=pl.lit(at, dtype=TS)
+    )
+    return tokens_at(timeline, points).drop("at", "sid", "rid")
 
 
 def window_segments(timeline: Timeline, node: str, start: datetime, end: datetime) -> pl.DataFrame:
@@ -118,6 +120,8 @@ def window_segments(timeline: Timeline, node: str, start: datetime, end: datetim
         & (pl.col("start_ts") <= lit_ts(end))
         & (pl.col("end_ts") >= lit_ts(start))
     ).select(
+        "sid",
+        "rid",
         *KEYS,
         "start_ts",
         "end_ts",
@@ -127,7 +131,7 @@ def window_segments(timeline: Timeline, node: str, start: datetime, end: datetim
         to_ts=pl.min_horizontal("end_ts", pl.lit(end, dtype=TS)),
     )
     first = tokens_at(timeline, segments.with_columns(at=pl.col("from_ts")))
-    last = tokens_at(timeline, segments.select(*KEYS, at=pl.col("to_ts")))
+    last = tokens_at(timeline, segments.select("sid", "rid", at=pl.col("to_ts")))
     return first.select(
         *KEYS,
         "start_ts",

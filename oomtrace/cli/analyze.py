@@ -2,41 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 import click
 
-from oomtrace.errors import InputError
-
-if TYPE_CHECKING:
-    from oomtrace.trace import Trace
-
-
-def load_trace(paths: Sequence[Path]) -> Trace:
-    """The one place where ``analyze`` turns its arguments into a trace.
-
-    It reads a trace directory (written by ``oomtrace ingest`` or a collector). When ingest can
-    read raw files on the fly (``oomtrace.ingest.load_any``), this function is the single switch
-    to make.
-    """
-    from oomtrace.trace import is_trace_dir, read_trace
-
-    for path in paths:
-        if not path.exists():
-            raise InputError(f"{path}: no such file or directory")
-    if len(paths) == 1 and is_trace_dir(paths[0]):
-        return read_trace(paths[0])
-    shown = " ".join(str(p) for p in paths)
-    raise InputError(
-        f"{shown}: not a trace directory; ingest first with `oomtrace ingest {shown} --out DIR`, "
-        "then run `oomtrace analyze DIR`"
-    )
+from oomtrace.budget.dtypes import KV_CACHE_DTYPES
+from oomtrace.cli._options import ingest_options, to_ingest_options
 
 
 @click.command("analyze")
-@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option(
     "--window",
     default="60s",
@@ -51,29 +27,69 @@ def load_trace(paths: Sequence[Path]) -> Trace:
     type=click.IntRange(min=1),
     help="Culprits kept per incident.",
 )
-@click.option("--node", default=None, help="Analyse only this node of a multi-node trace.")
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(path_type=Path),
+    help="The model's config.json (or its directory): bytes per token from the architecture "
+    "instead of the engine's startup statements.",
+)
+@click.option(
+    "--kv-cache-dtype",
+    type=click.Choice(KV_CACHE_DTYPES),
+    default="auto",
+    show_default=True,
+    help="KV cache element type the server ran with (with --config).",
+)
+@click.option(
+    "--tensor-parallel",
+    type=click.IntRange(min=1),
+    help="GPUs sharding the KV heads (with --config; default: what the trace states, else 1).",
+)
 @click.option(
     "--json",
     "as_json",
     is_flag=True,
     help="Print the full findings as a versioned JSON document instead of the summary.",
 )
+@ingest_options
 def command(
-    paths: tuple[Path, ...], window: str, top: int, node: str | None, as_json: bool
+    inputs: tuple[Path, ...],
+    window: str,
+    top: int,
+    config_path: Path | None,
+    kv_cache_dtype: str,
+    tensor_parallel: int | None,
+    as_json: bool,
+    **kwargs: Any,
 ) -> None:
     """Find the requests and the moment that ran the GPU out of memory.
 
-    PATHS is a trace directory (from `oomtrace ingest` or a collector). Prints a summary: the
-    incident, its class with the reason, the top culprits with their numbers, the attribution
-    coverage and the data gaps. With --json, prints the findings document instead.
+    INPUTS is a trace directory (from `oomtrace ingest` or a collector), or the raw files and
+    folders a server left behind, ingested on the fly. With --node, a trace directory is
+    analysed on that node only. Prints the incident, its class and reason, the top culprits with
+    their numbers, the attribution coverage and the data gaps; --json prints the findings.
     """
     from oomtrace.analysis.findings import dumps
+    from oomtrace.analysis.kvmodel import architecture_spec
     from oomtrace.analysis.options import AnalyzeOptions, parse_duration
     from oomtrace.analysis.summary import render_summary
     from oomtrace.attribution import analyze
+    from oomtrace.ingest import load_any
 
+    window_s = parse_duration(window, what="--window")
+    ingest = to_ingest_options(kwargs)
+    trace = load_any(list(inputs), ingest)
+    spec, label = None, "architecture"
+    if config_path is not None:
+        spec, label = architecture_spec(
+            config_path,
+            trace.manifest,
+            kv_cache_dtype=kv_cache_dtype,
+            tensor_parallel=tensor_parallel,
+        )
     options = AnalyzeOptions(
-        window_s=parse_duration(window, what="--window"), top_culprits=top, node=node
+        window_s=window_s, top_culprits=top, node=ingest.node, kv_spec=spec, kv_spec_label=label
     )
-    findings = analyze(load_trace(paths), options)
+    findings = analyze(trace, options)
     click.echo(dumps(findings) if as_json else render_summary(findings), nl=False)

@@ -48,17 +48,44 @@ def test_json_prints_the_findings_document(tmp_path: Path) -> None:
 def test_a_missing_path_is_one_error_line_and_exit_2(tmp_path: Path) -> None:
     code, out, err = run(str(tmp_path / "nope"))
     assert (code, out) == (2, "")
-    assert err == f"oomtrace: error: {tmp_path / 'nope'}: no such file or directory\n"
+    assert (
+        err == f"oomtrace: error: {tmp_path / 'nope'}: no such file or directory; check the path\n"
+    )
 
 
-def test_a_raw_file_is_refused_with_the_ingest_command_to_run(tmp_path: Path) -> None:
-    log = tmp_path / "server.log"
-    log.write_text("INFO 03-14 09:00:00 [loggers.py:118] Engine 000: ...\n", encoding="utf-8")
-    code, _, err = run(str(log))
+def test_a_file_no_parser_recognises_is_refused_with_the_remedy(tmp_path: Path) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("we restarted the server at noon\n", encoding="utf-8")
+    code, _, err = run(str(notes))
+    assert code == 2
+    assert err.startswith("oomtrace: error: notes.txt: no known format; no parser recognised it")
+    assert err.endswith("; pass --format\n")
+    assert err.count("\n") == 1
+
+
+def test_raw_files_are_ingested_on_the_fly(tmp_path: Path) -> None:
+    code, out, _ = run("tests/data/sglang/v0.4-tp2.log")
+    assert code == 0
+    assert "PRIMARY  kv_exhaustion at 2025-03-14 02:16:17.000 UTC" in out
+
+
+def test_a_config_switches_the_kv_model_to_the_architecture(tmp_path: Path) -> None:
+    code, out, _ = run(
+        str(trace_dir(tmp_path)), "--config", "tests/data/configs/llama-3.1-8b", "--json"
+    )
+    assert code == 0
+    kv = json.loads(out)["kv_model"]
+    assert kv["basis"] == "architecture"
+    assert kv["bytes_per_token"] == 128 * 1024  # 32 layers x 8 KV heads x 128 x 2 (K, V) x 2 B
+    assert "llama-3.1-8b" in kv["statement"]
+
+
+def test_a_config_that_cannot_be_read_is_one_error_line(tmp_path: Path) -> None:
+    code, _, err = run(str(trace_dir(tmp_path)), "--config", str(tmp_path / "missing.json"))
     assert code == 2
     assert err == (
-        f"oomtrace: error: {log}: not a trace directory; ingest first with "
-        f"`oomtrace ingest {log} --out DIR`, then run `oomtrace analyze DIR`\n"
+        f"oomtrace: error: --config {tmp_path / 'missing.json'}: no such file or directory; "
+        "pass a model's config.json or the directory that holds it\n"
     )
 
 

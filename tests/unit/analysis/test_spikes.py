@@ -6,9 +6,10 @@ from typing import Any
 
 import polars as pl
 
+from oomtrace.analysis.index import SeriesIndex
 from oomtrace.analysis.options import AnalyzeOptions
-from oomtrace.analysis.series import downsample, holes, memory_series
-from oomtrace.analysis.spikes import find_spikes
+from oomtrace.analysis.series import BYTES_METRICS, downsample
+from oomtrace.analysis.spikes import Spike, find_spikes
 from oomtrace.units import GiB, MiB
 from tests.factories import at, samples
 
@@ -16,21 +17,20 @@ OPTIONS = AnalyzeOptions(window_s=60)
 
 
 def series(metric: str, values: list[tuple[float, float]], **extra: Any) -> pl.DataFrame:
-    frame = samples(*[{"ts": at(t), "metric": metric, "value": v, **extra} for t, v in values])
-    return memory_series(frame)
+    return samples(*[{"ts": at(t), "metric": metric, "value": v, **extra} for t, v in values])
 
 
-def with_capacity(frame: pl.DataFrame, capacity: float | None = 80.0 * GiB) -> pl.DataFrame:
-    return frame.with_columns(capacity=pl.lit(capacity, dtype=pl.Float64))
+def spikes_of(frame: pl.DataFrame, capacity: float | None = 80.0 * GiB) -> list[Spike]:
+    index = SeriesIndex.from_samples(frame, BYTES_METRICS, unit="bytes")
+    return find_spikes([index], lambda _meta: capacity, OPTIONS)
 
 
 def test_a_rise_within_the_window_is_a_spike_with_its_start_and_rate() -> None:
     # GIVEN device memory flat at 40 GiB, rising by 8 GiB over 4 s, then back down
     points = [(t, 40.0 * GiB) for t in range(100)]
     points[50:55] = [(50 + i, (40 + 2 * i) * GiB) for i in range(5)]
-    frame = with_capacity(series("device_used_bytes", points))
     # WHEN spikes are found
-    spikes = find_spikes(frame, OPTIONS)
+    spikes = spikes_of(series("device_used_bytes", points))
     # THEN one spike peaks at t=54 with 8 GiB of rise, having started at t=50, 2 GiB/s
     assert len(spikes) == 1
     spike = spikes[0]
@@ -44,28 +44,20 @@ def test_a_short_peak_between_samples_is_found_through_the_peak_metric() -> None
     # GIVEN allocated memory sampled flat, while its peak-since-last-sample shows a 6 GiB burst
     flat = [(t, 20.0 * GiB) for t in range(0, 120, 10)]
     peaks = [(t, (26.0 if t == 60 else 20.0) * GiB) for t in range(0, 120, 10)]
-    frame = with_capacity(
-        pl.concat(
-            [
-                series("torch_allocated_bytes", flat),
-                series("torch_allocated_peak_bytes", peaks),
-            ]
-        )
-    )
-    spikes = find_spikes(frame, OPTIONS)
+    both = [series("torch_allocated_bytes", flat), series("torch_allocated_peak_bytes", peaks)]
+    spikes = spikes_of(pl.concat(both))
     assert [(s.metric, s.peak_ts) for s in spikes] == [("torch_allocated_peak_bytes", at(60))]
 
 
 def test_a_series_held_near_capacity_is_a_level_spike_even_without_a_rise() -> None:
-    frame = with_capacity(series("device_used_bytes", [(t, 79.0 * GiB) for t in range(30)]))
-    spikes = find_spikes(frame, OPTIONS)
+    spikes = spikes_of(series("device_used_bytes", [(t, 79.0 * GiB) for t in range(30)]))
     assert len(spikes) == 1
     assert spikes[0].rise == 0.0
 
 
 def test_small_wobbles_are_not_spikes() -> None:
     points = [(t, 40.0 * GiB + (t % 3) * 10 * MiB) for t in range(100)]
-    assert find_spikes(with_capacity(series("device_used_bytes", points)), OPTIONS) == []
+    assert spikes_of(series("device_used_bytes", points)) == []
 
 
 def test_noise_around_the_threshold_is_one_spike() -> None:
@@ -74,8 +66,7 @@ def test_noise_around_the_threshold_is_one_spike() -> None:
     values = (
         [base] * 10 + [base + 5 * GiB, base, base + 6 * GiB, base, base + 5 * GiB] + [base] * 100
     )
-    frame = with_capacity(series("device_used_bytes", list(enumerate(values))))
-    spikes = find_spikes(frame, OPTIONS)
+    spikes = spikes_of(series("device_used_bytes", list(enumerate(values))))
     assert [s.peak_ts for s in spikes] == [at(12)]
 
 
@@ -90,25 +81,59 @@ def test_spikes_are_ordered_worst_first_by_utilisation() -> None:
         [(t, (60.0 + (15 if t == 50 else 0)) * GiB) for t in range(100)],
         device=1,
     )
-    spikes = find_spikes(with_capacity(pl.concat([low, high])), OPTIONS)
+    spikes = spikes_of(pl.concat([low, high]))
     assert [s.device for s in spikes] == [1, 0]
 
 
 def test_holes_are_gaps_far_longer_than_the_usual_interval() -> None:
     # GIVEN a 1 Hz series with a 30 s silence
     points = [(t, 1.0) for t in range(20)] + [(t, 1.0) for t in range(50, 60)]
-    frame = samples(*[{"ts": at(t), "metric": "device_used_bytes", "value": v} for t, v in points])
-    found = holes(frame)
-    assert found.select("start", "end", "seconds").rows() == [(at(19), at(50), 31.0)]
+    index = SeriesIndex.from_samples(
+        series("device_used_bytes", points), BYTES_METRICS, unit="bytes"
+    )
+    found = index.holes()
+    assert found.select("series", "start", "end", "seconds").rows() == [
+        ("device_used_bytes gpu0 (test)", at(19), at(50), 31.0)
+    ]
 
 
 def test_downsampling_keeps_every_bucket_minimum_and_maximum() -> None:
     # GIVEN 10,000 points with one sharp peak and one sharp dip
     values = [5.0] * 10_000
     values[4321], values[777] = 99.0, -3.0
-    frame = series("device_used_bytes", list(enumerate(values)))
-    small = downsample(frame, 50)
+    index = SeriesIndex.from_samples(
+        series("device_used_bytes", list(enumerate(values))), BYTES_METRICS, unit="bytes"
+    )
+    small = downsample(index.long(), 50)
     assert small.height <= 100
     assert small["value"].max() == 99.0
     assert small["value"].min() == -3.0
     assert small.filter(pl.col("value") == 99.0)["ts"].to_list() == [at(4321)]
+
+
+def test_compacting_keeps_incident_windows_whole_and_peaks_elsewhere() -> None:
+    # GIVEN a 10 Hz hour with a peak far from the incident window
+    values = [(t / 10, 5.0 * GiB) for t in range(36_000)]
+    values[100] = (10.0, 9.0 * GiB)
+    index = SeriesIndex.from_samples(
+        series("device_used_bytes", values), BYTES_METRICS, unit="bytes"
+    )
+    # WHEN compacted to 100 buckets with one window of 60 s
+    kept = index.compact([("node-a", at(1800), at(1860))], 100)
+    # THEN the window keeps all its 601 samples, the far peak survives, the rest is bucketed
+    inside = kept.filter(pl.col("ts").is_between(at(1800), at(1860)))
+    assert inside.height == 601
+    assert kept.filter(pl.col("value") == 9.0 * GiB)["ts"].to_list() == [at(10)]
+    assert kept.height < 601 + 2 * 101
+    assert kept.columns == [
+        "series",
+        "kind",
+        "node",
+        "source",
+        "device",
+        "pid",
+        "metric",
+        "unit",
+        "ts",
+        "value",
+    ]

@@ -1,0 +1,248 @@
+"""Series kept apart: one small frame per series, and a catalog of what each one is.
+
+A day at 100 Hz is tens of millions of sample rows; a long frame with a label per row, or a
+window function over all of them, costs gigabytes. Here each series (one ``(node, source, device,
+pid, metric)``) is its own frame of ``ts, value`` sorted by time, so that spikes, holes and
+look-ups work on one series at a time, and the findings keep full resolution only inside
+incident windows (:meth:`SeriesIndex.compact`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import Any, Final
+
+import polars as pl
+
+from oomtrace.analysis.series import SERIES_KEYS, SERIES_SCHEMA
+from oomtrace.schema import TS
+
+META: Final = ["series", "kind", "node", "source", "device", "pid", "metric", "unit"]
+ANY_PID: Final = -1  # find(): any process (pids are positive)
+HOLE_FACTOR: Final = 5.0
+HOLE_MIN_S: Final = 1.0
+_CATALOG: Final = pl.Schema(
+    {
+        "series": pl.String(),
+        "kind": pl.String(),
+        "node": pl.String(),
+        "source": pl.String(),
+        "device": pl.Int32(),
+        "pid": pl.Int64(),
+        "metric": pl.String(),
+        "unit": pl.String(),
+        "n": pl.Int64(),
+    }
+)
+
+
+def series_label(metric: str, source: str, device: int | None, pid: int | None) -> str:
+    """A readable series name: ``device_used_bytes gpu0 pid 41 (nvml)``."""
+    where = (f" gpu{device}" if device is not None else "") + (f" pid {pid}" if pid else "")
+    return f"{metric}{where} ({source})"
+
+
+class SeriesIndex:
+    """Series by label, each a ``ts``-sorted frame (``ts, value`` and any extra columns)."""
+
+    def __init__(self, parts: dict[str, pl.DataFrame], meta: dict[str, dict[str, Any]]) -> None:
+        self._parts = parts
+        self._meta = meta
+        rows = [{**meta[s], "series": s, "n": parts[s].height} for s in sorted(parts)]
+        self.catalog = pl.DataFrame(rows, schema=_CATALOG)
+        self.empty = not parts
+
+    @classmethod
+    def from_samples(
+        cls, samples: pl.DataFrame, metrics: Iterable[str], *, unit: str, kind: str = "observed"
+    ) -> SeriesIndex:
+        """One series per ``(node, source, device, pid, metric)`` of ``metrics``."""
+        # A handful of series in tens of millions of rows: find the keys, then take each series'
+        # time and value with one filtered scan (a multi-key group_by would copy every row).
+        wanted = samples.lazy().filter(pl.col("metric").is_in(list(metrics)))
+        keys = wanted.select(SERIES_KEYS).unique().collect().sort(SERIES_KEYS, nulls_last=True)
+        parts: dict[str, pl.DataFrame] = {}
+        meta: dict[str, dict[str, Any]] = {}
+        for key in keys.iter_rows():
+            node, source, device, pid, metric = key
+            name = series_label(str(metric), str(source), device, pid)
+            same = [
+                pl.col(column).eq_missing(pl.lit(value, dtype=samples.schema[column]))
+                for column, value in zip(SERIES_KEYS, key, strict=True)
+            ]
+            one = wanted.filter(*same).select("ts", "value").collect()
+            parts[name] = one if one["ts"].is_sorted() else one.sort("ts")
+            meta[name] = {
+                "kind": kind,
+                "node": node,
+                "source": source,
+                "device": device,
+                "pid": pid,
+                "metric": metric,
+                "unit": unit,
+            }
+        return cls(parts, meta)
+
+    @classmethod
+    def from_long(cls, frame: pl.DataFrame) -> SeriesIndex:
+        """From a long frame with the :data:`META` columns, ``ts``, ``value`` and extras."""
+        parts: dict[str, pl.DataFrame] = {}
+        meta: dict[str, dict[str, Any]] = {}
+        for (name,), part in frame.partition_by("series", as_dict=True).items():
+            first = part.row(0, named=True)
+            meta[str(name)] = {k: first[k] for k in META if k != "series"}
+            parts[str(name)] = part.drop(META).sort("ts")
+        return cls(parts, meta)
+
+    def names(self) -> list[str]:
+        return sorted(self._parts)
+
+    def meta(self, series: str) -> dict[str, Any]:
+        return {"series": series, **self._meta[series]}
+
+    def find(
+        self, metric: str, node: str, device: int | None = None, *, pid: int | None = ANY_PID
+    ) -> str | None:
+        """The best-sampled series of ``metric`` on ``node``, on ``device`` when given, of
+        ``pid`` when given (``None`` asks for a series without a pid)."""
+        if self.empty:
+            return None
+        condition = (pl.col("metric") == metric) & (pl.col("node") == node)
+        if device is not None:
+            condition &= pl.col("device") == device
+        if pid != ANY_PID:
+            condition &= pl.col("pid").eq_missing(pid)
+        rows = self.catalog.filter(condition).sort("n", "series", descending=[True, False])
+        return None if rows.is_empty() else str(rows["series"][0])
+
+    def rows(self, series: str) -> pl.DataFrame:
+        """The series' own frame (``ts, value`` and extras), sorted by time."""
+        return self._parts[series]
+
+    def between(self, series: str, start: datetime, end: datetime) -> pl.DataFrame:
+        """Rows with ``start <= ts <= end``, with the series' description as columns."""
+        rows = self._parts[series]
+        lo = int(rows["ts"].search_sorted(start, side="left"))
+        hi = int(rows["ts"].search_sorted(end, side="right"))
+        meta = self.meta(series)
+        return rows.slice(lo, hi - lo).with_columns(
+            pl.lit(v, dtype=SERIES_SCHEMA[k]).alias(k) for k, v in meta.items()
+        )
+
+    def at(self, series: str | None, ts: datetime, within: timedelta) -> dict[str, Any] | None:
+        """The last row at or before ``ts``, if it is no older than ``within``."""
+        if series is None:
+            return None
+        rows = self.between(series, ts - within, ts)
+        return None if rows.is_empty() else rows.row(rows.height - 1, named=True)
+
+    def value_at(self, series: str | None, ts: datetime, within: timedelta) -> float | None:
+        row = self.at(series, ts, within)
+        return None if row is None else float(row["value"])
+
+    def max_between(
+        self, series: str | None, start: datetime, end: datetime
+    ) -> dict[str, Any] | None:
+        """The row holding the largest value in ``[start, end]`` (the first, on ties)."""
+        if series is None:
+            return None
+        rows = self.between(series, start, end)
+        if rows.is_empty():
+            return None
+        return rows.row(int(rows["value"].arg_max() or 0), named=True)
+
+    def long(self, series: Iterable[str] | None = None) -> pl.DataFrame:
+        """The chosen series (all by default) as one long frame of :data:`SERIES_SCHEMA`."""
+        frames = [
+            self._parts[s]
+            .select("ts", "value")
+            .with_columns(
+                pl.lit(v, dtype=SERIES_SCHEMA[k]).alias(k) for k, v in self.meta(s).items()
+            )
+            .select(SERIES_SCHEMA.names())
+            for s in (self.names() if series is None else series)
+        ]
+        return pl.concat(frames) if frames else pl.DataFrame(schema=SERIES_SCHEMA)
+
+    def compact(self, windows: list[tuple[str, datetime, datetime]], buckets: int) -> pl.DataFrame:
+        """Every series as one long frame: full resolution inside ``windows`` (``node, start,
+        end``) on the series' node, elsewhere the first minimum and maximum of each of
+        ``buckets`` equal time buckets, so that no peak is lost."""
+        frames = []
+        for name in self.names():
+            meta = self.meta(name)
+            mine = [(s, e) for node, s, e in windows if node == meta["node"]]
+            part = _compact(self._parts[name].select("ts", "value"), mine, buckets)
+            frames.append(
+                part.with_columns(
+                    pl.lit(v, dtype=SERIES_SCHEMA[k]).alias(k) for k, v in meta.items()
+                ).select(SERIES_SCHEMA.names())
+            )
+        return pl.concat(frames) if frames else pl.DataFrame(schema=SERIES_SCHEMA)
+
+    def holes(self) -> pl.DataFrame:
+        """Gaps far longer than a series' usual interval: more than ``HOLE_FACTOR`` times its
+        median interval and at least ``HOLE_MIN_S``. Columns: ``series, source, start, end,
+        seconds, usual_s``."""
+        frames = []
+        for name in self.names():
+            ts = self._parts[name]["ts"]
+            if ts.len() < 3:
+                continue
+            gaps = pl.DataFrame({"end": ts}).with_columns(start=pl.col("end").shift(1))
+            gaps = gaps.with_columns(
+                seconds=((pl.col("end") - pl.col("start")).dt.total_nanoseconds() / 1e9).round(6)
+            )
+            usual = float(gaps["seconds"].median() or 0.0)  # type: ignore[arg-type]
+            found = gaps.filter(pl.col("seconds") > max(usual * HOLE_FACTOR, HOLE_MIN_S))
+            frames.append(
+                found.select(
+                    series=pl.lit(name),
+                    source=pl.lit(self._meta[name]["source"]),
+                    start="start",
+                    end="end",
+                    seconds="seconds",
+                    usual_s=pl.lit(usual),
+                )
+            )
+        schema: dict[str, Any] = {
+            "series": pl.String,
+            "source": pl.String,
+            "start": TS,
+            "end": TS,
+            "seconds": pl.Float64,
+            "usual_s": pl.Float64,
+        }
+        return pl.concat(frames) if frames else pl.DataFrame(schema=schema)
+
+
+def _compact(
+    frame: pl.DataFrame, windows: list[tuple[datetime, datetime]], buckets: int
+) -> pl.DataFrame:
+    if frame.height <= 2 * buckets:
+        return frame
+    inside = pl.lit(value=False)
+    for start, end in windows:
+        inside = inside | pl.col("ts").is_between(pl.lit(start, dtype=TS), pl.lit(end, dtype=TS))
+    first, last = frame["ts"][0], frame["ts"][-1]
+    width_ns = max(int((last - first).total_seconds() * 1e9) // buckets, 1)
+    offset_ns = (pl.col("ts") - pl.lit(first, dtype=TS)).dt.total_nanoseconds()
+    marked = frame.with_columns(_inside=inside)
+    outside = (
+        marked.filter(~pl.col("_inside") & pl.col("value").is_not_null())
+        .with_columns(_bucket=offset_ns // width_ns)
+        .group_by("_bucket")
+        .agg(
+            lo_ts=pl.col("ts").get(pl.col("value").arg_min()),
+            lo=pl.col("value").min(),
+            hi_ts=pl.col("ts").get(pl.col("value").arg_max()),
+            hi=pl.col("value").max(),
+        )
+    )
+    kept = [
+        marked.filter(pl.col("_inside")).select("ts", "value"),
+        outside.select(ts="lo_ts", value="lo"),
+        outside.select(ts="hi_ts", value="hi"),
+    ]
+    return pl.concat(kept).unique(subset="ts", keep="any").sort("ts")
