@@ -124,7 +124,7 @@ def _parse_log(
         .otherwise(pl.from_epoch("arrival_ts", time_unit="ns"))
         .cast(_TS)
     )
-    diag.note(f"log {path}: read with {best.name}")
+    diag.note(f"log lines of {Path(path).name}: read with {best.name}")
     return best.parse_lines(frame, ctx, diag)
 
 

@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
+from collectors.redact import redact_line
 from oomtrace.cli import cli
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.ingest import IngestOptions, ingest_paths
@@ -354,6 +355,23 @@ def test_token_lists_cut_by_max_log_len_give_no_count() -> None:
     assert requests is not None
     assert requests.select("prompt_tokens", "max_tokens").row(0) == (None, 9)
     assert any("cut by --max-log-len" in n for n in diag.notes)
+
+
+def test_lines_redacted_by_the_collector_keep_their_token_counts() -> None:
+    received = (
+        "INFO 01-01 00:00:01 [logger.py:1] Received request r1: prompt: 'abc', params: "
+        "SamplingParams(n=1, max_tokens=9, min_tokens=0), prompt_token_ids: [1, 2, 3, 4], "
+        "lora_request: None."
+    )
+    output = (
+        "INFO 01-01 00:00:02 [logger.py:1] Generated response r1: output: 'xy', "
+        "output_token_ids: [7, 8], finish_reason: stop"
+    )
+    _, requests, _ = _lines(redact_line(received), redact_line(output))
+    assert requests is not None
+    assert "<4 token ids>" in redact_line(received)
+    rows = requests.select("event", "prompt_tokens", "max_tokens", "output_tokens").rows()
+    assert rows == [("arrived", 4, 9, None), ("finished", None, None, 2)]
 
 
 # --- the file as a whole: gzip, sniffing, privacy, the CLI -------------------------------------
