@@ -4,6 +4,13 @@ OOM events on a node within one window of each other are one incident (every ten
 worker prints its own); the first anchors it. Spikes that peak within a window of an anchor belong
 to it; the rest become incidents of their own, worst first, up to ``max_incidents`` in all. The
 primary incident is the first OOM (or startup refusal) in time, else the worst spike.
+
+A spike becomes an incident of its own only under pressure: at or above the full level
+(``kv_full_ratio``) of its capacity, or when its capacity is unknown. A KV pool rising to half
+full, or device memory rising by a few GiB well below the device's size, is traffic, not an
+incident; it stays in the findings' spikes. A spike that peaks before the node's first request is
+the engine taking its memory at start-up (weights, the preallocated KV pool, CUDA graphs): never
+an incident of its own either. A failed start is an incident through its OOM or refusal event.
 """
 
 from __future__ import annotations
@@ -49,9 +56,14 @@ class Anchoring:
 
 
 def anchor_incidents(
-    events: pl.DataFrame, spikes: list[Spike], options: AnalyzeOptions
+    events: pl.DataFrame,
+    spikes: list[Spike],
+    options: AnalyzeOptions,
+    served_from: dict[str, datetime] | None = None,
 ) -> list[Anchoring]:
-    """Anchors in order: OOMs and startup refusals by time, then spikes by severity."""
+    """Anchors in order: OOMs and startup refusals by time, then spikes by severity.
+    ``served_from`` is each node's first request event (spikes before it are start-up)."""
+    served = served_from or {}
     window = timedelta(seconds=options.window_s)
     anchors: list[Anchoring] = []
     for row in (
@@ -82,7 +94,9 @@ def anchor_incidents(
             if owner.device is None and owner.kind == "oom":
                 owner.device = spike.device
             continue
-        if len(anchors) < options.max_incidents:
+        starting = spike.node in served and spike.peak_ts < served[spike.node]
+        pressure = spike.utilisation is None or spike.utilisation >= options.kv_full_ratio
+        if len(anchors) < options.max_incidents and pressure and not starting:
             anchors.append(
                 Anchoring(
                     "spike", spike.node, spike.device, spike.peak_ts, spike=spike, spikes=[spike]
