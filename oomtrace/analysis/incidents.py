@@ -1,7 +1,8 @@
 """Incidents: anchored on an OOM (or a startup refusal), else on the worst spikes.
 
 OOM events on a node within one window of each other are one incident (every tensor-parallel
-worker prints its own); the first anchors it. Spikes that peak within a window of an anchor belong
+worker prints its own; an engine restarted by its supervisor fails again and again): a chain of
+such events, each within a window of the previous one, is one incident, anchored on the first. Spikes that peak within a window of an anchor belong
 to it; the rest become incidents of their own, worst first, up to ``max_incidents`` in all. The
 primary incident is the first OOM (or startup refusal) in time, else the worst spike.
 
@@ -39,6 +40,7 @@ class Anchoring:
     event: dict[str, Any] | None = None
     spike: Spike | None = None
     spikes: list[Spike] = field(default_factory=list)
+    last_event_ts: datetime | None = None
 
     def start(self, window: timedelta) -> datetime:
         """When the rise began: the earliest start of its spikes that peaked in the window
@@ -75,9 +77,12 @@ def anchor_incidents(
         same = [
             a
             for a in anchors
-            if a.node == row["node"] and a.kind == kind and row["ts"] - a.peak_ts <= window
+            if a.node == row["node"]
+            and a.kind == kind
+            and row["ts"] - (a.last_event_ts or a.peak_ts) <= window
         ]
         if same:
+            same[0].last_event_ts = row["ts"]
             continue
         anchors.append(Anchoring(kind, row["node"], row["device"], row["ts"], event=row))
     for spike in spikes:  # worst first
@@ -85,7 +90,8 @@ def anchor_incidents(
             (
                 a
                 for a in anchors
-                if a.node == spike.node and abs(spike.peak_ts - a.peak_ts) <= window
+                if a.node == spike.node
+                and a.peak_ts - window <= spike.peak_ts <= (a.last_event_ts or a.peak_ts) + window
             ),
             None,
         )

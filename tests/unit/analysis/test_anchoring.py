@@ -10,7 +10,7 @@ import polars as pl
 from oomtrace.attribution import analyze
 from oomtrace.schema import conform
 from oomtrace.trace import Manifest, Trace
-from tests.factories import at, requests, samples
+from tests.factories import at, events, requests, samples
 
 GiB = 1 << 30
 
@@ -81,3 +81,19 @@ def test_a_kv_pool_rising_well_below_full_is_traffic_not_an_incident() -> None:
     # THEN the rise is among the spikes but is no incident
     assert any(s.metric == "kv_used" for s in findings.spikes)
     assert findings.incidents == ()
+
+
+def test_an_engine_failing_again_at_every_restart_is_one_incident() -> None:
+    # GIVEN the same start-up refusal three times, 58 s apart (systemd restarting the engine):
+    # the third is more than a window after the first, but each is within a window of the last
+    refusal = {"kind": "startup_kv_insufficient", "requested_bytes": 16 * GiB, "free_bytes": GiB}
+    evs = events(*[{**refusal, "ts": at(t)} for t in (46, 104, 162)])
+    none = conform(
+        "requests",
+        pl.DataFrame(schema={"ts": pl.Datetime("ns", "UTC"), "node": pl.String,
+                             "source": pl.String, "request_id": pl.String, "event": pl.String}),
+    )  # fmt: skip
+    # WHEN the trace is analysed
+    findings = analyze(_trace(_device(lambda t: 0, until=200), none, evs))
+    # THEN the restart loop is one incident, anchored on the first refusal
+    assert [(i.cls, i.peak_ts) for i in findings.incidents] == [("startup_misfit", at(46))]
