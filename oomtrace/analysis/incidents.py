@@ -2,9 +2,10 @@
 
 OOM events on a node within one window of each other are one incident (every tensor-parallel
 worker prints its own; an engine restarted by its supervisor fails again and again): a chain of
-such events, each within a window of the previous one, is one incident, anchored on the first. Spikes that peak within a window of an anchor belong
-to it; the rest become incidents of their own, worst first, up to ``max_incidents`` in all. The
-primary incident is the first OOM (or startup refusal) in time, else the worst spike.
+such events, each within a window of the previous one, is one incident, anchored on the first.
+Spikes that peak within a window of an anchor's events belong to it; the rest become incidents of
+their own, worst first, up to ``max_incidents`` in all. The primary incident is the first OOM (or
+startup refusal) in time, else the worst spike.
 
 A spike becomes an incident of its own only under pressure: at or above the full level
 (``kv_full_ratio``) of its capacity, or when its capacity is unknown. A KV pool rising to half
