@@ -87,10 +87,19 @@ class Plan:
 
     @property
     def runtime(self) -> int | None:
-        """Memory outside the weights and the KV pool at the measured peak."""
+        """Memory outside the weights and the KV pool at the measured peak; None when the peak is
+        below the two together (the pool was never allocated in full: nothing to measure)."""
         if self.peak is None or self.weights is None or self.cache is None:
             return None
-        return self.peak - self.weights - self.cache
+        outside = self.peak - self.weights - self.cache
+        return outside if outside >= 0 else None
+
+    @property
+    def never_full(self) -> bool:
+        """The highest memory sampled stayed below the weights and the KV pool together."""
+        if self.peak is None or self.weights is None or self.cache is None:
+            return False
+        return self.peak < self.weights + self.cache
 
     @property
     def planned_total(self) -> int | None:
@@ -183,6 +192,13 @@ def budget_section(
         caption = "Planned: weights, KV pool and reserve; observed: the same at the measured peak."
         chart_list = (Chart("budget", TITLE, caption, spec, parts),)
     verdict = _reserve_sentence(plan.reserve, plan.runtime)
+    if plan.never_full and plan.weights is not None and plan.cache is not None:
+        verdict = (
+            f"The highest device memory sampled ({format_bytes(plan.peak or 0)}) stayed below the "
+            f"weights and the KV pool together ({format_bytes(plan.weights + plan.cache)}): the "
+            "pool was never allocated in full (the engine stopped during start-up, or no sample "
+            "caught it), so the runtime reserve could not be measured."
+        )
     return Section(
         "budget",
         "Budget worksheet against what was observed",

@@ -105,6 +105,25 @@ def test_the_budget_section_sets_the_measured_peak_against_the_plan() -> None:
     assert "more than the" in section.paragraphs[0]
 
 
+def test_a_peak_below_weights_and_pool_leaves_the_reserve_unmeasured() -> None:
+    # GIVEN an engine that stated 15 GiB of weights and a 4 GiB pool but died during start-up:
+    # the highest device memory sampled is 16 GiB
+    trace = Trace(
+        factories.samples(
+            {"ts": at(0), "metric": "device_total_bytes", "value": float(24 * GiB)},
+            {"ts": at(1), "metric": "device_used_bytes", "value": float(16 * GiB)},
+        ),
+        manifest=incident_trace().manifest,
+    )
+    # WHEN the report is built
+    section = build_report(ReportInputs({"incidents": []}, trace)).section("budget")
+    # THEN no negative reserve is shown: the reserve could not be measured, and the text says why
+    rows = {r["item"]: r for r in dict(section.tables)["planned_vs_observed"].records()}
+    assert rows["runtime reserve (activations, graphs, workspace)"]["observed_bytes"] is None
+    assert "the pool was never allocated in full" in section.paragraphs[0]
+    assert section.charts == ()
+
+
 def test_a_worksheet_document_is_the_plan_when_given() -> None:
     worksheet = {
         "device_bytes": 24 * GiB,
