@@ -156,3 +156,41 @@ def test_admissions_are_counted_per_slice_from_the_request_log() -> None:
     counts = [row["admissions"] for row in spec["datasets"]["activity_admissions"]]
     assert sum(counts) == 10
     assert len(counts) <= 5
+
+
+def _ledger_findings(stored: int, pool: int) -> dict[str, object]:
+    row = {"request_id": "r1", "stored_tokens": 9_406, "stored_low": 2_388, "stored_high": 11_262}
+    ledger = {"rows": [row], "stored_bytes": stored, "pool_bytes": pool, "waiting_requests": 49}
+    return {"incidents": [{"class": "kv_exhaustion", "ledger": ledger}]}
+
+
+def test_a_ledger_above_the_pool_says_its_residency_is_an_upper_bound() -> None:
+    # GIVEN a ledger whose requests add up to more than the pool (queued requests counted)
+    report = build_report(ReportInputs(_ledger_findings(7 * GiB, 4 * GiB), Trace()))
+    # WHEN its section is read, THEN it says why, with the engine's own waiting count
+    section = report.section("ledger")
+    assert "more than the 4.00 GiB pool, so some of them were not resident" in section.paragraphs[1]
+    assert "reported 49 request(s) waiting" in section.paragraphs[1]
+    # AND a ledger within the pool says nothing more
+    within = build_report(ReportInputs(_ledger_findings(3 * GiB, 4 * GiB), Trace()))
+    assert len(within.section("ledger").paragraphs) == 1
+
+
+def test_the_bounds_of_a_stored_figure_read_as_tokens_low_then_high() -> None:
+    # GIVEN a ledger row with the bounds of its stored tokens
+    report = build_report(ReportInputs(_ledger_findings(GiB, 4 * GiB), Trace()))
+    # WHEN the requests table is rendered as text
+    text = render(report, "text").text
+    # THEN the bounds come low then high, with thousands separators
+    header = next(line for line in text.splitlines() if "stored low" in line)
+    assert header.index("stored low") < header.index("stored high")
+    assert "2,388" in text
+    assert "11,262" in text
+
+
+def test_the_verdict_says_when_requests_counted_resident_exceed_what_was_observed() -> None:
+    # GIVEN an incident whose resident requests model more KV than was observed
+    incident = {"class": "kv_exhaustion", "explained_bytes": 7 * GiB, "observed_bytes": 4 * GiB}
+    report = build_report(ReportInputs({"incidents": [incident]}, Trace()))
+    # THEN the verdict paragraph says the residency is an upper bound
+    assert "add up to 7.00 GiB, more than the 4.00 GiB observed" in report.verdict.paragraph
