@@ -275,7 +275,8 @@ def _kv_exhaustion(ctx: Context) -> ClassCheck:
             parts.append(f"the modelled KV reached {modelled:.1%} of the pool (no observation)")
     if preemptions:
         storm = "a preemption storm: " if preemptions >= STORM else ""
-        parts.append(f"{storm}{preemptions} preemptions in the window")
+        plural = "" if preemptions == 1 else "s"
+        parts.append(f"{storm}{preemptions} preemption{plural} in the window")
     if parts:
         return ClassCheck("kv_exhaustion", True, "; ".join(parts), tuple(rows))
     seen = (
