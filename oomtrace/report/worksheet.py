@@ -155,7 +155,22 @@ def make_plan(
         reserve = budget - weights - cache
         reserve_basis = "engine start-up: memory budget less weights and KV cache"
     peak, peak_basis = _observed_peak(memory, incident)
+    foreign = _foreign_bytes(incident)
+    if peak is not None and foreign and peak_basis.startswith("highest device memory"):
+        # the plan is the engine's: memory another process held is not its runtime reserve
+        peak -= foreign
+        peak_basis += f", less {format_bytes(foreign)} other processes held at the incident peak"
     return Plan(source, device, weights, cache, reserve, reserve_basis, peak, peak_basis)
+
+
+def _foreign_bytes(incident: Mapping[str, Any] | None) -> int:
+    """Device memory the incident says other processes held at its peak."""
+    processes = (incident or {}).get("processes") or []
+    return sum(
+        int(p["bytes"])
+        for p in processes
+        if isinstance(p, Mapping) and isinstance(p.get("bytes"), int | float)
+    )
 
 
 def _worksheet_tables(worksheet: Mapping[str, Any]) -> list[tuple[str, Table]]:

@@ -194,3 +194,17 @@ def test_the_verdict_says_when_requests_counted_resident_exceed_what_was_observe
     report = build_report(ReportInputs({"incidents": [incident]}, Trace()))
     # THEN the verdict paragraph says the residency is an upper bound
     assert "add up to 7.00 GiB, more than the 4.00 GiB observed" in report.verdict.paragraph
+
+
+def test_memory_another_process_held_is_not_counted_as_the_engines_runtime_reserve() -> None:
+    # GIVEN the engine's plan (weights 15 GiB, KV 4 GiB, 90% of 24 GiB) and a 23.88 GiB device peak
+    # of which another process held 3 GiB at the incident's peak
+    findings = incident_findings()
+    findings["incidents"][0]["processes"] = [{"pid": 4242, "bytes": 3 * GiB, "basis": "samples"}]
+    section = build_report(ReportInputs(findings, incident_trace())).section("budget")
+    rows = {r["item"]: r for r in dict(section.tables)["planned_vs_observed"].records()}
+    # THEN the engine's observed total and reserve leave the other process out, and say so
+    total = rows["total at peak"]
+    assert "less 3.00 GiB other processes held" in str(total["basis"])
+    reserve = rows["runtime reserve (activations, graphs, workspace)"]["observed_bytes"]
+    assert reserve == total["observed_bytes"] - 19 * GiB  # type: ignore[operator]
