@@ -53,7 +53,7 @@ def analyze(trace: Trace, options: AnalyzeOptions | None = None) -> Findings:
     options = options or AnalyzeOptions()
     prep, modelled, spikes = _prepare(_on_node(trace, options.node), options)
     trace, kv, timeline = prep.trace, prep.kv, prep.timeline
-    anchors = anchor_incidents(trace.events, spikes, options)
+    anchors = anchor_incidents(trace.events, spikes, options, _first_request(trace))
     incidents = tuple(build_incident(prep, a, options, i) for i, a in enumerate(anchors, start=1))
     kv_recon, kv_gap = kv_reconciliation(
         prep.kv_index.long(), prep.breakpoints, kv, not timeline.knots.is_empty()
@@ -189,6 +189,12 @@ def _on_node(trace: Trace, node: str | None) -> Trace:
         )
         raise InputError(f"--node {node!r}: no rows on that node; the trace has {', '.join(nodes)}")
     return picked
+
+
+def _first_request(trace: Trace) -> dict[str, datetime]:
+    """Each node's first request event: before it the engine was starting, not serving."""
+    first = trace.requests.group_by("node").agg(pl.col("ts").min())
+    return {str(n): t for n, t in first.iter_rows()}
 
 
 def _trace_end(trace: Trace) -> dict[str, datetime]:

@@ -35,7 +35,7 @@ def engine_pids(samples: pl.DataFrame, events: pl.DataFrame, manifest: Manifest)
     elif isinstance(stated, list):
         pids |= {int(p) for p in stated if isinstance(p, int)}
     if pids:
-        return frozenset(pids)
+        return frozenset(pids | _namespace_twins(samples, pids))
     first = (
         samples.filter((pl.col("metric") == "process_used_bytes") & pl.col("pid").is_not_null())
         .sort("ts")
@@ -46,6 +46,52 @@ def engine_pids(samples: pl.DataFrame, events: pl.DataFrame, manifest: Manifest)
         .first()
     )
     return frozenset(first["pid"].to_list())
+
+
+# How far above the allocator's reserved bytes the engine's own process may sit (CUDA context,
+# cuBLAS and NCCL workspaces, CUDA graphs outside the cache): a larger gap is another process.
+_TWIN_MAX_GAP = 8 << 30
+
+
+def _namespace_twins(samples: pl.DataFrame, pids: set[int]) -> set[int]:
+    """The device-side pid of an engine whose allocator samples name it by another pid.
+
+    In a container the PyTorch hook sees its own pid namespace and NVML the host's, so the same
+    process is ``391`` in ``torch_*`` samples and ``2914467`` in ``process_used_bytes``. When no
+    per-process series carries an engine pid, the process on that device whose memory stays at
+    or above the allocator's reserved bytes, and closest to them, is the engine's twin."""
+    procs = samples.filter(
+        (pl.col("metric") == "process_used_bytes") & pl.col("pid").is_not_null()
+    ).select("node", "device", "pid", "ts", used="value")
+    if procs.is_empty() or procs["pid"].is_in(list(pids)).any():
+        return set()
+    reserved = (
+        samples.filter(
+            (pl.col("metric") == "torch_reserved_bytes") & pl.col("pid").is_in(list(pids))
+        )
+        .select("node", "device", "ts", reserved="value")
+        .sort("ts")
+    )
+    if reserved.is_empty():
+        return set()
+    gaps = (
+        procs.sort("ts")
+        .join_asof(
+            reserved, on="ts", by=["node", "device"], strategy="backward", check_sortedness=False
+        )
+        .drop_nulls("reserved")
+        .filter(pl.col("used") > 0)
+        .group_by("node", "device", "pid")
+        .agg(
+            below=(pl.col("used") < pl.col("reserved")).mean(),
+            gap=(pl.col("used") - pl.col("reserved")).median(),
+        )
+        .filter((pl.col("below") <= 0.05) & (pl.col("gap") <= _TWIN_MAX_GAP))
+        .sort("gap")
+        .group_by("node", "device", maintain_order=True)
+        .first()
+    )
+    return set(gaps["pid"].to_list())
 
 
 def foreign_processes(
