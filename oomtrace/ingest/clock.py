@@ -261,7 +261,9 @@ def report_disagreement(
     count = sum(beyond.values())
     if not count:
         return
-    typical = max(beyond.items(), key=lambda kv: kv[1])[0]
+    # The most common offset; among equally common ones the smallest (dict order is not
+    # stable: the counts come from hash-based value_counts).
+    typical = min(beyond.items(), key=lambda kv: (-kv[1], abs(kv[0]), kv[0]))[0]
     hint = ""
     if abs(typical) >= 900 and abs(typical) % 900 <= TOLERANCE_S:
         hours = typical / 3600

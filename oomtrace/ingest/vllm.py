@@ -220,7 +220,7 @@ class _Run:
             engine=engine,
             engine_config={k: v for k, v in config.items() if k not in _NOT_CONFIG},
             clock=decision.manifest,
-            host=max(hosts, key=lambda h: hosts[h]) if hosts else None,
+            host=min(hosts, key=lambda h: (-hosts[h], h)) if hosts else None,
         )
 
     @property

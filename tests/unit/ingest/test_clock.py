@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.ingest import IngestOptions, ingest_paths
 from oomtrace.ingest.base import ClockOptions, ParseContext
-from oomtrace.ingest.clock import combine, year_offsets
+from oomtrace.ingest.clock import combine, report_disagreement, year_offsets
 from oomtrace.ingest.vllm import NO_TIME, PARSER
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "vllm"
@@ -142,6 +142,20 @@ def test_printed_times_that_agree_with_outer_ones_raise_no_note() -> None:
     result = PARSER.parse_lines(pl.DataFrame({"line": lines}), ParseContext(), diag)
     assert result.samples is not None
     assert diag.notes == []
+
+
+def test_equally_common_disagreements_name_the_smallest_offset_every_time() -> None:
+    # GIVEN two offsets seen equally often (a tie that hash order used to break at random)
+    diag = SourceDiagnostics("k", "vllm-log", "n")
+    # WHEN they are reported
+    report_disagreement({-7200: 2, 3600: 2, 1: 4}, 8, "kubectl/docker timestamps", diag)
+    # THEN the smaller one is named
+    note = (
+        "4 of 8 line(s): the printed time differs from the kubectl/docker timestamps by more than "
+        "5 s (most often +3,600 s); the kubectl/docker timestamps were used; a steady +1 h usually "
+        "means the server's local zone is not the one assumed: pass --tz"
+    )
+    assert diag.notes == [note]
 
 
 def test_collector_arrival_times_win_and_give_sub_second_resolution() -> None:
