@@ -62,10 +62,23 @@ class Extracted:
     evidence: set[Family] = field(default_factory=set)
 
     def merge(self, other: Extracted) -> None:
-        """Append ``other``'s rows (a later chunk) to these."""
+        """Append ``other``'s rows (a later chunk) to these, in buffers of their own."""
         for name in ("stats", "config", "events", "requests", "ooms"):
-            getattr(self, name).extend(getattr(other, name))
+            getattr(self, name).extend(owned(part) for part in getattr(other, name))
         self.evidence |= other.evidence
+
+
+def owned(frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` with its text copied out of the buffers it may share with its chunk.
+
+    Slicing a string column (``body``, ``proc``) gives views into the chunk's line buffers, so
+    a handful of kept rows would keep every chunk's text alive: memory would grow with the
+    file, not with the output. Concatenating with an empty string writes each value anew.
+    """
+    text = [name for name, dtype in frame.schema.items() if dtype == pl.String]
+    if not text or frame.height == 0:
+        return frame
+    return frame.with_columns(pl.concat_str(pl.col(name), pl.lit("")).alias(name) for name in text)
 
 
 def flags() -> dict[str, pl.Expr]:
