@@ -19,6 +19,7 @@ from oomtrace.ingest.vllm_patterns import (
     CONFIG_LINES,
     EVENT_LINES,
     PREEMPT,
+    RECEIVED,
     REQUEST_LINES,
     STATS,
     STATS_LITERAL,
@@ -26,7 +27,7 @@ from oomtrace.ingest.vllm_patterns import (
     V0_PREFIX_LITERAL,
     Family,
 )
-from oomtrace.ingest.vllm_records import TIME_COLUMNS
+from oomtrace.ingest.vllm_records import FLAG_NAMES, TIME_COLUMNS
 
 OOM_LITERALS: Final = ("out of memory", "ALLOC_FAILED", "preemptively rejected")
 _LITERALS: Final = tuple(
@@ -38,6 +39,11 @@ _LITERALS: Final = tuple(
     )
 )
 _ID_HEAD: Final = 320
+_RECEIVED: Final = "Received request "
+_ADDED: Final = "Added request "
+_PARAMS_FIRST: Final = r"^Received request \S+?: params: "
+# ``^Added request (?P<id>\S+)$``: a literal lead, then the id to the end of the line.
+_TAIL_ID: Final = re.compile(r"\^([A-Za-z ]+ )\(\?P<id>\\S\+\)\$")
 _REQUEST_TIME: Final = ("_seq", "_chunk", "_md", "_tod", "_yo", "outer_ts", "arrival_ts")
 _LITERAL_ALT: Final = "|".join(re.escape(literal) for literal in _LITERALS)
 _OOM_ALT: Final = "|".join(re.escape(literal) for literal in OOM_LITERALS)
@@ -91,7 +97,7 @@ def flags() -> dict[str, pl.Expr]:
 
 def extract(records: pl.DataFrame, out: Extracted) -> None:
     """Add one chunk's rows to ``out``."""
-    cand = records.filter(pl.col("_cand"))
+    cand = records.filter(pl.col("_cand")).select(*TIME_COLUMNS, "level", "body", *FLAG_NAMES)
     if cand.height == 0:
         return
     ooms = cand.filter(pl.col("_oom"))
@@ -101,10 +107,7 @@ def extract(records: pl.DataFrame, out: Extracted) -> None:
     cand = cand.filter(pl.col("_lit"))
     if cand.height == 0:
         return
-    kind = pl.col("body").str.head(48).str.extract_groups(_REQUEST_KIND)
-    cand = cand.with_columns(
-        _stats=kind.struct.field("stats").is_not_null(), _req=kind.struct.field("req")
-    )
+    cand = _classify(cand)
     _stats(cand.filter(pl.col("_stats")), out)
     _requests(cand.filter(pl.col("_req").is_not_null()), out)
     others = cand.filter(~pl.col("_stats") & pl.col("_req").is_null())
@@ -112,6 +115,31 @@ def extract(records: pl.DataFrame, out: Extracted) -> None:
         _config(others, out)
         _events(others, out)
         _v0_prefix_rate(others, out)
+
+
+def _classify(cand: pl.DataFrame) -> pl.DataFrame:
+    """``_stats`` and ``_req`` (the request lead) of each record, as :data:`_REQUEST_KIND`
+    reads them. The two leads of nearly every request record are literal prefixes, which cost
+    a fraction of the pattern; the pattern reads the other records."""
+    body = pl.col("body")
+    lead = (
+        pl.when(body.str.starts_with(_RECEIVED))
+        .then(pl.lit(_RECEIVED))
+        .when(body.str.starts_with(_ADDED))
+        .then(pl.lit(_ADDED))
+    )
+    cand = cand.with_columns(_req=lead, _stats=pl.lit(value=False))
+    rest = pl.col("_req").is_null()
+    if not cand.select(rest.any()).item():
+        return cand
+    kind = pl.col("_g").struct.field
+    other = (
+        cand.filter(rest)
+        .with_columns(_g=body.str.head(48).str.extract_groups(_REQUEST_KIND))
+        .with_columns(_stats=kind("stats").is_not_null(), _req=kind("req"))
+        .drop("_g")
+    )
+    return pl.concat([cand.filter(~rest), other])
 
 
 def _stats(rows: pl.DataFrame, out: Extracted) -> None:
@@ -230,10 +258,11 @@ def _requests(rows: pl.DataFrame, out: Extracted) -> None:
         return
     # The classifier already saw how each line starts: split once, then each entry only looks
     # at its own rows.
-    groups = rows.with_columns(_lead=pl.col("_req").str.extract(r"^(\S+ ?\S*)", 1)).partition_by(
-        "_lead", as_dict=True
-    )
-    by_lead = {str(key[0]).strip(): frame for key, frame in groups.items()}
+    by_lead: dict[str, pl.DataFrame] = {}
+    for req in rows.get_column("_req").unique().to_list():
+        lead = _lead_of(req)
+        part = rows.filter(pl.col("_req") == req)
+        by_lead[lead] = pl.concat([by_lead[lead], part]) if lead in by_lead else part
     handled: set[str] = set()
     for entry in REQUEST_LINES:
         if entry.pattern in handled:
@@ -249,21 +278,24 @@ def _requests(rows: pl.DataFrame, out: Extracted) -> None:
         out.used.append(hit.get_column("_seq"))
         if entry.family is not None:
             out.evidence.add(entry.family)
-        out.requests.append(_request_rows(hit.drop("_lead"), entry.event, entry.pattern))
+        out.requests.append(_request_rows(hit, entry.event, entry.pattern))
         if entry.pattern == PREEMPT:
             out.events.append(_preemption_events(hit))
 
 
+@cache
+def _lead_of(req: str) -> str:
+    """The words a request lead starts with (``"Received request "`` -> "Received request")."""
+    found = re.match(r"^(\S+ ?\S*)", req)
+    return found.group(1).strip() if found else ""
+
+
 def _request_rows(hit: pl.DataFrame, event: str, pattern: str) -> pl.DataFrame:
     g = pl.col("_g")
-    # The fields sit at the start of the line (ids are short): capture on a short head, which
-    # costs a fraction of capturing over a long line. Id lists and the V0 counter are at the end.
-    whole = "ids" in _group_names(pattern) or pattern == PREEMPT
-    text = pl.col("body") if whole else pl.col("body").str.head(_ID_HEAD)
-    frame = hit.with_columns(_g=text.str.extract_groups(pattern))
     names = _group_names(pattern)
+    frame = _with_id(hit, pattern)
     base: dict[str, pl.Expr] = {
-        "request_id": g.struct.field("id").str.strip_suffix(".")
+        "request_id": pl.col("_id").str.strip_suffix(".")
         if "id" in names
         else pl.lit(None, pl.String),
         "event": pl.lit(event),
@@ -275,6 +307,9 @@ def _request_rows(hit: pl.DataFrame, event: str, pattern: str) -> pl.DataFrame:
     }
     if event == "arrived":
         frame = _with_token_count(frame, "prompt_token_ids: [")
+        if "_pf" not in frame.columns:
+            frame = frame.with_columns(_pf=pl.col("body").str.contains(_PARAMS_FIRST))
+        frame = frame.with_columns(_max=_max_tokens())
         base |= _received()
     elif "ids" in names:
         frame = frame.with_columns(
@@ -299,21 +334,68 @@ def _request_rows(hit: pl.DataFrame, event: str, pattern: str) -> pl.DataFrame:
     return frame.select(*_REQUEST_TIME, **base)
 
 
-def _received() -> dict[str, pl.Expr]:
+def _with_id(hit: pl.DataFrame, pattern: str) -> pl.DataFrame:
+    """``hit`` with ``_id``, the ``id`` group of ``pattern`` as a capture of the first
+    :data:`_ID_HEAD` characters gives it (the fields sit at the start; id lists and the V0
+    counter sit at the end, so those patterns see the whole line, in ``_g``).
+
+    Two shapes are read without a capture, to the same result: ``^Literal (?P<id>\\S+)$`` (the
+    id is the rest of the head) and :data:`RECEIVED` (the id ends at the first colon; whether
+    the params come first is the word after it)."""
+    names = _group_names(pattern)
     body = pl.col("body")
-    params_first = body.str.contains(r"^Received request \S+?: params: ")
-    details = body.str.starts_with("Request ")
-    found = body.str.extract_all(r"(?-u:\b)max_tokens=(?:[0-9]+|None)")
+    tail = _TAIL_ID.fullmatch(pattern)
+    if tail is not None:
+        start = len(tail.group(1))
+        return hit.with_columns(_id=body.str.slice(start, _ID_HEAD - start))
+    if pattern == RECEIVED:
+        return _received_ids(hit)
+    whole = "ids" in names or pattern == PREEMPT
+    text = body if whole else body.str.head(_ID_HEAD)
+    frame = hit.with_columns(_g=text.str.extract_groups(pattern))
+    if "id" in names:
+        frame = frame.with_columns(_id=pl.col("_g").struct.field("id"))
+    return frame
+
+
+def _received_ids(hit: pl.DataFrame) -> pl.DataFrame:
+    """:data:`RECEIVED` lines (already matched): the id runs from the lead to the first colon;
+    ``_pf`` says the params come first (``: params: `` follows the id). An id so long that the
+    match would end past :data:`_ID_HEAD` bytes goes through the capture instead."""
+    lead = len("Received request ")
+    raw = pl.col("body").cast(pl.Binary)
+    frame = hit.with_columns(_colon=pl.col("body").str.find(":", literal=True))
+    short = pl.col("_colon") + len(": params: ") <= _ID_HEAD
+    fast = frame.filter(short).with_columns(
+        _id=raw.bin.slice(lead, pl.col("_colon") - lead).cast(pl.String),
+        _pf=raw.bin.slice(pl.col("_colon") + 2, 2) == b"pa",
+    )
+    slow = frame.filter(~short)
+    if slow.height:
+        slow = slow.with_columns(
+            _id=pl.col("body").str.head(_ID_HEAD).str.extract(RECEIVED, 1),
+            _pf=pl.col("body").str.contains(_PARAMS_FIRST),
+        )
+        fast = pl.concat([fast, slow])
+    return fast.drop("_colon")
+
+
+def _max_tokens() -> pl.Expr:
+    found = pl.col("body").str.extract_all(r"(?-u:\b)max_tokens=(?:[0-9]+|None)")
     # The params come before the prompt preview from 0.12 and after the prompt text before it:
     # take the occurrence inside SamplingParams, never one inside the user's prompt.
-    max_tokens = pl.when(params_first).then(found.list.first()).otherwise(found.list.last())
+    return pl.when(pl.col("_pf")).then(found.list.first()).otherwise(found.list.last())
+
+
+def _received() -> dict[str, pl.Expr]:
+    details = pl.col("body").str.starts_with("Request ")
     return {
         "max_tokens": pl.when(details)
         .then(None)
-        .otherwise(max_tokens.str.slice(11).cast(pl.Int64, strict=False)),
+        .otherwise(pl.col("_max").str.slice(11).cast(pl.Int64, strict=False)),
         "prompt_tokens": pl.col("_count"),
         "_kind": pl.when(details).then(pl.lit("details")).otherwise(pl.lit("arrived")),
-        "_capped": params_first & pl.col("_count").is_not_null(),
+        "_capped": pl.col("_pf") & pl.col("_count").is_not_null(),
     }
 
 
@@ -321,8 +403,12 @@ def _with_token_count(frame: pl.DataFrame, key: str) -> pl.DataFrame:
     """``_count``: the number of ids in the last ``key ... ]`` list in ``body``
     (``prompt_token_ids: [1, 2]`` -> 2; null when there is none), or the count a collector kept
     when it redacted the list at capture (``prompt_token_ids: <2 token ids>``)."""
-    frame = _listed_count(frame, key)
     marker = key.removesuffix("[") + "<"
+    # Most request lines carry neither form: one scan rules both out.
+    either = re.escape(key.removesuffix("[")) + r"[\[<]"
+    if not frame.get_column("body").str.contains(either).any():
+        return frame.with_columns(_count=pl.lit(None, pl.Int64))
+    frame = _listed_count(frame, key)
     if not frame.get_column("body").str.contains(marker, literal=True).any():
         return frame
     stated = pl.col("body").str.extract(re.escape(marker) + r"([0-9]+) token ids>", 1)

@@ -56,6 +56,15 @@ _HEADER_SLICE: Final = 96
 _HEADER_WHOLE: Final = "^(?P<hdr>" + HEADER.removeprefix("^") + ")"
 _LEVEL_TS: Final = _HEADER_AT + " "
 _TS_ONLY: Final = frozenset({"timestamp", "process", "nested"})
+# A standard header (ASCII file name, whole seconds): its fields sit at offsets fixed by the
+# level's length. Anything else is captured by the full HEADER pattern.
+_SIMPLE_HEADER: Final = (
+    r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) [0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2} "
+    r"\[?[A-Za-z0-9_.\-]+:[0-9]+\] "
+)
+_LEVEL_WIDTH: Final = {ord("D"): 5, ord("I"): 4, ord("W"): 7, ord("E"): 5, ord("C"): 8}
+_HEADER_FIELDS: Final = ("_hlen", "_lvl", "_brk", "_hmd", "_htod")
+_UNUSUAL: Final = "\x1b|" + re.escape(REPEATED_LITERAL) + "|" + _LEVEL_TS
 _SAMPLE: Final = 256
 
 
@@ -105,7 +114,6 @@ def build_records(
     line = pl.col("line")
     frame = lines.with_columns(
         _seq=pl.int_range(first_line, first_line + lines.height, dtype=pl.Int64) * 256,
-        _esc=line.str.contains("\x1b", literal=True),
         _hpos=line.str.find(_HEADER_AT),
         **flags,
     ).with_columns(_cand=pl.any_horizontal(*flags))
@@ -114,17 +122,35 @@ def build_records(
     headerless = frame.select((pl.col("_cand") & pl.col("_hpos").is_null()).any()).item()
     parse = pl.col("_cand") | (pl.col("_hpos").is_not_null() if headerless else False)
     rest = frame.filter(~parse).select("_seq", "line", _hdr=pl.col("_hpos").is_not_null())
-    records = _cleanup_ansi(_parse(frame.filter(parse)).drop("_hpos"), flags)
-    records = records.with_columns(
-        body=pl.when(pl.col("_cand")).then(line.str.slice(pl.col("_lead")))
-    )
-    records = _repeat_suffix(records, info)
-    glued = pl.col("_cand") & pl.col("body").str.contains(_LEVEL_TS)
-    if records.select(glued.any()).item():
-        records = _split_glued(records, info)
+    records = _parse(frame.filter(parse)).drop("_hpos").with_columns(_body())
+    # Colour codes past the prefix, Ray's repeat suffix and glued records are all rare: one
+    # scan of the candidate bodies finds the records that may have any of them, and only those
+    # go through the steps that look for each.
+    unusual = pl.col("_cand") & pl.col("body").str.contains(_UNUSUAL).fill_null(value=False)
+    if records.select(unusual.any()).item():
+        odd = _unusual(records.filter(unusual), flags, info)
+        plain = records.filter(~unusual).with_columns(repeat=pl.lit(1, pl.Int32))
+        records = pl.concat([plain, odd.select(plain.columns)], how="vertical_relaxed").sort("_seq")
+    else:
+        records = records.with_columns(repeat=pl.lit(1, pl.Int32))
     records = _place(records.with_columns(_chunk=pl.lit(chunk, pl.Int32)), info, tz)
     _count(records, info)
     return records, rest, info
+
+
+def _body() -> pl.Expr:
+    return pl.when(pl.col("_cand")).then(pl.col("line").str.slice(pl.col("_lead"))).alias("body")
+
+
+def _unusual(frame: pl.DataFrame, flags: Mapping[str, pl.Expr], info: ChunkInfo) -> pl.DataFrame:
+    """Records that may hold colour codes past their prefix, a repeat suffix or a glued record:
+    each looked for in turn (cleaning colour codes can reveal the other two)."""
+    frame = _cleanup_ansi(frame, flags)
+    frame = _repeat_suffix(frame, info)
+    glued = pl.col("_cand") & pl.col("body").str.contains(_LEVEL_TS)
+    if frame.select(glued.any()).item():
+        frame = _split_glued(frame, info)
+    return frame
 
 
 def _parse(frame: pl.DataFrame, kinds: frozenset[PrefixKind] | None = None) -> pl.DataFrame:
@@ -150,29 +176,85 @@ def _parse(frame: pl.DataFrame, kinds: frozenset[PrefixKind] | None = None) -> p
         more = detect_kinds(rejected, "_pre") - kinds
         if more:
             return _parse(frame.drop("_pre", "_ok"), kinds | more)
-    frame = frame.with_columns(
-        _h=line.str.slice(pl.col("_pre").str.len_chars(), _HEADER_SLICE).str.extract_groups(
-            _HEADER_WHOLE
-        )
-    )
-    h = pl.col("_h").struct.field
-    frame = frame.with_columns(_hdr=pl.col("_ok") & h("hdr").is_not_null())
+    frame = _header(frame).with_columns(_hdr=pl.col("_ok") & pl.col("_hlen").is_not_null())
     outer = _outer(frame, kinds)
-    md, hms = h("md"), h("hms")
     header = pl.col("_hdr")
     return outer.with_columns(
-        _lead=pl.col("_outer") + pl.when(header).then(h("hdr").str.len_chars()).otherwise(0),
-        level=pl.when(header).then(h("level")),
-        _br=header & h("br").is_not_null(),
-        _md=pl.when(header).then(
-            month_day_expr(md.str.head(2).cast(pl.Int32), md.str.tail(2).cast(pl.Int32))
-        ),
-        _tod=pl.when(header).then(
+        _lead=pl.col("_outer") + pl.when(header).then(pl.col("_hlen")).otherwise(0),
+        level=pl.when(header).then(pl.col("_lvl")),
+        _br=header & pl.col("_brk"),
+        _md=pl.when(header).then(pl.col("_hmd")),
+        _tod=pl.when(header).then(pl.col("_htod")),
+    ).drop("_pre", "_ok", *_HEADER_FIELDS)
+
+
+def _header(frame: pl.DataFrame) -> pl.DataFrame:
+    """The engine header where one starts at ``_pre``'s end: its length in characters
+    (``_hlen``, null where there is none), level, bracket, printed date and time.
+
+    Standard headers (:data:`_SIMPLE_HEADER`) are confirmed by a capture-free match and read at
+    the byte offsets the level's length fixes; any other header is captured by
+    :data:`~oomtrace.ingest.vllm_patterns.HEADER`, as before."""
+    text = pl.col("line").str.slice(pl.col("_pre").str.len_chars(), _HEADER_SLICE)
+    frame = frame.with_columns(_hs=text).with_columns(
+        _simple=pl.col("_hs").str.contains(_SIMPLE_HEADER).fill_null(value=False)
+    )
+    captured = pl.col("_hpos").is_not_null() & ~pl.col("_simple")
+    if not frame.select(captured.any()).item():
+        return _simple_fields(frame)
+    simple = _simple_fields(frame.filter(~captured))
+    other = _captured_fields(frame.filter(captured))
+    return pl.concat([simple, other.select(simple.columns)]).sort("_seq")
+
+
+def _simple_fields(frame: pl.DataFrame) -> pl.DataFrame:
+    raw = pl.col("_hs").cast(pl.Binary)
+    simple = pl.col("_simple")
+    width = raw.bin.get(0, null_on_oob=True).replace_strict(
+        _LEVEL_WIDTH, default=None, return_dtype=pl.Int64
+    )
+    frame = frame.with_columns(_w=width)
+    # Two little-endian words: "MM-DD HH" after the level, then ":MM:SS [" (or ":MM:SS x").
+    frame = frame.with_columns(
+        _d=raw.bin.slice(pl.col("_w") + 1, 8).bin.reinterpret(dtype=pl.UInt64),
+        _t=raw.bin.slice(pl.col("_w") + 9, 8).bin.reinterpret(dtype=pl.UInt64),
+    )
+    date, time = pl.col("_d"), pl.col("_t")
+
+    def two(word: pl.Expr, at: int) -> pl.Expr:
+        return _byte(word, at) * 10 + _byte(word, at + 1) - 11 * 48
+
+    return frame.with_columns(
+        _hlen=pl.when(simple).then(pl.col("_hs").str.find("] ", literal=True) + 2).cast(pl.UInt32),
+        _lvl=pl.when(simple).then(pl.col("_hs").str.head(pl.col("_w"))),
+        _brk=(simple & (_byte(time, 7) == ord("["))).fill_null(value=False),
+        _hmd=pl.when(simple).then(two(date, 0) * 100 + two(date, 3)).cast(pl.Int32),
+        _htod=pl.when(simple)
+        .then(two(date, 6) * 3600 + two(time, 1) * 60 + two(time, 4))
+        .cast(pl.Int32),
+    ).drop("_hs", "_simple", "_w", "_d", "_t")
+
+
+def _byte(word: pl.Expr, at: int) -> pl.Expr:
+    shift: int = 256**at
+    return (word // shift % 256).cast(pl.Int32)
+
+
+def _captured_fields(frame: pl.DataFrame) -> pl.DataFrame:
+    frame = frame.with_columns(_h=pl.col("_hs").str.extract_groups(_HEADER_WHOLE))
+    h = pl.col("_h").struct.field
+    md, hms = h("md"), h("hms")
+    return frame.with_columns(
+        _hlen=h("hdr").str.len_chars().cast(pl.UInt32),
+        _lvl=h("level"),
+        _brk=h("br").is_not_null(),
+        _hmd=month_day_expr(md.str.head(2).cast(pl.Int32), md.str.tail(2).cast(pl.Int32)),
+        _htod=(
             hms.str.head(2).cast(pl.Int32) * 3600
             + hms.str.slice(3, 2).cast(pl.Int32) * 60
             + hms.str.tail(2).cast(pl.Int32)
         ),
-    ).drop("_pre", "_h", "_ok")
+    ).drop("_hs", "_simple", "_h")
 
 
 def _outer(frame: pl.DataFrame, kinds: frozenset[PrefixKind]) -> pl.DataFrame:
@@ -222,25 +304,23 @@ def _outer(frame: pl.DataFrame, kinds: frozenset[PrefixKind]) -> pl.DataFrame:
 def _cleanup_ansi(frame: pl.DataFrame, flags: Mapping[str, pl.Expr]) -> pl.DataFrame:
     """Colour codes beyond the process prefix (a coloured level name, say): strip them from
     those candidate lines only and read them again."""
-    coloured = pl.col("_esc") & pl.col("_cand")
-    if not frame.select(coloured.any()).item():
-        return frame.drop("_esc")
-    suspects = frame.filter(coloured)
-    in_lead = pl.col("line").str.head(pl.col("_lead")).str.count_matches("\x1b", literal=True)
-    every = pl.col("line").str.count_matches("\x1b", literal=True)
-    redo = suspects.filter((every > in_lead).fill_null(value=False))
+    coloured = (pl.col("_cand") & pl.col("body").str.contains("\x1b", literal=True)).fill_null(
+        value=False
+    )
+    redo = frame.filter(coloured)
     if redo.height == 0:
-        return frame.drop("_esc")
+        return frame
     cleaned = redo.select("_seq", "arrival_ts", line=pl.col("line").str.replace_all(ANSI, ""))
     cleaned = cleaned.with_columns(_hpos=pl.col("line").str.find(_HEADER_AT), **flags)
     cleaned = _parse(cleaned).drop("_hpos")
-    cleaned = cleaned.with_columns(_cand=pl.any_horizontal(*flags), _esc=pl.lit(value=False))
-    rest = frame.filter(~pl.col("_seq").is_in(redo.get_column("_seq").implode()))
-    return pl.concat([rest, cleaned.select(rest.columns)]).sort("_seq").drop("_esc")
+    cleaned = cleaned.with_columns(_cand=pl.any_horizontal(*flags)).with_columns(_body())
+    rest = frame.filter(~coloured)
+    return pl.concat([rest, cleaned.select(rest.columns)]).sort("_seq")
 
 
 def _repeat_suffix(frame: pl.DataFrame, info: ChunkInfo) -> pl.DataFrame:
-    has = pl.col("_cand") & pl.col("line").str.contains(REPEATED_LITERAL, literal=True)
+    # The suffix pattern is anchored at the end of the body: only a body can hold it.
+    has = pl.col("_cand") & pl.col("body").str.contains(REPEATED_LITERAL, literal=True)
     if not frame.select(has.any()).item():
         return frame.with_columns(repeat=pl.lit(1, pl.Int32))
     frame = frame.with_columns(
