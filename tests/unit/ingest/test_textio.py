@@ -6,9 +6,11 @@ import gzip
 from pathlib import Path
 
 import polars as pl
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from oomtrace.diagnostics import SourceDiagnostics
-from oomtrace.ingest.textio import InputFile
+from oomtrace.ingest.textio import InputFile, decode_lines
 
 
 def _diag() -> SourceDiagnostics:
@@ -104,3 +106,40 @@ def test_a_crlf_split_across_two_blocks_loses_its_cr(tmp_path: Path) -> None:
     path = tmp_path / "a.log"
     path.write_bytes(b"abc\r\n" + b"x" * 10 + b"\n")
     assert _lines(path, chunk=4)[0] == ["abc", "x" * 10]
+
+
+def _reference_lines(text: bytes) -> tuple[list[str], int]:
+    """What splitting in Python gives: lines at LF, one CR before each LF dropped, invalid
+    UTF-8 replaced and the lines that held it counted."""
+    parts = text.split(b"\n") if text else []
+    if text.endswith(b"\n"):
+        parts.pop()
+    try:
+        lines = [part.decode("utf-8") for part in parts]
+        bad = 0
+    except UnicodeDecodeError:
+        lines = b"\n".join(parts).decode("utf-8", errors="replace").split("\n")
+        bad = sum("\ufffd" in line for line in lines)
+    return [line.removesuffix("\r") for line in lines], bad
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.binary(max_size=12),
+            st.sampled_from(
+                [b"\n", b"\r", b"\r\n", b'"', b"\xef\xbb\xbf", b"\x1f", b"\x1e", b"\xff", b"\xc3"]
+            ),
+            st.text(max_size=8).map(str.encode),
+        ),
+        max_size=30,
+    )
+)
+def test_splitting_a_block_into_lines_matches_splitting_in_python(pieces: list[bytes]) -> None:
+    # GIVEN any bytes: separators, quotes, CRs, byte-order marks, invalid UTF-8
+    text = b"".join(pieces)
+    # WHEN they are split into lines
+    lines, bad = decode_lines(text)
+    # THEN the lines and the count of lines with invalid UTF-8 are what Python's split gives
+    assert (lines.to_list(), bad) == _reference_lines(text)
