@@ -193,8 +193,20 @@ def _v0_prefix_rate(others: pl.DataFrame, out: Extracted) -> None:
     out.evidence.add("v0")
 
 
+def _present(others: pl.DataFrame, literals: list[str]) -> set[str]:
+    """Which of ``literals`` occur in any body (one call for the whole table)."""
+    body = pl.col("body")
+    found = others.select(
+        pl.concat_list(body.str.contains(lit, literal=True).any() for lit in literals)
+    ).item()
+    return {lit for lit, hit in zip(literals, found, strict=True) if hit}
+
+
 def _config(others: pl.DataFrame, out: Extracted) -> None:
+    present = _present(others, [entry.literal for entry in CONFIG_LINES])
     for entry in CONFIG_LINES:
+        if entry.literal not in present:
+            continue
         hit = others.filter(
             pl.col("body").str.contains(entry.literal, literal=True)
             & pl.col("body").str.contains(entry.pattern)
@@ -230,7 +242,10 @@ def _config_rows(
 
 
 def _events(others: pl.DataFrame, out: Extracted) -> None:
+    present = _present(others, [entry.literal for entry in EVENT_LINES])
     for entry in EVENT_LINES:
+        if entry.literal not in present:
+            continue
         hit = others.filter(
             pl.col("body").str.contains(entry.literal, literal=True)
             & pl.col("body").str.contains(entry.pattern)

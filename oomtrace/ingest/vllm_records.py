@@ -272,13 +272,22 @@ def _outer(frame: pl.DataFrame, kinds: frozenset[PrefixKind]) -> pl.DataFrame:
     without = frame.filter(~pl.col("_hdr"))
     pre = pl.col("_pre")
     if kinds <= _TS_ONLY:
-        stamp = pre.str.extract(r"^([0-9]{4}-[0-9]{2}-[0-9]{2}T[^ ]+) ", 1)
-        proc = pre.str.slice(stamp.str.len_chars().fill_null(-1) + 1).str.strip_chars_end(" ")
-        with_header = with_header.with_columns(
-            _outer=pre.str.len_chars(),
-            outer_ts=parse_iso(stamp),
-            host=pl.lit(None, pl.String),
-            proc=pl.when(proc.str.len_bytes() > 0).then(proc),
+        # Step by step: a sub-expression used twice in one call is computed twice.
+        stamp, proc = pl.col("_st"), pl.col("_pr")
+        with_header = (
+            with_header.with_columns(
+                _st=pre.str.extract(r"^([0-9]{4}-[0-9]{2}-[0-9]{2}T[^ ]+) ", 1)
+            )
+            .with_columns(
+                _pr=pre.str.slice(stamp.str.len_chars().fill_null(-1) + 1).str.strip_chars_end(" ")
+            )
+            .with_columns(
+                _outer=pre.str.len_chars(),
+                outer_ts=parse_iso(stamp),
+                host=pl.lit(None, pl.String),
+                proc=pl.when(proc.str.len_bytes() > 0).then(proc),
+            )
+            .drop("_st", "_pr")
         )
     else:
         groups = pre.str.extract_groups("^(?P<outer>" + outer_pattern(kinds) + ")$")
@@ -379,8 +388,7 @@ def _place(frame: pl.DataFrame, info: ChunkInfo, tz: str) -> pl.DataFrame:
         info.full_lines = both.height
         last = both.row(-1, named=True)
         info.full_anchor = FullAnchor(last["_md"], last["_tod"], last["_yo"], last["_full"])
-        diffs = both.select(printed_minus_full(pl.col("_md"), pl.col("_tod"), pl.col("_full"), tz))
-        for value, count in diffs.to_series().value_counts().iter_rows():
+        for value, count in printed_minus_full(both, tz).value_counts().iter_rows():
             if value is not None:
                 info.disagreement[int(value)] = info.disagreement.get(int(value), 0) + int(count)
     return frame.with_columns(pl.col("_md", "_tod", "_yo").forward_fill())
