@@ -85,7 +85,7 @@ def year_offsets(md: pl.Series, tod: pl.Series) -> tuple[pl.Series, ChunkYears]:
     chunk's timestamps, in order, and the chunk's brief."""
     frame = pl.DataFrame({"md": md, "tod": tod}).with_row_index("_i")
     known = frame.filter(pl.col("md").is_not_null() & pl.col("tod").is_not_null())
-    out = pl.Series("yo", [None] * frame.height, pl.Int32)
+    out = pl.repeat(None, frame.height, dtype=pl.Int32, eager=True).alias("yo")
     if known.height == 0:
         return out, ChunkYears()
     soy = known.select(seconds_of_year(pl.col("md"), pl.col("tod"))).to_series()
@@ -98,6 +98,8 @@ def year_offsets(md: pl.Series, tod: pl.Series) -> tuple[pl.Series, ChunkYears]:
         last_soy=int(soy[-1]),
         forward_steps=int((step > 0).sum()),
     )
+    if known.height == frame.height:
+        return offsets.cast(pl.Int32).alias("yo"), brief
     return out.scatter(known["_i"], offsets), brief
 
 

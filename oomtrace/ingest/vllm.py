@@ -76,6 +76,9 @@ _UVICORN: Final = r"(?:INFO|WARNING|ERROR):\s+\S+ - \""
 _OUTER: Final = re.compile("^(?:" + OUTER + ")")
 _ANSI: Final = re.compile(ANSI)
 _PRIVATE: Final = "|".join(re.escape(marker) for marker in PRIVATE_MARKERS)
+_PRIVATE_RE: Final = re.compile(_PRIVATE)
+# How many lines of each skip reason are looked at for a first example free of private text.
+_EXAMPLE_HEAD: Final = 64
 _NOT_CONFIG: Final = ("block_device", "kv_device")
 UNKNOWN_STATS: Final = "stats line in an unrecognised shape"
 UVICORN_LINE: Final = "uvicorn access line (no timestamp; not used)"
@@ -167,7 +170,7 @@ class _Run:
         chunks = self._chunk_table(bases)
         ledger = Ledger(diag)
         frames = {
-            name: self._timed_frame(parts, decision, chunks, ledger)
+            name: self._timed_frame(parts, decision, chunks, ledger, printed=name != "requests")
             for name, parts in (
                 ("stats", out.stats),
                 ("config", out.config),
@@ -194,7 +197,9 @@ class _Run:
             samples += [per_process]
         requests = (
             finish_requests(
-                frames["requests"].drop("_chunk", "_md", "_tod", "_yo", "outer_ts", "arrival_ts"),
+                frames["requests"].drop(
+                    "_chunk", "_md", "_tod", "_yo", "outer_ts", "arrival_ts", strict=False
+                ),
                 config.get("max_log_len"),
                 diag,
             )
@@ -265,10 +270,22 @@ class _Run:
         decision: ClockDecision,
         chunks: pl.DataFrame,
         ledger: Ledger,
+        *,
+        printed: bool,
     ) -> pl.DataFrame:
+        """The rows of ``parts`` with ``ts``; rows no time places are dropped, counted.
+        ``printed``: keep the printed time fields, completed across chunks (the de-duplication
+        of ranks groups by them); without it, rows that all carry a full time skip them."""
         if not parts:
             return pl.DataFrame()
-        frame = with_ts(pl.concat(parts, how="diagonal_relaxed"), decision, chunks)
+        frame = pl.concat(parts, how="diagonal_relaxed")
+        full = _full_time(frame)
+        if printed or full is None:
+            frame = with_ts(frame, decision, chunks)
+        else:
+            return frame.with_columns(full.alias("ts"))
+        if not frame.select(pl.col("ts").is_null().any()).item():
+            return frame
         ledger.lose(NO_TIME, frame.filter(pl.col("ts").is_null()).get_column("_seq"))
         return frame.filter(pl.col("ts").is_not_null())
 
@@ -314,30 +331,56 @@ def _read_chunk(lines: pl.DataFrame, index: int, first_line: int, tz: str) -> _C
 
 
 def _skips(unused: pl.DataFrame, odd: pl.Series) -> list[tuple[str, int, str]]:
-    """Every record not put to use, under one reason each, with a safe first example."""
+    """Every record not put to use, under one reason each, with a safe first example; reasons
+    in the order their first line comes in ``unused``."""
     if unused.height == 0:
         return []
     line = pl.col("line")
-    reason = (
-        pl.when(pl.col("_seq").is_in(odd.implode()))
-        .then(pl.lit(UNKNOWN_STATS))
-        .when(pl.col("_hdr"))
-        .then(pl.lit(NOT_USED))
-        .when(line.str.contains(_UVICORN))
+    unused = unused.with_row_index("_i")
+    if odd.len():
+        unused = unused.with_columns(_odd=pl.col("_seq").is_in(odd.implode()))
+    else:
+        unused = unused.with_columns(_odd=pl.lit(value=False))
+    # Only lines without an engine header can be access lines, blank or headerless: the tests
+    # for those run on them alone.
+    plain = pl.col("_odd") | pl.col("_hdr")
+    bare = unused.filter(~plain).with_columns(
+        _reason=pl.when(line.str.contains(_UVICORN))
         .then(pl.lit(UVICORN_LINE))
         .when(line.str.contains(r"^\s*$"))
         .then(pl.lit(EMPTY))
         .otherwise(pl.lit(NO_HEADER))
     )
-    grouped = (
-        unused.select(line, _reason=reason)
-        .group_by("_reason", maintain_order=True)
-        .agg(pl.len(), line.filter(~line.str.contains(_PRIVATE)).first())
+    known = unused.filter(plain).with_columns(
+        _reason=pl.when(pl.col("_odd")).then(pl.lit(UNKNOWN_STATS)).otherwise(pl.lit(NOT_USED))
     )
-    return [
-        (why, count, WITHHELD if example is None else _OUTER.sub("", _ANSI.sub("", example), 1))
-        for why, count, example in grouped.iter_rows()
+    groups = [
+        part.group_by("_reason").agg(pl.len(), pl.col("_i").first(), _head=line.head(_EXAMPLE_HEAD))
+        for part in (known, bare)
+        if part.height
     ]
+    found = []
+    for why, count, _, head in pl.concat(groups).sort("_i").iter_rows():
+        example = next((text for text in head if not _PRIVATE_RE.search(text)), None)
+        if example is None and count > len(head):
+            # Every line in the head may hold text: look further (rare).
+            whole = pl.concat([known, bare]).filter(pl.col("_reason") == why).sort("_i")
+            example = whole.select(line.filter(~line.str.contains(_PRIVATE)).first()).item()
+        shown = WITHHELD if example is None else _OUTER.sub("", _ANSI.sub("", example), 1)
+        found.append((why, count, shown))
+    return found
+
+
+def _full_time(frame: pl.DataFrame) -> pl.Series | None:
+    """The collector's arrival time, else the outer timestamp, of every row; None when some row
+    has neither."""
+    arrival, outer = frame.get_column("arrival_ts"), frame.get_column("outer_ts")
+    if arrival.null_count() == 0:
+        return arrival
+    if arrival.null_count() == arrival.len() and outer.null_count() == 0:
+        return outer
+    full = arrival.fill_null(outer)
+    return full if full.null_count() == 0 else None
 
 
 def _concat(frames: list[pl.DataFrame]) -> pl.DataFrame | None:

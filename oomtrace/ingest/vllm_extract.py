@@ -109,7 +109,15 @@ def extract(records: pl.DataFrame, out: Extracted) -> None:
         return
     cand = _classify(cand)
     _stats(cand.filter(pl.col("_stats")), out)
+    requests = len(out.requests)
     _requests(cand.filter(pl.col("_req").is_not_null()), out)
+    if len(out.requests) - requests > 1:
+        # One part per chunk, in file order (the chunks' parts then concatenate sorted).
+        parts = out.requests[requests:]
+        del out.requests[requests:]
+        out.requests.append(
+            pl.concat(parts, how="diagonal_relaxed").sort("_seq", maintain_order=True)
+        )
     others = cand.filter(~pl.col("_stats") & pl.col("_req").is_null())
     if others.height:
         _config(others, out)

@@ -58,11 +58,10 @@ _LEVEL_TS: Final = _HEADER_AT + " "
 _TS_ONLY: Final = frozenset({"timestamp", "process", "nested"})
 # A standard header (ASCII file name, whole seconds): its fields sit at offsets fixed by the
 # level's length. Anything else is captured by the full HEADER pattern.
-_SIMPLE_HEADER: Final = (
-    r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) [0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2} "
-    r"\[?[A-Za-z0-9_.\-]+:[0-9]+\] "
-)
-_LEVEL_WIDTH: Final = {ord("D"): 5, ord("I"): 4, ord("W"): 7, ord("E"): 5, ord("C"): 8}
+_SIMPLE_HEADER: Final = "^" + _HEADER_AT + r" \[?[A-Za-z0-9_.\-]+:[0-9]+\] "
+_LEVELS: Final = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+_LEVEL_WIDTH: Final = {ord(level[0]): len(level) for level in _LEVELS}
+_LEVEL_NAME: Final = {ord(level[0]): level for level in _LEVELS}
 _HEADER_FIELDS: Final = ("_hlen", "_lvl", "_brk", "_hmd", "_htod")
 _UNUSUAL: Final = "\x1b|" + re.escape(REPEATED_LITERAL) + "|" + _LEVEL_TS
 _SAMPLE: Final = 256
@@ -210,10 +209,9 @@ def _header(frame: pl.DataFrame) -> pl.DataFrame:
 def _simple_fields(frame: pl.DataFrame) -> pl.DataFrame:
     raw = pl.col("_hs").cast(pl.Binary)
     simple = pl.col("_simple")
-    width = raw.bin.get(0, null_on_oob=True).replace_strict(
-        _LEVEL_WIDTH, default=None, return_dtype=pl.Int64
+    frame = frame.with_columns(_b=raw.bin.get(0, null_on_oob=True)).with_columns(
+        _w=pl.col("_b").replace_strict(_LEVEL_WIDTH, default=None, return_dtype=pl.Int64)
     )
-    frame = frame.with_columns(_w=width)
     # Two little-endian words: "MM-DD HH" after the level, then ":MM:SS [" (or ":MM:SS x").
     frame = frame.with_columns(
         _d=raw.bin.slice(pl.col("_w") + 1, 8).bin.reinterpret(dtype=pl.UInt64),
@@ -225,14 +223,17 @@ def _simple_fields(frame: pl.DataFrame) -> pl.DataFrame:
         return _byte(word, at) * 10 + _byte(word, at + 1) - 11 * 48
 
     return frame.with_columns(
+        # An ASCII header: its length in bytes is its length in characters.
         _hlen=pl.when(simple).then(pl.col("_hs").str.find("] ", literal=True) + 2).cast(pl.UInt32),
-        _lvl=pl.when(simple).then(pl.col("_hs").str.head(pl.col("_w"))),
+        _lvl=pl.when(simple).then(
+            pl.col("_b").replace_strict(_LEVEL_NAME, default=None, return_dtype=pl.String)
+        ),
         _brk=(simple & (_byte(time, 7) == ord("["))).fill_null(value=False),
         _hmd=pl.when(simple).then(two(date, 0) * 100 + two(date, 3)).cast(pl.Int32),
         _htod=pl.when(simple)
         .then(two(date, 6) * 3600 + two(time, 1) * 60 + two(time, 4))
         .cast(pl.Int32),
-    ).drop("_hs", "_simple", "_w", "_d", "_t")
+    ).drop("_hs", "_simple", "_b", "_w", "_d", "_t")
 
 
 def _byte(word: pl.Expr, at: int) -> pl.Expr:
