@@ -36,7 +36,10 @@ lines; see ``benchmarks/ingest_bench.py``.
 
 from __future__ import annotations
 
+import os
 import re
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Final
 
@@ -79,6 +82,7 @@ _PRIVATE: Final = "|".join(re.escape(marker) for marker in PRIVATE_MARKERS)
 _PRIVATE_RE: Final = re.compile(_PRIVATE)
 # How many lines of each skip reason are looked at for a first example free of private text.
 _EXAMPLE_HEAD: Final = 64
+_PRINTED_TIME: Final = ("_chunk", "_md", "_tod", "_yo", "outer_ts", "arrival_ts")
 _NOT_CONFIG: Final = ("block_device", "kv_device")
 UNKNOWN_STATS: Final = "stats line in an unrecognised shape"
 UVICORN_LINE: Final = "uvicorn access line (no timestamp; not used)"
@@ -87,6 +91,18 @@ NO_HEADER: Final = "line without a vLLM header (traceback, progress bar or print
 EMPTY: Final = "empty line"
 NO_TIME: Final = "no timestamp could be placed"
 WITHHELD: Final = "<withheld: the line may hold prompt or output text>"
+
+
+# Chunks read side by side: one per core, at most two (past two, the shared Polars pool and
+# the reading of the next block are the limit, and each chunk in flight holds its memory).
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+WORKERS: Final = min(2, _cores())
 
 
 class VllmLogParser:
@@ -105,11 +121,18 @@ class VllmLogParser:
 
     def parse(self, source: InputFile, ctx: ParseContext, diag: SourceDiagnostics) -> ParseResult:
         run = _Run(ctx, diag, "kubectl/docker timestamps")
-        # Chunks share no state until finish(). Reading two at a time on two threads was
-        # measured slower than one (many short Polars calls contend for the GIL), so they are
-        # read one after the other; memory stays bounded by one chunk plus the rows it yields.
-        for chunk in source.line_chunks(diag):
-            run.feed(chunk.lines.to_frame("line"), chunk.first_line)
+        # Chunks share no state until finish(): WORKERS of them are read side by side (Polars
+        # releases the GIL while it works), and their results are added in file order. Memory
+        # stays bounded by the chunks in flight plus the rows they yield.
+        with ThreadPoolExecutor(WORKERS) as pool:
+            pending: deque[Future[_Chunk]] = deque()
+            for index, chunk in enumerate(source.line_chunks(diag)):
+                lines = chunk.lines.to_frame("line")
+                pending.append(pool.submit(_read_chunk, lines, index, chunk.first_line, run.tz))
+                if len(pending) >= WORKERS:
+                    run.add(pending.popleft().result())
+            while pending:
+                run.add(pending.popleft().result())
         return run.finish()
 
     def parse_lines(
@@ -195,17 +218,11 @@ class _Run:
             found, per_process = oom_rows(frames["ooms"], ledger)
             events += [found]
             samples += [per_process]
-        requests = (
-            finish_requests(
-                frames["requests"].drop(
-                    "_chunk", "_md", "_tod", "_yo", "outer_ts", "arrival_ts", strict=False
-                ),
-                config.get("max_log_len"),
-                diag,
-            )
-            if frames["requests"].height
-            else None
-        )
+        requests = None
+        if frames["requests"].height:
+            rows = frames.pop("requests").drop(_PRINTED_TIME, strict=False)
+            requests = finish_requests(rows, config.get("max_log_len"), diag)
+            del rows
         ledger.settle()
         self._notes()
         kind = config.pop("engine_kind", None)
@@ -279,11 +296,18 @@ class _Run:
         if not parts:
             return pl.DataFrame()
         frame = pl.concat(parts, how="diagonal_relaxed")
-        full = _full_time(frame)
-        if printed or full is None:
+        parts.clear()  # the rows live on in `frame` alone
+        if printed:
             frame = with_ts(frame, decision, chunks)
         else:
-            return frame.with_columns(full.alias("ts"))
+            # Chunks whose rows all carried a full time came with `ts` alone (_settled).
+            if "ts" in frame.columns and frame.get_column("ts").null_count() == 0:
+                return frame
+            if "ts" in frame.columns:
+                frame = frame.rename({"ts": "_ts"})
+            frame = with_ts(frame, decision, chunks)
+            if "_ts" in frame.columns:
+                frame = frame.with_columns(ts=pl.coalesce("_ts", "ts")).drop("_ts")
         if not frame.select(pl.col("ts").is_null().any()).item():
             return frame
         ledger.lose(NO_TIME, frame.filter(pl.col("ts").is_null()).get_column("_seq"))
@@ -324,6 +348,7 @@ def _read_chunk(lines: pl.DataFrame, index: int, first_line: int, tz: str) -> _C
     odd = pl.concat(out.unmatched) if out.unmatched else pl.Series([], dtype=pl.Int64)
     out.used.clear()
     out.unmatched.clear()
+    out.requests = [_settled(part) for part in out.requests]
     unused = pl.concat(
         [records.filter(~pl.col("_seq").is_in(used.implode())).select(rest.columns), rest]
     )
@@ -369,6 +394,16 @@ def _skips(unused: pl.DataFrame, odd: pl.Series) -> list[tuple[str, int, str]]:
         shown = WITHHELD if example is None else _OUTER.sub("", _ANSI.sub("", example), 1)
         found.append((why, count, shown))
     return found
+
+
+def _settled(requests: pl.DataFrame) -> pl.DataFrame:
+    """Request rows that all carry a full time: ``ts`` from it, and none of the printed-time
+    fields that would otherwise wait for the whole file (the request table is the bulk of what
+    a file accumulates)."""
+    full = _full_time(requests)
+    if full is None:
+        return requests
+    return requests.drop(_PRINTED_TIME).with_columns(full.alias("ts"))
 
 
 def _full_time(frame: pl.DataFrame) -> pl.Series | None:

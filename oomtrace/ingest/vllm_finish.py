@@ -46,7 +46,7 @@ def with_ts(frame: pl.DataFrame, decision: ClockDecision, chunks: pl.DataFrame) 
     time placed by ``decision``. ``chunks`` (``_chunk``, ``_base``, ``_cmd``, ``_ctod``,
     ``_cyo``) gives each chunk's year-offset base and the printed time that lines before its
     first timestamp inherit from the chunks before."""
-    frame = frame.join(chunks, on="_chunk", how="left").with_columns(
+    frame = frame.join(chunks, on="_chunk", how="left", maintain_order="left").with_columns(
         _md=pl.coalesce("_md", "_cmd"),
         _tod=pl.coalesce("_tod", "_ctod"),
         _yo=pl.coalesce(pl.col("_yo") + pl.col("_base"), "_cyo"),
