@@ -3,8 +3,27 @@
 from __future__ import annotations
 
 import polars as pl
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from polars.testing import assert_frame_equal
 
-from oomtrace.ingest.vllm_extract import Extracted
+from oomtrace.ingest.vllm_extract import (
+    _ID_HEAD,
+    _PARAMS_FIRST,
+    _REQUEST_KIND,
+    Extracted,
+    _classify,
+    _received_ids,
+    _with_id,
+)
+from oomtrace.ingest.vllm_patterns import RECEIVED, REQUEST_LINES
+from oomtrace.ingest.vllm_records import (
+    _HEADER_AT,
+    _HEADER_FIELDS,
+    _HEADER_SLICE,
+    _captured_fields,
+    _header,
+)
 
 
 def _buffer_bytes(column: pl.Series) -> int:
@@ -26,3 +45,156 @@ def test_rows_kept_from_a_chunk_do_not_hold_on_to_the_chunks_text() -> None:
     assert _buffer_bytes(out.ooms[0]["body"]) < 1_000
     assert _buffer_bytes(out.requests[0]["request_id"]) < 1_000
     assert out.ooms[0]["body"].to_list() == ["00000000", "00000001", "00000002"]
+
+
+# --- fast paths read exactly what the table's patterns capture --------------------------------
+
+_PREFIXES = [
+    "",
+    "(APIServer pid=1) ",
+    "\x1b[1;36m(Worker pid=2)\x1b[0;0m ",
+    "2025-06-02T08:00:00Z ",
+    "é ",
+]
+_FILE = st.one_of(
+    st.sampled_from(["api_server.py", "loggers.py", "x-1.py"]),
+    st.text(alphabet="ab_.-:[]é1 \t", max_size=14),
+)
+_TEXT = st.text(alphabet=st.characters(blacklist_categories=["Cs"]), max_size=40)
+
+
+@st.composite
+def _headers(draw: st.DrawFn) -> str:
+    digits = st.text(alphabet="0123456789", min_size=2, max_size=2)
+    return (
+        draw(st.sampled_from(_PREFIXES))
+        + draw(st.sampled_from(["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]))
+        + f" {draw(digits)}-{draw(digits)} {draw(digits)}:{draw(digits)}:{draw(digits)}"
+        + draw(st.sampled_from(["", ".123", ",5"]))
+        + " "
+        + draw(st.sampled_from(["", "["]))
+        + draw(st.one_of(_FILE, st.just("x" * 90)))
+        + ":"
+        + draw(st.text(alphabet="0123456789", min_size=1, max_size=4) | st.just(""))
+        + draw(st.sampled_from(["] ", "] ", "]", " "]))
+        + draw(_TEXT)
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_headers(), min_size=1, max_size=12))
+def test_headers_read_at_fixed_offsets_equal_the_captured_header(lines: list[str]) -> None:
+    # GIVEN lines with engine headers of every shape: standard ones, odd file names, fractions
+    # of a second, no bracket, impossible dates, headers too long for the window
+    line = pl.col("line")
+    frame = (
+        pl.DataFrame({"line": lines})
+        .with_row_index("_seq")
+        .with_columns(_hpos=line.str.find(_HEADER_AT))
+        .with_columns(
+            _pre=line.cast(pl.Binary).bin.head(pl.col("_hpos").fill_null(0)).cast(pl.String)
+        )
+    )
+    # WHEN the header is read (standard headers at fixed byte offsets)
+    fast = _header(frame).select("_seq", *_HEADER_FIELDS)
+    # THEN every field equals what capturing the HEADER pattern gives
+    window = line.str.slice(pl.col("_pre").str.len_chars(), _HEADER_SLICE)
+    captured = _captured_fields(frame.with_columns(_hs=window, _simple=pl.lit(value=False)))
+    assert_frame_equal(fast, captured.select("_seq", *_HEADER_FIELDS))
+
+
+_ID = st.one_of(
+    st.text(alphabet="abc-09.:é \t\u00a0", min_size=0, max_size=12),
+    st.text(alphabet="ab", min_size=280, max_size=320),
+)
+
+
+@st.composite
+def _received_bodies(draw: st.DrawFn) -> str:
+    return (
+        "Received request "
+        + draw(_ID)
+        + draw(st.sampled_from([": params: ", ": prompt: ", ": params:", ":: params: "]))
+        + draw(st.sampled_from(["", "'max_tokens=5', ", "SamplingParams(max_tokens=7), "]))
+        + draw(_TEXT)
+        + draw(st.sampled_from(["", ", max_tokens=None", " prompt_token_ids: [1, 2]"]))
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_received_bodies(), min_size=1, max_size=12))
+def test_received_ids_sliced_at_the_colon_equal_the_captured_id(bodies: list[str]) -> None:
+    # GIVEN "Received request" lines that match the table's pattern (odd ids, long ids,
+    # prompt or params first)
+    body = pl.col("body")
+    hit = pl.DataFrame({"body": bodies}).with_row_index("_seq").filter(body.str.contains(RECEIVED))
+    # WHEN their ids are read without a capture
+    fast = _received_ids(hit).sort("_seq").select("_seq", "_id", "_pf")
+    # THEN they equal the capture over the head of the line, and so does "params first"
+    captured = hit.select(
+        "_seq",
+        _id=body.str.head(_ID_HEAD).str.extract(RECEIVED, 1),
+        _pf=body.str.contains(_PARAMS_FIRST),
+    )
+    assert_frame_equal(fast, captured)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.text(alphabet="ab.é", min_size=300, max_size=400)
+        | st.text(alphabet="ab.\t é", max_size=40),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_ids_to_the_end_of_the_line_equal_the_captured_id(ids: list[str]) -> None:
+    # GIVEN "Added request <id>" lines, short and longer than the id window
+    pattern = next(e.pattern for e in REQUEST_LINES if e.lead == "Added request")
+    body = pl.col("body")
+    hit = pl.DataFrame({"body": [f"Added request {i}" for i in ids]}).filter(
+        body.str.contains(pattern)
+    )
+    # WHEN the id is sliced off the line THEN it is what the capture gives
+    fast = _with_id(hit, pattern).select("_id")
+    captured = hit.select(_id=body.str.head(_ID_HEAD).str.extract(pattern, 1))
+    assert_frame_equal(fast, captured)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(
+                [
+                    "",
+                    "Received request ",
+                    "Added request ",
+                    "Engine 000: ",
+                    "Engine 000: Received request ",
+                    "Avg prompt throughput: ",
+                    "Request ",
+                    "Aborted request",
+                    "2 Engines Aggregated: Avg prompt throughput: ",
+                ]
+            ),
+            _TEXT,
+        ).map("".join),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_request_leads_told_by_literal_prefix_equal_the_classifier_pattern(
+    bodies: list[str],
+) -> None:
+    # GIVEN candidate records of every kind
+    cand = pl.DataFrame({"body": bodies}).with_row_index("_seq")
+    # WHEN they are classified THEN stats and request leads are what the pattern reads
+    fast = _classify(cand).sort("_seq").select("_seq", "_stats", "_req")
+    kind = pl.col("_g").struct.field
+    captured = (
+        cand.with_columns(_g=pl.col("body").str.head(48).str.extract_groups(_REQUEST_KIND))
+        .with_columns(_stats=kind("stats").is_not_null(), _req=kind("req"))
+        .select("_seq", "_stats", "_req")
+    )
+    assert_frame_equal(fast, captured)
