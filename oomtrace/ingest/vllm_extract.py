@@ -97,20 +97,24 @@ def flags() -> dict[str, pl.Expr]:
 
 def extract(records: pl.DataFrame, out: Extracted) -> None:
     """Add one chunk's rows to ``out``."""
-    cand = records.filter(pl.col("_cand")).select(*TIME_COLUMNS, "level", "body", *FLAG_NAMES)
+    cand = records.select(*TIME_COLUMNS, "level", "body", *FLAG_NAMES, "_cand")
+    if not cand.get_column("_cand").all():
+        cand = cand.filter(pl.col("_cand"))
+    cand = cand.drop("_cand")
     if cand.height == 0:
         return
     ooms = cand.filter(pl.col("_oom"))
     if ooms.height:
         out.ooms.append(ooms.select(*TIME_COLUMNS, "body"))
         out.used.append(ooms.get_column("_seq"))
-    cand = cand.filter(pl.col("_lit"))
+    if not cand.get_column("_lit").all():
+        cand = cand.filter(pl.col("_lit"))
     if cand.height == 0:
         return
-    cand = _classify(cand)
-    _stats(cand.filter(pl.col("_stats")), out)
+    stats, by_req, others = _route(cand)
+    _stats(stats, out)
     requests = len(out.requests)
-    _requests(cand.filter(pl.col("_req").is_not_null()), out)
+    _requests(by_req, out)
     if len(out.requests) - requests > 1:
         # One part per chunk, in file order (the chunks' parts then concatenate sorted).
         parts = out.requests[requests:]
@@ -118,36 +122,48 @@ def extract(records: pl.DataFrame, out: Extracted) -> None:
         out.requests.append(
             pl.concat(parts, how="diagonal_relaxed").sort("_seq", maintain_order=True)
         )
-    others = cand.filter(~pl.col("_stats") & pl.col("_req").is_null())
     if others.height:
         _config(others, out)
         _events(others, out)
         _v0_prefix_rate(others, out)
 
 
-def _classify(cand: pl.DataFrame) -> pl.DataFrame:
-    """``_stats`` and ``_req`` (the request lead) of each record, as :data:`_REQUEST_KIND`
-    reads them. The two leads of nearly every request record are literal prefixes, which cost
-    a fraction of the pattern; the pattern reads the other records."""
+def _route(cand: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, pl.DataFrame], pl.DataFrame]:
+    """Stats records, request records by their lead, and the other records, as
+    :data:`_REQUEST_KIND` reads them (a record may be both stats and request). The two leads of
+    nearly every request record are literal prefixes, which cost a fraction of the pattern;
+    the pattern reads the other records."""
     body = pl.col("body")
     lead = (
         pl.when(body.str.starts_with(_RECEIVED))
-        .then(pl.lit(_RECEIVED))
+        .then(0)
         .when(body.str.starts_with(_ADDED))
-        .then(pl.lit(_ADDED))
+        .then(1)
+        .otherwise(2)
     )
-    cand = cand.with_columns(_req=lead, _stats=pl.lit(value=False))
-    rest = pl.col("_req").is_null()
-    if not cand.select(rest.any()).item():
-        return cand
+    parts = cand.with_columns(_k=lead).partition_by("_k", as_dict=True, include_key=False)
+    by_req = {req: parts[(k,)] for k, req in enumerate((_RECEIVED, _ADDED)) if (k,) in parts}
+    rest = parts.get((2,))
+    if rest is None:
+        return cand.clear(), by_req, cand.clear()
+    rest = _classify(rest)
+    for req in rest.get_column("_req").drop_nulls().unique().to_list():
+        part = rest.filter(pl.col("_req") == req).drop("_req", "_stats")
+        by_req[req] = pl.concat([by_req[req], part]) if req in by_req else part
+    stats = rest.filter(pl.col("_stats")).drop("_req", "_stats")
+    others = rest.filter(~pl.col("_stats") & pl.col("_req").is_null()).drop("_req", "_stats")
+    return stats, by_req, others
+
+
+def _classify(rows: pl.DataFrame) -> pl.DataFrame:
+    """``_stats`` and ``_req`` (the request lead) of each record, read by :data:`_REQUEST_KIND`
+    on the start of its body."""
     kind = pl.col("_g").struct.field
-    other = (
-        cand.filter(rest)
-        .with_columns(_g=body.str.head(48).str.extract_groups(_REQUEST_KIND))
+    return (
+        rows.with_columns(_g=pl.col("body").str.head(48).str.extract_groups(_REQUEST_KIND))
         .with_columns(_stats=kind("stats").is_not_null(), _req=kind("req"))
         .drop("_g")
     )
-    return pl.concat([cand.filter(~rest), other])
 
 
 def _stats(rows: pl.DataFrame, out: Extracted) -> None:
@@ -276,15 +292,11 @@ def _events(others: pl.DataFrame, out: Extracted) -> None:
         )
 
 
-def _requests(rows: pl.DataFrame, out: Extracted) -> None:
-    if rows.height == 0:
-        return
-    # The classifier already saw how each line starts: split once, then each entry only looks
-    # at its own rows.
+def _requests(by_req: dict[str, pl.DataFrame], out: Extracted) -> None:
+    # The router already saw how each line starts: each entry only looks at its own rows.
     by_lead: dict[str, pl.DataFrame] = {}
-    for req in rows.get_column("_req").unique().to_list():
+    for req, part in by_req.items():
         lead = _lead_of(req)
-        part = rows.filter(pl.col("_req") == req)
         by_lead[lead] = pl.concat([by_lead[lead], part]) if lead in by_lead else part
     handled: set[str] = set()
     for entry in REQUEST_LINES:

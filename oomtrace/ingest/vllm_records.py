@@ -269,16 +269,14 @@ def _outer(frame: pl.DataFrame, kinds: frozenset[PrefixKind]) -> pl.DataFrame:
             host=pl.lit(None, pl.String),
             proc=pl.lit(None, pl.String),
         )
-    with_header = frame.filter("_hdr")
-    without = frame.filter(~pl.col("_hdr"))
+    # The formulas for rows with a header run on every row; the few rows without one are
+    # then read from the start of their line and written in place.
     pre = pl.col("_pre")
     if kinds <= _TS_ONLY:
         # Step by step: a sub-expression used twice in one call is computed twice.
         stamp, proc = pl.col("_st"), pl.col("_pr")
-        with_header = (
-            with_header.with_columns(
-                _st=pre.str.extract(r"^([0-9]{4}-[0-9]{2}-[0-9]{2}T[^ ]+) ", 1)
-            )
+        out = (
+            frame.with_columns(_st=pre.str.extract(r"^([0-9]{4}-[0-9]{2}-[0-9]{2}T[^ ]+) ", 1))
             .with_columns(
                 _pr=pre.str.slice(stamp.str.len_chars().fill_null(-1) + 1).str.strip_chars_end(" ")
             )
@@ -292,23 +290,27 @@ def _outer(frame: pl.DataFrame, kinds: frozenset[PrefixKind]) -> pl.DataFrame:
         )
     else:
         groups = pre.str.extract_groups("^(?P<outer>" + outer_pattern(kinds) + ")$")
-        with_header = with_header.with_columns(_p=groups).with_columns(
-            _outer=pre.str.len_chars(), **outer_columns(pl.col("_p"), kinds)
+        out = (
+            frame.with_columns(_p=groups)
+            .with_columns(_outer=pre.str.len_chars(), **outer_columns(pl.col("_p"), kinds))
+            .drop("_p")
         )
+    out = out.with_columns(pl.col("_outer").cast(pl.UInt32))
+    without = (~frame.get_column("_hdr")).arg_true()
+    if without.len() == 0:
+        return out
     groups = pl.col("line").str.extract_groups("^(?P<outer>" + outer_pattern(kinds) + ")")
-    without = without.with_columns(_p=groups).with_columns(
-        _outer=pl.col("_p").struct.field("outer").str.len_chars(),
-        **outer_columns(pl.col("_p"), kinds),
+    patch = (
+        frame[without]
+        .select(_p=groups)
+        .select(
+            _outer=pl.col("_p").struct.field("outer").str.len_chars().cast(pl.UInt32),
+            **outer_columns(pl.col("_p"), kinds),
+        )
     )
-    columns = [*frame.columns, "_outer", "outer_ts", "host", "proc"]
-    if without.height == 0:
-        joined = with_header.select(columns)
-    elif with_header.height == 0:
-        joined = without.select(columns)
-    else:
-        parts = [with_header.select(columns), without.select(columns)]
-        joined = pl.concat(parts, how="vertical_relaxed").sort("_seq")
-    return joined.with_columns(pl.col("_outer").cast(pl.UInt32))
+    return out.with_columns(
+        out.get_column(name).scatter(without, patch.get_column(name)) for name in patch.columns
+    )
 
 
 def _cleanup_ansi(frame: pl.DataFrame, flags: Mapping[str, pl.Expr]) -> pl.DataFrame:

@@ -12,8 +12,8 @@ from oomtrace.ingest.vllm_extract import (
     _PARAMS_FIRST,
     _REQUEST_KIND,
     Extracted,
-    _classify,
     _received_ids,
+    _route,
     _with_id,
 )
 from oomtrace.ingest.vllm_patterns import RECEIVED, REQUEST_LINES
@@ -189,12 +189,27 @@ def test_request_leads_told_by_literal_prefix_equal_the_classifier_pattern(
 ) -> None:
     # GIVEN candidate records of every kind
     cand = pl.DataFrame({"body": bodies}).with_row_index("_seq")
-    # WHEN they are classified THEN stats and request leads are what the pattern reads
-    fast = _classify(cand).sort("_seq").select("_seq", "_stats", "_req")
-    kind = pl.col("_g").struct.field
-    captured = (
-        cand.with_columns(_g=pl.col("body").str.head(48).str.extract_groups(_REQUEST_KIND))
-        .with_columns(_stats=kind("stats").is_not_null(), _req=kind("req"))
-        .select("_seq", "_stats", "_req")
+    # WHEN they are routed
+    stats, by_req, others = _route(cand)
+    # THEN each lands where the classifier pattern puts it: stats, request (by lead), other
+    routed = pl.concat(
+        [
+            stats.select("_seq", _where=pl.lit("stats")),
+            *(part.select("_seq", _where=pl.lit(req)) for req, part in by_req.items()),
+            others.select("_seq", _where=pl.lit("other")),
+        ]
     )
-    assert_frame_equal(fast, captured)
+    kind = pl.col("_g").struct.field
+    read = cand.with_columns(
+        _g=pl.col("body").str.head(48).str.extract_groups(_REQUEST_KIND)
+    ).with_columns(_stats=kind("stats").is_not_null(), _req=kind("req"))
+    expected = pl.concat(
+        [
+            read.filter("_stats").select("_seq", _where=pl.lit("stats")),
+            read.filter(pl.col("_req").is_not_null()).select("_seq", _where=pl.col("_req")),
+            read.filter(~pl.col("_stats") & pl.col("_req").is_null()).select(
+                "_seq", _where=pl.lit("other")
+            ),
+        ]
+    )
+    assert_frame_equal(routed.sort("_seq", "_where"), expected.sort("_seq", "_where"))
