@@ -307,7 +307,10 @@ def _requests(by_req: dict[str, pl.DataFrame], out: Extracted) -> None:
         hit = by_lead.get(lead)
         if hit is None:
             continue
-        hit = hit.filter(pl.col("body").str.contains(entry.pattern))
+        if entry.pattern == RECEIVED:
+            hit = _match_received(hit)
+        else:
+            hit = hit.filter(pl.col("body").str.contains(entry.pattern))
         if hit.height == 0:
             continue
         out.used.append(hit.get_column("_seq"))
@@ -383,8 +386,8 @@ def _with_id(hit: pl.DataFrame, pattern: str) -> pl.DataFrame:
     if tail is not None:
         start = len(tail.group(1))
         return hit.with_columns(_id=body.str.slice(start, _ID_HEAD - start))
-    if pattern == RECEIVED:
-        return _received_ids(hit)
+    if "_id" in hit.columns:  # read already (RECEIVED)
+        return hit
     whole = "ids" in names or pattern == PREEMPT
     text = body if whole else body.str.head(_ID_HEAD)
     frame = hit.with_columns(_g=text.str.extract_groups(pattern))
@@ -393,26 +396,34 @@ def _with_id(hit: pl.DataFrame, pattern: str) -> pl.DataFrame:
     return frame
 
 
-def _received_ids(hit: pl.DataFrame) -> pl.DataFrame:
-    """:data:`RECEIVED` lines (already matched): the id runs from the lead to the first colon;
-    ``_pf`` says the params come first (``: params: `` follows the id). An id so long that the
-    match would end past :data:`_ID_HEAD` bytes goes through the capture instead."""
-    lead = len("Received request ")
-    raw = pl.col("body").cast(pl.Binary)
-    frame = hit.with_columns(_colon=pl.col("body").str.find(":", literal=True))
-    short = pl.col("_colon") + len(": params: ") <= _ID_HEAD
-    fast = frame.filter(short).with_columns(
-        _id=raw.bin.slice(lead, pl.col("_colon") - lead).cast(pl.String),
-        _pf=raw.bin.slice(pl.col("_colon") + 2, 2) == b"pa",
+def _match_received(rows: pl.DataFrame) -> pl.DataFrame:
+    """The rows that match :data:`RECEIVED`, with ``_id`` and ``_pf`` (the params come first),
+    read without a pattern: the lead, then an id that runs to the first colon and holds no
+    whitespace, then ``: prompt: `` or ``: params: ``. An id so long that the match would end
+    past :data:`_ID_HEAD` bytes is captured as the table's pattern does it."""
+    lead = len(_RECEIVED)
+    body, colon, word = pl.col("body"), pl.col("_colon"), pl.col("_word")
+    raw = body.cast(pl.Binary)
+    frame = rows.with_columns(_colon=body.str.find(":", literal=True)).with_columns(
+        _id=raw.bin.slice(lead, colon - lead).cast(pl.String),
+        _word=raw.bin.slice(colon, len(": params: ")),
     )
-    slow = frame.filter(~short)
-    if slow.height:
-        slow = slow.with_columns(
-            _id=pl.col("body").str.head(_ID_HEAD).str.extract(RECEIVED, 1),
-            _pf=pl.col("body").str.contains(_PARAMS_FIRST),
+    frame = frame.filter(
+        (
+            body.str.starts_with(_RECEIVED)
+            & (colon > lead)
+            & word.is_in([b": prompt: ", b": params: "])
+            & ~pl.col("_id").str.contains(r"\s")
+        ).fill_null(value=False)
+    ).with_columns(_pf=word == b": params: ")
+    long = colon + len(": params: ") > _ID_HEAD
+    if frame.select(long.any()).item():
+        frame = frame.with_columns(
+            _id=pl.when(long)
+            .then(body.str.head(_ID_HEAD).str.extract(RECEIVED, 1))
+            .otherwise("_id")
         )
-        fast = pl.concat([fast, slow])
-    return fast.drop("_colon")
+    return frame.drop("_colon", "_word")
 
 
 def _max_tokens() -> pl.Expr:

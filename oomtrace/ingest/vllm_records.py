@@ -162,10 +162,10 @@ def _parse(frame: pl.DataFrame, kinds: frozenset[PrefixKind] | None = None) -> p
     frame = frame.with_columns(
         _pre=line.cast(pl.Binary).bin.head(hpos.fill_null(0)).cast(pl.String, strict=False)
     )
-    prefixed = frame.filter(hpos > 0)
     if kinds is None:
-        sample = pl.concat([prefixed.head(_SAMPLE), prefixed.tail(_SAMPLE)])
-        kinds = detect_kinds(sample, "_pre") | detect_kinds(frame.filter(hpos.is_null()), "line")
+        kinds = detect_kinds(_sample(frame), "_pre") | detect_kinds(
+            frame.filter(hpos.is_null()), "line"
+        )
     frame = frame.with_columns(
         _ok=hpos.is_not_null()
         & ((hpos == 0) | pl.col("_pre").str.contains(_prefix_test(kinds)).fill_null(value=False)),
@@ -185,6 +185,19 @@ def _parse(frame: pl.DataFrame, kinds: frozenset[PrefixKind] | None = None) -> p
         _md=pl.when(header).then(pl.col("_hmd")),
         _tod=pl.when(header).then(pl.col("_htod")),
     ).drop("_pre", "_ok", *_HEADER_FIELDS)
+
+
+def _sample(frame: pl.DataFrame) -> pl.DataFrame:
+    """The first and last :data:`_SAMPLE` rows with a prefix before their header (``_pre``),
+    found near the ends of the chunk when they are there, so as not to filter all of it."""
+    prefixed = pl.col("_hpos") > 0
+    near = 16 * _SAMPLE
+    head = frame.head(near).filter(prefixed).head(_SAMPLE)
+    tail = frame.tail(near).filter(prefixed).tail(_SAMPLE)
+    if head.height < _SAMPLE or tail.height < _SAMPLE:
+        every = frame.filter(prefixed)
+        head, tail = every.head(_SAMPLE), every.tail(_SAMPLE)
+    return pl.concat([head.select("_pre"), tail.select("_pre")])
 
 
 def _header(frame: pl.DataFrame) -> pl.DataFrame:
@@ -383,10 +396,12 @@ def _place(frame: pl.DataFrame, info: ChunkInfo, tz: str) -> pl.DataFrame:
     the printed time handed down to lines without a header of their own."""
     offsets, info.years = year_offsets(frame.get_column("_md"), frame.get_column("_tod"))
     frame = frame.with_columns(offsets.alias("_yo"))
-    printed = frame.filter(pl.col("_md").is_not_null())
-    info.timed_lines = printed.height
     full = pl.coalesce(pl.col("arrival_ts"), pl.col("outer_ts"))
-    both = printed.filter(full.is_not_null()).select("_md", "_tod", "_yo", full.alias("_full"))
+    printed = frame.select("_md", "_tod", "_yo", full.alias("_full")).filter(
+        pl.col("_md").is_not_null()
+    )
+    info.timed_lines = printed.height
+    both = printed.filter(pl.col("_full").is_not_null())
     if both.height:
         info.full_lines = both.height
         last = both.row(-1, named=True)

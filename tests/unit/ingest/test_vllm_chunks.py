@@ -12,7 +12,7 @@ from oomtrace.ingest.vllm_extract import (
     _PARAMS_FIRST,
     _REQUEST_KIND,
     Extracted,
-    _received_ids,
+    _match_received,
     _route,
     _with_id,
 )
@@ -112,7 +112,11 @@ _ID = st.one_of(
 @st.composite
 def _received_bodies(draw: st.DrawFn) -> str:
     return (
-        "Received request "
+        draw(
+            st.sampled_from(
+                ["Received request ", "Received request ", "Engine 0: Received request "]
+            )
+        )
         + draw(_ID)
         + draw(st.sampled_from([": params: ", ": prompt: ", ": params:", ":: params: "]))
         + draw(st.sampled_from(["", "'max_tokens=5', ", "SamplingParams(max_tokens=7), "]))
@@ -123,15 +127,18 @@ def _received_bodies(draw: st.DrawFn) -> str:
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(_received_bodies(), min_size=1, max_size=12))
-def test_received_ids_sliced_at_the_colon_equal_the_captured_id(bodies: list[str]) -> None:
-    # GIVEN "Received request" lines that match the table's pattern (odd ids, long ids,
-    # prompt or params first)
+def test_received_lines_read_at_the_colon_equal_the_pattern_and_its_capture(
+    bodies: list[str],
+) -> None:
+    # GIVEN "Received request" lines, some matching the table's pattern and some not (odd ids,
+    # long ids, spaces, missing words, prompt or params first)
     body = pl.col("body")
-    hit = pl.DataFrame({"body": bodies}).with_row_index("_seq").filter(body.str.contains(RECEIVED))
-    # WHEN their ids are read without a capture
-    fast = _received_ids(hit).sort("_seq").select("_seq", "_id", "_pf")
-    # THEN they equal the capture over the head of the line, and so does "params first"
-    captured = hit.select(
+    rows = pl.DataFrame({"body": bodies}).with_row_index("_seq")
+    # WHEN they are read without the pattern
+    fast = _match_received(rows).select("_seq", "_id", "_pf")
+    # THEN the same rows match, with the id the capture gives over the head of the line, and
+    # the same "params first"
+    captured = rows.filter(body.str.contains(RECEIVED)).select(
         "_seq",
         _id=body.str.head(_ID_HEAD).str.extract(RECEIVED, 1),
         _pf=body.str.contains(_PARAMS_FIRST),
