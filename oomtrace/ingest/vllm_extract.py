@@ -347,7 +347,7 @@ def _request_rows(hit: pl.DataFrame, event: str, pattern: str) -> pl.DataFrame:
         frame = _with_token_count(frame, "prompt_token_ids: [")
         if "_pf" not in frame.columns:
             frame = frame.with_columns(_pf=pl.col("body").str.contains(_PARAMS_FIRST))
-        frame = frame.with_columns(_max=_max_tokens())
+        frame = _with_max_tokens(frame)
         base |= _received()
     elif "ids" in names:
         frame = frame.with_columns(
@@ -426,11 +426,19 @@ def _match_received(rows: pl.DataFrame) -> pl.DataFrame:
     return frame.drop("_colon", "_word")
 
 
-def _max_tokens() -> pl.Expr:
-    found = pl.col("body").str.extract_all(r"(?-u:\b)max_tokens=(?:[0-9]+|None)")
-    # The params come before the prompt preview from 0.12 and after the prompt text before it:
-    # take the occurrence inside SamplingParams, never one inside the user's prompt.
-    return pl.when(pl.col("_pf")).then(found.list.first()).otherwise(found.list.last())
+def _with_max_tokens(frame: pl.DataFrame) -> pl.DataFrame:
+    """``_max``: the ``max_tokens=N`` inside SamplingParams. The params come before the prompt
+    preview from 0.12 and after the prompt text before it: the first occurrence where the params
+    come first, else the last, never one inside the user's prompt."""
+    found = pl.col("_all").list
+    frame = frame.with_columns(
+        _all=pl.col("body").str.extract_all(r"(?-u:\b)max_tokens=(?:[0-9]+|None)")
+    )
+    if frame.get_column("_pf").all():
+        return frame.with_columns(_max=found.first()).drop("_all")
+    return frame.with_columns(
+        _max=pl.when(pl.col("_pf")).then(found.first()).otherwise(found.last())
+    ).drop("_all")
 
 
 def _received() -> dict[str, pl.Expr]:
