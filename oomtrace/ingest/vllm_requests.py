@@ -67,14 +67,17 @@ def _one_ending(rows: pl.DataFrame) -> pl.DataFrame:
 
 
 def _join_internal_ids(rows: pl.DataFrame) -> pl.DataFrame:
-    external = rows.filter(pl.col("_kind").is_in(["arrived", "details"])).get_column("request_id")
+    named = pl.col("_kind").is_in(["arrived", "details"])
+    # Only an id with the engine's suffix, that the request lines never named, can be an
+    # internal one: the suffix test (anchored at the end) rules out most rows cheaply.
+    suffixed = rows.filter(~named & pl.col("request_id").str.contains(_INTERNAL_SUFFIX))
+    if suffixed.height == 0:
+        return rows
+    external = rows.filter(named).get_column("request_id")
     if external.len() == 0:
         return rows
     known = external.implode()
-    # Only an id the request lines never named can be an internal one.
-    unnamed = rows.filter(
-        ~pl.col("_kind").is_in(["arrived", "details"]) & ~pl.col("request_id").is_in(known)
-    ).select("_row", "request_id")
+    unnamed = suffixed.filter(~pl.col("request_id").is_in(known)).select("_row", "request_id")
     if unnamed.height == 0:
         return rows
     stripped = pl.col("request_id").str.replace(_INTERNAL_SUFFIX, "")
