@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from functools import cache
 from typing import Final
 
 import polars as pl
@@ -18,8 +17,6 @@ import polars as pl
 from oomtrace.ingest.vllm_patterns import (
     CONFIG_LINES,
     EVENT_LINES,
-    PREEMPT,
-    RECEIVED,
     REQUEST_LINES,
     STATS,
     STATS_LITERAL,
@@ -28,6 +25,12 @@ from oomtrace.ingest.vllm_patterns import (
     Family,
 )
 from oomtrace.ingest.vllm_records import FLAG_NAMES, TIME_COLUMNS
+from oomtrace.ingest.vllm_request_lines import (
+    ADDED_LEAD,
+    RECEIVED_LEAD,
+    group_names,
+    read_requests,
+)
 
 OOM_LITERALS: Final = ("out of memory", "ALLOC_FAILED", "preemptively rejected")
 _LITERALS: Final = tuple(
@@ -38,13 +41,6 @@ _LITERALS: Final = tuple(
         | {e.literal for e in REQUEST_LINES}
     )
 )
-_ID_HEAD: Final = 320
-_RECEIVED: Final = "Received request "
-_ADDED: Final = "Added request "
-_PARAMS_FIRST: Final = r"^Received request \S+?: params: "
-# ``^Added request (?P<id>\S+)$``: a literal lead, then the id to the end of the line.
-_TAIL_ID: Final = re.compile(r"\^([A-Za-z ]+ )\(\?P<id>\\S\+\)\$")
-_REQUEST_TIME: Final = ("_seq", "_chunk", "_md", "_tod", "_yo", "outer_ts", "arrival_ts")
 _LITERAL_ALT: Final = "|".join(re.escape(literal) for literal in _LITERALS)
 _OOM_ALT: Final = "|".join(re.escape(literal) for literal in OOM_LITERALS)
 _REQUEST_KIND: Final = (
@@ -113,15 +109,12 @@ def extract(records: pl.DataFrame, out: Extracted) -> None:
         return
     stats, by_req, others = _route(cand)
     _stats(stats, out)
-    requests = len(out.requests)
-    _requests(by_req, out)
-    if len(out.requests) - requests > 1:
-        # One part per chunk, in file order (the chunks' parts then concatenate sorted).
-        parts = out.requests[requests:]
-        del out.requests[requests:]
-        out.requests.append(
-            pl.concat(parts, how="diagonal_relaxed").sort("_seq", maintain_order=True)
-        )
+    requests = read_requests(by_req)
+    if requests.rows is not None:
+        out.requests.append(requests.rows)
+    out.used += requests.used
+    out.evidence |= requests.families
+    out.events += requests.preemptions
     if others.height:
         _config(others, out)
         _events(others, out)
@@ -135,14 +128,16 @@ def _route(cand: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, pl.DataFrame], p
     the pattern reads the other records."""
     body = pl.col("body")
     lead = (
-        pl.when(body.str.starts_with(_RECEIVED))
+        pl.when(body.str.starts_with(RECEIVED_LEAD))
         .then(0)
-        .when(body.str.starts_with(_ADDED))
+        .when(body.str.starts_with(ADDED_LEAD))
         .then(1)
         .otherwise(2)
     )
     parts = cand.with_columns(_k=lead).partition_by("_k", as_dict=True, include_key=False)
-    by_req = {req: parts[(k,)] for k, req in enumerate((_RECEIVED, _ADDED)) if (k,) in parts}
+    by_req = {
+        req: parts[(k,)] for k, req in enumerate((RECEIVED_LEAD, ADDED_LEAD)) if (k,) in parts
+    }
     rest = parts.get((2,))
     if rest is None:
         return cand.clear(), by_req, cand.clear()
@@ -240,7 +235,7 @@ def _config(others: pl.DataFrame, out: Extracted) -> None:
         out.used.append(hit.get_column("_seq"))
         if entry.family is not None:
             out.evidence.add(entry.family)
-        groups = _group_names(entry.pattern)
+        groups = group_names(entry.pattern)
         parsed = hit.with_columns(_g=pl.col("body").str.extract_groups(entry.pattern))
         for group in groups:
             key, conv = group.split("__")
@@ -279,7 +274,7 @@ def _events(others: pl.DataFrame, out: Extracted) -> None:
         out.used.append(hit.get_column("_seq"))
         if entry.family is not None:
             out.evidence.add(entry.family)
-        groups = _group_names(entry.pattern)
+        groups = group_names(entry.pattern)
         encoded = (
             pl.col("body").str.extract_groups(entry.pattern).struct.json_encode()
             if groups
@@ -290,233 +285,3 @@ def _events(others: pl.DataFrame, out: Extracted) -> None:
                 *TIME_COLUMNS, kind=pl.lit(entry.kind), name=pl.lit(entry.name), groups=encoded
             )
         )
-
-
-def _requests(by_req: dict[str, pl.DataFrame], out: Extracted) -> None:
-    # The router already saw how each line starts: each entry only looks at its own rows.
-    by_lead: dict[str, pl.DataFrame] = {}
-    for req, part in by_req.items():
-        lead = _lead_of(req)
-        by_lead[lead] = pl.concat([by_lead[lead], part]) if lead in by_lead else part
-    handled: set[str] = set()
-    for entry in REQUEST_LINES:
-        if entry.pattern in handled:
-            continue
-        handled.add(entry.pattern)
-        lead = entry.lead if entry.lead in by_lead else entry.lead.split(" ")[0]
-        hit = by_lead.get(lead)
-        if hit is None:
-            continue
-        if entry.pattern == RECEIVED:
-            hit = _match_received(hit)
-        else:
-            hit = hit.filter(pl.col("body").str.contains(entry.pattern))
-        if hit.height == 0:
-            continue
-        out.used.append(hit.get_column("_seq"))
-        if entry.family is not None:
-            out.evidence.add(entry.family)
-        out.requests.append(_request_rows(hit, entry.event, entry.pattern))
-        if entry.pattern == PREEMPT:
-            out.events.append(_preemption_events(hit))
-
-
-@cache
-def _lead_of(req: str) -> str:
-    """The words a request lead starts with (``"Received request "`` -> "Received request")."""
-    found = re.match(r"^(\S+ ?\S*)", req)
-    return found.group(1).strip() if found else ""
-
-
-def _request_rows(hit: pl.DataFrame, event: str, pattern: str) -> pl.DataFrame:
-    g = pl.col("_g")
-    names = _group_names(pattern)
-    frame = _with_id(hit, pattern)
-    base: dict[str, pl.Expr] = {
-        "request_id": pl.col("_id").str.strip_suffix(".")
-        if "id" in names
-        else pl.lit(None, pl.String),
-        "event": pl.lit(event),
-        "prompt_tokens": pl.lit(None, pl.Int64),
-        "max_tokens": pl.lit(None, pl.Int64),
-        "output_tokens": pl.lit(None, pl.Int64),
-        "_kind": pl.lit(event),
-        "_capped": pl.lit(value=False),
-    }
-    if event == "arrived":
-        frame = _with_token_count(frame, "prompt_token_ids: [")
-        if "_pf" not in frame.columns:
-            frame = frame.with_columns(_pf=pl.col("body").str.contains(_PARAMS_FIRST))
-        frame = _with_max_tokens(frame)
-        base |= _received()
-    elif "ids" in names:
-        frame = frame.with_columns(
-            _ids=g.struct.field("ids")
-            .str.strip_suffix(".")
-            .str.split(",")
-            .list.eval(pl.element().str.strip_chars())
-        ).explode("_ids")
-        base["request_id"] = pl.col("_ids")
-    elif "what" in names:
-        why = g.struct.field("why").fill_null("")
-        base["event"] = (
-            pl.when(why.is_in(["bad request", "input error"]))
-            .then(pl.lit("rejected"))
-            .otherwise(pl.lit("aborted"))
-        )
-    elif "stream" in names:
-        frame = _with_token_count(frame, "output_token_ids: [")
-        base |= _generated(g)
-    # Requests are never de-duplicated across ranks (one API server prints them), so the
-    # process key and repeat count are not kept: this table is the bulk of what accumulates.
-    return frame.select(*_REQUEST_TIME, **base)
-
-
-def _with_id(hit: pl.DataFrame, pattern: str) -> pl.DataFrame:
-    """``hit`` with ``_id``, the ``id`` group of ``pattern`` as a capture of the first
-    :data:`_ID_HEAD` characters gives it (the fields sit at the start; id lists and the V0
-    counter sit at the end, so those patterns see the whole line, in ``_g``).
-
-    Two shapes are read without a capture, to the same result: ``^Literal (?P<id>\\S+)$`` (the
-    id is the rest of the head) and :data:`RECEIVED` (the id ends at the first colon; whether
-    the params come first is the word after it)."""
-    names = _group_names(pattern)
-    body = pl.col("body")
-    tail = _TAIL_ID.fullmatch(pattern)
-    if tail is not None:
-        start = len(tail.group(1))
-        return hit.with_columns(_id=body.str.slice(start, _ID_HEAD - start))
-    if "_id" in hit.columns:  # read already (RECEIVED)
-        return hit
-    whole = "ids" in names or pattern == PREEMPT
-    text = body if whole else body.str.head(_ID_HEAD)
-    frame = hit.with_columns(_g=text.str.extract_groups(pattern))
-    if "id" in names:
-        frame = frame.with_columns(_id=pl.col("_g").struct.field("id"))
-    return frame
-
-
-def _match_received(rows: pl.DataFrame) -> pl.DataFrame:
-    """The rows that match :data:`RECEIVED`, with ``_id`` and ``_pf`` (the params come first),
-    read without a pattern: the lead, then an id that runs to the first colon and holds no
-    whitespace, then ``: prompt: `` or ``: params: ``. An id so long that the match would end
-    past :data:`_ID_HEAD` bytes is captured as the table's pattern does it."""
-    lead = len(_RECEIVED)
-    body, colon, word = pl.col("body"), pl.col("_colon"), pl.col("_word")
-    raw = body.cast(pl.Binary)
-    frame = rows.with_columns(_colon=body.str.find(":", literal=True)).with_columns(
-        _id=raw.bin.slice(lead, colon - lead).cast(pl.String),
-        _word=raw.bin.slice(colon, len(": params: ")),
-    )
-    frame = frame.filter(
-        (
-            body.str.starts_with(_RECEIVED)
-            & (colon > lead)
-            & word.is_in([b": prompt: ", b": params: "])
-            & ~pl.col("_id").str.contains(r"\s")
-        ).fill_null(value=False)
-    ).with_columns(_pf=word == b": params: ")
-    long = colon + len(": params: ") > _ID_HEAD
-    if frame.select(long.any()).item():
-        frame = frame.with_columns(
-            _id=pl.when(long)
-            .then(body.str.head(_ID_HEAD).str.extract(RECEIVED, 1))
-            .otherwise("_id")
-        )
-    return frame.drop("_colon", "_word")
-
-
-def _with_max_tokens(frame: pl.DataFrame) -> pl.DataFrame:
-    """``_max``: the ``max_tokens=N`` inside SamplingParams. The params come before the prompt
-    preview from 0.12 and after the prompt text before it: the first occurrence where the params
-    come first, else the last, never one inside the user's prompt."""
-    found = pl.col("_all").list
-    frame = frame.with_columns(
-        _all=pl.col("body").str.extract_all(r"(?-u:\b)max_tokens=(?:[0-9]+|None)")
-    )
-    if frame.get_column("_pf").all():
-        return frame.with_columns(_max=found.first()).drop("_all")
-    return frame.with_columns(
-        _max=pl.when(pl.col("_pf")).then(found.first()).otherwise(found.last())
-    ).drop("_all")
-
-
-def _received() -> dict[str, pl.Expr]:
-    details = pl.col("body").str.starts_with("Request ")
-    return {
-        "max_tokens": pl.when(details)
-        .then(None)
-        .otherwise(pl.col("_max").str.slice(11).cast(pl.Int64, strict=False)),
-        "prompt_tokens": pl.col("_count"),
-        "_kind": pl.when(details).then(pl.lit("details")).otherwise(pl.lit("arrived")),
-        "_capped": pl.col("_pf") & pl.col("_count").is_not_null(),
-    }
-
-
-def _with_token_count(frame: pl.DataFrame, key: str) -> pl.DataFrame:
-    """``_count``: the number of ids in the last ``key ... ]`` list in ``body``
-    (``prompt_token_ids: [1, 2]`` -> 2; null when there is none), or the count a collector kept
-    when it redacted the list at capture (``prompt_token_ids: <2 token ids>``)."""
-    marker = key.removesuffix("[") + "<"
-    # Most request lines carry neither form: one scan rules both out.
-    either = re.escape(key.removesuffix("[")) + r"[\[<]"
-    if not frame.get_column("body").str.contains(either).any():
-        return frame.with_columns(_count=pl.lit(None, pl.Int64))
-    frame = _listed_count(frame, key)
-    if not frame.get_column("body").str.contains(marker, literal=True).any():
-        return frame
-    stated = pl.col("body").str.extract(re.escape(marker) + r"([0-9]+) token ids>", 1)
-    return frame.with_columns(_count=pl.coalesce("_count", stated.cast(pl.Int64, strict=False)))
-
-
-def _listed_count(frame: pl.DataFrame, key: str) -> pl.DataFrame:
-    """The length of the last ``key ... ]`` id list. The last, because a prompt printed before
-    the list may itself contain the key. Split on the key, cut at ``]``, count commas: several
-    times cheaper than a capturing regex over the list."""
-    has = frame.get_column("body").str.contains(key, literal=True)
-    if not has.any():
-        return frame.with_columns(_count=pl.lit(None, pl.Int64))
-    pieces = pl.col("body").str.split(key)
-    frame = frame.with_columns(
-        _listed=has & (pieces.list.len() > 1),
-        _ids=pl.when(has).then(pieces.list.last().str.splitn("]", 2).struct.field("field_0")),
-    )
-    ids = pl.col("_ids")
-    count = (
-        pl.when(ids.str.len_bytes() == 0).then(0).otherwise(ids.str.count_matches(",") + 1)
-    ).cast(pl.Int64)
-    valid = pl.col("_listed") & ids.str.contains(r"^[0-9, ]*$")
-    return frame.with_columns(_count=pl.when(valid).then(count)).drop("_listed", "_ids")
-
-
-def _generated(g: pl.Expr) -> dict[str, pl.Expr]:
-    body = pl.col("body")
-    stream = g.struct.field("stream").fill_null("")
-    kind = (
-        pl.when(g.struct.field("details").is_not_null())
-        .then(pl.lit("output_details"))
-        .when(stream.str.contains("delta", literal=True))
-        .then(pl.lit("delta"))
-        .when(stream.str.contains("complete", literal=True))
-        .then(pl.lit("complete"))
-        .otherwise(pl.lit("response"))
-    )
-    summary = body.str.extract(r": output: '<streaming_complete: ([0-9]+) tokens>'", 1)
-    finish = body.str.extract(r", finish_reason: (\w+)$", 1)
-    return {
-        "event": pl.when(finish == "abort").then(pl.lit("aborted")).otherwise(pl.lit("finished")),
-        "output_tokens": pl.coalesce(pl.col("_count"), summary.cast(pl.Int64)),
-        "_kind": kind,
-    }
-
-
-def _preemption_events(hit: pl.DataFrame) -> pl.DataFrame:
-    encoded = pl.col("body").str.extract_groups(PREEMPT).struct.json_encode()
-    return hit.select(
-        *TIME_COLUMNS, kind=pl.lit("preemption"), name=pl.lit("preemption (V0)"), groups=encoded
-    )
-
-
-@cache
-def _group_names(pattern: str) -> list[str]:
-    return list(re.compile(pattern).groupindex)

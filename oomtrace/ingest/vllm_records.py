@@ -2,11 +2,14 @@
 (so chunks can be read side by side): prefixes and the engine header read, candidate records
 cut out, glued records split, each record's printed time kept for the clock.
 
-Speed notes, measured on 32 MB chunks (``benchmarks/ingest_bench.py``): a capturing regex costs
-about a microsecond per line when it walks a long line, a third of that on a short slice, and a
-capture-free search about a tenth. So the header is *found* on every line without captures, and
-the capturing parses run on short slices (the prefix, the header) of candidate lines only; the
-other lines are counted, never copied.
+Speed notes (``benchmarks/ingest_bench.py``; a 24 MiB chunk holds about 80k lines): a Polars
+string operation costs some 20-100 ns per row whatever it does, a capturing regex several times
+that, so the cost is the number of operations per row. Every line gets three capture-free scans
+(where the header is, and the two literal sets); only candidate lines are parsed further; the
+header is read at fixed offsets (:mod:`.vllm_header`); the rare cases (colour codes past the
+prefix, Ray's repeat suffix, glued records) are found with one scan of the bodies and handled on
+those rows alone. Eager Polars computes a sub-expression used twice in one call twice, so a
+shared step is a column of its own.
 
 A record keeps its time as printed (``_md`` = month*100+day, ``_tod`` = seconds of the day) and
 a year offset local to its chunk (``_yo``); ``_chunk`` says which chunk, so that
@@ -28,7 +31,6 @@ import polars as pl
 from oomtrace.ingest.clock import (
     ChunkYears,
     FullAnchor,
-    month_day_expr,
     printed_minus_full,
     year_offsets,
 )
@@ -42,27 +44,15 @@ from oomtrace.ingest.prefixes import (
     outer_pattern,
     parse_iso,
 )
-from oomtrace.ingest.vllm_patterns import GLUED, HEADER
+from oomtrace.ingest.vllm_header import HEADER_AT, HEADER_FIELDS, read_header
+from oomtrace.ingest.vllm_patterns import GLUED
 
 TIME_COLUMNS: Final = (
     "_seq", "_chunk", "_md", "_tod", "_yo", "_hdr", "outer_ts", "arrival_ts", "proc", "repeat",
 )  # fmt: skip
 FLAG_NAMES: Final = ("_lit", "_oom")
-# Where the engine header starts (capture-free); confirmed by parsing the slice it points at.
-_HEADER_AT: Final = (
-    r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) [0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}"
-)
-_HEADER_SLICE: Final = 96
-_HEADER_WHOLE: Final = "^(?P<hdr>" + HEADER.removeprefix("^") + ")"
-_LEVEL_TS: Final = _HEADER_AT + " "
+_LEVEL_TS: Final = HEADER_AT + " "
 _TS_ONLY: Final = frozenset({"timestamp", "process", "nested"})
-# A standard header (ASCII file name, whole seconds): its fields sit at offsets fixed by the
-# level's length. Anything else is captured by the full HEADER pattern.
-_SIMPLE_HEADER: Final = "^" + _HEADER_AT + r" \[?[A-Za-z0-9_.\-]+:[0-9]+\] "
-_LEVELS: Final = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-_LEVEL_WIDTH: Final = {ord(level[0]): len(level) for level in _LEVELS}
-_LEVEL_NAME: Final = {ord(level[0]): level for level in _LEVELS}
-_HEADER_FIELDS: Final = ("_hlen", "_lvl", "_brk", "_hmd", "_htod")
 _UNUSUAL: Final = "\x1b|" + re.escape(REPEATED_LITERAL) + "|" + _LEVEL_TS
 _SAMPLE: Final = 256
 
@@ -113,7 +103,7 @@ def build_records(
     line = pl.col("line")
     frame = lines.with_columns(
         _seq=pl.int_range(first_line, first_line + lines.height, dtype=pl.Int64) * 256,
-        _hpos=line.str.find(_HEADER_AT),
+        _hpos=line.str.find(HEADER_AT),
         **flags,
     ).with_columns(_cand=pl.any_horizontal(*flags))
     # A candidate without a header of its own (a traceback line) takes the time of the header
@@ -175,7 +165,7 @@ def _parse(frame: pl.DataFrame, kinds: frozenset[PrefixKind] | None = None) -> p
         more = detect_kinds(rejected, "_pre") - kinds
         if more:
             return _parse(frame.drop("_pre", "_ok"), kinds | more)
-    frame = _header(frame).with_columns(_hdr=pl.col("_ok") & pl.col("_hlen").is_not_null())
+    frame = read_header(frame).with_columns(_hdr=pl.col("_ok") & pl.col("_hlen").is_not_null())
     outer = _outer(frame, kinds)
     header = pl.col("_hdr")
     return outer.with_columns(
@@ -184,7 +174,7 @@ def _parse(frame: pl.DataFrame, kinds: frozenset[PrefixKind] | None = None) -> p
         _br=header & pl.col("_brk"),
         _md=pl.when(header).then(pl.col("_hmd")),
         _tod=pl.when(header).then(pl.col("_htod")),
-    ).drop("_pre", "_ok", *_HEADER_FIELDS)
+    ).drop("_pre", "_ok", *HEADER_FIELDS)
 
 
 def _sample(frame: pl.DataFrame) -> pl.DataFrame:
@@ -198,77 +188,6 @@ def _sample(frame: pl.DataFrame) -> pl.DataFrame:
         every = frame.filter(prefixed)
         head, tail = every.head(_SAMPLE), every.tail(_SAMPLE)
     return pl.concat([head.select("_pre"), tail.select("_pre")])
-
-
-def _header(frame: pl.DataFrame) -> pl.DataFrame:
-    """The engine header where one starts at ``_pre``'s end: its length in characters
-    (``_hlen``, null where there is none), level, bracket, printed date and time.
-
-    Standard headers (:data:`_SIMPLE_HEADER`) are confirmed by a capture-free match and read at
-    the byte offsets the level's length fixes; any other header is captured by
-    :data:`~oomtrace.ingest.vllm_patterns.HEADER`, as before."""
-    text = pl.col("line").str.slice(pl.col("_pre").str.len_chars(), _HEADER_SLICE)
-    frame = frame.with_columns(_hs=text).with_columns(
-        _simple=pl.col("_hs").str.contains(_SIMPLE_HEADER).fill_null(value=False)
-    )
-    captured = pl.col("_hpos").is_not_null() & ~pl.col("_simple")
-    if not frame.select(captured.any()).item():
-        return _simple_fields(frame)
-    simple = _simple_fields(frame.filter(~captured))
-    other = _captured_fields(frame.filter(captured))
-    return pl.concat([simple, other.select(simple.columns)]).sort("_seq")
-
-
-def _simple_fields(frame: pl.DataFrame) -> pl.DataFrame:
-    raw = pl.col("_hs").cast(pl.Binary)
-    simple = pl.col("_simple")
-    frame = frame.with_columns(_b=raw.bin.get(0, null_on_oob=True)).with_columns(
-        _w=pl.col("_b").replace_strict(_LEVEL_WIDTH, default=None, return_dtype=pl.Int64)
-    )
-    # Two little-endian words: "MM-DD HH" after the level, then ":MM:SS [" (or ":MM:SS x").
-    frame = frame.with_columns(
-        _d=raw.bin.slice(pl.col("_w") + 1, 8).bin.reinterpret(dtype=pl.UInt64),
-        _t=raw.bin.slice(pl.col("_w") + 9, 8).bin.reinterpret(dtype=pl.UInt64),
-    )
-    date, time = pl.col("_d"), pl.col("_t")
-
-    def two(word: pl.Expr, at: int) -> pl.Expr:
-        return _byte(word, at) * 10 + _byte(word, at + 1) - 11 * 48
-
-    return frame.with_columns(
-        # An ASCII header: its length in bytes is its length in characters.
-        _hlen=pl.when(simple).then(pl.col("_hs").str.find("] ", literal=True) + 2).cast(pl.UInt32),
-        _lvl=pl.when(simple).then(
-            pl.col("_b").replace_strict(_LEVEL_NAME, default=None, return_dtype=pl.String)
-        ),
-        _brk=(simple & (_byte(time, 7) == ord("["))).fill_null(value=False),
-        _hmd=pl.when(simple).then(two(date, 0) * 100 + two(date, 3)).cast(pl.Int32),
-        _htod=pl.when(simple)
-        .then(two(date, 6) * 3600 + two(time, 1) * 60 + two(time, 4))
-        .cast(pl.Int32),
-    ).drop("_hs", "_simple", "_b", "_w", "_d", "_t")
-
-
-def _byte(word: pl.Expr, at: int) -> pl.Expr:
-    shift: int = 256**at
-    return (word // shift % 256).cast(pl.Int32)
-
-
-def _captured_fields(frame: pl.DataFrame) -> pl.DataFrame:
-    frame = frame.with_columns(_h=pl.col("_hs").str.extract_groups(_HEADER_WHOLE))
-    h = pl.col("_h").struct.field
-    md, hms = h("md"), h("hms")
-    return frame.with_columns(
-        _hlen=h("hdr").str.len_chars().cast(pl.UInt32),
-        _lvl=h("level"),
-        _brk=h("br").is_not_null(),
-        _hmd=month_day_expr(md.str.head(2).cast(pl.Int32), md.str.tail(2).cast(pl.Int32)),
-        _htod=(
-            hms.str.head(2).cast(pl.Int32) * 3600
-            + hms.str.slice(3, 2).cast(pl.Int32) * 60
-            + hms.str.tail(2).cast(pl.Int32)
-        ),
-    ).drop("_hs", "_simple", "_h")
 
 
 def _outer(frame: pl.DataFrame, kinds: frozenset[PrefixKind]) -> pl.DataFrame:
@@ -336,7 +255,7 @@ def _cleanup_ansi(frame: pl.DataFrame, flags: Mapping[str, pl.Expr]) -> pl.DataF
     if redo.height == 0:
         return frame
     cleaned = redo.select("_seq", "arrival_ts", line=pl.col("line").str.replace_all(ANSI, ""))
-    cleaned = cleaned.with_columns(_hpos=pl.col("line").str.find(_HEADER_AT), **flags)
+    cleaned = cleaned.with_columns(_hpos=pl.col("line").str.find(HEADER_AT), **flags)
     cleaned = _parse(cleaned).drop("_hpos")
     cleaned = cleaned.with_columns(_cand=pl.any_horizontal(*flags)).with_columns(_body())
     rest = frame.filter(~coloured)
@@ -378,7 +297,7 @@ def _split_glued(frame: pl.DataFrame, info: ChunkInfo) -> pl.DataFrame:
         inherited = rest.select("_seq", "arrival_ts", "outer_ts", "host", "repeat", "proc")
         again = rest.select("_seq", *FLAG_NAMES, "_cand", line=pl.col("body"))
         again = _parse(
-            again.with_columns(_hpos=pl.col("line").str.find(_HEADER_AT)),
+            again.with_columns(_hpos=pl.col("line").str.find(HEADER_AT)),
             frozenset(("process",)),
         ).drop("_hpos")
         again = again.with_columns(body=pl.col("line").str.slice(pl.col("_lead")))

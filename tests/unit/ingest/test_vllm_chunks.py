@@ -7,23 +7,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
-from oomtrace.ingest.vllm_extract import (
-    _ID_HEAD,
-    _PARAMS_FIRST,
-    _REQUEST_KIND,
-    Extracted,
-    _match_received,
-    _route,
-    _with_id,
+from oomtrace.ingest.vllm_extract import _REQUEST_KIND, Extracted, _route
+from oomtrace.ingest.vllm_header import (
+    HEADER_AT,
+    HEADER_FIELDS,
+    HEADER_SLICE,
+    captured_fields,
+    read_header,
 )
 from oomtrace.ingest.vllm_patterns import RECEIVED, REQUEST_LINES
-from oomtrace.ingest.vllm_records import (
-    _HEADER_AT,
-    _HEADER_FIELDS,
-    _HEADER_SLICE,
-    _captured_fields,
-    _header,
-)
+from oomtrace.ingest.vllm_request_lines import ID_HEAD, PARAMS_FIRST, _match_received, _with_id
 
 
 def _buffer_bytes(column: pl.Series) -> int:
@@ -90,17 +83,17 @@ def test_headers_read_at_fixed_offsets_equal_the_captured_header(lines: list[str
     frame = (
         pl.DataFrame({"line": lines})
         .with_row_index("_seq")
-        .with_columns(_hpos=line.str.find(_HEADER_AT))
+        .with_columns(_hpos=line.str.find(HEADER_AT))
         .with_columns(
             _pre=line.cast(pl.Binary).bin.head(pl.col("_hpos").fill_null(0)).cast(pl.String)
         )
     )
     # WHEN the header is read (standard headers at fixed byte offsets)
-    fast = _header(frame).select("_seq", *_HEADER_FIELDS)
+    fast = read_header(frame).select("_seq", *HEADER_FIELDS)
     # THEN every field equals what capturing the HEADER pattern gives
-    window = line.str.slice(pl.col("_pre").str.len_chars(), _HEADER_SLICE)
-    captured = _captured_fields(frame.with_columns(_hs=window, _simple=pl.lit(value=False)))
-    assert_frame_equal(fast, captured.select("_seq", *_HEADER_FIELDS))
+    window = line.str.slice(pl.col("_pre").str.len_chars(), HEADER_SLICE)
+    captured = captured_fields(frame.with_columns(_hs=window, _simple=pl.lit(value=False)))
+    assert_frame_equal(fast, captured.select("_seq", *HEADER_FIELDS))
 
 
 _ID = st.one_of(
@@ -140,8 +133,8 @@ def test_received_lines_read_at_the_colon_equal_the_pattern_and_its_capture(
     # the same "params first"
     captured = rows.filter(body.str.contains(RECEIVED)).select(
         "_seq",
-        _id=body.str.head(_ID_HEAD).str.extract(RECEIVED, 1),
-        _pf=body.str.contains(_PARAMS_FIRST),
+        _id=body.str.head(ID_HEAD).str.extract(RECEIVED, 1),
+        _pf=body.str.contains(PARAMS_FIRST),
     )
     assert_frame_equal(fast, captured)
 
@@ -164,7 +157,7 @@ def test_ids_to_the_end_of_the_line_equal_the_captured_id(ids: list[str]) -> Non
     )
     # WHEN the id is sliced off the line THEN it is what the capture gives
     fast = _with_id(hit, pattern).select("_id")
-    captured = hit.select(_id=body.str.head(_ID_HEAD).str.extract(pattern, 1))
+    captured = hit.select(_id=body.str.head(ID_HEAD).str.extract(pattern, 1))
     assert_frame_equal(fast, captured)
 
 
