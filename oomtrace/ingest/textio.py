@@ -32,7 +32,12 @@ HEAD_BYTES: Final = 64 * 1024
 # every block (measured: reading and cutting a block costs a third of what it does at 32 MiB).
 CHUNK_BYTES: Final = 24 * 1024 * 1024
 _GZIP_WBITS: Final = 16 + zlib.MAX_WBITS
-_BOM: Final = b"\xef\xbb\xbf"
+# Starts that Polars' CSV reader treats specially: a byte-order mark, and the magic numbers of
+# gzip, zlib and zstd streams.
+_NOT_FOR_CSV: Final = (
+    b"\xef\xbb\xbf", GZIP_MAGIC, b"\x78\x01", b"\x78\x5e", b"\x78\x9c", b"\x78\xda",
+    b"\x28\xb5\x2f\xfd",
+)  # fmt: skip
 # Control bytes that logs hardly ever hold, tried in turn as a CSV separator the text lacks.
 _SEPARATORS: Final = (b"\x1f", b"\x1e", b"\x1d", b"\x1c", b"\x01", b"\x02", b"\x03")
 
@@ -161,13 +166,13 @@ def decode_lines(text: bytes) -> tuple[pl.Series, int]:
     if not text:
         return pl.Series("line", [], dtype=pl.String), 0
     separator = next((s for s in _SEPARATORS if s not in text), None)
-    if separator is not None and not text.startswith(_BOM):
+    if separator is not None and not text.startswith(_NOT_FOR_CSV):
         # Polars' CSV reader with a separator the text lacks and no quoting is a line splitter
         # that validates UTF-8 as it goes: twice as fast as splitting in Python. It also drops
-        # the CR of a CRLF (as below) and, only at the very start, a byte-order mark (hence the
-        # test above, which keeps a BOM the way the Python path does).
+        # the CR of a CRLF (as below) and, only at the very start, a byte-order mark, and it
+        # takes text that starts like a compressed stream for one: those starts go to Python.
         try:
-            frame = pl.read_csv(
+            lines = pl.read_csv(
                 text,
                 has_header=False,
                 separator=separator.decode(),
@@ -175,10 +180,13 @@ def decode_lines(text: bytes) -> tuple[pl.Series, int]:
                 schema={"line": pl.String},
                 empty_string_is_null=False,
                 raise_if_empty=False,
-            )
-            return frame.to_series(), 0
-        except pl.exceptions.ComputeError:
-            pass  # invalid UTF-8: the Python path below replaces and counts it
+            ).to_series()
+        except (pl.exceptions.ComputeError, OSError):
+            pass  # invalid UTF-8 (or a start read as compressed): the Python path handles it
+        else:
+            # Whatever else the reader might make of odd text, it must have given every line.
+            if lines.len() == text.count(b"\n") + (not text.endswith(b"\n")):
+                return lines, 0
     parts = text.split(b"\n")
     if text.endswith(b"\n"):
         parts.pop()

@@ -58,11 +58,13 @@ from oomtrace.ingest.prefixes import ANSI, OUTER
 from oomtrace.ingest.textio import InputFile
 from oomtrace.ingest.vllm_extract import Extracted, extract, flags
 from oomtrace.ingest.vllm_finish import (
+    PRINTED_TIME,
     Ledger,
     engine_config,
     event_rows,
     interval_preemptions,
     oom_rows,
+    settled,
     stats_samples,
     version_family,
     with_ts,
@@ -82,7 +84,6 @@ _PRIVATE: Final = "|".join(re.escape(marker) for marker in PRIVATE_MARKERS)
 _PRIVATE_RE: Final = re.compile(_PRIVATE)
 # How many lines of each skip reason are looked at for a first example free of private text.
 _EXAMPLE_HEAD: Final = 64
-_PRINTED_TIME: Final = ("_chunk", "_md", "_tod", "_yo", "outer_ts", "arrival_ts")
 _NOT_CONFIG: Final = ("block_device", "kv_device")
 UNKNOWN_STATS: Final = "stats line in an unrecognised shape"
 UVICORN_LINE: Final = "uvicorn access line (no timestamp; not used)"
@@ -220,7 +221,7 @@ class _Run:
             samples += [per_process]
         requests = None
         if frames["requests"].height:
-            rows = frames.pop("requests").drop(_PRINTED_TIME, strict=False)
+            rows = frames.pop("requests").drop(PRINTED_TIME, strict=False)
             requests = finish_requests(rows, config.get("max_log_len"), diag)
             del rows
         ledger.settle()
@@ -300,7 +301,7 @@ class _Run:
         if printed:
             frame = with_ts(frame, decision, chunks)
         else:
-            # Chunks whose rows all carried a full time came with `ts` alone (_settled).
+            # Chunks whose rows all carried a full time came with `ts` alone (settled).
             if "ts" in frame.columns and frame.get_column("ts").null_count() == 0:
                 return frame
             if "ts" in frame.columns:
@@ -348,7 +349,7 @@ def _read_chunk(lines: pl.DataFrame, index: int, first_line: int, tz: str) -> _C
     odd = pl.concat(out.unmatched) if out.unmatched else pl.Series([], dtype=pl.Int64)
     out.used.clear()
     out.unmatched.clear()
-    out.requests = [_settled(part) for part in out.requests]
+    out.requests = [settled(part) for part in out.requests]
     unused = pl.concat(
         [records.filter(~pl.col("_seq").is_in(used.implode())).select(rest.columns), rest]
     )
@@ -394,28 +395,6 @@ def _skips(unused: pl.DataFrame, odd: pl.Series) -> list[tuple[str, int, str]]:
         shown = WITHHELD if example is None else _OUTER.sub("", _ANSI.sub("", example), 1)
         found.append((why, count, shown))
     return found
-
-
-def _settled(requests: pl.DataFrame) -> pl.DataFrame:
-    """Request rows that all carry a full time: ``ts`` from it, and none of the printed-time
-    fields that would otherwise wait for the whole file (the request table is the bulk of what
-    a file accumulates)."""
-    full = _full_time(requests)
-    if full is None:
-        return requests
-    return requests.drop(_PRINTED_TIME).with_columns(full.alias("ts"))
-
-
-def _full_time(frame: pl.DataFrame) -> pl.Series | None:
-    """The collector's arrival time, else the outer timestamp, of every row; None when some row
-    has neither."""
-    arrival, outer = frame.get_column("arrival_ts"), frame.get_column("outer_ts")
-    if arrival.null_count() == 0:
-        return arrival
-    if arrival.null_count() == arrival.len() and outer.null_count() == 0:
-        return outer
-    full = arrival.fill_null(outer)
-    return full if full.null_count() == 0 else None
 
 
 def _concat(frames: list[pl.DataFrame]) -> pl.DataFrame | None:

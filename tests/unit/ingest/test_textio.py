@@ -123,14 +123,20 @@ def _reference_lines(text: bytes) -> tuple[list[str], int]:
     return [line.removesuffix("\r") for line in lines], bad
 
 
+# Separators, quotes, CRs, a byte-order mark, invalid UTF-8, and starts of compressed streams
+# (gzip, zlib, zstd) that a CSV reader could take for a whole compressed input.
+_ODD_BYTES = [
+    b"\n", b"\r", b"\r\n", b'"', b"\xef\xbb\xbf", b"\x1f", b"\x1e", b"\xff", b"\xc3",
+    b"\x1f\x8b", b"x^", b"x\x01", b"x\xda\x80", b"(\xb5/\xfd",
+]  # fmt: skip
+
+
 @settings(max_examples=300, deadline=None)
 @given(
     st.lists(
         st.one_of(
             st.binary(max_size=12),
-            st.sampled_from(
-                [b"\n", b"\r", b"\r\n", b'"', b"\xef\xbb\xbf", b"\x1f", b"\x1e", b"\xff", b"\xc3"]
-            ),
+            st.sampled_from(_ODD_BYTES),
             st.text(max_size=8).map(str.encode),
         ),
         max_size=30,
@@ -143,3 +149,11 @@ def test_splitting_a_block_into_lines_matches_splitting_in_python(pieces: list[b
     lines, bad = decode_lines(text)
     # THEN the lines and the count of lines with invalid UTF-8 are what Python's split gives
     assert (lines.to_list(), bad) == _reference_lines(text)
+
+
+def test_a_block_that_starts_like_a_compressed_stream_keeps_its_lines(tmp_path: Path) -> None:
+    # GIVEN a log whose first line starts with bytes a zlib stream starts with ("x^")
+    path = tmp_path / "a.log"
+    path.write_bytes(b"x^2 grows fast\nINFO 06-02 08:00:00 [x.py:1] ok\n")
+    # WHEN it is read THEN the lines are there as written
+    assert _lines(path)[0] == ["x^2 grows fast", "INFO 06-02 08:00:00 [x.py:1] ok"]
