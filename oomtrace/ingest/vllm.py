@@ -94,8 +94,6 @@ NO_TIME: Final = "no timestamp could be placed"
 WITHHELD: Final = "<withheld: the line may hold prompt or output text>"
 
 
-# Chunks read side by side: one per core, at most two (past two, the shared Polars pool and
-# the reading of the next block are the limit, and each chunk in flight holds its memory).
 def _cores() -> int:
     try:
         return len(os.sched_getaffinity(0))
@@ -103,6 +101,8 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
+# Chunks read side by side: one per core, at most two (each chunk in flight holds its memory,
+# and Polars already spreads the work of one call over its own pool of threads).
 WORKERS: Final = min(2, _cores())
 
 
