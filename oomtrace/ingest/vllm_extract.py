@@ -1,9 +1,10 @@
 """Per-chunk extraction of vLLM records into partial tables (still on the printed clock).
 
 One cheap literal pass (the table's literals as one regex alternation) picks the candidate
-records; an anchored pattern on the start of each candidate's body sorts it into stats, request
-or other lines; each family then runs its own patterns on its own rows only. Startup and event
-lines are rare, so their per-entry patterns run on a handful of rows.
+records; the start of each candidate's body sorts it into stats, request or other lines (two
+literal prefixes for the request lines nearly every record is, an anchored pattern for the
+rest); each family then runs its own patterns on its own rows only. Startup and event lines are
+rare: only the entries whose literal occurs in the chunk run at all.
 """
 
 from __future__ import annotations
