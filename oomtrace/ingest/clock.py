@@ -85,7 +85,7 @@ def year_offsets(md: pl.Series, tod: pl.Series) -> tuple[pl.Series, ChunkYears]:
     chunk's timestamps, in order, and the chunk's brief."""
     frame = pl.DataFrame({"md": md, "tod": tod}).with_row_index("_i")
     known = frame.filter(pl.col("md").is_not_null() & pl.col("tod").is_not_null())
-    out = pl.Series("yo", [None] * frame.height, pl.Int32)
+    out = pl.repeat(None, frame.height, dtype=pl.Int32, eager=True).alias("yo")
     if known.height == 0:
         return out, ChunkYears()
     soy = known.select(seconds_of_year(pl.col("md"), pl.col("tod"))).to_series()
@@ -98,6 +98,8 @@ def year_offsets(md: pl.Series, tod: pl.Series) -> tuple[pl.Series, ChunkYears]:
         last_soy=int(soy[-1]),
         forward_steps=int((step > 0).sum()),
     )
+    if known.height == frame.height:
+        return offsets.cast(pl.Int32).alias("yo"), brief
     return out.scatter(known["_i"], offsets), brief
 
 
@@ -232,25 +234,47 @@ def placed_utc(md: pl.Expr, tod: pl.Expr, offset: pl.Expr, decision: ClockDecisi
     return local.dt.convert_time_zone("UTC")
 
 
-def printed_minus_full(md: pl.Expr, tod: pl.Expr, full: pl.Expr, tz: str) -> pl.Expr:
-    """Seconds by which a printed local time runs ahead of a full timestamp, wrapped to the
-    nearest year (so no year is needed): the disagreement measure for :data:`TOLERANCE_S`."""
-    local = full.dt.convert_time_zone(tz)
-    full_md = month_day_expr(local.dt.month(), local.dt.day())
-    full_tod = (
-        local.dt.hour().cast(pl.Int64) * 3600
-        + local.dt.minute().cast(pl.Int64) * 60
-        + local.dt.second().cast(pl.Int64)
-    )
-    diff = seconds_of_year(md, tod) - seconds_of_year(full_md, full_tod)
+def printed_minus_full(frame: pl.DataFrame, tz: str) -> pl.Series:
+    """Seconds by which each printed local time (``_md``, ``_tod``) runs ahead of its full
+    timestamp (``_full``), wrapped to the nearest year (so no year is needed): the disagreement
+    measure for :data:`TOLERANCE_S`."""
+    full = frame.get_column("_full")
+    if tz == "UTC":
+        # Straight from the epoch seconds: each calendar field read from a datetime converts it
+        # to a civil date anew, five times over.
+        seconds = full.dt.epoch("s")
+        days = seconds // _DAY_S
+        full_soy = leap_calendar_day(days) * _DAY_S + (seconds - days * _DAY_S)
+    else:
+        local = full.dt.convert_time_zone(tz)
+        full_soy = pl.select(
+            seconds_of_year(
+                month_day_expr(pl.lit(local.dt.month()), pl.lit(local.dt.day())),
+                pl.lit(local.dt.hour().cast(pl.Int64) * 3600)
+                + pl.lit(local.dt.minute().cast(pl.Int64) * 60)
+                + pl.lit(local.dt.second().cast(pl.Int64)),
+            )
+        ).to_series()
+    printed = frame.select(seconds_of_year(pl.col("_md"), pl.col("_tod"))).to_series()
+    diff = printed - full_soy
     year = 366 * _DAY_S
     return (
-        pl.when(diff > _HALF_YEAR_S)
-        .then(diff - year)
-        .when(diff < -_HALF_YEAR_S)
-        .then(diff + year)
-        .otherwise(diff)
+        diff
+        - year * (diff > _HALF_YEAR_S).cast(pl.Int64)
+        + year * (diff < -_HALF_YEAR_S).cast(pl.Int64)
     )
+
+
+def leap_calendar_day(days: pl.Series) -> pl.Series:
+    """0-based day in a leap-year calendar (01-01 -> 0, 03-01 -> 60, 12-31 -> 365) of dates
+    given as days since 1970-01-01: H. Hinnant's civil_from_days, stopped at the day of the
+    March-based year (March 1 -> 0, so January 1 -> 306)."""
+    z = days + 719_468
+    era = z // 146_097
+    doe = z - era * 146_097
+    yoe = (doe - doe // 1460 + doe // 36_524 - doe // 146_096) // 365
+    march_day = doe - (365 * yoe + yoe // 4 - yoe // 100)
+    return march_day + 60 - 366 * (march_day >= 306).cast(pl.Int64)
 
 
 def report_disagreement(
@@ -261,7 +285,9 @@ def report_disagreement(
     count = sum(beyond.values())
     if not count:
         return
-    typical = max(beyond.items(), key=lambda kv: kv[1])[0]
+    # The most common offset; among equally common ones the smallest (dict order is not
+    # stable: the counts come from hash-based value_counts).
+    typical = min(beyond.items(), key=lambda kv: (-kv[1], abs(kv[0]), kv[0]))[0]
     hint = ""
     if abs(typical) >= 900 and abs(typical) % 900 <= TOLERANCE_S:
         hours = typical / 3600

@@ -36,7 +36,10 @@ lines; see ``benchmarks/ingest_bench.py``.
 
 from __future__ import annotations
 
+import os
 import re
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Final
 
@@ -55,11 +58,13 @@ from oomtrace.ingest.prefixes import ANSI, OUTER
 from oomtrace.ingest.textio import InputFile
 from oomtrace.ingest.vllm_extract import Extracted, extract, flags
 from oomtrace.ingest.vllm_finish import (
+    PRINTED_TIME,
     Ledger,
     engine_config,
     event_rows,
     interval_preemptions,
     oom_rows,
+    settled,
     stats_samples,
     version_family,
     with_ts,
@@ -76,6 +81,9 @@ _UVICORN: Final = r"(?:INFO|WARNING|ERROR):\s+\S+ - \""
 _OUTER: Final = re.compile("^(?:" + OUTER + ")")
 _ANSI: Final = re.compile(ANSI)
 _PRIVATE: Final = "|".join(re.escape(marker) for marker in PRIVATE_MARKERS)
+_PRIVATE_RE: Final = re.compile(_PRIVATE)
+# How many lines of each skip reason are looked at for a first example free of private text.
+_EXAMPLE_HEAD: Final = 64
 _NOT_CONFIG: Final = ("block_device", "kv_device")
 UNKNOWN_STATS: Final = "stats line in an unrecognised shape"
 UVICORN_LINE: Final = "uvicorn access line (no timestamp; not used)"
@@ -84,6 +92,18 @@ NO_HEADER: Final = "line without a vLLM header (traceback, progress bar or print
 EMPTY: Final = "empty line"
 NO_TIME: Final = "no timestamp could be placed"
 WITHHELD: Final = "<withheld: the line may hold prompt or output text>"
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+# Chunks read side by side: one per core, at most two (each chunk in flight holds its memory,
+# and Polars already spreads the work of one call over its own pool of threads).
+WORKERS: Final = min(2, _cores())
 
 
 class VllmLogParser:
@@ -102,11 +122,18 @@ class VllmLogParser:
 
     def parse(self, source: InputFile, ctx: ParseContext, diag: SourceDiagnostics) -> ParseResult:
         run = _Run(ctx, diag, "kubectl/docker timestamps")
-        # Chunks share no state until finish(). Reading two at a time on two threads was
-        # measured slower than one (many short Polars calls contend for the GIL), so they are
-        # read one after the other; memory stays bounded by one chunk plus the rows it yields.
-        for chunk in source.line_chunks(diag):
-            run.feed(chunk.lines.to_frame("line"), chunk.first_line)
+        # Chunks share no state until finish(): WORKERS of them are read side by side (Polars
+        # releases the GIL while it works), and their results are added in file order. Memory
+        # stays bounded by the chunks in flight plus the rows they yield.
+        with ThreadPoolExecutor(WORKERS) as pool:
+            pending: deque[Future[_Chunk]] = deque()
+            for index, chunk in enumerate(source.line_chunks(diag)):
+                lines = chunk.lines.to_frame("line")
+                pending.append(pool.submit(_read_chunk, lines, index, chunk.first_line, run.tz))
+                if len(pending) >= WORKERS:
+                    run.add(pending.popleft().result())
+            while pending:
+                run.add(pending.popleft().result())
         return run.finish()
 
     def parse_lines(
@@ -167,7 +194,7 @@ class _Run:
         chunks = self._chunk_table(bases)
         ledger = Ledger(diag)
         frames = {
-            name: self._timed_frame(parts, decision, chunks, ledger)
+            name: self._timed_frame(parts, decision, chunks, ledger, printed=name != "requests")
             for name, parts in (
                 ("stats", out.stats),
                 ("config", out.config),
@@ -192,15 +219,11 @@ class _Run:
             found, per_process = oom_rows(frames["ooms"], ledger)
             events += [found]
             samples += [per_process]
-        requests = (
-            finish_requests(
-                frames["requests"].drop("_chunk", "_md", "_tod", "_yo", "outer_ts", "arrival_ts"),
-                config.get("max_log_len"),
-                diag,
-            )
-            if frames["requests"].height
-            else None
-        )
+        requests = None
+        if frames["requests"].height:
+            rows = frames.pop("requests").drop(PRINTED_TIME, strict=False)
+            requests = finish_requests(rows, config.get("max_log_len"), diag)
+            del rows
         ledger.settle()
         self._notes()
         kind = config.pop("engine_kind", None)
@@ -220,7 +243,7 @@ class _Run:
             engine=engine,
             engine_config={k: v for k, v in config.items() if k not in _NOT_CONFIG},
             clock=decision.manifest,
-            host=max(hosts, key=lambda h: hosts[h]) if hosts else None,
+            host=min(hosts, key=lambda h: (-hosts[h], h)) if hosts else None,
         )
 
     @property
@@ -265,10 +288,29 @@ class _Run:
         decision: ClockDecision,
         chunks: pl.DataFrame,
         ledger: Ledger,
+        *,
+        printed: bool,
     ) -> pl.DataFrame:
+        """The rows of ``parts`` with ``ts``; rows no time places are dropped, counted.
+        ``printed``: keep the printed time fields, completed across chunks (the de-duplication
+        of ranks groups by them); without it, rows that all carry a full time skip them."""
         if not parts:
             return pl.DataFrame()
-        frame = with_ts(pl.concat(parts, how="diagonal_relaxed"), decision, chunks)
+        frame = pl.concat(parts, how="diagonal_relaxed")
+        parts.clear()  # the rows live on in `frame` alone
+        if printed:
+            frame = with_ts(frame, decision, chunks)
+        else:
+            # Chunks whose rows all carried a full time came with `ts` alone (settled).
+            if "ts" in frame.columns and frame.get_column("ts").null_count() == 0:
+                return frame
+            if "ts" in frame.columns:
+                frame = frame.rename({"ts": "_ts"})
+            frame = with_ts(frame, decision, chunks)
+            if "_ts" in frame.columns:
+                frame = frame.with_columns(ts=pl.coalesce("_ts", "ts")).drop("_ts")
+        if not frame.select(pl.col("ts").is_null().any()).item():
+            return frame
         ledger.lose(NO_TIME, frame.filter(pl.col("ts").is_null()).get_column("_seq"))
         return frame.filter(pl.col("ts").is_not_null())
 
@@ -307,6 +349,7 @@ def _read_chunk(lines: pl.DataFrame, index: int, first_line: int, tz: str) -> _C
     odd = pl.concat(out.unmatched) if out.unmatched else pl.Series([], dtype=pl.Int64)
     out.used.clear()
     out.unmatched.clear()
+    out.requests = [settled(part) for part in out.requests]
     unused = pl.concat(
         [records.filter(~pl.col("_seq").is_in(used.implode())).select(rest.columns), rest]
     )
@@ -314,30 +357,44 @@ def _read_chunk(lines: pl.DataFrame, index: int, first_line: int, tz: str) -> _C
 
 
 def _skips(unused: pl.DataFrame, odd: pl.Series) -> list[tuple[str, int, str]]:
-    """Every record not put to use, under one reason each, with a safe first example."""
+    """Every record not put to use, under one reason each, with a safe first example; reasons
+    in the order their first line comes in ``unused``."""
     if unused.height == 0:
         return []
     line = pl.col("line")
-    reason = (
-        pl.when(pl.col("_seq").is_in(odd.implode()))
-        .then(pl.lit(UNKNOWN_STATS))
-        .when(pl.col("_hdr"))
-        .then(pl.lit(NOT_USED))
-        .when(line.str.contains(_UVICORN))
+    unused = unused.with_row_index("_i")
+    if odd.len():
+        unused = unused.with_columns(_odd=pl.col("_seq").is_in(odd.implode()))
+    else:
+        unused = unused.with_columns(_odd=pl.lit(value=False))
+    # Only lines without an engine header can be access lines, blank or headerless: the tests
+    # for those run on them alone.
+    plain = pl.col("_odd") | pl.col("_hdr")
+    bare = unused.filter(~plain).with_columns(
+        _reason=pl.when(line.str.contains(_UVICORN))
         .then(pl.lit(UVICORN_LINE))
         .when(line.str.contains(r"^\s*$"))
         .then(pl.lit(EMPTY))
         .otherwise(pl.lit(NO_HEADER))
     )
-    grouped = (
-        unused.select(line, _reason=reason)
-        .group_by("_reason", maintain_order=True)
-        .agg(pl.len(), line.filter(~line.str.contains(_PRIVATE)).first())
+    known = unused.filter(plain).with_columns(
+        _reason=pl.when(pl.col("_odd")).then(pl.lit(UNKNOWN_STATS)).otherwise(pl.lit(NOT_USED))
     )
-    return [
-        (why, count, WITHHELD if example is None else _OUTER.sub("", _ANSI.sub("", example), 1))
-        for why, count, example in grouped.iter_rows()
+    groups = [
+        part.group_by("_reason").agg(pl.len(), pl.col("_i").first(), _head=line.head(_EXAMPLE_HEAD))
+        for part in (known, bare)
+        if part.height
     ]
+    found = []
+    for why, count, _, head in pl.concat(groups).sort("_i").iter_rows():
+        example = next((text for text in head if not _PRIVATE_RE.search(text)), None)
+        if example is None and count > len(head):
+            # Every line in the head may hold text: look further (rare).
+            whole = pl.concat([known, bare]).filter(pl.col("_reason") == why).sort("_i")
+            example = whole.select(line.filter(~line.str.contains(_PRIVATE)).first()).item()
+        shown = WITHHELD if example is None else _OUTER.sub("", _ANSI.sub("", example), 1)
+        found.append((why, count, shown))
+    return found
 
 
 def _concat(frames: list[pl.DataFrame]) -> pl.DataFrame | None:

@@ -1,16 +1,16 @@
 """Per-chunk extraction of vLLM records into partial tables (still on the printed clock).
 
 One cheap literal pass (the table's literals as one regex alternation) picks the candidate
-records; an anchored pattern on the start of each candidate's body sorts it into stats, request
-or other lines; each family then runs its own patterns on its own rows only. Startup and event
-lines are rare, so their per-entry patterns run on a handful of rows.
+records; the start of each candidate's body sorts it into stats, request or other lines (two
+literal prefixes for the request lines nearly every record is, an anchored pattern for the
+rest); each family then runs its own patterns on its own rows only. Startup and event lines are
+rare: only the entries whose literal occurs in the chunk run at all.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from functools import cache
 from typing import Final
 
 import polars as pl
@@ -18,7 +18,6 @@ import polars as pl
 from oomtrace.ingest.vllm_patterns import (
     CONFIG_LINES,
     EVENT_LINES,
-    PREEMPT,
     REQUEST_LINES,
     STATS,
     STATS_LITERAL,
@@ -26,7 +25,13 @@ from oomtrace.ingest.vllm_patterns import (
     V0_PREFIX_LITERAL,
     Family,
 )
-from oomtrace.ingest.vllm_records import TIME_COLUMNS
+from oomtrace.ingest.vllm_records import FLAG_NAMES, TIME_COLUMNS
+from oomtrace.ingest.vllm_request_lines import (
+    ADDED_LEAD,
+    RECEIVED_LEAD,
+    group_names,
+    read_requests,
+)
 
 OOM_LITERALS: Final = ("out of memory", "ALLOC_FAILED", "preemptively rejected")
 _LITERALS: Final = tuple(
@@ -37,8 +42,6 @@ _LITERALS: Final = tuple(
         | {e.literal for e in REQUEST_LINES}
     )
 )
-_ID_HEAD: Final = 320
-_REQUEST_TIME: Final = ("_seq", "_chunk", "_md", "_tod", "_yo", "outer_ts", "arrival_ts")
 _LITERAL_ALT: Final = "|".join(re.escape(literal) for literal in _LITERALS)
 _OOM_ALT: Final = "|".join(re.escape(literal) for literal in OOM_LITERALS)
 _REQUEST_KIND: Final = (
@@ -62,10 +65,23 @@ class Extracted:
     evidence: set[Family] = field(default_factory=set)
 
     def merge(self, other: Extracted) -> None:
-        """Append ``other``'s rows (a later chunk) to these."""
+        """Append ``other``'s rows (a later chunk) to these, in buffers of their own."""
         for name in ("stats", "config", "events", "requests", "ooms"):
-            getattr(self, name).extend(getattr(other, name))
+            getattr(self, name).extend(owned(part) for part in getattr(other, name))
         self.evidence |= other.evidence
+
+
+def owned(frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` with its text copied out of the buffers it may share with its chunk.
+
+    Slicing a string column (``body``, ``proc``) gives views into the chunk's line buffers, so
+    a handful of kept rows would keep every chunk's text alive: memory would grow with the
+    file, not with the output. Concatenating with an empty string writes each value anew.
+    """
+    text = [name for name, dtype in frame.schema.items() if dtype == pl.String]
+    if not text or frame.height == 0:
+        return frame
+    return frame.with_columns(pl.concat_str(pl.col(name), pl.lit("")).alias(name) for name in text)
 
 
 def flags() -> dict[str, pl.Expr]:
@@ -78,27 +94,72 @@ def flags() -> dict[str, pl.Expr]:
 
 def extract(records: pl.DataFrame, out: Extracted) -> None:
     """Add one chunk's rows to ``out``."""
-    cand = records.filter(pl.col("_cand"))
+    cand = records.select(*TIME_COLUMNS, "level", "body", *FLAG_NAMES, "_cand")
+    if not cand.get_column("_cand").all():
+        cand = cand.filter(pl.col("_cand"))
+    cand = cand.drop("_cand")
     if cand.height == 0:
         return
     ooms = cand.filter(pl.col("_oom"))
     if ooms.height:
         out.ooms.append(ooms.select(*TIME_COLUMNS, "body"))
         out.used.append(ooms.get_column("_seq"))
-    cand = cand.filter(pl.col("_lit"))
+    if not cand.get_column("_lit").all():
+        cand = cand.filter(pl.col("_lit"))
     if cand.height == 0:
         return
-    kind = pl.col("body").str.head(48).str.extract_groups(_REQUEST_KIND)
-    cand = cand.with_columns(
-        _stats=kind.struct.field("stats").is_not_null(), _req=kind.struct.field("req")
-    )
-    _stats(cand.filter(pl.col("_stats")), out)
-    _requests(cand.filter(pl.col("_req").is_not_null()), out)
-    others = cand.filter(~pl.col("_stats") & pl.col("_req").is_null())
+    stats, by_req, others = _route(cand)
+    _stats(stats, out)
+    requests = read_requests(by_req)
+    if requests.rows is not None:
+        out.requests.append(requests.rows)
+    out.used += requests.used
+    out.evidence |= requests.families
+    out.events += requests.preemptions
     if others.height:
         _config(others, out)
         _events(others, out)
         _v0_prefix_rate(others, out)
+
+
+def _route(cand: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, pl.DataFrame], pl.DataFrame]:
+    """Stats records, request records by their lead, and the other records, as
+    :data:`_REQUEST_KIND` reads them (a record may be both stats and request). The two leads of
+    nearly every request record are literal prefixes, which cost a fraction of the pattern;
+    the pattern reads the other records."""
+    body = pl.col("body")
+    lead = (
+        pl.when(body.str.starts_with(RECEIVED_LEAD))
+        .then(0)
+        .when(body.str.starts_with(ADDED_LEAD))
+        .then(1)
+        .otherwise(2)
+    )
+    parts = cand.with_columns(_k=lead).partition_by("_k", as_dict=True, include_key=False)
+    by_req = {
+        req: parts[(k,)] for k, req in enumerate((RECEIVED_LEAD, ADDED_LEAD)) if (k,) in parts
+    }
+    rest = parts.get((2,))
+    if rest is None:
+        return cand.clear(), by_req, cand.clear()
+    rest = _classify(rest)
+    for req in rest.get_column("_req").drop_nulls().unique().to_list():
+        part = rest.filter(pl.col("_req") == req).drop("_req", "_stats")
+        by_req[req] = pl.concat([by_req[req], part]) if req in by_req else part
+    stats = rest.filter(pl.col("_stats")).drop("_req", "_stats")
+    others = rest.filter(~pl.col("_stats") & pl.col("_req").is_null()).drop("_req", "_stats")
+    return stats, by_req, others
+
+
+def _classify(rows: pl.DataFrame) -> pl.DataFrame:
+    """``_stats`` and ``_req`` (the request lead) of each record, read by :data:`_REQUEST_KIND`
+    on the start of its body."""
+    kind = pl.col("_g").struct.field
+    return (
+        rows.with_columns(_g=pl.col("body").str.head(48).str.extract_groups(_REQUEST_KIND))
+        .with_columns(_stats=kind("stats").is_not_null(), _req=kind("req"))
+        .drop("_g")
+    )
 
 
 def _stats(rows: pl.DataFrame, out: Extracted) -> None:
@@ -152,8 +213,20 @@ def _v0_prefix_rate(others: pl.DataFrame, out: Extracted) -> None:
     out.evidence.add("v0")
 
 
+def _present(others: pl.DataFrame, literals: list[str]) -> set[str]:
+    """Which of ``literals`` occur in any body (one call for the whole table)."""
+    body = pl.col("body")
+    found = others.select(
+        pl.concat_list(body.str.contains(lit, literal=True).any() for lit in literals)
+    ).item()
+    return {lit for lit, hit in zip(literals, found, strict=True) if hit}
+
+
 def _config(others: pl.DataFrame, out: Extracted) -> None:
+    present = _present(others, [entry.literal for entry in CONFIG_LINES])
     for entry in CONFIG_LINES:
+        if entry.literal not in present:
+            continue
         hit = others.filter(
             pl.col("body").str.contains(entry.literal, literal=True)
             & pl.col("body").str.contains(entry.pattern)
@@ -163,7 +236,7 @@ def _config(others: pl.DataFrame, out: Extracted) -> None:
         out.used.append(hit.get_column("_seq"))
         if entry.family is not None:
             out.evidence.add(entry.family)
-        groups = _group_names(entry.pattern)
+        groups = group_names(entry.pattern)
         parsed = hit.with_columns(_g=pl.col("body").str.extract_groups(entry.pattern))
         for group in groups:
             key, conv = group.split("__")
@@ -189,7 +262,10 @@ def _config_rows(
 
 
 def _events(others: pl.DataFrame, out: Extracted) -> None:
+    present = _present(others, [entry.literal for entry in EVENT_LINES])
     for entry in EVENT_LINES:
+        if entry.literal not in present:
+            continue
         hit = others.filter(
             pl.col("body").str.contains(entry.literal, literal=True)
             & pl.col("body").str.contains(entry.pattern)
@@ -199,7 +275,7 @@ def _events(others: pl.DataFrame, out: Extracted) -> None:
         out.used.append(hit.get_column("_seq"))
         if entry.family is not None:
             out.evidence.add(entry.family)
-        groups = _group_names(entry.pattern)
+        groups = group_names(entry.pattern)
         encoded = (
             pl.col("body").str.extract_groups(entry.pattern).struct.json_encode()
             if groups
@@ -210,162 +286,3 @@ def _events(others: pl.DataFrame, out: Extracted) -> None:
                 *TIME_COLUMNS, kind=pl.lit(entry.kind), name=pl.lit(entry.name), groups=encoded
             )
         )
-
-
-def _requests(rows: pl.DataFrame, out: Extracted) -> None:
-    if rows.height == 0:
-        return
-    # The classifier already saw how each line starts: split once, then each entry only looks
-    # at its own rows.
-    groups = rows.with_columns(_lead=pl.col("_req").str.extract(r"^(\S+ ?\S*)", 1)).partition_by(
-        "_lead", as_dict=True
-    )
-    by_lead = {str(key[0]).strip(): frame for key, frame in groups.items()}
-    handled: set[str] = set()
-    for entry in REQUEST_LINES:
-        if entry.pattern in handled:
-            continue
-        handled.add(entry.pattern)
-        lead = entry.lead if entry.lead in by_lead else entry.lead.split(" ")[0]
-        hit = by_lead.get(lead)
-        if hit is None:
-            continue
-        hit = hit.filter(pl.col("body").str.contains(entry.pattern))
-        if hit.height == 0:
-            continue
-        out.used.append(hit.get_column("_seq"))
-        if entry.family is not None:
-            out.evidence.add(entry.family)
-        out.requests.append(_request_rows(hit.drop("_lead"), entry.event, entry.pattern))
-        if entry.pattern == PREEMPT:
-            out.events.append(_preemption_events(hit))
-
-
-def _request_rows(hit: pl.DataFrame, event: str, pattern: str) -> pl.DataFrame:
-    g = pl.col("_g")
-    # The fields sit at the start of the line (ids are short): capture on a short head, which
-    # costs a fraction of capturing over a long line. Id lists and the V0 counter are at the end.
-    whole = "ids" in _group_names(pattern) or pattern == PREEMPT
-    text = pl.col("body") if whole else pl.col("body").str.head(_ID_HEAD)
-    frame = hit.with_columns(_g=text.str.extract_groups(pattern))
-    names = _group_names(pattern)
-    base: dict[str, pl.Expr] = {
-        "request_id": g.struct.field("id").str.strip_suffix(".")
-        if "id" in names
-        else pl.lit(None, pl.String),
-        "event": pl.lit(event),
-        "prompt_tokens": pl.lit(None, pl.Int64),
-        "max_tokens": pl.lit(None, pl.Int64),
-        "output_tokens": pl.lit(None, pl.Int64),
-        "_kind": pl.lit(event),
-        "_capped": pl.lit(value=False),
-    }
-    if event == "arrived":
-        frame = _with_token_count(frame, "prompt_token_ids: [")
-        base |= _received()
-    elif "ids" in names:
-        frame = frame.with_columns(
-            _ids=g.struct.field("ids")
-            .str.strip_suffix(".")
-            .str.split(",")
-            .list.eval(pl.element().str.strip_chars())
-        ).explode("_ids")
-        base["request_id"] = pl.col("_ids")
-    elif "what" in names:
-        why = g.struct.field("why").fill_null("")
-        base["event"] = (
-            pl.when(why.is_in(["bad request", "input error"]))
-            .then(pl.lit("rejected"))
-            .otherwise(pl.lit("aborted"))
-        )
-    elif "stream" in names:
-        frame = _with_token_count(frame, "output_token_ids: [")
-        base |= _generated(g)
-    # Requests are never de-duplicated across ranks (one API server prints them), so the
-    # process key and repeat count are not kept: this table is the bulk of what accumulates.
-    return frame.select(*_REQUEST_TIME, **base)
-
-
-def _received() -> dict[str, pl.Expr]:
-    body = pl.col("body")
-    params_first = body.str.contains(r"^Received request \S+?: params: ")
-    details = body.str.starts_with("Request ")
-    found = body.str.extract_all(r"(?-u:\b)max_tokens=(?:[0-9]+|None)")
-    # The params come before the prompt preview from 0.12 and after the prompt text before it:
-    # take the occurrence inside SamplingParams, never one inside the user's prompt.
-    max_tokens = pl.when(params_first).then(found.list.first()).otherwise(found.list.last())
-    return {
-        "max_tokens": pl.when(details)
-        .then(None)
-        .otherwise(max_tokens.str.slice(11).cast(pl.Int64, strict=False)),
-        "prompt_tokens": pl.col("_count"),
-        "_kind": pl.when(details).then(pl.lit("details")).otherwise(pl.lit("arrived")),
-        "_capped": params_first & pl.col("_count").is_not_null(),
-    }
-
-
-def _with_token_count(frame: pl.DataFrame, key: str) -> pl.DataFrame:
-    """``_count``: the number of ids in the ``key`` list of ``body`` (see :func:`_listed_count`),
-    or, on a line the collector's log tail redacted, the count it states in place of the list
-    (``prompt_token_ids: <2 token ids>``, :func:`collectors.redact.redact_line`)."""
-    frame = _listed_count(frame, key)
-    redacted = key.removesuffix("[") + "<"
-    if not frame.get_column("body").str.contains(redacted, literal=True).any():
-        return frame
-    stated = pl.col("body").str.extract(re.escape(redacted) + r"([0-9]+) token ids>", 1)
-    return frame.with_columns(_count=pl.coalesce("_count", stated.cast(pl.Int64)))
-
-
-def _listed_count(frame: pl.DataFrame, key: str) -> pl.DataFrame:
-    """``_count``: the length of the last ``key ... ]`` id list in ``body``
-    (``prompt_token_ids: [1, 2]`` -> 2; null when there is none). The last, because a prompt
-    printed before the list may itself contain the key. Split on the key, cut at ``]``, count
-    commas: several times cheaper than a capturing regex over the list."""
-    body = frame.get_column("body")
-    has = body.str.contains(key, literal=True)
-    if not has.any():
-        return frame.with_columns(_count=pl.lit(None, pl.Int64))
-    pieces = pl.col("body").str.split(key)
-    frame = frame.with_columns(
-        _listed=has & (pieces.list.len() > 1),
-        _ids=pl.when(has).then(pieces.list.last().str.splitn("]", 2).struct.field("field_0")),
-    )
-    ids = pl.col("_ids")
-    count = (
-        pl.when(ids.str.len_bytes() == 0).then(0).otherwise(ids.str.count_matches(",") + 1)
-    ).cast(pl.Int64)
-    valid = pl.col("_listed") & ids.str.contains(r"^[0-9, ]*$")
-    return frame.with_columns(_count=pl.when(valid).then(count)).drop("_listed", "_ids")
-
-
-def _generated(g: pl.Expr) -> dict[str, pl.Expr]:
-    body = pl.col("body")
-    stream = g.struct.field("stream").fill_null("")
-    kind = (
-        pl.when(g.struct.field("details").is_not_null())
-        .then(pl.lit("output_details"))
-        .when(stream.str.contains("delta", literal=True))
-        .then(pl.lit("delta"))
-        .when(stream.str.contains("complete", literal=True))
-        .then(pl.lit("complete"))
-        .otherwise(pl.lit("response"))
-    )
-    summary = body.str.extract(r": output: '<streaming_complete: ([0-9]+) tokens>'", 1)
-    finish = body.str.extract(r", finish_reason: (\w+)$", 1)
-    return {
-        "event": pl.when(finish == "abort").then(pl.lit("aborted")).otherwise(pl.lit("finished")),
-        "output_tokens": pl.coalesce(pl.col("_count"), summary.cast(pl.Int64)),
-        "_kind": kind,
-    }
-
-
-def _preemption_events(hit: pl.DataFrame) -> pl.DataFrame:
-    encoded = pl.col("body").str.extract_groups(PREEMPT).struct.json_encode()
-    return hit.select(
-        *TIME_COLUMNS, kind=pl.lit("preemption"), name=pl.lit("preemption (V0)"), groups=encoded
-    )
-
-
-@cache
-def _group_names(pattern: str) -> list[str]:
-    return list(re.compile(pattern).groupindex)

@@ -39,6 +39,8 @@ _METRICS: Final = {
 }
 _GAUGES: Final = ("running", "waiting", "swapped", "deferred", "kv_pct", "prefix_pct")
 _DETAILS: Final = {e.name: e.detail for e in EVENT_LINES}
+# The printed-time fields a record keeps until the whole file decides the year.
+PRINTED_TIME: Final = ("_chunk", "_md", "_tod", "_yo", "outer_ts", "arrival_ts")
 
 
 def with_ts(frame: pl.DataFrame, decision: ClockDecision, chunks: pl.DataFrame) -> pl.DataFrame:
@@ -46,7 +48,7 @@ def with_ts(frame: pl.DataFrame, decision: ClockDecision, chunks: pl.DataFrame) 
     time placed by ``decision``. ``chunks`` (``_chunk``, ``_base``, ``_cmd``, ``_ctod``,
     ``_cyo``) gives each chunk's year-offset base and the printed time that lines before its
     first timestamp inherit from the chunks before."""
-    frame = frame.join(chunks, on="_chunk", how="left").with_columns(
+    frame = frame.join(chunks, on="_chunk", how="left", maintain_order="left").with_columns(
         _md=pl.coalesce("_md", "_cmd"),
         _tod=pl.coalesce("_tod", "_ctod"),
         _yo=pl.coalesce(pl.col("_yo") + pl.col("_base"), "_cyo"),
@@ -55,6 +57,28 @@ def with_ts(frame: pl.DataFrame, decision: ClockDecision, chunks: pl.DataFrame) 
     return frame.with_columns(ts=pl.coalesce("arrival_ts", "outer_ts", printed)).drop(
         "_base", "_cmd", "_ctod", "_cyo"
     )
+
+
+def settled(requests: pl.DataFrame) -> pl.DataFrame:
+    """Request rows that all carry a full time: ``ts`` from it, and none of the printed-time
+    fields that would otherwise wait for the whole file (the request table is the bulk of what
+    a file accumulates)."""
+    full = full_time(requests)
+    if full is None:
+        return requests
+    return requests.drop(PRINTED_TIME).with_columns(full.alias("ts"))
+
+
+def full_time(frame: pl.DataFrame) -> pl.Series | None:
+    """The collector's arrival time, else the outer timestamp, of every row; None when some row
+    has neither."""
+    arrival, outer = frame.get_column("arrival_ts"), frame.get_column("outer_ts")
+    if arrival.null_count() == 0:
+        return arrival
+    if arrival.null_count() == arrival.len() and outer.null_count() == 0:
+        return outer
+    full = arrival.fill_null(outer)
+    return full if full.null_count() == 0 else None
 
 
 @dataclass

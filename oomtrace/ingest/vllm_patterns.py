@@ -568,10 +568,12 @@ class RequestLine:
         return found.group(1) if found else ""
 
 
+# The request line of every version (the one a busy server prints most).
+RECEIVED: Final = r"^Received request (?P<id>[^\s:]+): (?:prompt|params): "
+
 REQUEST_LINES: Final[tuple[RequestLine, ...]] = (
     RequestLine(
-        "received <= 0.11 (prompt, params, token ids)", "arrived", "Received request ",
-        r"^Received request (?P<id>[^\s:]+): (?:prompt|params): ",
+        "received <= 0.11 (prompt, params, token ids)", "arrived", "Received request ", RECEIVED,
         "Received request cmpl-02f7ed907eda4ad590c0fa925b945247-0: prompt: 'The future of AI is',"
         " params: SamplingParams(n=1, presence_penalty=0.0, frequency_penalty=0.0, "
         "repetition_penalty=1.05, temperature=0.0, top_p=1.0, top_k=-1, min_p=0.0, seed=None, "
@@ -584,8 +586,7 @@ REQUEST_LINES: Final[tuple[RequestLine, ...]] = (
          "prompt_tokens": 5},
     ),
     RequestLine(
-        "received 0.12+ (params only)", "arrived", "Received request ",
-        r"^Received request (?P<id>[^\s:]+): (?:prompt|params): ",
+        "received 0.12+ (params only)", "arrived", "Received request ", RECEIVED,
         "Received request chatcmpl-5b1a: params: SamplingParams(n=1, temperature=0.7, top_p=1.0,"
         " stop=[')'], max_tokens=512, min_tokens=0, logprobs=None, structured_outputs=None, "
         "extra_args=None), lora_request: None.",

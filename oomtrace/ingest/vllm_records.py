@@ -2,11 +2,14 @@
 (so chunks can be read side by side): prefixes and the engine header read, candidate records
 cut out, glued records split, each record's printed time kept for the clock.
 
-Speed notes, measured on 32 MB chunks (``benchmarks/ingest_bench.py``): a capturing regex costs
-about a microsecond per line when it walks a long line, a third of that on a short slice, and a
-capture-free search about a tenth. So the header is *found* on every line without captures, and
-the capturing parses run on short slices (the prefix, the header) of candidate lines only; the
-other lines are counted, never copied.
+Speed notes (``benchmarks/ingest_bench.py``; a 24 MiB chunk holds about 80k lines): a Polars
+string operation costs some 20-100 ns per row whatever it does, a capturing regex several times
+that, so the cost is the number of operations per row. Every line gets three capture-free scans
+(where the header is, and the two literal sets); only candidate lines are parsed further; the
+header is read at fixed offsets (:mod:`.vllm_header`); the rare cases (colour codes past the
+prefix, Ray's repeat suffix, glued records) are found with one scan of the bodies and handled on
+those rows alone. Eager Polars computes a sub-expression used twice in one call twice, so a
+shared step is a column of its own.
 
 A record keeps its time as printed (``_md`` = month*100+day, ``_tod`` = seconds of the day) and
 a year offset local to its chunk (``_yo``); ``_chunk`` says which chunk, so that
@@ -28,7 +31,6 @@ import polars as pl
 from oomtrace.ingest.clock import (
     ChunkYears,
     FullAnchor,
-    month_day_expr,
     printed_minus_full,
     year_offsets,
 )
@@ -42,20 +44,16 @@ from oomtrace.ingest.prefixes import (
     outer_pattern,
     parse_iso,
 )
-from oomtrace.ingest.vllm_patterns import GLUED, HEADER
+from oomtrace.ingest.vllm_header import HEADER_AT, HEADER_FIELDS, read_header
+from oomtrace.ingest.vllm_patterns import GLUED
 
 TIME_COLUMNS: Final = (
     "_seq", "_chunk", "_md", "_tod", "_yo", "_hdr", "outer_ts", "arrival_ts", "proc", "repeat",
 )  # fmt: skip
 FLAG_NAMES: Final = ("_lit", "_oom")
-# Where the engine header starts (capture-free); confirmed by parsing the slice it points at.
-_HEADER_AT: Final = (
-    r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) [0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}"
-)
-_HEADER_SLICE: Final = 96
-_HEADER_WHOLE: Final = "^(?P<hdr>" + HEADER.removeprefix("^") + ")"
-_LEVEL_TS: Final = _HEADER_AT + " "
+_LEVEL_TS: Final = HEADER_AT + " "
 _TS_ONLY: Final = frozenset({"timestamp", "process", "nested"})
+_UNUSUAL: Final = "\x1b|" + re.escape(REPEATED_LITERAL) + "|" + _LEVEL_TS
 _SAMPLE: Final = 256
 
 
@@ -105,8 +103,7 @@ def build_records(
     line = pl.col("line")
     frame = lines.with_columns(
         _seq=pl.int_range(first_line, first_line + lines.height, dtype=pl.Int64) * 256,
-        _esc=line.str.contains("\x1b", literal=True),
-        _hpos=line.str.find(_HEADER_AT),
+        _hpos=line.str.find(HEADER_AT),
         **flags,
     ).with_columns(_cand=pl.any_horizontal(*flags))
     # A candidate without a header of its own (a traceback line) takes the time of the header
@@ -114,17 +111,35 @@ def build_records(
     headerless = frame.select((pl.col("_cand") & pl.col("_hpos").is_null()).any()).item()
     parse = pl.col("_cand") | (pl.col("_hpos").is_not_null() if headerless else False)
     rest = frame.filter(~parse).select("_seq", "line", _hdr=pl.col("_hpos").is_not_null())
-    records = _cleanup_ansi(_parse(frame.filter(parse)).drop("_hpos"), flags)
-    records = records.with_columns(
-        body=pl.when(pl.col("_cand")).then(line.str.slice(pl.col("_lead")))
-    )
-    records = _repeat_suffix(records, info)
-    glued = pl.col("_cand") & pl.col("body").str.contains(_LEVEL_TS)
-    if records.select(glued.any()).item():
-        records = _split_glued(records, info)
+    records = _parse(frame.filter(parse)).drop("_hpos").with_columns(_body())
+    # Colour codes past the prefix, Ray's repeat suffix and glued records are all rare: one
+    # scan of the candidate bodies finds the records that may have any of them, and only those
+    # go through the steps that look for each.
+    unusual = pl.col("_cand") & pl.col("body").str.contains(_UNUSUAL).fill_null(value=False)
+    if records.select(unusual.any()).item():
+        odd = _unusual(records.filter(unusual), flags, info)
+        plain = records.filter(~unusual).with_columns(repeat=pl.lit(1, pl.Int32))
+        records = pl.concat([plain, odd.select(plain.columns)], how="vertical_relaxed").sort("_seq")
+    else:
+        records = records.with_columns(repeat=pl.lit(1, pl.Int32))
     records = _place(records.with_columns(_chunk=pl.lit(chunk, pl.Int32)), info, tz)
     _count(records, info)
     return records, rest, info
+
+
+def _body() -> pl.Expr:
+    return pl.when(pl.col("_cand")).then(pl.col("line").str.slice(pl.col("_lead"))).alias("body")
+
+
+def _unusual(frame: pl.DataFrame, flags: Mapping[str, pl.Expr], info: ChunkInfo) -> pl.DataFrame:
+    """Records that may hold colour codes past their prefix, a repeat suffix or a glued record:
+    each looked for in turn (cleaning colour codes can reveal the other two)."""
+    frame = _cleanup_ansi(frame, flags)
+    frame = _repeat_suffix(frame, info)
+    glued = pl.col("_cand") & pl.col("body").str.contains(_LEVEL_TS)
+    if frame.select(glued.any()).item():
+        frame = _split_glued(frame, info)
+    return frame
 
 
 def _parse(frame: pl.DataFrame, kinds: frozenset[PrefixKind] | None = None) -> pl.DataFrame:
@@ -137,10 +152,10 @@ def _parse(frame: pl.DataFrame, kinds: frozenset[PrefixKind] | None = None) -> p
     frame = frame.with_columns(
         _pre=line.cast(pl.Binary).bin.head(hpos.fill_null(0)).cast(pl.String, strict=False)
     )
-    prefixed = frame.filter(hpos > 0)
     if kinds is None:
-        sample = pl.concat([prefixed.head(_SAMPLE), prefixed.tail(_SAMPLE)])
-        kinds = detect_kinds(sample, "_pre") | detect_kinds(frame.filter(hpos.is_null()), "line")
+        kinds = detect_kinds(_sample(frame), "_pre") | detect_kinds(
+            frame.filter(hpos.is_null()), "line"
+        )
     frame = frame.with_columns(
         _ok=hpos.is_not_null()
         & ((hpos == 0) | pl.col("_pre").str.contains(_prefix_test(kinds)).fill_null(value=False)),
@@ -150,29 +165,29 @@ def _parse(frame: pl.DataFrame, kinds: frozenset[PrefixKind] | None = None) -> p
         more = detect_kinds(rejected, "_pre") - kinds
         if more:
             return _parse(frame.drop("_pre", "_ok"), kinds | more)
-    frame = frame.with_columns(
-        _h=line.str.slice(pl.col("_pre").str.len_chars(), _HEADER_SLICE).str.extract_groups(
-            _HEADER_WHOLE
-        )
-    )
-    h = pl.col("_h").struct.field
-    frame = frame.with_columns(_hdr=pl.col("_ok") & h("hdr").is_not_null())
+    frame = read_header(frame).with_columns(_hdr=pl.col("_ok") & pl.col("_hlen").is_not_null())
     outer = _outer(frame, kinds)
-    md, hms = h("md"), h("hms")
     header = pl.col("_hdr")
     return outer.with_columns(
-        _lead=pl.col("_outer") + pl.when(header).then(h("hdr").str.len_chars()).otherwise(0),
-        level=pl.when(header).then(h("level")),
-        _br=header & h("br").is_not_null(),
-        _md=pl.when(header).then(
-            month_day_expr(md.str.head(2).cast(pl.Int32), md.str.tail(2).cast(pl.Int32))
-        ),
-        _tod=pl.when(header).then(
-            hms.str.head(2).cast(pl.Int32) * 3600
-            + hms.str.slice(3, 2).cast(pl.Int32) * 60
-            + hms.str.tail(2).cast(pl.Int32)
-        ),
-    ).drop("_pre", "_h", "_ok")
+        _lead=pl.col("_outer") + pl.when(header).then(pl.col("_hlen")).otherwise(0),
+        level=pl.when(header).then(pl.col("_lvl")),
+        _br=header & pl.col("_brk"),
+        _md=pl.when(header).then(pl.col("_hmd")),
+        _tod=pl.when(header).then(pl.col("_htod")),
+    ).drop("_pre", "_ok", *HEADER_FIELDS)
+
+
+def _sample(frame: pl.DataFrame) -> pl.DataFrame:
+    """The first and last :data:`_SAMPLE` rows with a prefix before their header (``_pre``),
+    found near the ends of the chunk when they are there, so as not to filter all of it."""
+    prefixed = pl.col("_hpos") > 0
+    near = 16 * _SAMPLE
+    head = frame.head(near).filter(prefixed).head(_SAMPLE)
+    tail = frame.tail(near).filter(prefixed).tail(_SAMPLE)
+    if head.height < _SAMPLE or tail.height < _SAMPLE:
+        every = frame.filter(prefixed)
+        head, tail = every.head(_SAMPLE), every.tail(_SAMPLE)
+    return pl.concat([head.select("_pre"), tail.select("_pre")])
 
 
 def _outer(frame: pl.DataFrame, kinds: frozenset[PrefixKind]) -> pl.DataFrame:
@@ -186,61 +201,70 @@ def _outer(frame: pl.DataFrame, kinds: frozenset[PrefixKind]) -> pl.DataFrame:
             host=pl.lit(None, pl.String),
             proc=pl.lit(None, pl.String),
         )
-    with_header = frame.filter("_hdr")
-    without = frame.filter(~pl.col("_hdr"))
+    # The formulas for rows with a header run on every row; the few rows without one are
+    # then read from the start of their line and written in place.
     pre = pl.col("_pre")
     if kinds <= _TS_ONLY:
-        stamp = pre.str.extract(r"^([0-9]{4}-[0-9]{2}-[0-9]{2}T[^ ]+) ", 1)
-        proc = pre.str.slice(stamp.str.len_chars().fill_null(-1) + 1).str.strip_chars_end(" ")
-        with_header = with_header.with_columns(
-            _outer=pre.str.len_chars(),
-            outer_ts=parse_iso(stamp),
-            host=pl.lit(None, pl.String),
-            proc=pl.when(proc.str.len_bytes() > 0).then(proc),
+        # Step by step: a sub-expression used twice in one call is computed twice.
+        stamp, proc = pl.col("_st"), pl.col("_pr")
+        out = (
+            frame.with_columns(_st=pre.str.extract(r"^([0-9]{4}-[0-9]{2}-[0-9]{2}T[^ ]+) ", 1))
+            .with_columns(
+                _pr=pre.str.slice(stamp.str.len_chars().fill_null(-1) + 1).str.strip_chars_end(" ")
+            )
+            .with_columns(
+                _outer=pre.str.len_chars(),
+                outer_ts=parse_iso(stamp),
+                host=pl.lit(None, pl.String),
+                proc=pl.when(proc.str.len_bytes() > 0).then(proc),
+            )
+            .drop("_st", "_pr")
         )
     else:
         groups = pre.str.extract_groups("^(?P<outer>" + outer_pattern(kinds) + ")$")
-        with_header = with_header.with_columns(_p=groups).with_columns(
-            _outer=pre.str.len_chars(), **outer_columns(pl.col("_p"), kinds)
+        out = (
+            frame.with_columns(_p=groups)
+            .with_columns(_outer=pre.str.len_chars(), **outer_columns(pl.col("_p"), kinds))
+            .drop("_p")
         )
+    out = out.with_columns(pl.col("_outer").cast(pl.UInt32))
+    without = (~frame.get_column("_hdr")).arg_true()
+    if without.len() == 0:
+        return out
     groups = pl.col("line").str.extract_groups("^(?P<outer>" + outer_pattern(kinds) + ")")
-    without = without.with_columns(_p=groups).with_columns(
-        _outer=pl.col("_p").struct.field("outer").str.len_chars(),
-        **outer_columns(pl.col("_p"), kinds),
+    patch = (
+        frame[without]
+        .select(_p=groups)
+        .select(
+            _outer=pl.col("_p").struct.field("outer").str.len_chars().cast(pl.UInt32),
+            **outer_columns(pl.col("_p"), kinds),
+        )
     )
-    columns = [*frame.columns, "_outer", "outer_ts", "host", "proc"]
-    if without.height == 0:
-        joined = with_header.select(columns)
-    elif with_header.height == 0:
-        joined = without.select(columns)
-    else:
-        parts = [with_header.select(columns), without.select(columns)]
-        joined = pl.concat(parts, how="vertical_relaxed").sort("_seq")
-    return joined.with_columns(pl.col("_outer").cast(pl.UInt32))
+    return out.with_columns(
+        out.get_column(name).scatter(without, patch.get_column(name)) for name in patch.columns
+    )
 
 
 def _cleanup_ansi(frame: pl.DataFrame, flags: Mapping[str, pl.Expr]) -> pl.DataFrame:
     """Colour codes beyond the process prefix (a coloured level name, say): strip them from
     those candidate lines only and read them again."""
-    coloured = pl.col("_esc") & pl.col("_cand")
-    if not frame.select(coloured.any()).item():
-        return frame.drop("_esc")
-    suspects = frame.filter(coloured)
-    in_lead = pl.col("line").str.head(pl.col("_lead")).str.count_matches("\x1b", literal=True)
-    every = pl.col("line").str.count_matches("\x1b", literal=True)
-    redo = suspects.filter((every > in_lead).fill_null(value=False))
+    coloured = (pl.col("_cand") & pl.col("body").str.contains("\x1b", literal=True)).fill_null(
+        value=False
+    )
+    redo = frame.filter(coloured)
     if redo.height == 0:
-        return frame.drop("_esc")
+        return frame
     cleaned = redo.select("_seq", "arrival_ts", line=pl.col("line").str.replace_all(ANSI, ""))
-    cleaned = cleaned.with_columns(_hpos=pl.col("line").str.find(_HEADER_AT), **flags)
+    cleaned = cleaned.with_columns(_hpos=pl.col("line").str.find(HEADER_AT), **flags)
     cleaned = _parse(cleaned).drop("_hpos")
-    cleaned = cleaned.with_columns(_cand=pl.any_horizontal(*flags), _esc=pl.lit(value=False))
-    rest = frame.filter(~pl.col("_seq").is_in(redo.get_column("_seq").implode()))
-    return pl.concat([rest, cleaned.select(rest.columns)]).sort("_seq").drop("_esc")
+    cleaned = cleaned.with_columns(_cand=pl.any_horizontal(*flags)).with_columns(_body())
+    rest = frame.filter(~coloured)
+    return pl.concat([rest, cleaned.select(rest.columns)]).sort("_seq")
 
 
 def _repeat_suffix(frame: pl.DataFrame, info: ChunkInfo) -> pl.DataFrame:
-    has = pl.col("_cand") & pl.col("line").str.contains(REPEATED_LITERAL, literal=True)
+    # The suffix pattern is anchored at the end of the body: only a body can hold it.
+    has = pl.col("_cand") & pl.col("body").str.contains(REPEATED_LITERAL, literal=True)
     if not frame.select(has.any()).item():
         return frame.with_columns(repeat=pl.lit(1, pl.Int32))
     frame = frame.with_columns(
@@ -273,7 +297,7 @@ def _split_glued(frame: pl.DataFrame, info: ChunkInfo) -> pl.DataFrame:
         inherited = rest.select("_seq", "arrival_ts", "outer_ts", "host", "repeat", "proc")
         again = rest.select("_seq", *FLAG_NAMES, "_cand", line=pl.col("body"))
         again = _parse(
-            again.with_columns(_hpos=pl.col("line").str.find(_HEADER_AT)),
+            again.with_columns(_hpos=pl.col("line").str.find(HEADER_AT)),
             frozenset(("process",)),
         ).drop("_hpos")
         again = again.with_columns(body=pl.col("line").str.slice(pl.col("_lead")))
@@ -291,16 +315,17 @@ def _place(frame: pl.DataFrame, info: ChunkInfo, tz: str) -> pl.DataFrame:
     the printed time handed down to lines without a header of their own."""
     offsets, info.years = year_offsets(frame.get_column("_md"), frame.get_column("_tod"))
     frame = frame.with_columns(offsets.alias("_yo"))
-    printed = frame.filter(pl.col("_md").is_not_null())
-    info.timed_lines = printed.height
     full = pl.coalesce(pl.col("arrival_ts"), pl.col("outer_ts"))
-    both = printed.filter(full.is_not_null()).select("_md", "_tod", "_yo", full.alias("_full"))
+    printed = frame.select("_md", "_tod", "_yo", full.alias("_full")).filter(
+        pl.col("_md").is_not_null()
+    )
+    info.timed_lines = printed.height
+    both = printed.filter(pl.col("_full").is_not_null())
     if both.height:
         info.full_lines = both.height
         last = both.row(-1, named=True)
         info.full_anchor = FullAnchor(last["_md"], last["_tod"], last["_yo"], last["_full"])
-        diffs = both.select(printed_minus_full(pl.col("_md"), pl.col("_tod"), pl.col("_full"), tz))
-        for value, count in diffs.to_series().value_counts().iter_rows():
+        for value, count in printed_minus_full(both, tz).value_counts().iter_rows():
             if value is not None:
                 info.disagreement[int(value)] = info.disagreement.get(int(value), 0) + int(count)
     return frame.with_columns(pl.col("_md", "_tod", "_yo").forward_fill())

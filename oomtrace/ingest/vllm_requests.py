@@ -33,10 +33,16 @@ def finish_requests(
     rows: pl.DataFrame, max_log_len: int | None, diag: SourceDiagnostics
 ) -> pl.DataFrame:
     """Canonical request rows (without node/source) from the extracted rows (with ``ts``)."""
-    rows = rows.filter(pl.col("request_id").is_not_null() & (pl.col("request_id") != ""))
+    named = pl.col("request_id").is_not_null() & (pl.col("request_id") != "")
+    if not rows.select(named.all()).item():
+        rows = rows.filter(named)
     if rows.height == 0:
         return rows.select(OUTPUT)
-    rows = _join_internal_ids(rows.sort("_seq"))
+    # One abort line can name several requests: their rows share a _seq, and _row keeps them
+    # in the order the line names them.
+    if not rows.get_column("_seq").is_sorted():
+        rows = rows.sort("_seq", maintain_order=True)
+    rows = _join_internal_ids(rows.with_row_index("_row"))
     rows = _cap_truncated(rows, max_log_len, diag)
     rows = _merge_details(rows)
     rows = _streams(rows)
@@ -49,25 +55,39 @@ def _one_ending(rows: pl.DataFrame) -> pl.DataFrame:
     :data:`ENDING_WINDOW_S` is dropped. Later ones are kept (ids can be reused after a
     restart)."""
     ending = pl.col("event").is_in(["aborted", "rejected"])
-    endings = rows.filter(ending)
+    endings = rows.filter(ending).select("_row", "_seq", "request_id", "event", "ts")
     if endings.height == 0:
         return rows
     previous = pl.col("ts").shift(1).over("request_id", "event", order_by="_seq")
     repeat = (pl.col("ts") - previous).dt.total_seconds() <= ENDING_WINDOW_S
-    kept = endings.filter(~repeat.fill_null(value=False))
-    return pl.concat([rows.filter(~ending), kept]).sort("_seq")
+    dropped = endings.filter(repeat.fill_null(value=False)).get_column("_row")
+    if dropped.len() == 0:
+        return rows
+    return rows.filter(~pl.col("_row").is_in(dropped.implode()))
 
 
 def _join_internal_ids(rows: pl.DataFrame) -> pl.DataFrame:
-    external = rows.filter(pl.col("_kind").is_in(["arrived", "details"])).get_column("request_id")
+    named = pl.col("_kind").is_in(["arrived", "details"])
+    # Only an id with the engine's suffix, that the request lines never named, can be an
+    # internal one: the suffix test (anchored at the end) rules out most rows cheaply.
+    suffixed = rows.filter(~named & pl.col("request_id").str.contains(_INTERNAL_SUFFIX))
+    if suffixed.height == 0:
+        return rows
+    external = rows.filter(named).get_column("request_id")
     if external.len() == 0:
         return rows
+    known = external.implode()
+    unnamed = suffixed.filter(~pl.col("request_id").is_in(known)).select("_row", "request_id")
+    if unnamed.height == 0:
+        return rows
     stripped = pl.col("request_id").str.replace(_INTERNAL_SUFFIX, "")
-    known = external.unique().implode()
-    return rows.with_columns(
-        request_id=pl.when(~pl.col("request_id").is_in(known) & stripped.is_in(known))
-        .then(stripped)
-        .otherwise(pl.col("request_id"))
+    joined = unnamed.filter(stripped.is_in(known)).select("_row", _id=stripped)
+    if joined.height == 0:
+        return rows
+    return (
+        rows.join(joined, on="_row", how="left", maintain_order="left")
+        .with_columns(request_id=pl.coalesce("_id", "request_id"))
+        .drop("_id")
     )
 
 
@@ -85,13 +105,13 @@ def _cap_truncated(
         if max_log_len is not None
         else pl.lit(value=False)
     )
-    n_prompt = int(rows.select(cut.sum()).item())
-    n_output = int(rows.select(out_cut.sum()).item())
-    if n_prompt or n_output:
-        diag.note(
-            f"{n_prompt + n_output:,} token id list(s) were cut by --max-log-len or vLLM's "
-            "preview limit: their token counts are left empty (a lower bound is not the count)"
-        )
+    n_prompt, n_output = rows.select(cut.sum(), out_cut.sum()).row(0)
+    if not n_prompt and not n_output:
+        return rows
+    diag.note(
+        f"{n_prompt + n_output:,} token id list(s) were cut by --max-log-len or vLLM's "
+        "preview limit: their token counts are left empty (a lower bound is not the count)"
+    )
     return rows.with_columns(
         prompt_tokens=pl.when(cut).then(None).otherwise(pl.col("prompt_tokens")),
         output_tokens=pl.when(out_cut).then(None).otherwise(pl.col("output_tokens")),
@@ -114,8 +134,8 @@ def _merge_details(rows: pl.DataFrame) -> pl.DataFrame:
     )
     arrived_ids = rows.filter(pl.col("_kind") == "arrived").get_column("request_id").implode()
     finished_ids = rows.filter(pl.col("_kind") == "response").get_column("request_id").implode()
-    rows = rows.join(details, on="request_id", how="left").join(
-        out_details, on="request_id", how="left"
+    rows = rows.join(details, on="request_id", how="left", maintain_order="left").join(
+        out_details, on="request_id", how="left", maintain_order="left"
     )
     orphan_details = (pl.col("_kind") == "details") & ~pl.col("request_id").is_in(arrived_ids)
     orphan_outputs = (pl.col("_kind") == "output_details") & ~pl.col("request_id").is_in(

@@ -4,7 +4,7 @@ New Year inside the file, full outer timestamps and collector arrival times winn
 from __future__ import annotations
 
 import os
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from pathlib import Path
 
 import polars as pl
@@ -14,7 +14,13 @@ from hypothesis import strategies as st
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.ingest import IngestOptions, ingest_paths
 from oomtrace.ingest.base import ClockOptions, ParseContext
-from oomtrace.ingest.clock import combine, year_offsets
+from oomtrace.ingest.clock import (
+    combine,
+    leap_calendar_day,
+    printed_minus_full,
+    report_disagreement,
+    year_offsets,
+)
 from oomtrace.ingest.vllm import NO_TIME, PARSER
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "vllm"
@@ -144,6 +150,20 @@ def test_printed_times_that_agree_with_outer_ones_raise_no_note() -> None:
     assert diag.notes == []
 
 
+def test_equally_common_disagreements_name_the_smallest_offset_every_time() -> None:
+    # GIVEN two offsets seen equally often (a tie that hash order used to break at random)
+    diag = SourceDiagnostics("k", "vllm-log", "n")
+    # WHEN they are reported
+    report_disagreement({-7200: 2, 3600: 2, 1: 4}, 8, "kubectl/docker timestamps", diag)
+    # THEN the smaller one is named
+    note = (
+        "4 of 8 line(s): the printed time differs from the kubectl/docker timestamps by more than "
+        "5 s (most often +3,600 s); the kubectl/docker timestamps were used; a steady +1 h usually "
+        "means the server's local zone is not the one assumed: pass --tz"
+    )
+    assert diag.notes == [note]
+
+
 def test_collector_arrival_times_win_and_give_sub_second_resolution() -> None:
     lines = pl.DataFrame(
         {
@@ -193,3 +213,42 @@ def _md(second_of_year: int) -> int:
     month_starts = [0, 31, 60, 91, 121, 152, 182, 213, 244, 274, 305, 335, 366]
     month = next(m for m in range(12) if month_starts[m + 1] > day)
     return (month + 1) * 100 + day - month_starts[month] + 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([101, 228, 229, 301, 615, 1231, 1345, 0]),
+            st.integers(min_value=0, max_value=86_399),
+            st.datetimes(min_value=datetime(1960, 1, 1), max_value=datetime(2105, 12, 31)),
+        ),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_printed_minus_full_from_epoch_seconds_equals_the_calendar_reading(
+    rows: list[tuple[int, int, datetime]],
+) -> None:
+    # GIVEN printed month-days (some impossible) and times against full timestamps, leap years
+    # and dates before 1970 among them
+    frame = pl.DataFrame(
+        [(md, tod, ts.replace(tzinfo=UTC)) for md, tod, ts in rows],
+        schema={"_md": pl.Int32, "_tod": pl.Int32, "_full": pl.Datetime("ns", "UTC")},
+        orient="row",
+    )
+    # WHEN compared under UTC (read from epoch seconds) and under a zone that equals UTC but
+    # goes through the calendar fields of each timestamp
+    # THEN the seconds are the same
+    assert (
+        printed_minus_full(frame, "UTC").to_list() == printed_minus_full(frame, "Etc/UTC").to_list()
+    )
+
+
+def test_leap_calendar_days_count_from_january_first_with_a_february_29_every_year() -> None:
+    days = pl.Series([(date(y, m, d) - date(1970, 1, 1)).days for y, m, d in _DATES])
+    assert leap_calendar_day(days).to_list() == [0, 58, 60, 60, 365, 59, 0]
+
+
+_DATES = [(2025, 1, 1), (2025, 2, 28), (2025, 3, 1), (2024, 3, 1), (2024, 12, 31), (2024, 2, 29),
+          (1969, 1, 1)]  # fmt: skip

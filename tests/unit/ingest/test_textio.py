@@ -6,9 +6,11 @@ import gzip
 from pathlib import Path
 
 import polars as pl
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from oomtrace.diagnostics import SourceDiagnostics
-from oomtrace.ingest.textio import InputFile
+from oomtrace.ingest.textio import InputFile, decode_lines
 
 
 def _diag() -> SourceDiagnostics:
@@ -104,3 +106,54 @@ def test_a_crlf_split_across_two_blocks_loses_its_cr(tmp_path: Path) -> None:
     path = tmp_path / "a.log"
     path.write_bytes(b"abc\r\n" + b"x" * 10 + b"\n")
     assert _lines(path, chunk=4)[0] == ["abc", "x" * 10]
+
+
+def _reference_lines(text: bytes) -> tuple[list[str], int]:
+    """What splitting in Python gives: lines at LF, one CR before each LF dropped, invalid
+    UTF-8 replaced and the lines that held it counted."""
+    parts = text.split(b"\n") if text else []
+    if text.endswith(b"\n"):
+        parts.pop()
+    try:
+        lines = [part.decode("utf-8") for part in parts]
+        bad = 0
+    except UnicodeDecodeError:
+        lines = b"\n".join(parts).decode("utf-8", errors="replace").split("\n")
+        bad = sum("\ufffd" in line for line in lines)
+    return [line.removesuffix("\r") for line in lines], bad
+
+
+# Separators, quotes, CRs, a byte-order mark, invalid UTF-8, and starts of compressed streams
+# (gzip, zlib, zstd) that a CSV reader could take for a whole compressed input.
+_ODD_BYTES = [
+    b"\n", b"\r", b"\r\n", b'"', b"\xef\xbb\xbf", b"\x1f", b"\x1e", b"\xff", b"\xc3",
+    b"\x1f\x8b", b"x^", b"x\x01", b"x\xda\x80", b"(\xb5/\xfd",
+]  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.binary(max_size=12),
+            st.sampled_from(_ODD_BYTES),
+            st.text(max_size=8).map(str.encode),
+        ),
+        max_size=30,
+    )
+)
+def test_splitting_a_block_into_lines_matches_splitting_in_python(pieces: list[bytes]) -> None:
+    # GIVEN any bytes: separators, quotes, CRs, byte-order marks, invalid UTF-8
+    text = b"".join(pieces)
+    # WHEN they are split into lines
+    lines, bad = decode_lines(text)
+    # THEN the lines and the count of lines with invalid UTF-8 are what Python's split gives
+    assert (lines.to_list(), bad) == _reference_lines(text)
+
+
+def test_a_block_that_starts_like_a_compressed_stream_keeps_its_lines(tmp_path: Path) -> None:
+    # GIVEN a log whose first line starts with bytes a zlib stream starts with ("x^")
+    path = tmp_path / "a.log"
+    path.write_bytes(b"x^2 grows fast\nINFO 06-02 08:00:00 [x.py:1] ok\n")
+    # WHEN it is read THEN the lines are there as written
+    assert _lines(path)[0] == ["x^2 grows fast", "INFO 06-02 08:00:00 [x.py:1] ok"]

@@ -276,6 +276,28 @@ def test_journald_names_the_node_and_the_unit_lines_are_counted() -> None:
     assert source.skipped[NO_HEADER].example == "Started vllm.service - vLLM server."
 
 
+def test_journald_hosts_named_equally_often_give_the_same_node_every_time(
+    tmp_path: Path,
+) -> None:
+    # GIVEN a journal merged from two hosts with as many vLLM lines each
+    stats = (
+        "INFO 09-22 23:46:42 metrics.py:367] Avg prompt throughput: 9.2 tokens/s, Avg generation "
+        "throughput: 11.6 tokens/s, Running: 1 reqs, Swapped: 0 reqs, Pending: 0 reqs, GPU KV "
+        "cache usage: 0.1%, CPU KV cache usage: 0.0%."
+    )
+    path = tmp_path / "journal.log"
+    path.write_text(
+        "".join(
+            f"Sep 22 23:46:4{i} {host} vllm[36199{i}]: {stats}\n"
+            for i, host in enumerate(["node-b", "node-a", "node-b", "node-a"])
+        )
+    )
+    # WHEN it is read
+    trace = ingest_paths([path], IngestOptions(year=2025))
+    # THEN the node is the alphabetically first of them, not whichever hash order gives
+    assert trace.manifest.nodes == ["node-a"]
+
+
 def test_compose_slurm_and_ray_prefixes() -> None:
     compose = _ingest("compose.log")
     assert compose.events["kind"].to_list() == ["engine_dead"]
