@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime, timedelta
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import polars as pl
 
@@ -35,6 +35,17 @@ _CATALOG: Final = pl.Schema(
         "n": pl.Int64(),
     }
 )
+
+
+def search_ts(ts: pl.Series, when: datetime, side: Literal["left", "right"]) -> int:
+    """Where ``when`` falls in a sorted nanosecond timestamp column, compared at the microsecond a
+    Python datetime holds: a row within the same microsecond as ``when`` counts as at it (so
+    ``side="right"`` keeps it). One binary search on the integers; searching with the datetime
+    itself would first convert the whole column to microseconds (tens of milliseconds a call)."""
+    at_ns = int(pl.Series([when], dtype=TS).to_physical()[0])
+    target = at_ns if side == "left" else at_ns + 999
+    needle = pl.Series([target], dtype=pl.Int64)
+    return int(ts.to_physical().search_sorted(needle, side=side)[0])
 
 
 def series_label(metric: str, source: str, device: int | None, pid: int | None) -> str:
@@ -123,8 +134,8 @@ class SeriesIndex:
     def between(self, series: str, start: datetime, end: datetime) -> pl.DataFrame:
         """Rows with ``start <= ts <= end``, with the series' description as columns."""
         rows = self._parts[series]
-        lo = int(rows["ts"].search_sorted(start, side="left"))
-        hi = int(rows["ts"].search_sorted(end, side="right"))
+        lo = search_ts(rows["ts"], start, "left")
+        hi = search_ts(rows["ts"], end, "right")
         meta = self.meta(series)
         return rows.slice(lo, hi - lo).with_columns(
             pl.lit(v, dtype=SERIES_SCHEMA[k]).alias(k) for k, v in meta.items()
