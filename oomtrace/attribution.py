@@ -56,7 +56,7 @@ def analyze(trace: Trace, options: AnalyzeOptions | None = None) -> Findings:
     anchors = anchor_incidents(trace.events, spikes, options)
     incidents = tuple(build_incident(prep, a, options, i) for i, a in enumerate(anchors, start=1))
     kv_recon, kv_gap = kv_reconciliation(
-        prep.kv_index.long(), prep.breakpoints, kv, not timeline.knots.is_empty()
+        prep.kv_index.long(), prep.breakpoints, kv, not timeline.points.is_empty()
     )
     memory_recon, memory_gap = memory_reconciliations(prep.memory)
     holes = pl.concat([index.holes() for index in (prep.memory, prep.kv_index, prep.engine)])
@@ -94,7 +94,7 @@ def _prepare(trace: Trace, options: AnalyzeOptions) -> tuple[Prepared, SeriesInd
         trace.manifest, trace.samples, spec=options.kv_spec, spec_label=options.kv_spec_label
     )
     timeline = _timeline(trace, kv)
-    breakpoints = pool_breakpoints(timeline) if not timeline.knots.is_empty() else pl.DataFrame()
+    breakpoints = pool_breakpoints(timeline) if not timeline.points.is_empty() else pl.DataFrame()
     memory = SeriesIndex.from_samples(trace.samples, BYTES_METRICS, unit="bytes")
     kv_index = SeriesIndex.from_long(observed_kv(trace.samples, kv))
     engine_long = engine_series(trace.samples)
@@ -109,7 +109,7 @@ def _prepare(trace: Trace, options: AnalyzeOptions) -> tuple[Prepared, SeriesInd
         _capacity_of(cap_map, kv),
         options,
     )
-    logger.debug("%d spikes, %d knots", len(spikes), timeline.knots.height)
+    logger.debug("%d spikes, %d knots", len(spikes), timeline.points.height)
     prep = Prepared(
         trace=trace,
         kv=kv,

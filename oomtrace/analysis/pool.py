@@ -39,7 +39,7 @@ def _seconds(ts: pl.Expr, t0: datetime) -> pl.Expr:
 
 
 def _reference(timeline: Timeline) -> datetime:
-    first = timeline.knots["ts"].min()
+    first = timeline.points["ts"].min()
     return first if isinstance(first, datetime) else datetime(2000, 1, 1, tzinfo=None)
 
 
@@ -55,10 +55,10 @@ def knot_deltas(timeline: Timeline) -> pl.DataFrame:
     t0 = _reference(timeline)
     second = kv.bytes_expr if kv.has_bytes else kv.blocks_expr
     quantities = _quantities(timeline)
-    knots = timeline.knots.select(
+    knots = timeline.points.select(
         "sid",
         "rid",
-        "node",
+        per_request(timeline.requests["node"]).alias("node"),
         "ts",
         t=_seconds(pl.col("ts"), t0),
         tokens=pl.col("tokens").fill_null(0.0),
@@ -190,7 +190,7 @@ def pool_at(breakpoints: pl.DataFrame, at: pl.DataFrame, *, has_bytes: bool) -> 
 
 def pool_series(timeline: Timeline) -> pl.DataFrame:
     """The modelled pool at every breakpoint: ``node, ts`` and :data:`POOL_COLUMNS`."""
-    if timeline.knots.is_empty():
+    if timeline.points.is_empty():
         return pl.DataFrame(
             schema={"node": pl.String, "ts": TS, **dict.fromkeys(POOL_COLUMNS, pl.Int64)}
         )

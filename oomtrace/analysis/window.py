@@ -39,7 +39,7 @@ def tokens_at(timeline: Timeline, points: pl.DataFrame) -> pl.DataFrame:
 def _bracket(timeline: Timeline, points: pl.DataFrame) -> pl.DataFrame:
     """Per point: the knots just before and after it, and the stated ones around it."""
     wanted = points["sid"].unique().implode()
-    knots = timeline.knots.filter(pl.col("sid").is_in(wanted)).sort("ts")
+    knots = timeline.points.filter(pl.col("sid").is_in(wanted)).sort("ts")
     stated = knots.filter(pl.col("stated"))
 
     def asof(right: pl.DataFrame, strategy: str, names: tuple[str, str]) -> pl.DataFrame:
