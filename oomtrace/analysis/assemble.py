@@ -131,7 +131,7 @@ def _context(prep: Prepared, m: _Moment, options: AnalyzeOptions, ranked: pl.Dat
         spike=anchor.spike,
         oom=oom,
         events=prep.trace.events.filter(on_node).sort("ts"),
-        requests=prep.trace.requests.filter(on_node).sort("ts"),
+        requests=prep.trace.requests.lazy().filter(on_node),
         residents=ranked,
         memory=prep.memory,
         kv_index=prep.kv_index,

@@ -101,6 +101,12 @@ def _figures(timeline: Timeline, joined: pl.DataFrame) -> pl.DataFrame:
 
 def resident_at(timeline: Timeline, node: str, at: datetime) -> pl.DataFrame:
     """Every request resident on ``node`` at ``at``, with its segment and figures."""
+    return residents_with_ids(timeline, node, at).drop("sid", "rid")
+
+
+def residents_with_ids(timeline: Timeline, node: str, at: datetime) -> pl.DataFrame:
+    """:func:`resident_at` keeping the internal ``sid`` and ``rid`` (row keys of the timeline's
+    segments and requests)."""
     segments = timeline.segments.filter(
         (pl.col("node") == node)
         & (pl.col("start_ts") <= lit_ts(at))
@@ -109,7 +115,7 @@ def resident_at(timeline: Timeline, node: str, at: datetime) -> pl.DataFrame:
     points = segments.select(
         "sid", "rid", *KEYS, "start_ts", "start_basis", at=pl.lit(at, dtype=TS)
     )
-    return tokens_at(timeline, points).drop("at", "sid", "rid")
+    return tokens_at(timeline, points).drop("at")
 
 
 def window_segments(timeline: Timeline, node: str, start: datetime, end: datetime) -> pl.DataFrame:
