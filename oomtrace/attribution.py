@@ -33,7 +33,7 @@ from oomtrace.analysis.incidents import anchor_incidents
 from oomtrace.analysis.index import SeriesIndex
 from oomtrace.analysis.kvmodel import KVModel, kv_model
 from oomtrace.analysis.options import AnalyzeOptions
-from oomtrace.analysis.pool import pool_breakpoints
+from oomtrace.analysis.pool import Breakpoints, pool_breakpoints
 from oomtrace.analysis.reconcile import kv_reconciliation, memory_reconciliations, modelled_index
 from oomtrace.analysis.series import BYTES_METRICS, capacities, engine_series, observed_kv
 from oomtrace.analysis.spikes import Spike, find_spikes
@@ -94,7 +94,7 @@ def _prepare(trace: Trace, options: AnalyzeOptions) -> tuple[Prepared, SeriesInd
         trace.manifest, trace.samples, spec=options.kv_spec, spec_label=options.kv_spec_label
     )
     timeline = _timeline(trace, kv)
-    breakpoints = pool_breakpoints(timeline) if not timeline.points.is_empty() else pl.DataFrame()
+    breakpoints = pool_breakpoints(timeline)
     memory = SeriesIndex.from_samples(trace.samples, BYTES_METRICS, unit="bytes")
     kv_index = SeriesIndex.from_long(observed_kv(trace.samples, kv))
     engine_long = engine_series(trace.samples)
@@ -210,13 +210,20 @@ def _timeline(trace: Trace, kv: KVModel) -> Timeline:
     )
 
 
-def _idle(engine: pl.DataFrame, breakpoints: pl.DataFrame) -> pl.DataFrame:
+def _idle(engine: pl.DataFrame, breakpoints: Breakpoints) -> pl.DataFrame:
     """Stretches with no request running: from the engine's running count where sampled, else
     from the modelled resident count."""
     running = engine.filter(pl.col("metric") == "requests_running").select("node", "ts", "value")
     if running.is_empty() and not breakpoints.is_empty():
-        running = breakpoints.select(
-            "node", "ts", value=pl.col("resident_requests").cast(pl.Float64)
+        running = pl.concat(
+            [
+                breakpoints.evaluated(node, ("resident_requests",)).select(
+                    pl.lit(node).alias("node"),
+                    "ts",
+                    value=pl.col("resident_requests").cast(pl.Float64),
+                )
+                for node, _ in breakpoints.frames()
+            ]
         )
     if running.is_empty():
         return pl.DataFrame(schema={"node": pl.String, "start": TS, "end": TS})

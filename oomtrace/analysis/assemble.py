@@ -16,8 +16,9 @@ from oomtrace.analysis.incidents import Anchoring
 from oomtrace.analysis.index import SeriesIndex
 from oomtrace.analysis.kvmodel import KVModel
 from oomtrace.analysis.options import AnalyzeOptions
-from oomtrace.analysis.pool import pool_at
+from oomtrace.analysis.pool import Breakpoints, pool_at
 from oomtrace.analysis.window import window_segments
+from oomtrace.schema import TS
 from oomtrace.timeline import Timeline
 from oomtrace.trace import Trace
 
@@ -34,7 +35,7 @@ class Prepared:
     trace: Trace
     kv: KVModel
     timeline: Timeline
-    breakpoints: pl.DataFrame
+    breakpoints: Breakpoints
     memory: SeriesIndex
     kv_index: SeriesIndex
     engine: SeriesIndex
@@ -75,7 +76,7 @@ def _modelled_kv(prep: Prepared, node: str, ts: datetime) -> int | None:
         return None
     at = pl.DataFrame(
         {"node": [node], "ts": [ts]},
-        schema={"node": pl.String, "ts": prep.breakpoints.schema["ts"]},
+        schema={"node": pl.String, "ts": TS},
     )
     value = pool_at(prep.breakpoints, at, has_bytes=True)["kv_bytes"][0]
     return int(value) if value is not None else None

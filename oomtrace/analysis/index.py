@@ -9,7 +9,7 @@ incident windows (:meth:`SeriesIndex.compact`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any, Final, Literal
 
@@ -59,10 +59,28 @@ class SeriesIndex:
 
     def __init__(self, parts: dict[str, pl.DataFrame], meta: dict[str, dict[str, Any]]) -> None:
         self._parts = parts
+        self._sources: dict[str, Callable[[], pl.DataFrame]] = {}
         self._meta = meta
-        rows = [{**meta[s], "series": s, "n": parts[s].height} for s in sorted(parts)]
+        self._set_catalog({s: frame.height for s, frame in parts.items()})
+
+    @classmethod
+    def of_sources(
+        cls,
+        sources: dict[str, Callable[[], pl.DataFrame]],
+        sizes: dict[str, int],
+        meta: dict[str, dict[str, Any]],
+    ) -> SeriesIndex:
+        """Series computed each time they are read (``sizes``: their row counts), for long series
+        derived from something already in memory, so that they are never all held at once."""
+        index = cls({}, meta)
+        index._sources = dict(sources)
+        index._set_catalog(sizes)
+        return index
+
+    def _set_catalog(self, sizes: dict[str, int]) -> None:
+        rows = [{**self._meta[s], "series": s, "n": sizes[s]} for s in sorted(sizes)]
         self.catalog = pl.DataFrame(rows, schema=_CATALOG)
-        self.empty = not parts
+        self.empty = not sizes
 
     @classmethod
     def from_samples(
@@ -107,7 +125,7 @@ class SeriesIndex:
         return cls(parts, meta)
 
     def names(self) -> list[str]:
-        return sorted(self._parts)
+        return sorted([*self._parts, *self._sources])
 
     def meta(self, series: str) -> dict[str, Any]:
         return {"series": series, **self._meta[series]}
@@ -129,11 +147,13 @@ class SeriesIndex:
 
     def rows(self, series: str) -> pl.DataFrame:
         """The series' own frame (``ts, value`` and extras), sorted by time."""
+        if series in self._sources:
+            return self._sources[series]()
         return self._parts[series]
 
     def between(self, series: str, start: datetime, end: datetime) -> pl.DataFrame:
         """Rows with ``start <= ts <= end``, with the series' description as columns."""
-        rows = self._parts[series]
+        rows = self.rows(series)
         lo = search_ts(rows["ts"], start, "left")
         hi = search_ts(rows["ts"], end, "right")
         meta = self.meta(series)
@@ -166,7 +186,7 @@ class SeriesIndex:
     def long(self, series: Iterable[str] | None = None) -> pl.DataFrame:
         """The chosen series (all by default) as one long frame of :data:`SERIES_SCHEMA`."""
         frames = [
-            self._parts[s]
+            self.rows(s)
             .select("ts", "value")
             .with_columns(
                 pl.lit(v, dtype=SERIES_SCHEMA[k]).alias(k) for k, v in self.meta(s).items()
@@ -184,7 +204,7 @@ class SeriesIndex:
         for name in self.names():
             meta = self.meta(name)
             mine = [(s, e) for node, s, e in windows if node == meta["node"]]
-            part = _compact(self._parts[name].select("ts", "value"), mine, buckets)
+            part = _compact(self.rows(name).select("ts", "value"), mine, buckets)
             frames.append(
                 part.with_columns(
                     pl.lit(v, dtype=SERIES_SCHEMA[k]).alias(k) for k, v in meta.items()
@@ -198,7 +218,7 @@ class SeriesIndex:
         seconds, usual_s``."""
         frames = []
         for name in self.names():
-            ts = self._parts[name]["ts"]
+            ts = self.rows(name)["ts"]
             if ts.len() < 3:
                 continue
             gaps = pl.DataFrame({"end": ts}).with_columns(start=pl.col("end").shift(1))

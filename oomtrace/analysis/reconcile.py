@@ -11,14 +11,16 @@ Each comparison is an as-of join of one series onto the other's sample times.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
+from functools import partial
 
 import polars as pl
 
 from oomtrace.analysis.findings import Reconciliation
 from oomtrace.analysis.index import SeriesIndex
 from oomtrace.analysis.kvmodel import KVModel
-from oomtrace.analysis.pool import POOL_COLUMNS, pool_at
+from oomtrace.analysis.pool import POOL_COLUMNS, Breakpoints, pool_at
 from oomtrace.analysis.series import SERIES_SCHEMA
 from oomtrace.units import format_bytes
 
@@ -33,7 +35,7 @@ def _stats(gaps: pl.DataFrame) -> tuple[int, float | None, float | None, object]
 
 
 def kv_reconciliation(
-    observed: pl.DataFrame, breakpoints: pl.DataFrame, kv: KVModel, requests_seen: bool
+    observed: pl.DataFrame, breakpoints: Breakpoints, kv: KVModel, requests_seen: bool
 ) -> tuple[Reconciliation | None, pl.DataFrame]:
     """Modelled against observed KV at the observed sample times, and the gap series."""
     if observed.is_empty() or not requests_seen:
@@ -178,20 +180,22 @@ POOL_SERIES = {
 }
 
 
-def modelled_index(breakpoints: pl.DataFrame, has_bytes: bool) -> SeriesIndex:
-    """The sweep's pool series, one per node and quantity (one point per breakpoint)."""
-    parts: dict[str, pl.DataFrame] = {}
+def modelled_index(breakpoints: Breakpoints, has_bytes: bool) -> SeriesIndex:
+    """The sweep's pool series, one per node and quantity (one point per breakpoint), evaluated
+    when a series is read (a day has millions of breakpoints; the findings keep few of them)."""
+    parts: dict[str, Callable[[], pl.DataFrame]] = {}
+    sizes: dict[str, int] = {}
     meta: dict[str, dict[str, object]] = {}
     if breakpoints.is_empty():
-        return SeriesIndex(parts, {})
+        return SeriesIndex({}, {})
     columns = [c for c in POOL_COLUMNS if has_bytes or c not in ("kv_bytes", "contract_bytes")]
-    nodes = sorted(breakpoints["node"].unique().to_list())
-    for node in nodes:
-        mine = breakpoints.filter(pl.col("node") == node)
+    nodes = [node for node, _ in breakpoints.frames()]
+    for node, frame in breakpoints.frames():
         for column in columns:
             name, unit = POOL_SERIES[column]
             label = name if len(nodes) == 1 else f"{name} ({node})"
-            parts[label] = mine.select("ts", value=pl.col(column).cast(pl.Float64))
+            parts[label] = partial(_modelled, breakpoints, node, column)
+            sizes[label] = frame.height
             meta[label] = {
                 "kind": "modelled",
                 "node": node,
@@ -201,4 +205,10 @@ def modelled_index(breakpoints: pl.DataFrame, has_bytes: bool) -> SeriesIndex:
                 "metric": f"modelled_{column}",
                 "unit": unit,
             }
-    return SeriesIndex(parts, meta)
+    return SeriesIndex.of_sources(parts, sizes, meta)
+
+
+def _modelled(breakpoints: Breakpoints, node: str, column: str) -> pl.DataFrame:
+    return breakpoints.evaluated(node, (column,)).select(
+        "ts", value=pl.col(column).cast(pl.Float64)
+    )
