@@ -117,12 +117,34 @@ def build_timeline(
     ``node, ts`` of engine deaths and (re)starts, which end every open residency. Without a
     ``rate``, the decode rate is measured from the requests (or from ``samples``' throughput).
     """
-    life = lifecycle(requests)
+    return timeline_of(
+        lifecycle(requests),
+        kv,
+        trace_end=trace_end,
+        resets=resets,
+        rate=rate,
+        samples=samples if samples is not None else requests.clear(),
+        max_model_len=max_model_len,
+    )
+
+
+def timeline_of(
+    life: Lifecycle,
+    kv: KVModel,
+    *,
+    trace_end: dict[str, datetime],
+    resets: pl.DataFrame,
+    rate: DecodeRate | None,
+    samples: pl.DataFrame,
+    max_model_len: int | None,
+) -> Timeline:
+    """:func:`build_timeline` from a lifecycle already in request order (the caller can let the
+    requests table go first: on a long trace it is the largest thing in memory). The
+    lifecycle's events are taken (and freed) on the way."""
     summary = summarize(life)
     if rate is None:
-        rate = decode_rate(summary, samples if samples is not None else requests.clear())
-    ev = _classified(life, summary)
-    del life  # millions of rows: let each intermediate go as soon as it is used
+        rate = decode_rate(summary, samples)
+    ev = _classified(life.take_events(), summary)  # the events go once classified
     segments = _segments(ev, summary, rate)
     stated = _stated_knots(ev, segments)
     del ev
@@ -135,7 +157,7 @@ def build_timeline(
 NONE, OPEN, IN, CLOSE = 0, 1, 2, 3
 
 
-def _classified(life: Lifecycle, summary: pl.DataFrame) -> pl.DataFrame:
+def _classified(events: pl.DataFrame, summary: pl.DataFrame) -> pl.DataFrame:
     """Events with their residency role, the segment they belong to, and the stated output so
     far. A request is resident after an admission, a resume or a token; not after a close."""
     event = pl.col("event")
@@ -170,7 +192,7 @@ def _classified(life: Lifecycle, summary: pl.DataFrame) -> pl.DataFrame:
         (pl.col("role") == CLOSE) & ((pl.col("resident_before") == 1) | begins)
     )
     return (
-        life.events.lazy()
+        events.lazy()
         .select("rid", "ts", "event", "output_tokens")
         .with_columns(
             prompt_tokens=per_request(summary["prompt_tokens"]),

@@ -17,10 +17,10 @@ from oomtrace.analysis.index import SeriesIndex
 from oomtrace.analysis.kvmodel import KVModel
 from oomtrace.analysis.options import AnalyzeOptions
 from oomtrace.analysis.pool import Breakpoints, pool_at
+from oomtrace.analysis.source import Tables
 from oomtrace.analysis.window import window_segments
 from oomtrace.schema import TS
 from oomtrace.timeline import Timeline
-from oomtrace.trace import Trace
 
 # Classes whose cause is not a request: they name no culprits (the class names the cause).
 NOT_REQUESTS: frozenset[IncidentClass] = frozenset(
@@ -32,7 +32,7 @@ NOT_REQUESTS: frozenset[IncidentClass] = frozenset(
 class Prepared:
     """Everything computed once per analysis and read by every incident."""
 
-    trace: Trace
+    tables: Tables
     kv: KVModel
     timeline: Timeline
     breakpoints: Breakpoints
@@ -131,14 +131,14 @@ def _context(prep: Prepared, m: _Moment, options: AnalyzeOptions, ranked: pl.Dat
         anchor=anchor.kind,
         spike=anchor.spike,
         oom=oom,
-        events=prep.trace.events.filter(on_node).sort("ts"),
-        requests=prep.trace.requests.lazy().filter(on_node),
+        events=prep.tables.events.filter(on_node).sort("ts"),
+        requests=prep.tables.requests.filter(on_node),
         residents=ranked,
         memory=prep.memory,
         kv_index=prep.kv_index,
         engine=prep.engine,
         kv=prep.kv,
-        config=prep.trace.manifest.engine_config,
+        config=prep.tables.manifest.engine_config,
         capacity=m.device_capacity,
         options=options,
         engine_pids=prep.engine_pids,
@@ -238,7 +238,7 @@ def _breakdown(
         observed=m.peak_bytes if _device_anchor(m.anchor) else None,
         explained=explained,
         pool_bytes=prep.kv.pool_bytes,
-        weights=_int(prep.trace.manifest.engine_config.get("model_weights_bytes")),
+        weights=_int(prep.tables.manifest.engine_config.get("model_weights_bytes")),
         foreign=sum(p.bytes for p in context.processes),
     )
 

@@ -15,16 +15,19 @@ import polars as pl
 
 from oomtrace.analysis.findings import Component, ProcessUse
 from oomtrace.analysis.index import SeriesIndex
+from oomtrace.analysis.samples import SampleView
+from oomtrace.schema import TS
 from oomtrace.trace import Manifest
 
 
-def engine_pids(samples: pl.DataFrame, events: pl.DataFrame, manifest: Manifest) -> frozenset[int]:
+def engine_pids(samples: SampleView, events: pl.DataFrame, manifest: Manifest) -> frozenset[int]:
     """Processes that are the engine: those with allocator statistics, those named in engine
     events or in the manifest; failing all, the process holding the most memory when first seen
     (an inference server preallocates most of the device at startup)."""
     pids: set[int] = set()
-    torch = samples.filter(pl.col("metric").str.starts_with("torch_") & pl.col("pid").is_not_null())
-    pids |= set(torch["pid"].unique().to_list())
+    torch = pl.col("metric").str.starts_with("torch_") & pl.col("pid").is_not_null()
+    pids |= set(samples.memory.catalog.filter(torch)["pid"].unique().to_list())
+    pids |= set(samples.other.filter(torch)["pid"].unique().to_list())
     own = events.filter(
         pl.col("kind").is_in(["engine_start", "engine_dead"]) & pl.col("pid").is_not_null()
     )
@@ -37,8 +40,8 @@ def engine_pids(samples: pl.DataFrame, events: pl.DataFrame, manifest: Manifest)
     if pids:
         return frozenset(pids)
     first = (
-        samples.filter((pl.col("metric") == "process_used_bytes") & pl.col("pid").is_not_null())
-        .sort("ts")
+        _first_process_samples(samples.memory)
+        .sort("ts", maintain_order=True)
         .group_by("node", "device", "pid", maintain_order=True)
         .agg(pl.col("value").first())
         .sort("value", descending=True)
@@ -46,6 +49,29 @@ def engine_pids(samples: pl.DataFrame, events: pl.DataFrame, manifest: Manifest)
         .first()
     )
     return frozenset(first["pid"].to_list())
+
+
+def _first_process_samples(memory: SeriesIndex) -> pl.DataFrame:
+    """The first sample of every per-process series (``node, device, pid, ts, value``)."""
+    catalog = memory.catalog.filter(
+        (pl.col("metric") == "process_used_bytes") & pl.col("pid").is_not_null()
+    )
+    frames = [
+        memory.rows(name)
+        .head(1)
+        .select(
+            pl.lit(node, pl.String).alias("node"),
+            pl.lit(device, pl.Int32).alias("device"),
+            pl.lit(pid, pl.Int64).alias("pid"),
+            "ts",
+            "value",
+        )
+        for name, node, device, pid in catalog.select("series", "node", "device", "pid").rows()
+    ]
+    if not frames:
+        schema = {"node": pl.String, "device": pl.Int32, "pid": pl.Int64, "value": pl.Float64}
+        return pl.DataFrame(schema={**schema, "ts": TS})
+    return pl.concat(frames)
 
 
 def foreign_processes(

@@ -15,7 +15,7 @@ from typing import Any, Final, Literal
 
 import polars as pl
 
-from oomtrace.analysis.series import SERIES_KEYS, SERIES_SCHEMA
+from oomtrace.analysis.series import SERIES_SCHEMA
 from oomtrace.schema import TS
 
 META: Final = ["series", "kind", "node", "source", "device", "pid", "metric", "unit"]
@@ -87,31 +87,9 @@ class SeriesIndex:
         cls, samples: pl.DataFrame, metrics: Iterable[str], *, unit: str, kind: str = "observed"
     ) -> SeriesIndex:
         """One series per ``(node, source, device, pid, metric)`` of ``metrics``."""
-        # A handful of series in tens of millions of rows: find the keys, then take each series'
-        # time and value with one filtered scan (a multi-key group_by would copy every row).
-        wanted = samples.lazy().filter(pl.col("metric").is_in(list(metrics)))
-        keys = wanted.select(SERIES_KEYS).unique().collect().sort(SERIES_KEYS, nulls_last=True)
-        parts: dict[str, pl.DataFrame] = {}
-        meta: dict[str, dict[str, Any]] = {}
-        for key in keys.iter_rows():
-            node, source, device, pid, metric = key
-            name = series_label(str(metric), str(source), device, pid)
-            same = [
-                pl.col(column).eq_missing(pl.lit(value, dtype=samples.schema[column]))
-                for column, value in zip(SERIES_KEYS, key, strict=True)
-            ]
-            one = wanted.filter(*same).select("ts", "value").collect()
-            parts[name] = one if one["ts"].is_sorted() else one.sort("ts")
-            meta[name] = {
-                "kind": kind,
-                "node": node,
-                "source": source,
-                "device": device,
-                "pid": pid,
-                "metric": metric,
-                "unit": unit,
-            }
-        return cls(parts, meta)
+        from oomtrace.analysis.samples import memory_index, split_series  # noqa: PLC0415
+
+        return memory_index(split_series(samples.lazy(), metrics), unit=unit, kind=kind)
 
     @classmethod
     def from_long(cls, frame: pl.DataFrame) -> SeriesIndex:

@@ -14,7 +14,7 @@ Part of :mod:`oomtrace.timeline`. Millions of lifecycle events are put in reques
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any, Final
 
 import numpy as np
@@ -43,44 +43,84 @@ _COUNTS: Final = ("prompt_tokens", "max_tokens", "cached_tokens", "output_tokens
 _NULL: Final = np.iinfo(np.int64).min  # stands for "not stated" inside segmented maxima
 
 
-@dataclass(frozen=True)
 class Lifecycle:
     """``keys``: ``node, request_id`` per request, row ``rid - 1``. ``events``: ``rid`` (sorted),
-    ``ts``, ``event`` (enum), ``rank`` and the stated counts, in ``(rid, ts, rank)`` order."""
+    ``ts``, ``event`` (enum), ``rank`` and the stated counts, in ``(rid, ts, rank)`` order.
 
-    keys: pl.DataFrame
-    events: pl.DataFrame
+    The events are the largest table of a timeline build; :meth:`take_events` hands them over
+    once, so that they are freed as soon as the taker is done with them."""
+
+    def __init__(self, keys: pl.DataFrame, events: pl.DataFrame) -> None:
+        self.keys = keys
+        self._events: pl.DataFrame | None = events
+
+    @property
+    def events(self) -> pl.DataFrame:
+        if self._events is None:
+            raise ValueError("the lifecycle's events were already taken")
+        return self._events
+
+    def take_events(self) -> pl.DataFrame:
+        events = self.events
+        self._events = None
+        return events
 
 
-def lifecycle(requests: pl.DataFrame) -> Lifecycle:
-    """The requests table (canonical columns) in request order; see the module docstring."""
+def _as_stated() -> None:
+    """Values a check rejects are used as they are (a trace in memory was conformed already)."""
+
+
+def lifecycle(
+    requests: pl.DataFrame | pl.LazyFrame, invalid: Callable[[], None] = _as_stated
+) -> Lifecycle:
+    """The requests table (canonical columns) in request order; see the module docstring.
+
+    From a lazy frame (a Parquet scan), each column is read once and on its own: the keys to
+    number the requests, then every other column put in request order and let go, so that the
+    table is never in memory whole. ``invalid`` is called when a value fails a check of
+    :func:`oomtrace.schema.conform` (a required value missing, an unknown event, a negative
+    count)."""
+    frame = requests.lazy()
+    keys = frame.select("node", "request_id").collect()
+    if keys["node"].has_nulls() or keys["request_id"].has_nulls():
+        invalid()
     grouped = (
-        requests.select("node", "request_id")
-        .with_row_index("_row")
-        .group_by("node", "request_id", maintain_order=True)
-        .agg("_row")
+        keys.with_row_index("_row").group_by("node", "request_id", maintain_order=True).agg("_row")
     )
+    del keys
     lengths = grouped["_row"].list.len().to_numpy()
     order = grouped["_row"].explode()
     rid = np.repeat(np.arange(1, grouped.height + 1, dtype=np.uint32), lengths)
+    columns = {
+        name: _column(frame, name, invalid).gather(order) for name in ("ts", "event", *_COUNTS)
+    }
     ranks = pl.Series([RANK[e] for e in REQUEST_EVENTS], dtype=pl.Int8)
-    events = (
-        requests.select(
-            "ts",
-            pl.col("event").cast(EVENT_TYPE),
-            *_COUNTS,
-        )[order]
-        .with_columns(
-            rid=pl.Series(rid, dtype=ID),
-            rank=pl.lit(ranks).gather(pl.col("event").to_physical()),
-        )
-        .select("rid", "ts", "event", "rank", *_COUNTS)
+    events = pl.DataFrame(columns).select(
+        pl.Series("rid", rid, dtype=ID),
+        "ts",
+        "event",
+        pl.lit(ranks).gather(pl.col("event").to_physical()).alias("rank"),
+        *_COUNTS,
     )
     if not _in_order(events):
         events = events.sort("rid", "ts", "rank", maintain_order=True)
     return Lifecycle(
         grouped.select("node", "request_id"), events.with_columns(pl.col("rid").set_sorted())
     )
+
+
+def _column(frame: pl.LazyFrame, name: str, invalid: Callable[[], None]) -> pl.Series:
+    """One column of the requests table, checked as ``conform`` checks it."""
+    column = frame.select(name).collect().to_series()
+    if name in ("ts", "event") and column.has_nulls():
+        invalid()
+    if name == "event":
+        if not column.is_in(list(REQUEST_EVENTS)).all():
+            invalid()
+        return column.cast(EVENT_TYPE)
+    if name in ("prompt_tokens", "max_tokens", "output_tokens") and (column < 0).any():
+        invalid()
+    return column
 
 
 def _in_order(events: pl.DataFrame) -> bool:
