@@ -238,10 +238,14 @@ def _compact(
     width_ns = max(int((last - first).total_seconds() * 1e9) // buckets, 1)
     offset_ns = (pl.col("ts") - pl.lit(first, dtype=TS)).dt.total_nanoseconds()
     marked = frame.with_columns(_inside=inside)
+    bucket = offset_ns // width_ns
+    # Series are in time order, so their buckets are too: the grouping then takes runs of rows
+    # instead of hashing millions of keys.
+    in_order = frame["ts"].is_sorted()
     outside = (
         marked.filter(~pl.col("_inside") & pl.col("value").is_not_null())
-        .with_columns(_bucket=offset_ns // width_ns)
-        .group_by("_bucket")
+        .with_columns(_bucket=bucket.set_sorted() if in_order else bucket)
+        .group_by("_bucket", maintain_order=in_order)
         .agg(
             lo_ts=pl.col("ts").get(pl.col("value").arg_min()),
             lo=pl.col("value").min(),

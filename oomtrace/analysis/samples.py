@@ -31,6 +31,7 @@ CHUNK_ROWS: Final = 1_000_000
 # Bits of the packed series code per key column (metric first): values beyond are read exactly
 # but slowly (a key-column grouping per batch).
 _BITS: Final = {"metric": 6, "node": 12, "source": 12, "device": 12, "pid": 20}
+_FEW: Final = 4  # up to this many names per key column are told apart by comparison
 _WHOLE: Final = [m for m, (kind, _) in METRICS.items() if kind in WHOLE_NUMBER_KINDS]
 
 Invalid = Callable[[], None]  # called when a value fails a check
@@ -71,14 +72,20 @@ class _Numbering:
         return len(self.values) <= self.capacity
 
     def code(self) -> pl.Expr:
+        """The value's number; a value not numbered yet fails the cast (text) or gives null
+        (integers), so that the caller numbers the batch's values and codes it again."""
         col = pl.col(self.column)
-        if not self.values:
-            return pl.lit(0, pl.UInt64)
-        if self.dtype == pl.String:
+        if self.dtype == pl.String and len(self.values) > _FEW:
             physical = col.cast(pl.Enum(self.values)).to_physical().cast(pl.UInt64) + 1
             return physical.fill_null(0)
+        if self.dtype == pl.String:  # a few names: comparing is cheaper than a lookup
+            code = pl.lit(None, pl.UInt64)  # a name not numbered yet
+            for number, value in reversed(list(enumerate(self.values, start=1))):
+                code = pl.when(col == value).then(pl.lit(number, pl.UInt64)).otherwise(code)
+            return pl.when(col.is_null()).then(pl.lit(0, pl.UInt64)).otherwise(code)
         numbers = range(1, len(self.values) + 1)
-        return col.replace_strict(self.values, numbers, default=0, return_dtype=pl.UInt64)
+        known = col.replace_strict(self.values, numbers, default=None, return_dtype=pl.UInt64)
+        return pl.when(col.is_null()).then(pl.lit(0, pl.UInt64)).otherwise(known)
 
     def value(self, number: int) -> Any:
         return None if number == 0 else self.values[number - 1]
@@ -113,14 +120,28 @@ def split_series(
     chunks: dict[int, list[pl.DataFrame]] = {}
     batches = rows.collect_batches(chunk_size=chunk_rows)
     for batch in batches:
-        if not all(n.learn(batch) for n in numberings):
+        coded = _coded(batch, numberings)
+        if coded is None:
             return _split_exactly(rows)
-        coded = batch.select("ts", "value", _code=_packed(numberings))
         for code in coded["_code"].unique(maintain_order=True):
             part = coded.filter(pl.col("_code") == code).select("ts", "value")
             chunks.setdefault(code, []).append(part)
     out = {_unpack(numberings, code): _in_time_order(parts) for code, parts in chunks.items()}
     return dict(sorted(out.items(), key=lambda kv: _sort_key(kv[0])))
+
+
+def _coded(batch: pl.DataFrame, numberings: list[_Numbering]) -> pl.DataFrame | None:
+    """``ts, value, _code`` of a batch; its new key values are numbered first when it has any
+    (None when they no longer fit the code)."""
+    try:
+        coded = batch.select("ts", "value", _code=_packed(numberings))
+        if not coded["_code"].has_nulls():
+            return coded
+    except pl.exceptions.InvalidOperationError:  # text not numbered yet
+        pass
+    if not all(n.learn(batch) for n in numberings):
+        return None
+    return batch.select("ts", "value", _code=_packed(numberings))
 
 
 def _split_exactly(rows: pl.LazyFrame) -> dict[tuple[Any, ...], pl.DataFrame]:

@@ -24,7 +24,7 @@ def tables(draw: st.DrawFn) -> pl.DataFrame:
         {
             "ts": at(draw(st.integers(0, 50))),
             "node": draw(st.sampled_from(["a", "b"])),
-            "source": draw(st.sampled_from(["nvml", "smi", "torch"])),
+            "source": draw(st.sampled_from(["nvml", "smi", "torch", "dcgm", "prom", "log"])),
             "device": draw(st.none() | st.integers(0, 3)),
             "pid": draw(st.none() | st.sampled_from([7, 4242, 2**40])),
             "metric": draw(st.sampled_from([*METRICS, "kv_blocks_used"])),
