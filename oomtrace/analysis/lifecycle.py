@@ -84,9 +84,11 @@ def lifecycle(
     keys = frame.select("node", "request_id").collect()
     if keys["node"].has_nulls() or keys["request_id"].has_nulls():
         invalid()
-    grouped = (
-        keys.with_row_index("_row").group_by("node", "request_id", maintain_order=True).agg("_row")
-    )
+    # One node (the usual trace): the request id alone is the key, one string column to hash.
+    by = ["request_id"] if _single(keys["node"]) else ["node", "request_id"]
+    grouped = keys.with_row_index("_row").group_by(by, maintain_order=True).agg("_row")
+    if by == ["request_id"]:
+        grouped = grouped.select(pl.lit(keys["node"][0], pl.String).alias("node"), pl.all())
     del keys
     lengths = grouped["_row"].list.len().to_numpy()
     order = grouped["_row"].explode()
@@ -107,6 +109,11 @@ def lifecycle(
     return Lifecycle(
         grouped.select("node", "request_id"), events.with_columns(pl.col("rid").set_sorted())
     )
+
+
+def _single(column: pl.Series) -> bool:
+    """Whether every value of the column is the first (and not null)."""
+    return column.len() > 0 and bool((column == column[0]).all())
 
 
 def _column(frame: pl.LazyFrame, name: str, invalid: Callable[[], None]) -> pl.Series:
