@@ -61,29 +61,33 @@ def _analyze(source: Trace | TraceScan, options: AnalyzeOptions) -> Findings:
     kv, timeline = prep.kv, prep.timeline
     anchors = anchor_incidents(tables.events, spikes, options)
     incidents = tuple(build_incident(prep, a, options, i) for i, a in enumerate(anchors, start=1))
-    kv_recon, kv_gap = kv_reconciliation(
-        prep.kv_index.long(), prep.breakpoints, kv, not timeline.points.is_empty()
-    )
-    memory_recon, memory_gap = memory_reconciliations(prep.memory)
-    holes = pl.concat([index.holes() for index in (prep.memory, prep.kv_index, prep.engine)])
+    summary = _summary(facts, tables.manifest.engine.get("name"), timeline)
+    rate, from_requests = asdict(timeline.rate), request_gaps(timeline, timeline.rate)
+    requests_seen = not timeline.points.is_empty()
+    indexes = (prep.memory, prep.kv_index, prep.engine)
+    breakpoints = prep.breakpoints
+    del prep, timeline  # the per-request tables are done with: let them go before the series
+    kv_recon, kv_gap = kv_reconciliation(indexes[1].long(), breakpoints, kv, requests_seen)
+    memory_recon, memory_gap = memory_reconciliations(indexes[0])
+    holes = pl.concat([index.holes() for index in indexes])
     gaps = (
         *manifest_gaps(tables.manifest),
         *table_gaps(facts, kv),
         *hole_gaps(holes),
-        *request_gaps(timeline, timeline.rate),
+        *from_requests,
     )
     # Full resolution inside incident windows, peak-keeping buckets elsewhere.
     wide = timedelta(seconds=options.window_s)
     windows = [(i.node, i.window_start - wide, i.peak_ts + wide) for i in incidents]
-    indexes = (prep.memory, prep.kv_index, prep.engine, modelled, memory_gap)
     series = pl.concat(
-        [index.compact(windows, options.series_buckets) for index in indexes]
+        [index.compact(windows, options.series_buckets) for index in (*indexes, modelled)]
+        + [memory_gap.compact(windows, options.series_buckets)]
         + [SeriesIndex.from_long(kv_gap).compact(windows, options.series_buckets)]
     )
     return Findings(
-        trace=_summary(facts, tables.manifest.engine.get("name"), timeline),
+        trace=summary,
         kv_model=kv.to_json(),
-        decode_rate=asdict(timeline.rate),
+        decode_rate=rate,
         incidents=incidents,
         spikes=tuple(spikes[:20]),
         reconciliation=(*((kv_recon,) if kv_recon else ()), *memory_recon),

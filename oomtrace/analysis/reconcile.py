@@ -11,14 +11,13 @@ Each comparison is an as-of join of one series onto the other's sample times.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import timedelta
 from functools import partial
 
 import polars as pl
 
 from oomtrace.analysis.findings import Reconciliation
-from oomtrace.analysis.index import SeriesIndex
+from oomtrace.analysis.index import Family, SeriesIndex
 from oomtrace.analysis.kvmodel import KVModel
 from oomtrace.analysis.pool import POOL_COLUMNS, Breakpoints, pool_at
 from oomtrace.analysis.series import SERIES_SCHEMA
@@ -182,19 +181,21 @@ POOL_SERIES = {
 
 def modelled_index(breakpoints: Breakpoints, has_bytes: bool) -> SeriesIndex:
     """The sweep's pool series, one per node and quantity (one point per breakpoint), evaluated
-    when a series is read (a day has millions of breakpoints; the findings keep few of them)."""
-    parts: dict[str, Callable[[], pl.DataFrame]] = {}
+    when read, a node's quantities together (a day has millions of breakpoints; the findings
+    keep few of them)."""
+    families: list[Family] = []
     sizes: dict[str, int] = {}
     meta: dict[str, dict[str, object]] = {}
     if breakpoints.is_empty():
         return SeriesIndex({}, {})
-    columns = [c for c in POOL_COLUMNS if has_bytes or c not in ("kv_bytes", "contract_bytes")]
+    columns = tuple(c for c in POOL_COLUMNS if has_bytes or c not in ("kv_bytes", "contract_bytes"))
     nodes = [node for node, _ in breakpoints.frames()]
     for node, frame in breakpoints.frames():
+        labels: dict[str, str] = {}
         for column in columns:
             name, unit = POOL_SERIES[column]
             label = name if len(nodes) == 1 else f"{name} ({node})"
-            parts[label] = partial(_modelled, breakpoints, node, column)
+            labels[label] = column
             sizes[label] = frame.height
             meta[label] = {
                 "kind": "modelled",
@@ -205,10 +206,11 @@ def modelled_index(breakpoints: Breakpoints, has_bytes: bool) -> SeriesIndex:
                 "metric": f"modelled_{column}",
                 "unit": unit,
             }
-    return SeriesIndex.of_sources(parts, sizes, meta)
+        families.append(Family(partial(_modelled, breakpoints, node, columns), labels))
+    return SeriesIndex.of_families(families, sizes, meta)
 
 
-def _modelled(breakpoints: Breakpoints, node: str, column: str) -> pl.DataFrame:
-    return breakpoints.evaluated(node, (column,)).select(
-        "ts", value=pl.col(column).cast(pl.Float64)
+def _modelled(breakpoints: Breakpoints, node: str, columns: tuple[str, ...]) -> pl.DataFrame:
+    return breakpoints.evaluated(node, columns).select(
+        "ts", *[pl.col(c).cast(pl.Float64) for c in columns]
     )

@@ -154,7 +154,9 @@ def _split_exactly(rows: pl.LazyFrame) -> dict[tuple[Any, ...], pl.DataFrame]:
 
 def _in_time_order(parts: list[pl.DataFrame]) -> pl.DataFrame:
     one = pl.concat(parts, rechunk=True)
-    return one if one["ts"].is_sorted() else one.sort("ts", maintain_order=True)
+    if one["ts"].is_sorted():  # flagged, so that rolling windows and searches trust it
+        return one.with_columns(pl.col("ts").set_sorted())
+    return one.sort("ts", maintain_order=True)
 
 
 def _sort_key(key: tuple[Any, ...]) -> tuple[Any, ...]:
