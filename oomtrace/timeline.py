@@ -102,7 +102,7 @@ def summarize_requests(requests: pl.DataFrame) -> pl.DataFrame:
 
 
 def build_timeline(
-    requests: pl.DataFrame,
+    requests: pl.DataFrame | pl.LazyFrame,
     kv: KVModel,
     *,
     trace_end: dict[str, datetime],
@@ -113,9 +113,11 @@ def build_timeline(
 ) -> Timeline:
     """Segments and knots for every request (see the module docstring).
 
-    ``trace_end`` maps each node to the last moment its trace covers; ``resets`` holds
-    ``node, ts`` of engine deaths and (re)starts, which end every open residency. Without a
-    ``rate``, the decode rate is measured from the requests (or from ``samples``' throughput).
+    ``requests`` is the canonical lifecycle table, in memory or as a lazy frame (a Parquet scan
+    is read one column at a time, never whole). ``trace_end`` maps each node to the last moment
+    its trace covers; ``resets`` holds ``node, ts`` of engine deaths and (re)starts, which end
+    every open residency. Without a ``rate``, the decode rate is measured from the requests (or
+    from ``samples``' throughput).
     """
     return timeline_of(
         lifecycle(requests),
@@ -123,7 +125,7 @@ def build_timeline(
         trace_end=trace_end,
         resets=resets,
         rate=rate,
-        samples=samples if samples is not None else requests.clear(),
+        samples=samples if samples is not None else pl.DataFrame(),
         max_model_len=max_model_len,
     )
 

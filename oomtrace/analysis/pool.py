@@ -18,7 +18,7 @@ sums (``t`` is recomputed from ``ts``); values are evaluated where they are read
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
@@ -80,7 +80,14 @@ class Breakpoints:
         """``ts`` and the chosen :data:`POOL_COLUMNS` at every breakpoint of ``node``."""
         frame = self.nodes[node]
         values = _evaluate(_seconds(pl.col("ts"), self.t0), frame.columns, self.bytes_per_block)
-        return frame.select("ts", *[v for v in values if v.meta.output_name() in columns])
+        blocks = _blocks(frame.columns, self.bytes_per_block) if "kv_blocks" in columns else []
+        if blocks:
+            columns = (*columns, "kv_bytes")
+        return (
+            frame.select("ts", *[v for v in values if v.meta.output_name() in columns])
+            .with_columns(blocks)
+            .select("ts", *[c for c in POOL_COLUMNS if c in columns])
+        )
 
     def frames(self) -> Iterator[tuple[str, pl.DataFrame]]:
         yield from sorted(self.nodes.items())
@@ -179,24 +186,38 @@ def _sweep(deltas: pl.DataFrame, quantities: tuple[str, str]) -> pl.DataFrame:
     return pl.DataFrame(columns)
 
 
-def _evaluate(t: pl.Expr, columns: list[str], per_block: int | None) -> list[pl.Expr]:
+def _evaluate(
+    t: pl.Expr,
+    columns: list[str],
+    per_block: int | None,
+    sum_of: Callable[[str], pl.Expr] = pl.col,
+) -> list[pl.Expr]:
+    """The pool columns at ``t`` from the sums (``sum_of`` gives each sum's expression); KV
+    blocks from the ``kv_bytes`` column, so they come in a second step where there are bytes."""
+
     def at(q: str) -> pl.Expr:
-        value = pl.col(f"L_{q}") + pl.col(f"S_{q}") * t - pl.col(f"C_{q}")
+        value = sum_of(f"L_{q}") + sum_of(f"S_{q}") * t - sum_of(f"C_{q}")
         return value.clip(lower_bound=0.0).round(0).cast(pl.Int64)
 
     none = pl.lit(None, dtype=pl.Int64)
     if "L_bytes" in columns:
-        kv_bytes, contract = at("bytes"), pl.col("K").round(0).cast(pl.Int64)
-        blocks = (kv_bytes / per_block).round(0).cast(pl.Int64) if per_block else none
+        kv_bytes, contract = at("bytes"), sum_of("K").round(0).cast(pl.Int64)
     else:
-        kv_bytes, contract, blocks = none, none, at("blocks")
+        kv_bytes, contract = none, none
     return [
-        pl.col("R").round(0).cast(pl.Int64).alias("resident_requests"),
+        sum_of("R").round(0).cast(pl.Int64).alias("resident_requests"),
         at("tokens").alias("stored_tokens"),
-        blocks.alias("kv_blocks"),
+        (none if "L_bytes" in columns else at("blocks")).alias("kv_blocks"),
         kv_bytes.alias("kv_bytes"),
         contract.alias("contract_bytes"),
     ]
+
+
+def _blocks(columns: list[str], per_block: int | None) -> list[pl.Expr]:
+    """KV blocks from KV bytes, with uniform blocks (the second step of :func:`_evaluate`)."""
+    if "L_bytes" not in columns or not per_block:
+        return []
+    return [(pl.col("kv_bytes") / per_block).round(0).cast(pl.Int64).alias("kv_blocks")]
 
 
 def pool_at(breakpoints: Breakpoints, at: pl.DataFrame, *, has_bytes: bool) -> pl.DataFrame:
@@ -232,12 +253,17 @@ def _at_node(breakpoints: Breakpoints, node: str, mine: pl.DataFrame) -> pl.Data
     joined = mine.join_asof(index, left_on="_ts", right_on="_bp_ts", strategy="backward")
     bp_t = _seconds(pl.col("_bp_ts"), breakpoints.t0)
     elapsed = (pl.col("_ts") - pl.col("_bp_ts")).dt.total_nanoseconds() / NS_PER_S
-    gathered = [pl.lit(state[c]).gather(pl.col("_bp")).fill_null(0.0).alias(c) for c in sums]
+
+    def gathered(column: str) -> pl.Expr:  # inline: no column of sums per sample is kept
+        return pl.lit(state[column]).gather(pl.col("_bp")).fill_null(0.0)
+
+    per_block = breakpoints.bytes_per_block
     # t once as a column: inline, every quantity would recompute it from the timestamps.
     return (
-        joined.with_columns(*gathered, _t=(bp_t + elapsed).fill_null(0.0))
-        .with_columns(_evaluate(pl.col("_t"), sums, breakpoints.bytes_per_block))
-        .drop(*sums, "_bp", "_bp_ts", "_t")
+        joined.with_columns(_t=(bp_t + elapsed).fill_null(0.0))
+        .with_columns(_evaluate(pl.col("_t"), sums, per_block, gathered))
+        .with_columns(_blocks(sums, per_block))
+        .drop("_bp", "_bp_ts", "_t")
     )
 
 
