@@ -63,8 +63,11 @@ class SegmentWriter:
         settings: WriterSettings | None = None,
         retention: RetentionPolicy | None = None,
         clock_ns: Callable[[], int] = time.time_ns,
+        pid: int | None = None,
     ) -> None:
         self.directory = directory
+        # the writing process, as the header states it (injectable for generated captures)
+        self._pid = os.getpid() if pid is None else pid
         self._node, self._stream, self._writer = node, stream, writer
         self._settings = settings or WriterSettings()
         self._retention = retention
@@ -285,6 +288,6 @@ class SegmentWriter:
         fcntl.flock(fd, fcntl.LOCK_EX)
         self._fd, self._file_bytes, self._file_opened = fd, 0, time.monotonic()
         header = Header(
-            FORMAT_VERSION, self._node, self._stream, self._writer, os.getpid(), created, self._seq
+            FORMAT_VERSION, self._node, self._stream, self._writer, self._pid, created, self._seq
         )
         self._write(encode(header.to_record()))

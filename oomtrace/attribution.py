@@ -59,7 +59,7 @@ def _analyze(source: Trace | TraceScan, options: AnalyzeOptions) -> Findings:
     tables = tables_on_node(source, options.node)
     prep, modelled, spikes, facts = prepare(tables, options)
     kv, timeline = prep.kv, prep.timeline
-    anchors = anchor_incidents(tables.events, spikes, options)
+    anchors = anchor_incidents(tables.events, spikes, options, facts.first_request)
     incidents = tuple(build_incident(prep, a, options, i) for i, a in enumerate(anchors, start=1))
     summary = _summary(facts, tables.manifest.engine.get("name"), timeline)
     rate, from_requests = asdict(timeline.rate), request_gaps(timeline, timeline.rate)

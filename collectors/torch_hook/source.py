@@ -49,12 +49,14 @@ class TorchSource:
         rescan_s: float = 5.0,
         name: str = "collector.torch",
         clock_ns: Callable[[], int] = time.time_ns,
+        pid: int | None = None,
     ) -> None:
-        self.name, self.target = name, f"pid {os.getpid()}"
+        # the server process the hook runs in (injectable for generated captures)
+        self._pid = os.getpid() if pid is None else pid
+        self.name, self.target = name, f"pid {self._pid}"
         self._stats, self._sink, self._keep, self._flush = stats, sink, keep, flush
         self._heartbeat_ns, self._rescan_ns = int(heartbeat_s * 1e9), int(rescan_s * 1e9)
         self._clock_ns = clock_ns
-        self._pid = os.getpid()
         self._attached = False
         self._devices: list[int] = []
         self._scanned_at: int | None = None

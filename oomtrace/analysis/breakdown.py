@@ -38,7 +38,7 @@ def engine_pids(samples: SampleView, events: pl.DataFrame, manifest: Manifest) -
     elif isinstance(stated, list):
         pids |= {int(p) for p in stated if isinstance(p, int)}
     if pids:
-        return frozenset(pids)
+        return frozenset(pids | _namespace_twins(samples.memory, pids))
     first = (
         _first_process_samples(samples.memory)
         .sort("ts", maintain_order=True)
@@ -72,6 +72,55 @@ def _first_process_samples(memory: SeriesIndex) -> pl.DataFrame:
         schema = {"node": pl.String, "device": pl.Int32, "pid": pl.Int64, "value": pl.Float64}
         return pl.DataFrame(schema={**schema, "ts": TS})
     return pl.concat(frames)
+
+
+# How far above the allocator's reserved bytes the engine's own process may sit (CUDA context,
+# cuBLAS and NCCL workspaces, CUDA graphs outside the cache): a larger gap is another process.
+_TWIN_MAX_GAP = 8 << 30
+
+
+def _namespace_twins(memory: SeriesIndex, pids: set[int]) -> set[int]:
+    """The device-side pid of an engine whose allocator samples name it by another pid.
+
+    In a container the PyTorch hook sees its own pid namespace and NVML the host's, so the same
+    process is ``391`` in ``torch_*`` samples and ``2914467`` in ``process_used_bytes``. When no
+    per-process series carries an engine pid, the process on that device whose memory stays at
+    or above the allocator's reserved bytes, and closest to them, is the engine's twin. Only the
+    per-process and the engine's reserved series are read, and only when the catalog shows no
+    per-process series of an engine pid."""
+    engine = pl.col("pid").is_in(list(pids))
+    per_process = memory.catalog.filter(
+        (pl.col("metric") == "process_used_bytes") & pl.col("pid").is_not_null()
+    )
+    hooks = memory.catalog.filter((pl.col("metric") == "torch_reserved_bytes") & engine)
+    if per_process.is_empty() or per_process.select(engine.any()).item() or hooks.is_empty():
+        return set()
+    procs = memory.long(per_process["series"].to_list()).select(
+        "node", "device", "pid", "ts", used="value"
+    )
+    reserved = (
+        memory.long(hooks["series"].to_list())
+        .select("node", "device", "ts", reserved="value")
+        .sort("ts")
+    )
+    gaps = (
+        procs.sort("ts")
+        .join_asof(
+            reserved, on="ts", by=["node", "device"], strategy="backward", check_sortedness=False
+        )
+        .drop_nulls("reserved")
+        .filter(pl.col("used") > 0)
+        .group_by("node", "device", "pid")
+        .agg(
+            below=(pl.col("used") < pl.col("reserved")).mean(),
+            gap=(pl.col("used") - pl.col("reserved")).median(),
+        )
+        .filter((pl.col("below") <= 0.05) & (pl.col("gap") <= _TWIN_MAX_GAP))
+        .sort("gap", "pid")
+        .group_by("node", "device", maintain_order=True)
+        .first()
+    )
+    return set(gaps["pid"].to_list())
 
 
 def foreign_processes(

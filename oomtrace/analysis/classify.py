@@ -35,7 +35,7 @@ from oomtrace.analysis.index import SeriesIndex
 from oomtrace.analysis.kvmodel import KVModel
 from oomtrace.analysis.options import AnalyzeOptions
 from oomtrace.analysis.spikes import Spike
-from oomtrace.timeline import lit_ts
+from oomtrace.timeline import RESETS, lit_ts
 from oomtrace.units import format_bytes
 
 STORM = 10  # preemptions in one window that make a storm rather than an episode
@@ -276,7 +276,8 @@ def _kv_exhaustion(ctx: Context) -> ClassCheck:
             parts.append(f"the modelled KV reached {modelled:.1%} of the pool (no observation)")
     if preemptions:
         storm = "a preemption storm: " if preemptions >= STORM else ""
-        parts.append(f"{storm}{preemptions} preemptions in the window")
+        plural = "" if preemptions == 1 else "s"
+        parts.append(f"{storm}{preemptions} preemption{plural} in the window")
     if parts:
         return ClassCheck("kv_exhaustion", True, "; ".join(parts), tuple(rows))
     seen = (
@@ -288,13 +289,33 @@ def _kv_exhaustion(ctx: Context) -> ClassCheck:
     return ClassCheck("kv_exhaustion", False, f"{seen} and no request was preempted", evidence)
 
 
+def _serving_since(ctx: Context) -> datetime | None:
+    """When the engine that peaked began serving: its node's first request after the last engine
+    start or reset before the peak. Memory before that is the engine loading, not a level it
+    returned to (a leak compares levels while serving)."""
+    before = pl.col("ts") <= lit_ts(ctx.peak_ts)
+    resets = ctx.events.filter(pl.col("kind").is_in(RESETS) & before)["ts"]
+    since = resets.max() if resets.len() else None
+    served = ctx.requests.filter(before)
+    if since is not None:
+        served = served.filter(pl.col("ts") >= lit_ts(since))  # type: ignore[arg-type]
+    first = served.select(pl.col("ts").min()).collect().item()
+    return first if first is not None else since  # type: ignore[return-value]
+
+
 def _levels(ctx: Context, series: str) -> list[dict[str, Any]]:
     """The lowest sample in each idle stretch (or, without idle information, in each sixth of the
-    time before the peak): the level memory returns to when no request holds it."""
+    time before the peak) since the engine began serving: the level memory returns to when no
+    request holds it."""
+    since = _serving_since(ctx)
     idle = ctx.idle.filter(pl.col("end") <= lit_ts(ctx.peak_ts))
+    if since is not None:
+        idle = idle.filter(pl.col("start") >= lit_ts(since))
     stretches = list(idle.select("start", "end").iter_rows())
     if len(stretches) < LEAK_POINTS:
         first = ctx.memory.rows(series)["ts"][0]
+        if since is not None and since > first:
+            first = since
         step = (ctx.peak_ts - first) / 6
         stretches = [(first + step * i, first + step * (i + 1)) for i in range(6)]
     levels = []

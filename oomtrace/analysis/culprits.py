@@ -145,6 +145,25 @@ def _figure(row: dict[str, Any]) -> str:
     return text
 
 
+def _prefill_reason(row: dict[str, Any], peak_ts: datetime) -> str:
+    """Why a request is named at a transient peak: stated in prefill, or (where the inputs state
+    no first tokens) admitted inside the window, which is all that is known."""
+    prompt = row["prompt_tokens"]
+    size = f"a {prompt:,}-token prompt" if prompt is not None else "a prompt of unstated length"
+    if row["in_prefill"]:
+        reason = f"in prefill at the peak with {size}"
+    else:
+        reason = (
+            f"admitted {_ago(peak_ts, row['start_ts'])} before the peak with {size} (the inputs "
+            "state no first tokens: it may have been in prefill)"
+        )
+    if row["cached_tokens"]:
+        reason += f" ({row['cached_tokens']:,} cached)"
+    if row["in_prefill"]:
+        reason += f"; resident for {_ago(peak_ts, row['start_ts'])}"
+    return reason
+
+
 def culprits(
     ranked: Residents,
     *,
@@ -161,15 +180,7 @@ def culprits(
     out = []
     for rank, row in enumerate(frame.head(top).iter_rows(named=True), start=1):
         if transient:
-            prompt = row["prompt_tokens"]
-            reason = (
-                f"in prefill at the peak with a {prompt:,}-token prompt"
-                if prompt is not None
-                else "in prefill at the peak (prompt length not stated)"
-            )
-            if row["cached_tokens"]:
-                reason += f" ({row['cached_tokens']:,} cached)"
-            reason += f"; resident for {_ago(peak_ts, row['start_ts'])}"
+            reason = _prefill_reason(row, peak_ts)
         else:
             reason = f"held {_figure(row)} at the peak"
             if ranked.denominator:

@@ -1,9 +1,18 @@
 """Incidents: anchored on an OOM (or a startup refusal), else on the worst spikes.
 
 OOM events on a node within one window of each other are one incident (every tensor-parallel
-worker prints its own); the first anchors it. Spikes that peak within a window of an anchor belong
-to it; the rest become incidents of their own, worst first, up to ``max_incidents`` in all. The
-primary incident is the first OOM (or startup refusal) in time, else the worst spike.
+worker prints its own; an engine restarted by its supervisor fails again and again): a chain of
+such events, each within a window of the previous one, is one incident, anchored on the first.
+Spikes that peak within a window of an anchor's events belong to it; the rest become incidents of
+their own, worst first, up to ``max_incidents`` in all. The primary incident is the first OOM (or
+startup refusal) in time, else the worst spike.
+
+A spike becomes an incident of its own only under pressure: at or above the full level
+(``kv_full_ratio``) of its capacity, or when its capacity is unknown. A KV pool rising to half
+full, or device memory rising by a few GiB well below the device's size, is traffic, not an
+incident; it stays in the findings' spikes. A spike that peaks before the node's first request is
+the engine taking its memory at start-up (weights, the preallocated KV pool, CUDA graphs): never
+an incident of its own either. A failed start is an incident through its OOM or refusal event.
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ class Anchoring:
     event: dict[str, Any] | None = None
     spike: Spike | None = None
     spikes: list[Spike] = field(default_factory=list)
+    last_event_ts: datetime | None = None
 
     def start(self, window: timedelta) -> datetime:
         """When the rise began: the earliest start of its spikes that peaked in the window
@@ -49,9 +59,14 @@ class Anchoring:
 
 
 def anchor_incidents(
-    events: pl.DataFrame, spikes: list[Spike], options: AnalyzeOptions
+    events: pl.DataFrame,
+    spikes: list[Spike],
+    options: AnalyzeOptions,
+    served_from: dict[str, datetime] | None = None,
 ) -> list[Anchoring]:
-    """Anchors in order: OOMs and startup refusals by time, then spikes by severity."""
+    """Anchors in order: OOMs and startup refusals by time, then spikes by severity.
+    ``served_from`` is each node's first request event (spikes before it are start-up)."""
+    served = served_from or {}
     window = timedelta(seconds=options.window_s)
     anchors: list[Anchoring] = []
     for row in (
@@ -63,9 +78,12 @@ def anchor_incidents(
         same = [
             a
             for a in anchors
-            if a.node == row["node"] and a.kind == kind and row["ts"] - a.peak_ts <= window
+            if a.node == row["node"]
+            and a.kind == kind
+            and row["ts"] - (a.last_event_ts or a.peak_ts) <= window
         ]
         if same:
+            same[0].last_event_ts = row["ts"]
             continue
         anchors.append(Anchoring(kind, row["node"], row["device"], row["ts"], event=row))
     for spike in spikes:  # worst first
@@ -73,7 +91,8 @@ def anchor_incidents(
             (
                 a
                 for a in anchors
-                if a.node == spike.node and abs(spike.peak_ts - a.peak_ts) <= window
+                if a.node == spike.node
+                and a.peak_ts - window <= spike.peak_ts <= (a.last_event_ts or a.peak_ts) + window
             ),
             None,
         )
@@ -82,7 +101,9 @@ def anchor_incidents(
             if owner.device is None and owner.kind == "oom":
                 owner.device = spike.device
             continue
-        if len(anchors) < options.max_incidents:
+        starting = spike.node in served and spike.peak_ts < served[spike.node]
+        pressure = spike.utilisation is None or spike.utilisation >= options.kv_full_ratio
+        if len(anchors) < options.max_incidents and pressure and not starting:
             anchors.append(
                 Anchoring(
                     "spike", spike.node, spike.device, spike.peak_ts, spike=spike, spikes=[spike]

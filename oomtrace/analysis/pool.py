@@ -132,9 +132,11 @@ def knot_deltas(timeline: Timeline) -> pl.DataFrame:
         target = pl.when(last).then(0.0).otherwise(value)
         d_slope = pl.when(first).then(slope).otherwise(slope - prev_slope)
         out += [(target - carried).alias(f"dl_{q}"), d_slope.alias(f"ds_{q}")]
-    contract = timeline.requests.select(
-        kv.bytes_expr(pl.col("contract_tokens")).cast(pl.Float64).fill_null(0.0)
-    ).to_series()
+    # with_columns, not select: without a bytes model the expression is a literal, and the
+    # series must still hold one value per request
+    contract = timeline.requests.with_columns(
+        _contract=kv.bytes_expr(pl.col("contract_tokens")).cast(pl.Float64).fill_null(0.0)
+    ).get_column("_contract")
     step = first.cast(pl.Float64) - last.cast(pl.Float64)
     return knots.with_columns(*out, d_resident=step).select(
         "rid",

@@ -112,10 +112,11 @@ def _timeline(tables: Tables, samples: SampleView, kv: KVModel) -> tuple[Timelin
     if sources["nulls"].item():
         tables.strict()
     events = tables.events
+    request_spans = _request_spans(life)
     spans = pl.concat(
         [
             samples.spans,
-            _request_spans(life),
+            request_spans,
             events.group_by("node").agg(first=pl.col("ts").min(), last=pl.col("ts").max()),
         ]
     )
@@ -129,6 +130,7 @@ def _timeline(tables: Tables, samples: SampleView, kv: KVModel) -> tuple[Timelin
         sources=samples.sources
         | frozenset(sources["sources"].item().to_list())
         | frozenset(events["source"].unique().to_list()),
+        first_request={str(n): t for n, t in request_spans.select("node", "first").rows()},
     )
     trace_end: dict[str, datetime] = {str(n): t for n, t in spans.select("node", "last").rows()}
     resets = events.filter(pl.col("kind").is_in(RESETS)).select("node", "ts")

@@ -93,7 +93,8 @@ def kv_reconciliation(
 
 
 def _pair(index: SeriesIndex, a_metric: str, b_metric: str) -> list[tuple[str, str, pl.DataFrame]]:
-    """For every device with both metrics: ``a`` rows with ``b`` as of each of their times."""
+    """For every device with both metrics: ``a`` rows with ``b`` as of each of their times, while
+    ``b`` lasts (after its last sample, e.g. a process that died, there is nothing to compare)."""
     out = []
     devices = index.catalog.filter(pl.col("metric") == a_metric).select("node", "device").unique()
     for node, device in devices.sort("node", "device", nulls_last=True).iter_rows():
@@ -112,7 +113,7 @@ def _pair(index: SeriesIndex, a_metric: str, b_metric: str) -> list[tuple[str, s
                 strategy="backward",
                 tolerance=TOLERANCE,
             )
-            .filter(pl.col("b").is_not_null())
+            .filter(pl.col("b").is_not_null() & (pl.col("ts") <= b_rows["b_ts"].max()))
         )
         out.append((a, b, joined))
     return out

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import NoReturn, TypeVar
 
@@ -30,7 +31,9 @@ from oomtrace.trace import MANIFEST, Manifest, Trace, read_trace
 @dataclass(frozen=True)
 class TableFacts:
     """Totals of the tables one analysis read: rows of each, the first and last moment each node
-    has in any of them (``spans``: ``node, first, last``), the sample metrics and the sources."""
+    has in any of them (``spans``: ``node, first, last``), the sample metrics and the sources;
+    ``first_request``: each node's first request event (before it the engine was starting, not
+    serving)."""
 
     samples: int
     request_events: int
@@ -38,6 +41,7 @@ class TableFacts:
     spans: pl.DataFrame
     metrics: frozenset[str]
     sources: frozenset[str]
+    first_request: dict[str, datetime]
 
 
 FrameT = TypeVar("FrameT", pl.DataFrame, pl.LazyFrame)

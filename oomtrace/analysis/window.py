@@ -8,6 +8,7 @@ knots at given instants, with their bounds and basis (see :mod:`oomtrace.timelin
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Final
 
 import polars as pl
 
@@ -99,6 +100,11 @@ def _figures(timeline: Timeline, joined: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+# A residency cut short at the very instant read (aborted, or ended by an engine reset) was
+# still there: an engine that dies at its OOM aborts its requests in the same logged second.
+_CUT: Final = ("aborted", "reset")
+
+
 def resident_at(timeline: Timeline, node: str, at: datetime) -> pl.DataFrame:
     """Every request resident on ``node`` at ``at``, with its segment and figures."""
     return residents_with_ids(timeline, node, at).drop("sid", "rid")
@@ -107,10 +113,11 @@ def resident_at(timeline: Timeline, node: str, at: datetime) -> pl.DataFrame:
 def residents_with_ids(timeline: Timeline, node: str, at: datetime) -> pl.DataFrame:
     """:func:`resident_at` keeping the internal ``sid`` and ``rid`` (row keys of the timeline's
     segments and requests)."""
+    end = pl.col("end_ts")
     segments = timeline.segments.filter(
         (pl.col("node") == node)
         & (pl.col("start_ts") <= lit_ts(at))
-        & (pl.col("end_ts") > lit_ts(at))
+        & ((end > lit_ts(at)) | ((end == lit_ts(at)) & pl.col("end_basis").is_in(_CUT)))
     )
     points = segments.select(
         "sid", "rid", *KEYS, "start_ts", "start_basis", at=pl.lit(at, dtype=TS)

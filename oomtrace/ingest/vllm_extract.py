@@ -305,22 +305,24 @@ def _received() -> dict[str, pl.Expr]:
 
 
 def _with_token_count(frame: pl.DataFrame, key: str) -> pl.DataFrame:
-    """``_count``: the number of ids in the last ``key ... ]`` list in ``body``
-    (``prompt_token_ids: [1, 2]`` -> 2; null when there is none), or the count a collector kept
-    when it redacted the list at capture (``prompt_token_ids: <2 token ids>``)."""
+    """``_count``: the number of ids in the ``key`` list of ``body`` (see :func:`_listed_count`),
+    or, on a line the collector's log tail redacted, the count it states in place of the list
+    (``prompt_token_ids: <2 token ids>``, :func:`collectors.redact.redact_line`)."""
     frame = _listed_count(frame, key)
-    marker = key.removesuffix("[") + "<"
-    if not frame.get_column("body").str.contains(marker, literal=True).any():
+    redacted = key.removesuffix("[") + "<"
+    if not frame.get_column("body").str.contains(redacted, literal=True).any():
         return frame
-    stated = pl.col("body").str.extract(re.escape(marker) + r"([0-9]+) token ids>", 1)
-    return frame.with_columns(_count=pl.coalesce("_count", stated.cast(pl.Int64, strict=False)))
+    stated = pl.col("body").str.extract(re.escape(redacted) + r"([0-9]+) token ids>", 1)
+    return frame.with_columns(_count=pl.coalesce("_count", stated.cast(pl.Int64)))
 
 
 def _listed_count(frame: pl.DataFrame, key: str) -> pl.DataFrame:
-    """The length of the last ``key ... ]`` id list. The last, because a prompt printed before
-    the list may itself contain the key. Split on the key, cut at ``]``, count commas: several
-    times cheaper than a capturing regex over the list."""
-    has = frame.get_column("body").str.contains(key, literal=True)
+    """``_count``: the length of the last ``key ... ]`` id list in ``body``
+    (``prompt_token_ids: [1, 2]`` -> 2; null when there is none). The last, because a prompt
+    printed before the list may itself contain the key. Split on the key, cut at ``]``, count
+    commas: several times cheaper than a capturing regex over the list."""
+    body = frame.get_column("body")
+    has = body.str.contains(key, literal=True)
     if not has.any():
         return frame.with_columns(_count=pl.lit(None, pl.Int64))
     pieces = pl.col("body").str.split(key)

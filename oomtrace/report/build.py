@@ -18,7 +18,7 @@ import polars as pl
 
 from oomtrace.report import charts, series
 from oomtrace.report.downsample import DEFAULT_BUCKETS
-from oomtrace.report.fmt import iso
+from oomtrace.report.fmt import iso, value_text
 from oomtrace.report.gaps import gaps_section
 from oomtrace.report.lanes import lanes_section
 from oomtrace.report.model import REPORT_VERSION, Chart, Report, Section
@@ -44,6 +44,8 @@ LEDGER_ORDER = (
     "reserved_tokens",
     "reserved_bytes",
     "stored_tokens",
+    "stored_low",
+    "stored_high",
     "blocks",
     "stored_bytes",
     "share",
@@ -304,15 +306,37 @@ def _ledger_section(ledger: Any) -> Section:
         tables.append(("totals", table_from_mapping({**totals, **rest})))
     elif rest:
         tables.append(("totals", table_from_mapping(rest)))
+    intro = (
+        "Each request resident at the spike: what it asked for (input tokens and the most new "
+        "tokens it may generate), what the engine had to be ready to hold, and what it held at "
+        "that moment; then the totals and what was left of the KV pool."
+    )
+    caveat = _over_pool(totals if isinstance(totals, Mapping) else rest)
     return Section(
         "ledger",
         "Admission ledger at the spike",
-        paragraphs=(
-            (
-                "Each request resident at the spike: what it asked for (input tokens and the most "
-                "new tokens it may generate), what the engine had to be ready to hold, and what it "
-                "held at that moment; then the totals and what was left of the KV pool."
-            ),
-        ),
+        paragraphs=(intro, caveat) if caveat else (intro,),
         tables=tuple(tables),
+    )
+
+
+def _over_pool(totals: Mapping[str, Any]) -> str:
+    """Why a ledger can hold more than the pool: residency is an upper bound where the inputs
+    do not state when the engine scheduled each request."""
+    stored, pool = totals.get("stored_bytes"), totals.get("pool_bytes")
+    if not isinstance(stored, int | float) or not isinstance(pool, int | float) or stored <= pool:
+        return ""
+    waiting = totals.get("waiting_requests")
+    engine = (
+        f" The engine itself reported {waiting:,} request(s) waiting at that moment."
+        if isinstance(waiting, int)
+        else ""
+    )
+    return (
+        f"These requests add up to {value_text(stored, 'bytes')}, more than the "
+        f"{value_text(pool, 'bytes')} pool, so some of them were not resident: where the inputs "
+        "do not state when the engine scheduled each request (vLLM logs when a request enters "
+        "its queue), a request counts as resident from then, an upper bound that counts queued "
+        f"requests too.{engine} The largest holders are ranked the same way; the totals are an "
+        "upper bound."
     )

@@ -24,7 +24,7 @@ CSP = (
 
 STYLE = """
 body{font:15px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:#1d1d1f;
- margin:0 auto;max-width:1020px;padding:0 20px 40px}
+ margin:0 auto;max-width:1280px;padding:0 20px 40px}
 header{border-bottom:1px solid #ddd;margin-bottom:8px}
 h1{font-size:1.5em;margin:.8em 0 .1em}.sub{color:#555;margin:0 0 .6em}
 nav a{margin-right:1em;font-size:.9em}
@@ -38,7 +38,8 @@ dl.figs dt{color:#555}dl.figs dd{margin:0;font-variant-numeric:tabular-nums}
 table{border-collapse:collapse;margin:.4em 0 1em;font-size:.88em}
 th,td{padding:3px 8px;border-bottom:1px solid #eee;text-align:left;vertical-align:top}
 th{background:#fafafa}td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
-td.id{font-family:ui-monospace,Menlo,Consolas,monospace;word-break:break-all}
+td.id{font-family:ui-monospace,Menlo,Consolas,monospace;word-break:break-all;min-width:18ch}
+td.t{min-width:16em}.scroll{overflow-x:auto}
 figure{margin:.6em 0 1em}figcaption{color:#555;font-size:.85em}
 .chart{min-height:60px}.empty{color:#777;font-style:italic}
 .tablename{font-weight:600;margin:.8em 0 0}
@@ -175,9 +176,15 @@ def _table(table: Table) -> str:
                 if column.kind in NUMERIC
                 else ' class="id"'
                 if column.kind == "id"
+                else ' class="t"'
+                if column.kind == "text" and len(str(value or "")) > 60
                 else ""
             )
             cells.append(f"<td{css}>{escape.html(cell_text(value, column.kind))}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
     note = f'<p class="empty">{escape.html(table.note)}</p>' if table.note else ""
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>{note}"
+    body = "".join(rows)
+    return (
+        f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+        f"</div>{note}"
+    )

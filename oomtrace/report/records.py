@@ -16,6 +16,8 @@ from oomtrace.report.fmt import value_text
 from oomtrace.report.model import Column, Kind, Table, Value
 
 TIME_KEYS = ("start", "end", "peak", "arrived", "admitted", "finished", "window_start")
+# The bounds of a stored-token figure (the findings name them without the unit suffix).
+TOKEN_KEYS = ("stored_low", "stored_high", "tokens_low", "tokens_high")
 _TITLES = {
     "request_id": "request",
     "share": "share",
@@ -30,7 +32,7 @@ def kind_of(key: str) -> Kind:  # noqa: PLR0911 - one rule per unit suffix
         return "id"
     if key.endswith("_bytes") or key == "bytes" or "_bytes_per_" in key:
         return "bytes"
-    if key.endswith("_tokens") or key == "tokens":
+    if key.endswith("_tokens") or key == "tokens" or key in TOKEN_KEYS:
         return "tokens"
     if key.endswith("_blocks") or key == "blocks":
         return "blocks"

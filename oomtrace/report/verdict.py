@@ -157,7 +157,21 @@ def _paragraph(cls: str, incident: Mapping[str, Any], culprits: list[Mapping[str
             "memory no named request accounts for (weights, runtime reserve, or requests the "
             "inputs do not show)."
         )
-    return " ".join(parts)
+    parts.append(_over_observed(incident))
+    return " ".join(p for p in parts if p)
+
+
+def _over_observed(incident: Mapping[str, Any]) -> str:
+    explained, observed = incident.get("explained_bytes"), incident.get("observed_bytes")
+    if not isinstance(explained, int | float) or not isinstance(observed, int | float):
+        return ""
+    if explained <= observed:
+        return ""
+    return (
+        f"The requests counted as resident add up to {value_text(explained, 'bytes')}, more "
+        f"than the {value_text(observed, 'bytes')} observed: where the inputs do not state when "
+        "each request was scheduled, queued requests count as resident (an upper bound)."
+    )
 
 
 def _evidence_lines(evidence: Any) -> list[str]:

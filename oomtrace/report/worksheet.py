@@ -87,10 +87,19 @@ class Plan:
 
     @property
     def runtime(self) -> int | None:
-        """Memory outside the weights and the KV pool at the measured peak."""
+        """Memory outside the weights and the KV pool at the measured peak; None when the peak is
+        below the two together (the pool was never allocated in full: nothing to measure)."""
         if self.peak is None or self.weights is None or self.cache is None:
             return None
-        return self.peak - self.weights - self.cache
+        outside = self.peak - self.weights - self.cache
+        return outside if outside >= 0 else None
+
+    @property
+    def never_full(self) -> bool:
+        """The highest memory sampled stayed below the weights and the KV pool together."""
+        if self.peak is None or self.weights is None or self.cache is None:
+            return False
+        return self.peak < self.weights + self.cache
 
     @property
     def planned_total(self) -> int | None:
@@ -146,7 +155,22 @@ def make_plan(
         reserve = budget - weights - cache
         reserve_basis = "engine start-up: memory budget less weights and KV cache"
     peak, peak_basis = _observed_peak(memory, incident)
+    foreign = _foreign_bytes(incident)
+    if peak is not None and foreign and peak_basis.startswith("highest device memory"):
+        # the plan is the engine's: memory another process held is not its runtime reserve
+        peak -= foreign
+        peak_basis += f", less {format_bytes(foreign)} other processes held at the incident peak"
     return Plan(source, device, weights, cache, reserve, reserve_basis, peak, peak_basis)
+
+
+def _foreign_bytes(incident: Mapping[str, Any] | None) -> int:
+    """Device memory the incident says other processes held at its peak."""
+    processes = (incident or {}).get("processes") or []
+    return sum(
+        int(p["bytes"])
+        for p in processes
+        if isinstance(p, Mapping) and isinstance(p.get("bytes"), int | float)
+    )
 
 
 def _worksheet_tables(worksheet: Mapping[str, Any]) -> list[tuple[str, Table]]:
@@ -183,6 +207,13 @@ def budget_section(
         caption = "Planned: weights, KV pool and reserve; observed: the same at the measured peak."
         chart_list = (Chart("budget", TITLE, caption, spec, parts),)
     verdict = _reserve_sentence(plan.reserve, plan.runtime)
+    if plan.never_full and plan.weights is not None and plan.cache is not None:
+        verdict = (
+            f"The highest device memory sampled ({format_bytes(plan.peak or 0)}) stayed below the "
+            f"weights and the KV pool together ({format_bytes(plan.weights + plan.cache)}): the "
+            "pool was never allocated in full (the engine stopped during start-up, or no sample "
+            "caught it), so the runtime reserve could not be measured."
+        )
     return Section(
         "budget",
         "Budget worksheet against what was observed",

@@ -101,6 +101,34 @@ def test_requests_alone_are_analysed_on_the_modelled_pool() -> None:
     assert incident.coverage is None
 
 
+def test_requests_without_any_kv_bytes_statement_are_analysed_in_tokens() -> None:
+    # GIVEN requests and a KV usage series, but no statement of KV bytes (a log rotated after
+    # start-up, no --config): the KV model has tokens and blocks only
+    trace = Trace(
+        samples=samples(
+            *[
+                {"ts": at(t), "metric": "kv_usage_ratio", "value": 0.99 if t >= 20 else 0.1}
+                for t in range(60)
+            ]
+        ),
+        requests=requests(
+            {"ts": at(1), "request_id": "a", "event": "arrived", "prompt_tokens": 100},
+            {"ts": at(50), "request_id": "a", "event": "finished", "output_tokens": 40},
+            {"ts": at(2), "request_id": "b", "event": "arrived", "prompt_tokens": 10},
+            {"ts": at(9), "request_id": "b", "event": "finished", "output_tokens": 4},
+        ),
+        manifest=Manifest(nodes=["node-a"]),
+    )
+    # WHEN it is analysed
+    findings = analyze(trace)
+    # THEN the request resident at the peak is named with its tokens and no bytes
+    assert findings.kv_model["basis"] == "none"
+    assert findings.primary is not None
+    (culprit,) = findings.primary.culprits
+    assert (culprit.request_id, culprit.bytes) == ("a", None)
+    assert culprit.tokens is not None
+
+
 def test_holes_in_sample_series_are_gaps_with_their_times() -> None:
     rows = [{"ts": at(t), "metric": "device_used_bytes", "value": float(GiB)} for t in range(10)]
     rows += [

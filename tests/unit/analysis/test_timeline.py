@@ -137,6 +137,21 @@ def test_an_open_request_at_the_trace_end_is_still_resident_at_its_last_instant(
     assert resident_at(tl, "node-a", at(30))["request_id"].to_list() == ["a"]
 
 
+def test_a_request_aborted_at_the_instant_read_was_resident_but_a_finished_one_was_not() -> None:
+    # GIVEN an engine that died at t=30 s: one request aborted at that very second (the log's
+    # resolution), another that finished at it
+    tl = timeline(
+        ev(0, "a", "arrived", prompt_tokens=100, max_tokens=500),
+        ev(1, "a", "admitted"),
+        ev(30, "a", "aborted"),
+        ev(2, "b", "arrived", prompt_tokens=100, max_tokens=50),
+        ev(3, "b", "admitted"),
+        ev(30, "b", "finished", output_tokens=50),
+    )
+    # WHEN the residents at that instant are read, THEN the aborted one was still there
+    assert resident_at(tl, "node-a", at(30))["request_id"].to_list() == ["a"]
+
+
 def test_figures_say_whether_they_are_exact_modelled_or_bounded() -> None:
     # GIVEN one request with stated progress, one with only its end count, one still open
     tl = timeline(

@@ -311,3 +311,16 @@ def test_the_hook_started_from_the_environment_writes_its_own_segment(tmp_path: 
     assert (segment.header.writer, segment.header.node) == ("torch_hook", "gpu-7")
     assert segment.header.stream.startswith("torch-")
     assert segment.closed_cleanly
+
+
+def test_samples_and_oom_events_carry_the_server_pid_the_hook_was_given() -> None:
+    # GIVEN a hook told which server process it samples
+    allocator, sink = Allocator(), MemorySink()
+    source = TorchSource(allocator, sink, pid=391, clock_ns=lambda: 5)
+    allocator.alloc(100 * MiB)
+    # WHEN it samples and then sees an OOM
+    source.poll(1)
+    allocator.oom(requested=1024 * MiB)
+    # THEN every record names that pid
+    assert {r["pid"] for r in sink.records if r["k"] in ("s", "e")} == {391}
+    assert source.target == "pid 391"

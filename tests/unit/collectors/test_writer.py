@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from collectors.segments import read_capture
+from collectors.writer import SegmentWriter
 from tests.unit.collectors.factories import wait_until, writer
 
 
@@ -97,3 +98,15 @@ def test_the_open_segment_is_locked_against_retention(tmp_path: Path) -> None:
             os.close(fd)
     finally:
         w.close()
+
+
+def test_the_header_names_the_process_the_writer_was_given(tmp_path: Path) -> None:
+    # GIVEN a writer told which process it writes for (a capture generated for a sample)
+    w = SegmentWriter(tmp_path, node="node-a", stream="agent-4242", writer="agent", pid=4242)
+    # WHEN it opens its segment and closes it
+    w.start()
+    w.close()
+    # THEN the header states that pid, not the generator's own
+    (segment,) = read_capture(tmp_path).segments
+    assert segment.header.pid == 4242
+    assert segment.header.pid != os.getpid()

@@ -374,6 +374,38 @@ def test_lines_redacted_by_the_collector_keep_their_token_counts() -> None:
     assert rows == [("arrived", 4, 9, None), ("finished", None, None, 2)]
 
 
+def test_lines_the_collector_redacted_still_give_their_token_counts() -> None:
+    # GIVEN request lines as the collector's log tail stores them: text and id lists replaced
+    # by their sizes (vLLM 0.11 received/generated lines, a 0.12+ DEBUG details line)
+    received = (
+        "INFO 03-21 16:40:01 [logger.py:41] Received request cmpl-a-0: prompt: 'the model and "
+        "the cache', params: SamplingParams(n=1, temperature=0.2, max_tokens=1024, min_tokens=0, "
+        "prompt_logprobs=None), prompt_token_ids: [151643, 279, 1614, 323, 6500], prompt_embeds "
+        "shape: None, lora_request: None."
+    )
+    generated = (
+        "INFO 03-21 16:40:03 [logger.py:71] Generated response cmpl-a-0: output: 'a table of "
+        "totals', output_token_ids: [64, 1965, 315], finish_reason: stop"
+    )
+    details = (
+        "DEBUG 03-21 16:40:04 [logger.py:52] Request cmpl-b-0 details: prompt: None, "
+        "prompt_token_ids: [1, 2, 3, 4, 5, 6, 7], prompt_embeds shape: None."
+    )
+    raw = (received, generated, details)
+    redacted = [redact_line(line) for line in raw]
+    assert all("[" not in line.split("ids: ", 1)[1][:2] for line in redacted)
+    # WHEN the parser reads them
+    _, requests, _ = _lines(*redacted)
+    # THEN the counts are the lengths of the lists the collector removed
+    assert requests is not None
+    rows = requests.select("request_id", "event", "prompt_tokens", "output_tokens").rows()
+    assert rows == [
+        ("cmpl-a-0", "arrived", 5, None),
+        ("cmpl-a-0", "finished", None, 3),
+        ("cmpl-b-0", "arrived", 7, None),
+    ]
+
+
 # --- the file as a whole: gzip, sniffing, privacy, the CLI -------------------------------------
 
 

@@ -105,6 +105,25 @@ def test_the_budget_section_sets_the_measured_peak_against_the_plan() -> None:
     assert "more than the" in section.paragraphs[0]
 
 
+def test_a_peak_below_weights_and_pool_leaves_the_reserve_unmeasured() -> None:
+    # GIVEN an engine that stated 15 GiB of weights and a 4 GiB pool but died during start-up:
+    # the highest device memory sampled is 16 GiB
+    trace = Trace(
+        factories.samples(
+            {"ts": at(0), "metric": "device_total_bytes", "value": float(24 * GiB)},
+            {"ts": at(1), "metric": "device_used_bytes", "value": float(16 * GiB)},
+        ),
+        manifest=incident_trace().manifest,
+    )
+    # WHEN the report is built
+    section = build_report(ReportInputs({"incidents": []}, trace)).section("budget")
+    # THEN no negative reserve is shown: the reserve could not be measured, and the text says why
+    rows = {r["item"]: r for r in dict(section.tables)["planned_vs_observed"].records()}
+    assert rows["runtime reserve (activations, graphs, workspace)"]["observed_bytes"] is None
+    assert "the pool was never allocated in full" in section.paragraphs[0]
+    assert section.charts == ()
+
+
 def test_a_worksheet_document_is_the_plan_when_given() -> None:
     worksheet = {
         "device_bytes": 24 * GiB,
@@ -137,3 +156,55 @@ def test_admissions_are_counted_per_slice_from_the_request_log() -> None:
     counts = [row["admissions"] for row in spec["datasets"]["activity_admissions"]]
     assert sum(counts) == 10
     assert len(counts) <= 5
+
+
+def _ledger_findings(stored: int, pool: int) -> dict[str, object]:
+    row = {"request_id": "r1", "stored_tokens": 9_406, "stored_low": 2_388, "stored_high": 11_262}
+    ledger = {"rows": [row], "stored_bytes": stored, "pool_bytes": pool, "waiting_requests": 49}
+    return {"incidents": [{"class": "kv_exhaustion", "ledger": ledger}]}
+
+
+def test_a_ledger_above_the_pool_says_its_residency_is_an_upper_bound() -> None:
+    # GIVEN a ledger whose requests add up to more than the pool (queued requests counted)
+    report = build_report(ReportInputs(_ledger_findings(7 * GiB, 4 * GiB), Trace()))
+    # WHEN its section is read, THEN it says why, with the engine's own waiting count
+    section = report.section("ledger")
+    assert "more than the 4.00 GiB pool, so some of them were not resident" in section.paragraphs[1]
+    assert "reported 49 request(s) waiting" in section.paragraphs[1]
+    # AND a ledger within the pool says nothing more
+    within = build_report(ReportInputs(_ledger_findings(3 * GiB, 4 * GiB), Trace()))
+    assert len(within.section("ledger").paragraphs) == 1
+
+
+def test_the_bounds_of_a_stored_figure_read_as_tokens_low_then_high() -> None:
+    # GIVEN a ledger row with the bounds of its stored tokens
+    report = build_report(ReportInputs(_ledger_findings(GiB, 4 * GiB), Trace()))
+    # WHEN the requests table is rendered as text
+    text = render(report, "text").text
+    # THEN the bounds come low then high, with thousands separators
+    header = next(line for line in text.splitlines() if "stored low" in line)
+    assert header.index("stored low") < header.index("stored high")
+    assert "2,388" in text
+    assert "11,262" in text
+
+
+def test_the_verdict_says_when_requests_counted_resident_exceed_what_was_observed() -> None:
+    # GIVEN an incident whose resident requests model more KV than was observed
+    incident = {"class": "kv_exhaustion", "explained_bytes": 7 * GiB, "observed_bytes": 4 * GiB}
+    report = build_report(ReportInputs({"incidents": [incident]}, Trace()))
+    # THEN the verdict paragraph says the residency is an upper bound
+    assert "add up to 7.00 GiB, more than the 4.00 GiB observed" in report.verdict.paragraph
+
+
+def test_memory_another_process_held_is_not_counted_as_the_engines_runtime_reserve() -> None:
+    # GIVEN the engine's plan (weights 15 GiB, KV 4 GiB, 90% of 24 GiB) and a 23.88 GiB device peak
+    # of which another process held 3 GiB at the incident's peak
+    findings = incident_findings()
+    findings["incidents"][0]["processes"] = [{"pid": 4242, "bytes": 3 * GiB, "basis": "samples"}]
+    section = build_report(ReportInputs(findings, incident_trace())).section("budget")
+    rows = {r["item"]: r for r in dict(section.tables)["planned_vs_observed"].records()}
+    # THEN the engine's observed total and reserve leave the other process out, and say so
+    total = rows["total at peak"]
+    assert "less 3.00 GiB other processes held" in str(total["basis"])
+    reserve = rows["runtime reserve (activations, graphs, workspace)"]["observed_bytes"]
+    assert reserve == total["observed_bytes"] - 19 * GiB  # type: ignore[operator]

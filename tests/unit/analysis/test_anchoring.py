@@ -1,0 +1,99 @@
+"""Which moments become incidents: memory taken while the engine starts is not one, and a spike
+far below capacity is traffic."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from oomtrace.attribution import analyze
+from oomtrace.schema import conform
+from oomtrace.trace import Manifest, Trace
+from tests.factories import at, events, requests, samples
+
+GiB = 1 << 30
+
+
+def _device(level: Any, until: int = 300) -> list[dict[str, Any]]:
+    """``device_used_bytes`` every second from ``level(t)``, with an 80 GiB device total."""
+    rows = [
+        {"ts": at(t), "metric": "device_used_bytes", "value": float(level(t))} for t in range(until)
+    ]
+    return [*rows, {"ts": at(0), "metric": "device_total_bytes", "value": float(80 * GiB)}]
+
+
+def _starting(t: int) -> int:
+    """An engine that loads weights and preallocates its pool in its first 30 s: 78 GiB."""
+    return min(t, 30) * 78 * GiB // 30
+
+
+def _requests(*starts: int, length: int = 20) -> pl.DataFrame:
+    rows = []
+    for k, start in enumerate(starts):
+        rid = f"r{k}"
+        rows += [
+            {"ts": at(start), "request_id": rid, "event": "arrived", "prompt_tokens": 100},
+            {"ts": at(start + length), "request_id": rid, "event": "finished", "output_tokens": 50},
+        ]
+    return requests(*rows)
+
+
+def _no_events() -> pl.DataFrame:
+    schema = {"ts": pl.Datetime("ns", "UTC"), "node": pl.String, "source": pl.String}
+    return conform("events", pl.DataFrame(schema={**schema, "kind": pl.String}))
+
+
+def _trace(sample_rows: list[dict[str, Any]], reqs: pl.DataFrame, evs: pl.DataFrame) -> Trace:
+    return Trace(samples(*sample_rows), reqs, evs, Manifest(nodes=["node-a"]))
+
+
+def test_memory_taken_while_the_engine_starts_is_not_an_incident() -> None:
+    # GIVEN device memory rising to 97 % while the engine starts, then requests from t=60 s
+    trace = _trace(_device(_starting), _requests(60, 120, 180), _no_events())
+    # WHEN it is analysed
+    findings = analyze(trace)
+    # THEN the rise is a spike in the findings but no incident: nothing was being served yet
+    assert any(s.metric == "device_used_bytes" for s in findings.spikes)
+    assert findings.incidents == ()
+
+
+def test_without_requests_the_same_rise_is_still_an_incident() -> None:
+    # GIVEN the same rise and no request lifecycle at all (nothing tells start-up from serving)
+    schema = {"ts": pl.Datetime("ns", "UTC"), "node": pl.String, "source": pl.String}
+    none = conform(
+        "requests", pl.DataFrame(schema={**schema, "request_id": pl.String, "event": pl.String})
+    )
+    trace = _trace(_device(_starting), none, _no_events())
+    # WHEN it is analysed, THEN the rise to 97 % of the device is an incident
+    assert len(analyze(trace).incidents) == 1
+
+
+def test_a_kv_pool_rising_well_below_full_is_traffic_not_an_incident() -> None:
+    # GIVEN a KV pool going from empty to 40 % and back while requests run
+    usage = [
+        {"ts": at(t), "metric": "kv_usage_ratio", "value": 0.4 if 100 <= t < 130 else 0.02}
+        for t in range(200)
+    ]
+    trace = _trace(usage, _requests(10, 100, 110), _no_events())
+    # WHEN it is analysed
+    findings = analyze(trace)
+    # THEN the rise is among the spikes but is no incident
+    assert any(s.metric == "kv_used" for s in findings.spikes)
+    assert findings.incidents == ()
+
+
+def test_an_engine_failing_again_at_every_restart_is_one_incident() -> None:
+    # GIVEN the same start-up refusal three times, 58 s apart (systemd restarting the engine):
+    # the third is more than a window after the first, but each is within a window of the last
+    refusal = {"kind": "startup_kv_insufficient", "requested_bytes": 16 * GiB, "free_bytes": GiB}
+    evs = events(*[{**refusal, "ts": at(t)} for t in (46, 104, 162)])
+    none = conform(
+        "requests",
+        pl.DataFrame(schema={"ts": pl.Datetime("ns", "UTC"), "node": pl.String,
+                             "source": pl.String, "request_id": pl.String, "event": pl.String}),
+    )  # fmt: skip
+    # WHEN the trace is analysed
+    findings = analyze(_trace(_device(lambda t: 0, until=200), none, evs))
+    # THEN the restart loop is one incident, anchored on the first refusal
+    assert [(i.cls, i.peak_ts) for i in findings.incidents] == [("startup_misfit", at(46))]
