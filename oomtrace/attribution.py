@@ -1,8 +1,12 @@
 """``analyze``: from a canonical trace to findings (the library behind ``oomtrace analyze``).
 
-    from oomtrace.attribution import analyze, AnalyzeOptions
-    findings = analyze(read_trace(path), AnalyzeOptions(window_s=60))
+    from oomtrace.attribution import analyze, AnalyzeOptions, open_trace
+    findings = analyze(open_trace(path), AnalyzeOptions(window_s=60))
     findings.primary.culprits[0].request_id
+
+``analyze`` takes a :class:`~oomtrace.trace.Trace` in memory, or a trace directory opened with
+:func:`open_trace`, which reads only what the analysis needs (see
+:mod:`oomtrace.analysis.source`): a day of 100 Hz samples is not held in memory whole.
 
 Everything is computed from the canonical tables; see :mod:`oomtrace.analysis` for the layers.
 
@@ -17,67 +21,73 @@ slack, other processes, memory outside PyTorch) and a residual.
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable
 from dataclasses import asdict
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import polars as pl
 
-from oomtrace.analysis.assemble import Prepared, build_incident
-from oomtrace.analysis.breakdown import engine_pids
+from oomtrace.analysis.assemble import build_incident
 from oomtrace.analysis.findings import Findings, TraceSummary
 from oomtrace.analysis.gaps import hole_gaps, manifest_gaps, request_gaps, table_gaps
 from oomtrace.analysis.incidents import anchor_incidents
 from oomtrace.analysis.index import SeriesIndex
-from oomtrace.analysis.kvmodel import KVModel, kv_model
 from oomtrace.analysis.options import AnalyzeOptions
-from oomtrace.analysis.pool import pool_breakpoints
-from oomtrace.analysis.reconcile import kv_reconciliation, memory_reconciliations, modelled_index
-from oomtrace.analysis.series import BYTES_METRICS, capacities, engine_series, observed_kv
-from oomtrace.analysis.spikes import Spike, find_spikes
-from oomtrace.errors import InputError
-from oomtrace.schema import TS
-from oomtrace.timeline import RESETS, Timeline, build_timeline
-from oomtrace.trace import Trace
+from oomtrace.analysis.prepare import prepare, tables_on_node
+from oomtrace.analysis.reconcile import kv_reconciliation, memory_reconciliations
+from oomtrace.analysis.source import ReadStrictly, TableFacts, TraceScan, open_trace
+from oomtrace.timeline import Timeline
+from oomtrace.trace import Trace, read_trace
 
-__all__ = ["AnalyzeOptions", "Findings", "analyze"]
-
-logger = logging.getLogger(__name__)
+__all__ = ["AnalyzeOptions", "Findings", "analyze", "open_trace"]
 
 
-def analyze(trace: Trace, options: AnalyzeOptions | None = None) -> Findings:
+def analyze(trace: Trace | TraceScan, options: AnalyzeOptions | None = None) -> Findings:
     """Analyse a canonical trace. Raises :class:`InputError` only when nothing can be analysed
     (no rows at all, or none on the requested node); partial traces give findings with gaps."""
     options = options or AnalyzeOptions()
-    prep, modelled, spikes = _prepare(_on_node(trace, options.node), options)
-    trace, kv, timeline = prep.trace, prep.kv, prep.timeline
-    anchors = anchor_incidents(trace.events, spikes, options, _first_request(trace))
+    if not isinstance(trace, TraceScan):
+        return _analyze(trace, options)
+    try:
+        return _analyze(trace, options)
+    except ReadStrictly:
+        # The scanned directory holds something the strict reader rejects: read_trace raises it.
+        return _analyze(read_trace(trace.path), options)
+
+
+def _analyze(source: Trace | TraceScan, options: AnalyzeOptions) -> Findings:
+    tables = tables_on_node(source, options.node)
+    prep, modelled, spikes, facts = prepare(tables, options)
+    kv, timeline = prep.kv, prep.timeline
+    anchors = anchor_incidents(tables.events, spikes, options, facts.first_request)
     incidents = tuple(build_incident(prep, a, options, i) for i, a in enumerate(anchors, start=1))
-    kv_recon, kv_gap = kv_reconciliation(
-        prep.kv_index.long(), prep.breakpoints, kv, not timeline.knots.is_empty()
-    )
-    memory_recon, memory_gap = memory_reconciliations(prep.memory)
-    holes = pl.concat([index.holes() for index in (prep.memory, prep.kv_index, prep.engine)])
+    summary = _summary(facts, tables.manifest.engine.get("name"), timeline)
+    rate, from_requests = asdict(timeline.rate), request_gaps(timeline, timeline.rate)
+    requests_seen = not timeline.points.is_empty()
+    indexes = (prep.memory, prep.kv_index, prep.engine)
+    breakpoints = prep.breakpoints
+    del prep, timeline  # the per-request tables are done with: let them go before the series
+    kv_recon, kv_gap = kv_reconciliation(indexes[1].long(), breakpoints, kv, requests_seen)
+    memory_recon, memory_gap = memory_reconciliations(indexes[0])
+    holes = pl.concat([index.holes() for index in indexes])
     gaps = (
-        *manifest_gaps(trace),
-        *table_gaps(trace, kv),
+        *manifest_gaps(tables.manifest),
+        *table_gaps(facts, kv),
         *hole_gaps(holes),
-        *request_gaps(timeline, timeline.rate),
+        *from_requests,
     )
     # Full resolution inside incident windows, peak-keeping buckets elsewhere.
     wide = timedelta(seconds=options.window_s)
     windows = [(i.node, i.window_start - wide, i.peak_ts + wide) for i in incidents]
-    indexes = (prep.memory, prep.kv_index, prep.engine, modelled, memory_gap)
     series = pl.concat(
-        [index.compact(windows, options.series_buckets) for index in indexes]
+        [index.compact(windows, options.series_buckets) for index in (*indexes, modelled)]
+        + [memory_gap.compact(windows, options.series_buckets)]
         + [SeriesIndex.from_long(kv_gap).compact(windows, options.series_buckets)]
     )
     return Findings(
-        trace=_summary(trace, timeline),
+        trace=summary,
         kv_model=kv.to_json(),
-        decode_rate=asdict(timeline.rate),
+        decode_rate=rate,
         incidents=incidents,
         spikes=tuple(spikes[:20]),
         reconciliation=(*((kv_recon,) if kv_recon else ()), *memory_recon),
@@ -85,44 +95,6 @@ def analyze(trace: Trace, options: AnalyzeOptions | None = None) -> Findings:
         options=_options_json(options),
         series=series,
     )
-
-
-def _prepare(trace: Trace, options: AnalyzeOptions) -> tuple[Prepared, SeriesIndex, list[Spike]]:
-    """Everything computed once: the KV model, the timeline and its sweep, the series, the
-    spikes."""
-    kv = kv_model(
-        trace.manifest, trace.samples, spec=options.kv_spec, spec_label=options.kv_spec_label
-    )
-    timeline = _timeline(trace, kv)
-    breakpoints = pool_breakpoints(timeline) if not timeline.knots.is_empty() else pl.DataFrame()
-    memory = SeriesIndex.from_samples(trace.samples, BYTES_METRICS, unit="bytes")
-    kv_index = SeriesIndex.from_long(observed_kv(trace.samples, kv))
-    engine_long = engine_series(trace.samples)
-    modelled = modelled_index(breakpoints, kv.has_bytes)
-    caps = capacities(trace.samples, trace.events)
-    cap_map = {
-        (r["node"], r["device"]): int(r["capacity_bytes"]) for r in caps.iter_rows(named=True)
-    }
-    observed_any = not (memory.empty and kv_index.empty)
-    spikes = find_spikes(
-        [memory, kv_index] if observed_any else [_modelled_for_spikes(modelled, kv)],
-        _capacity_of(cap_map, kv),
-        options,
-    )
-    logger.debug("%d spikes, %d knots", len(spikes), timeline.knots.height)
-    prep = Prepared(
-        trace=trace,
-        kv=kv,
-        timeline=timeline,
-        breakpoints=breakpoints,
-        memory=memory,
-        kv_index=kv_index,
-        engine=SeriesIndex.from_long(engine_long),
-        capacities=cap_map,
-        engine_pids=engine_pids(trace.samples, trace.events, trace.manifest),
-        idle=_idle(engine_long, breakpoints),
-    )
-    return prep, modelled, spikes
 
 
 def _options_json(options: AnalyzeOptions) -> dict[str, Any]:
@@ -139,123 +111,14 @@ def _options_json(options: AnalyzeOptions) -> dict[str, Any]:
     }
 
 
-def _capacity_of(
-    devices: dict[tuple[str, int | None], int], kv: KVModel
-) -> Callable[[dict[str, Any]], float | None]:
-    """Each series' capacity: device series against the device, KV against the pool."""
-    pool = {"bytes": kv.pool_bytes, "ratio": 1, "blocks": kv.pool_blocks, "tokens": kv.pool_tokens}
-
-    def capacity(meta: dict[str, Any]) -> float | None:
-        if meta["metric"] in ("kv_used", "modelled_kv_bytes", "modelled_stored_tokens"):
-            value = pool.get(meta["unit"])
-            return float(value) if value else None
-        value = devices.get((meta["node"], meta["device"]))
-        return float(value) if value else None
-
-    return capacity
-
-
-def _modelled_for_spikes(modelled: SeriesIndex, kv: KVModel) -> SeriesIndex:
-    """Without any observation, spikes are looked for in the modelled KV (a model is not evidence,
-    so this happens only then)."""
-    metric = "modelled_kv_bytes" if kv.has_bytes else "modelled_stored_tokens"
-    keep = [n for n in modelled.names() if modelled.meta(n)["metric"] == metric]
-    return SeriesIndex(
-        {n: modelled.rows(n) for n in keep},
-        {n: {k: v for k, v in modelled.meta(n).items() if k != "series"} for n in keep},
-    )
-
-
-def _on_node(trace: Trace, node: str | None) -> Trace:
-    if all(frame.is_empty() for frame in (trace.samples, trace.requests, trace.events)):
-        raise InputError(
-            "the trace holds no samples, requests or events: nothing to analyse; check that "
-            "ingest recognised the input files (see manifest.json sources)"
-        )
-    if node is None:
-        return trace
-    keep = pl.col("node") == node
-    picked = Trace(
-        trace.samples.filter(keep),
-        trace.requests.filter(keep),
-        trace.events.filter(keep),
-        trace.manifest,
-    )
-    if all(frame.is_empty() for frame in (picked.samples, picked.requests, picked.events)):
-        nodes = sorted(
-            set(trace.samples["node"].unique().to_list())
-            | set(trace.requests["node"].unique().to_list())
-            | set(trace.events["node"].unique().to_list())
-        )
-        raise InputError(f"--node {node!r}: no rows on that node; the trace has {', '.join(nodes)}")
-    return picked
-
-
-def _first_request(trace: Trace) -> dict[str, datetime]:
-    """Each node's first request event: before it the engine was starting, not serving."""
-    first = trace.requests.group_by("node").agg(pl.col("ts").min())
-    return {str(n): t for n, t in first.iter_rows()}
-
-
-def _trace_end(trace: Trace) -> dict[str, datetime]:
-    frames = [f.select("node", "ts") for f in (trace.samples, trace.requests, trace.events)]
-    last = pl.concat(frames).group_by("node").agg(pl.col("ts").max())
-    return {str(n): t for n, t in last.iter_rows()}
-
-
-def _timeline(trace: Trace, kv: KVModel) -> Timeline:
-    resets = trace.events.filter(pl.col("kind").is_in(RESETS)).select("node", "ts")
-    max_len = trace.manifest.engine_config.get("max_model_len")
-    return build_timeline(
-        trace.requests,
-        kv,
-        trace_end=_trace_end(trace),
-        resets=resets,
-        samples=trace.samples,
-        max_model_len=int(max_len) if isinstance(max_len, int) else None,
-    )
-
-
-def _idle(engine: pl.DataFrame, breakpoints: pl.DataFrame) -> pl.DataFrame:
-    """Stretches with no request running: from the engine's running count where sampled, else
-    from the modelled resident count."""
-    running = engine.filter(pl.col("metric") == "requests_running").select("node", "ts", "value")
-    if running.is_empty() and not breakpoints.is_empty():
-        running = breakpoints.select(
-            "node", "ts", value=pl.col("resident_requests").cast(pl.Float64)
-        )
-    if running.is_empty():
-        return pl.DataFrame(schema={"node": pl.String, "start": TS, "end": TS})
-    frame = running.sort("node", "ts").with_columns(idle=pl.col("value") == 0)
-    frame = frame.with_columns(
-        run=(
-            (pl.col("idle") != pl.col("idle").shift(1))
-            | (pl.col("node") != pl.col("node").shift(1))
-        )
-        .fill_null(value=True)
-        .cum_sum(),
-        next_ts=pl.col("ts").shift(-1).over("node"),
-    )
-    return (
-        frame.filter(pl.col("idle"))
-        .group_by("node", "run")
-        .agg(start=pl.col("ts").min(), end=pl.coalesce(pl.col("next_ts").max(), pl.col("ts").max()))
-        .filter(pl.col("end") > pl.col("start"))
-        .sort("node", "start")
-        .select("node", "start", "end")
-    )
-
-
-def _summary(trace: Trace, timeline: Timeline) -> TraceSummary:
-    stamps = pl.concat([f.select("ts") for f in (trace.samples, trace.requests, trace.events)])
-    engine = trace.manifest.engine.get("name")
+def _summary(facts: TableFacts, engine: object, timeline: Timeline) -> TraceSummary:
     return TraceSummary(
-        nodes=tuple(sorted(_trace_end(trace))),
-        start=stamps["ts"].min(),  # type: ignore[arg-type]
-        end=stamps["ts"].max(),  # type: ignore[arg-type]
+        nodes=tuple(sorted(facts.spans["node"].to_list())),
+        start=facts.spans["first"].min(),  # type: ignore[arg-type]
+        end=facts.spans["last"].max(),  # type: ignore[arg-type]
         engine=str(engine) if engine else None,
-        samples=trace.samples.height,
-        request_events=trace.requests.height,
+        samples=facts.samples,
+        request_events=facts.request_events,
         requests=timeline.requests.height,
-        events=trace.events.height,
+        events=facts.events,
     )

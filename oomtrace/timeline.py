@@ -20,8 +20,11 @@ Every figure read from the timeline carries its basis:
 * ``bounded`` - after the last statement: only the contract bounds it (``low`` is what was last
   stated, ``high`` is ``prompt_tokens + max_tokens``); the value is the decode-rate model.
 
-Internally requests and segments carry integer ids (``rid``, ``sid``) in sorted order, so that
-per-request windows are single passes (:mod:`oomtrace.analysis.grouped`), not millions of groups.
+Internally requests and segments carry integer ids (``rid``, ``sid``; requests in the order they
+first appear) and every table stays in that order, so that per-request windows are single passes
+(:mod:`oomtrace.analysis.grouped`), not millions of groups, and nothing is sorted twice: see
+:mod:`oomtrace.analysis.lifecycle`. The knots are kept compact (``points``: ``sid, rid, ts,
+tokens, stated``); :attr:`Timeline.knots` adds the request's keys for readers.
 """
 
 from __future__ import annotations
@@ -36,10 +39,12 @@ from oomtrace.analysis import grouped as g
 from oomtrace.analysis.grouped import per_request
 from oomtrace.analysis.knots import KEYS, close_open_segments, model_knots
 from oomtrace.analysis.kvmodel import KVModel
+from oomtrace.analysis.lifecycle import ENDS, ID, INSIDE, Lifecycle, lifecycle, summarize
 from oomtrace.analysis.rate import NS_PER_S, DecodeRate, decode_rate
-from oomtrace.schema import REQUEST_EVENTS, TS
+from oomtrace.schema import TS
 
 __all__ = [
+    "ENDS",
     "KEYS",
     "NS_PER_S",
     "RESETS",
@@ -55,21 +60,8 @@ __all__ = [
 
 Basis = Literal["exact", "modelled", "bounded"]
 
-_RANK: Final = {
-    "arrived": 0,
-    "admitted": 1,
-    "resumed": 1,
-    "first_token": 2,
-    "progress": 3,
-    "preempted": 4,
-    "finished": 5,
-    "aborted": 5,
-    "rejected": 5,
-}
 OPENS: Final = ("admitted", "resumed")
-INSIDE: Final = ("first_token", "progress")
 CLOSES: Final = ("preempted", "finished", "aborted")
-ENDS: Final = ("finished", "aborted", "rejected")
 RESETS: Final = ("engine_dead", "engine_start")
 
 
@@ -81,85 +73,36 @@ def lit_ts(value: datetime) -> pl.Expr:
 
 @dataclass(frozen=True)
 class Timeline:
-    """Per-request tables (see the module docstring). ``requests`` has one row per request;
-    ``segments`` one per resident interval; ``knots`` the stored-token points of each segment,
-    sorted by segment and time."""
+    """Per-request tables (see the module docstring). ``requests`` has one row per request
+    (row ``rid - 1``); ``segments`` one per resident interval (row ``sid - 1``); ``points`` the
+    stored-token points of each segment (``sid, rid, ts, tokens, stated``), sorted by segment and
+    time."""
 
     requests: pl.DataFrame
     segments: pl.DataFrame
-    knots: pl.DataFrame
+    points: pl.DataFrame
     rate: DecodeRate
     kv: KVModel
 
-
-EVENT_TYPE: Final = pl.Enum(list(REQUEST_EVENTS))
-
-
-def _sorted_events(requests: pl.DataFrame) -> pl.DataFrame:
-    """The lifecycle sorted by request and time, with ``rid`` (1, 2, ... per ``(node,
-    request_id)`` in key order) and the event as an enum: integer keys and compares only."""
-    return (
-        requests.select(
-            "ts",
-            "node",
-            "request_id",
-            pl.col("event").cast(EVENT_TYPE),
-            "prompt_tokens",
-            "max_tokens",
-            "output_tokens",
-            "cached_tokens",
-            rank=pl.col("event").replace_strict(_RANK, return_dtype=pl.Int8),
-            rid=pl.struct("node", "request_id").rank("dense").cast(pl.Int64),
+    @property
+    def knots(self) -> pl.DataFrame:
+        """The points with their request's keys (``sid, rid, node, request_id, seg, ts, tokens,
+        stated``): for readers; the analysis itself works on :attr:`points`."""
+        keys = self.segments.select("sid", *KEYS)
+        return self.points.join(keys, on="sid", how="left", maintain_order="left").select(
+            "sid", "rid", *KEYS, "ts", "tokens", "stated"
         )
-        .sort("rid", "ts", "rank")
-        .with_columns(pl.col("rid").set_sorted())  # lets group_by("rid") take its sorted path
-    )
 
 
 def summarize_requests(requests: pl.DataFrame) -> pl.DataFrame:
     """One row per ``(node, request_id)``: times of each lifecycle step and the stated counts
     (the largest stated, where stated more than once); ``contract_tokens`` is ``prompt_tokens +
     max_tokens``; ``rid`` is an internal key (row ``rid - 1``)."""
-    return _summarize(_sorted_events(requests))
-
-
-def _summarize(ev: pl.DataFrame) -> pl.DataFrame:
-    ts, event = pl.col("ts"), pl.col("event")
-    marked = ev.with_columns(
-        _arrived=pl.when(event == "arrived").then(ts),
-        _admitted=pl.when(event == "admitted").then(ts),
-        _first=pl.when(event == "first_token").then(ts),
-        _end=pl.when(event.is_in(ENDS)).then(ts),
-        _end_event=pl.when(event.is_in(ENDS)).then(event.cast(pl.String)),
-        _pre=(event == "preempted").cast(pl.Int64),
-        _tok=event.is_in(INSIDE).cast(pl.Int64),
-        _prog=((event == "progress") & pl.col("output_tokens").is_not_null()).cast(pl.Int64),
-    )
-    return (
-        marked.group_by("rid", maintain_order=True)
-        .agg(
-            pl.col("node").first(),
-            pl.col("request_id").first(),
-            arrived_ts=pl.col("_arrived").min(),
-            first_seen_ts=ts.min(),
-            admitted_ts=pl.col("_admitted").min(),
-            first_token_ts=pl.col("_first").min(),
-            end_ts=pl.col("_end").max(),
-            end_event=pl.col("_end_event").drop_nulls().last(),
-            prompt_tokens=pl.col("prompt_tokens").max(),
-            max_tokens=pl.col("max_tokens").max(),
-            cached_tokens=pl.col("cached_tokens").max(),
-            output_tokens=pl.col("output_tokens").max(),
-            preemptions=pl.col("_pre").sum(),
-            token_events=pl.col("_tok").sum(),
-            progress_stated=pl.col("_prog").sum(),
-        )
-        .with_columns(contract_tokens=pl.col("prompt_tokens") + pl.col("max_tokens"))
-    )
+    return summarize(lifecycle(requests))
 
 
 def build_timeline(
-    requests: pl.DataFrame,
+    requests: pl.DataFrame | pl.LazyFrame,
     kv: KVModel,
     *,
     trace_end: dict[str, datetime],
@@ -170,22 +113,46 @@ def build_timeline(
 ) -> Timeline:
     """Segments and knots for every request (see the module docstring).
 
-    ``trace_end`` maps each node to the last moment its trace covers; ``resets`` holds
-    ``node, ts`` of engine deaths and (re)starts, which end every open residency. Without a
-    ``rate``, the decode rate is measured from the requests (or from ``samples``' throughput).
+    ``requests`` is the canonical lifecycle table, in memory or as a lazy frame (a Parquet scan
+    is read one column at a time, never whole). ``trace_end`` maps each node to the last moment
+    its trace covers; ``resets`` holds ``node, ts`` of engine deaths and (re)starts, which end
+    every open residency. Without a ``rate``, the decode rate is measured from the requests (or
+    from ``samples``' throughput).
     """
-    events = _sorted_events(requests)
-    summary = _summarize(events)
+    return timeline_of(
+        lifecycle(requests),
+        kv,
+        trace_end=trace_end,
+        resets=resets,
+        rate=rate,
+        samples=samples if samples is not None else pl.DataFrame(),
+        max_model_len=max_model_len,
+    )
+
+
+def timeline_of(
+    life: Lifecycle,
+    kv: KVModel,
+    *,
+    trace_end: dict[str, datetime],
+    resets: pl.DataFrame,
+    rate: DecodeRate | None,
+    samples: pl.DataFrame,
+    max_model_len: int | None,
+) -> Timeline:
+    """:func:`build_timeline` from a lifecycle already in request order (the caller can let the
+    requests table go first: on a long trace it is the largest thing in memory). The
+    lifecycle's events are taken (and freed) on the way."""
+    summary = summarize(life)
     if rate is None:
-        rate = decode_rate(summary, samples if samples is not None else requests.clear())
-    ev = _classified(events, summary)
-    del events  # millions of rows: let each intermediate go as soon as it is used
-    segments = _segments(ev, rate)
+        rate = decode_rate(summary, samples)
+    ev = _classified(life.take_events(), summary)  # the events go once classified
+    segments = _segments(ev, summary, rate)
     stated = _stated_knots(ev, segments)
     del ev
     segments = close_open_segments(segments, stated, summary, trace_end, resets, rate)
-    knots = model_knots(stated, segments, summary, rate, max_model_len)
-    return Timeline(summary, segments, knots, rate, kv)
+    points = model_knots(stated, segments, summary, rate, max_model_len)
+    return Timeline(summary, segments, points, rate, kv)
 
 
 # Residency roles of events, as small integers (compared millions of times).
@@ -196,11 +163,11 @@ def _classified(events: pl.DataFrame, summary: pl.DataFrame) -> pl.DataFrame:
     """Events with their residency role, the segment they belong to, and the stated output so
     far. A request is resident after an admission, a resume or a token; not after a close."""
     event = pl.col("event")
-    admitting = events.filter(event == "admitted")["node"].unique().to_list()
-    node_states_admission = pl.col("node").is_in(admitting)
+    admitting = summary.filter(pl.col("admitted_ts").is_not_null())["node"].unique().implode()
     # Where the node's source never states admissions (vLLM V1 logs "Added request" when a request
     # enters the engine, not when it is scheduled), a request with no token statement may have
     # been resident from its arrival: its arrival opens a segment, an upper bound on residency.
+    node_states_admission = per_request(summary["node"].is_in(admitting))
     arrival_opens = (event == "arrived") & ~node_states_admission & (pl.col("token_events") == 0)
     role = (
         pl.when(event.is_in(OPENS) | arrival_opens)
@@ -228,7 +195,7 @@ def _classified(events: pl.DataFrame, summary: pl.DataFrame) -> pl.DataFrame:
     )
     return (
         events.lazy()
-        .drop("prompt_tokens", "max_tokens", "cached_tokens")
+        .select("rid", "ts", "event", "output_tokens")
         .with_columns(
             prompt_tokens=per_request(summary["prompt_tokens"]),
             token_events=per_request(summary["token_events"]),
@@ -244,30 +211,49 @@ def _classified(events: pl.DataFrame, summary: pl.DataFrame) -> pl.DataFrame:
         .with_columns(seg=g.cum_sum(pl.col("begins").cast(pl.Int32), "rid"))
         .filter(pl.col("in_segment"))
         .with_columns(
-            sid=g.group_id("rid", "seg").set_sorted(), prompt=pl.col("prompt_tokens").fill_null(0)
+            sid=g.group_id("rid", "seg").cast(ID).set_sorted(),
+            prompt=pl.col("prompt_tokens").fill_null(0),
         )
         .drop("begins", "in_segment", "resident_after", "token_events")
         .collect()
     )
 
 
-def _segments(ev: pl.DataFrame, rate: DecodeRate) -> pl.DataFrame:
-    close = pl.col("role").last() == CLOSE
-    segments = ev.group_by("sid", maintain_order=True).agg(
-        pl.col("node").first(),
-        pl.col("request_id").first(),
-        pl.col("seg").first(),
-        pl.col("rid").first(),
-        pl.col("prompt").first(),
-        pl.col("prompt_tokens").first(),
-        first_role=pl.col("role").first(),
-        first_event=pl.col("event").first().cast(pl.String),
-        first_ts=pl.col("ts").first(),
-        prev_ts=pl.col("prev_ts").first(),
-        end_ts=pl.when(close).then(pl.col("ts").last()),
-        end_event=pl.when(close).then(pl.col("event").last().cast(pl.String)),
-        end_output=pl.when(close).then(pl.col("output_tokens").last()),
-        start_output=pl.col("output_before").first(),
+def _segments(ev: pl.DataFrame, summary: pl.DataFrame, rate: DecodeRate) -> pl.DataFrame:
+    """One row per segment from the first and the last of its rows (a segment's rows are
+    consecutive): no grouping."""
+    first = ev.filter(g.is_first("sid")).select(
+        "sid",
+        "rid",
+        "seg",
+        "prompt",
+        "prompt_tokens",
+        first_role="role",
+        first_event=pl.col("event").cast(pl.String),
+        first_ts="ts",
+        prev_ts="prev_ts",
+        start_output="output_before",
+    )
+    last = ev.filter(g.is_last("sid")).select(
+        last_role="role", last_ts="ts", last_event="event", last_output="output_tokens"
+    )
+    close = pl.col("last_role") == CLOSE
+    segments = first.hstack(last).select(
+        "sid",
+        per_request(summary["node"]).alias("node"),
+        per_request(summary["request_id"]).alias("request_id"),
+        "seg",
+        "rid",
+        "prompt",
+        "prompt_tokens",
+        "first_role",
+        "first_event",
+        "first_ts",
+        "prev_ts",
+        end_ts=pl.when(close).then(pl.col("last_ts")),
+        end_event=pl.when(close).then(pl.col("last_event").cast(pl.String)),
+        end_output=pl.when(close).then(pl.col("last_output")),
+        start_output="start_output",
     )
     # A segment that begins at its close (no admission, no token stated): it started at the
     # previous event (the arrival, an upper bound), or, with nothing before, output/rate earlier.
@@ -298,7 +284,9 @@ def _segments(ev: pl.DataFrame, rate: DecodeRate) -> pl.DataFrame:
 
 def _stated_knots(ev: pl.DataFrame, segments: pl.DataFrame) -> pl.DataFrame:
     """Knots the source states: the start (prompt plus output stated before), each token count,
-    and a close with its count. Sorted by segment, time and order."""
+    and a close with its count. Sorted by segment, time and order: a segment's start comes before
+    its points (it is never later than its first event), and its points are in event order, so
+    the two runs are merged on ``(sid, order)``, not sorted."""
     start = segments.select(
         "sid",
         "rid",
@@ -320,4 +308,4 @@ def _stated_knots(ev: pl.DataFrame, segments: pl.DataFrame) -> pl.DataFrame:
         stated=pl.lit(value=True),
         order=pl.lit(1, pl.Int8),
     )
-    return pl.concat([start, points]).sort("sid", "ts", "order")
+    return g.merge_runs([start, points])

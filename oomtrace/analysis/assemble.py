@@ -16,10 +16,11 @@ from oomtrace.analysis.incidents import Anchoring
 from oomtrace.analysis.index import SeriesIndex
 from oomtrace.analysis.kvmodel import KVModel
 from oomtrace.analysis.options import AnalyzeOptions
-from oomtrace.analysis.pool import pool_at
+from oomtrace.analysis.pool import Breakpoints, pool_at
+from oomtrace.analysis.source import Tables
 from oomtrace.analysis.window import window_segments
+from oomtrace.schema import TS
 from oomtrace.timeline import Timeline
-from oomtrace.trace import Trace
 
 # Classes whose cause is not a request: they name no culprits (the class names the cause).
 NOT_REQUESTS: frozenset[IncidentClass] = frozenset(
@@ -31,10 +32,10 @@ NOT_REQUESTS: frozenset[IncidentClass] = frozenset(
 class Prepared:
     """Everything computed once per analysis and read by every incident."""
 
-    trace: Trace
+    tables: Tables
     kv: KVModel
     timeline: Timeline
-    breakpoints: pl.DataFrame
+    breakpoints: Breakpoints
     memory: SeriesIndex
     kv_index: SeriesIndex
     engine: SeriesIndex
@@ -75,7 +76,7 @@ def _modelled_kv(prep: Prepared, node: str, ts: datetime) -> int | None:
         return None
     at = pl.DataFrame(
         {"node": [node], "ts": [ts]},
-        schema={"node": pl.String, "ts": prep.breakpoints.schema["ts"]},
+        schema={"node": pl.String, "ts": TS},
     )
     value = pool_at(prep.breakpoints, at, has_bytes=True)["kv_bytes"][0]
     return int(value) if value is not None else None
@@ -130,14 +131,14 @@ def _context(prep: Prepared, m: _Moment, options: AnalyzeOptions, ranked: pl.Dat
         anchor=anchor.kind,
         spike=anchor.spike,
         oom=oom,
-        events=prep.trace.events.filter(on_node).sort("ts"),
-        requests=prep.trace.requests.filter(on_node).sort("ts"),
+        events=prep.tables.events.filter(on_node).sort("ts"),
+        requests=prep.tables.requests.filter(on_node),
         residents=ranked,
         memory=prep.memory,
         kv_index=prep.kv_index,
         engine=prep.engine,
         kv=prep.kv,
-        config=prep.trace.manifest.engine_config,
+        config=prep.tables.manifest.engine_config,
         capacity=m.device_capacity,
         options=options,
         engine_pids=prep.engine_pids,
@@ -237,7 +238,7 @@ def _breakdown(
         observed=m.peak_bytes if _device_anchor(m.anchor) else None,
         explained=explained,
         pool_bytes=prep.kv.pool_bytes,
-        weights=_int(prep.trace.manifest.engine_config.get("model_weights_bytes")),
+        weights=_int(prep.tables.manifest.engine_config.get("model_weights_bytes")),
         foreign=sum(p.bytes for p in context.processes),
     )
 

@@ -15,16 +15,19 @@ import polars as pl
 
 from oomtrace.analysis.findings import Component, ProcessUse
 from oomtrace.analysis.index import SeriesIndex
+from oomtrace.analysis.samples import SampleView
+from oomtrace.schema import TS
 from oomtrace.trace import Manifest
 
 
-def engine_pids(samples: pl.DataFrame, events: pl.DataFrame, manifest: Manifest) -> frozenset[int]:
+def engine_pids(samples: SampleView, events: pl.DataFrame, manifest: Manifest) -> frozenset[int]:
     """Processes that are the engine: those with allocator statistics, those named in engine
     events or in the manifest; failing all, the process holding the most memory when first seen
     (an inference server preallocates most of the device at startup)."""
     pids: set[int] = set()
-    torch = samples.filter(pl.col("metric").str.starts_with("torch_") & pl.col("pid").is_not_null())
-    pids |= set(torch["pid"].unique().to_list())
+    torch = pl.col("metric").str.starts_with("torch_") & pl.col("pid").is_not_null()
+    pids |= set(samples.memory.catalog.filter(torch)["pid"].unique().to_list())
+    pids |= set(samples.other.filter(torch)["pid"].unique().to_list())
     own = events.filter(
         pl.col("kind").is_in(["engine_start", "engine_dead"]) & pl.col("pid").is_not_null()
     )
@@ -35,10 +38,10 @@ def engine_pids(samples: pl.DataFrame, events: pl.DataFrame, manifest: Manifest)
     elif isinstance(stated, list):
         pids |= {int(p) for p in stated if isinstance(p, int)}
     if pids:
-        return frozenset(pids | _namespace_twins(samples, pids))
+        return frozenset(pids | _namespace_twins(samples.memory, pids))
     first = (
-        samples.filter((pl.col("metric") == "process_used_bytes") & pl.col("pid").is_not_null())
-        .sort("ts")
+        _first_process_samples(samples.memory)
+        .sort("ts", maintain_order=True)
         .group_by("node", "device", "pid", maintain_order=True)
         .agg(pl.col("value").first())
         .sort("value", descending=True)
@@ -48,32 +51,58 @@ def engine_pids(samples: pl.DataFrame, events: pl.DataFrame, manifest: Manifest)
     return frozenset(first["pid"].to_list())
 
 
+def _first_process_samples(memory: SeriesIndex) -> pl.DataFrame:
+    """The first sample of every per-process series (``node, device, pid, ts, value``)."""
+    catalog = memory.catalog.filter(
+        (pl.col("metric") == "process_used_bytes") & pl.col("pid").is_not_null()
+    )
+    frames = [
+        memory.rows(name)
+        .head(1)
+        .select(
+            pl.lit(node, pl.String).alias("node"),
+            pl.lit(device, pl.Int32).alias("device"),
+            pl.lit(pid, pl.Int64).alias("pid"),
+            "ts",
+            "value",
+        )
+        for name, node, device, pid in catalog.select("series", "node", "device", "pid").rows()
+    ]
+    if not frames:
+        schema = {"node": pl.String, "device": pl.Int32, "pid": pl.Int64, "value": pl.Float64}
+        return pl.DataFrame(schema={**schema, "ts": TS})
+    return pl.concat(frames)
+
+
 # How far above the allocator's reserved bytes the engine's own process may sit (CUDA context,
 # cuBLAS and NCCL workspaces, CUDA graphs outside the cache): a larger gap is another process.
 _TWIN_MAX_GAP = 8 << 30
 
 
-def _namespace_twins(samples: pl.DataFrame, pids: set[int]) -> set[int]:
+def _namespace_twins(memory: SeriesIndex, pids: set[int]) -> set[int]:
     """The device-side pid of an engine whose allocator samples name it by another pid.
 
     In a container the PyTorch hook sees its own pid namespace and NVML the host's, so the same
     process is ``391`` in ``torch_*`` samples and ``2914467`` in ``process_used_bytes``. When no
     per-process series carries an engine pid, the process on that device whose memory stays at
-    or above the allocator's reserved bytes, and closest to them, is the engine's twin."""
-    procs = samples.filter(
+    or above the allocator's reserved bytes, and closest to them, is the engine's twin. Only the
+    per-process and the engine's reserved series are read, and only when the catalog shows no
+    per-process series of an engine pid."""
+    engine = pl.col("pid").is_in(list(pids))
+    per_process = memory.catalog.filter(
         (pl.col("metric") == "process_used_bytes") & pl.col("pid").is_not_null()
-    ).select("node", "device", "pid", "ts", used="value")
-    if procs.is_empty() or procs["pid"].is_in(list(pids)).any():
+    )
+    hooks = memory.catalog.filter((pl.col("metric") == "torch_reserved_bytes") & engine)
+    if per_process.is_empty() or per_process.select(engine.any()).item() or hooks.is_empty():
         return set()
+    procs = memory.long(per_process["series"].to_list()).select(
+        "node", "device", "pid", "ts", used="value"
+    )
     reserved = (
-        samples.filter(
-            (pl.col("metric") == "torch_reserved_bytes") & pl.col("pid").is_in(list(pids))
-        )
+        memory.long(hooks["series"].to_list())
         .select("node", "device", "ts", reserved="value")
         .sort("ts")
     )
-    if reserved.is_empty():
-        return set()
     gaps = (
         procs.sort("ts")
         .join_asof(
@@ -87,7 +116,7 @@ def _namespace_twins(samples: pl.DataFrame, pids: set[int]) -> set[int]:
             gap=(pl.col("used") - pl.col("reserved")).median(),
         )
         .filter((pl.col("below") <= 0.05) & (pl.col("gap") <= _TWIN_MAX_GAP))
-        .sort("gap")
+        .sort("gap", "pid")
         .group_by("node", "device", maintain_order=True)
         .first()
     )

@@ -55,7 +55,7 @@ class Context:
     spike: Spike | None
     oom: dict[str, Any] | None
     events: pl.DataFrame
-    requests: pl.DataFrame
+    requests: pl.LazyFrame  # the node's lifecycle rows: each check collects only what it reads
     residents: pl.DataFrame
     memory: SeriesIndex
     kv_index: SeriesIndex
@@ -97,7 +97,8 @@ def _startup(ctx: Context) -> ClassCheck:
             "with the configured limits",
             tuple(ev.event(r) for r in refused.head(5).iter_rows(named=True)),
         )
-    served = ctx.requests.filter(pl.col("ts") <= lit_ts(ctx.peak_ts)).height
+    before = ctx.requests.filter(pl.col("ts") <= lit_ts(ctx.peak_ts))
+    served = int(before.select(pl.len()).collect().item())
     if ctx.anchor == "oom" and served == 0 and ctx.oom is not None:
         return ClassCheck(
             "startup_misfit",
@@ -247,7 +248,7 @@ def _preemptions(ctx: Context) -> tuple[int, list[Evidence]]:
         rows += [ev.sample(r) for r in window.head(3).iter_rows(named=True)]
     in_window = (pl.col("ts") >= lit_ts(ctx.window_start)) & (pl.col("ts") <= lit_ts(stop))
     events = ctx.events.filter((pl.col("kind") == "preemption") & in_window)
-    preempted = ctx.requests.filter((pl.col("event") == "preempted") & in_window)
+    preempted = _rows(ctx.requests.filter((pl.col("event") == "preempted") & in_window))
     count = max(count, events.height, preempted.height)
     rows += [ev.event(r) for r in events.head(3).iter_rows(named=True)]
     rows += [ev.request(r) for r in preempted.head(3).iter_rows(named=True)]
@@ -298,7 +299,8 @@ def _serving_since(ctx: Context) -> datetime | None:
     served = ctx.requests.filter(before)
     if since is not None:
         served = served.filter(pl.col("ts") >= lit_ts(since))  # type: ignore[arg-type]
-    return served["ts"].min() if served.height else since  # type: ignore[return-value]
+    first = served.select(pl.col("ts").min()).collect().item()
+    return first if first is not None else since  # type: ignore[return-value]
 
 
 def _levels(ctx: Context, series: str) -> list[dict[str, Any]]:
@@ -379,12 +381,19 @@ def _transient(ctx: Context) -> ClassCheck:
             f"{prefill.height} request(s) in prefill"
             + (f", the longest with {longest:,} prompt tokens" if longest is not None else "")
         )
-        admitted = ctx.requests.filter(
-            pl.col("request_id").is_in(prefill["request_id"].head(3).implode())
-            & pl.col("event").is_in(["arrived", "admitted"])
+        admitted = _rows(
+            ctx.requests.filter(
+                pl.col("request_id").is_in(prefill["request_id"].head(3).implode())
+                & pl.col("event").is_in(["arrived", "admitted"])
+            )
         )
         rows += [ev.request(r) for r in admitted.iter_rows(named=True)]
     return ClassCheck("transient_peak", True, ", ".join(parts), tuple(rows))
+
+
+def _rows(requests: pl.LazyFrame) -> pl.DataFrame:
+    """The chosen lifecycle rows in time order (the table's order among rows of one instant)."""
+    return requests.collect().sort("ts", maintain_order=True)
 
 
 def _fell_back(ctx: Context) -> bool:

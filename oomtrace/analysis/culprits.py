@@ -24,7 +24,8 @@ from typing import Any
 import polars as pl
 
 from oomtrace.analysis.findings import Culprit, Ledger, LedgerRow
-from oomtrace.analysis.window import resident_at
+from oomtrace.analysis.grouped import per_request
+from oomtrace.analysis.window import residents_with_ids
 from oomtrace.timeline import Timeline, lit_ts
 from oomtrace.units import format_bytes
 
@@ -43,14 +44,15 @@ def residents(
 ) -> pl.DataFrame:
     """Per resident request at ``peak_ts``: figures at the peak, growth since ``window_start``,
     whether admitted inside the window and whether in prefill, ranked (see module docstring)."""
-    now = resident_at(timeline, node, peak_ts)
+    now = residents_with_ids(timeline, node, peak_ts)
     before = (
-        resident_at(timeline, node, window_start)
-        .group_by("request_id")
+        residents_with_ids(timeline, node, window_start)
+        .group_by("rid")
         .agg(tokens_before=pl.col("tokens").sum())
     )
+    summary = timeline.requests
     states_first_token = (
-        timeline.requests.filter(pl.col("node") == node)["first_token_ts"].is_not_null().any()
+        summary.filter(pl.col("node") == node)["first_token_ts"].is_not_null().any()
     )
     first = pl.col("first_token_ts")
     in_prefill = (
@@ -62,28 +64,25 @@ def residents(
         .then(pl.lit(value=True))
         .otherwise(pl.lit(None, dtype=pl.Boolean))
     )
+    columns = (
+        "arrived_ts",
+        "first_token_ts",
+        "prompt_tokens",
+        "max_tokens",
+        "cached_tokens",
+        "contract_tokens",
+        "progress_stated",
+    )
     frame = (
-        now.join(before, on="request_id", how="left")
-        .join(
-            timeline.requests.filter(pl.col("node") == node).select(
-                "request_id",
-                "arrived_ts",
-                "first_token_ts",
-                "prompt_tokens",
-                "max_tokens",
-                "cached_tokens",
-                "contract_tokens",
-                "progress_stated",
-            ),
-            on="request_id",
-            how="left",
-        )
+        now.join(before, on="rid", how="left")
+        .with_columns(per_request(summary[c]).alias(c) for c in columns)
         .with_columns(
             growth_tokens=pl.col("tokens") - pl.col("tokens_before").fill_null(0),
             admitted_in_window=pl.col("start_ts") >= lit_ts(window_start),
             in_prefill=in_prefill,
             reserved_bytes=timeline.kv.bytes_expr(pl.col("contract_tokens")),
         )
+        .drop("sid", "rid")
     )
     return frame.sort(
         pl.col("bytes").fill_null(-1),

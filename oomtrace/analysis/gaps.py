@@ -14,8 +14,9 @@ import polars as pl
 
 from oomtrace.analysis.findings import Gap
 from oomtrace.analysis.kvmodel import KVModel
+from oomtrace.analysis.source import TableFacts
 from oomtrace.timeline import DecodeRate, Timeline
-from oomtrace.trace import Trace
+from oomtrace.trace import Manifest
 
 MAX_HOLES: Final = 20
 
@@ -25,9 +26,9 @@ def _name(source: str) -> str:
     return PurePath(source.replace("\\", "/")).name or source
 
 
-def manifest_gaps(trace: Trace) -> list[Gap]:
+def manifest_gaps(manifest: Manifest) -> list[Gap]:
     out: list[Gap] = []
-    for source in trace.manifest.sources:
+    for source in manifest.sources:
         name = _name(source.name)
         for reason, skip in sorted(source.skipped.items()):
             out.append(
@@ -36,15 +37,14 @@ def manifest_gaps(trace: Trace) -> list[Gap]:
         out += [Gap("note", name, note) for note in source.notes]
         if source.lines_read and not source.lines_recognised:
             out.append(Gap("unrecognised_source", name, "no line of this source was recognised"))
-    for key, value in sorted(trace.manifest.clock.items()):
+    for key, value in sorted(manifest.clock.items()):
         out.append(Gap("clock", None, f"{key}: {value}"))
     return out
 
 
-def table_gaps(trace: Trace, kv: KVModel) -> list[Gap]:
+def table_gaps(facts: TableFacts, kv: KVModel) -> list[Gap]:
     out: list[Gap] = []
-    samples, requests = trace.samples, trace.requests
-    if samples.is_empty():
+    if facts.samples == 0:
         out.append(
             Gap(
                 "no_samples",
@@ -53,7 +53,7 @@ def table_gaps(trace: Trace, kv: KVModel) -> list[Gap]:
             )
         )
     else:
-        metrics = set(samples["metric"].unique().to_list())
+        metrics = facts.metrics
         if not metrics & {"device_used_bytes", "device_used_peak_bytes"}:
             out.append(Gap("no_device_memory", None, "no device memory series (NVML, nvidia-smi)"))
         if not any(m.startswith("torch_") for m in metrics):
@@ -64,15 +64,12 @@ def table_gaps(trace: Trace, kv: KVModel) -> list[Gap]:
             out.append(
                 Gap("no_kv_observation", None, "no observed KV usage (engine metrics or log)")
             )
-    if requests.is_empty():
+    if facts.request_events == 0:
         out.append(Gap("no_requests", None, "no request lifecycle: culprits cannot be named"))
     if kv.basis == "none":
         out.append(Gap("no_kv_bytes_model", None, kv.notes[-1] if kv.notes else kv.statement))
-    sources = set()
-    for frame in (samples, requests, trace.events):
-        sources |= set(frame["source"].unique().to_list())
-    if len(sources) == 1:
-        only = next(iter(sources))
+    if len(facts.sources) == 1:
+        only = next(iter(facts.sources))
         out.append(Gap("single_source", only, f"only one source ({only}): nothing to cross-check"))
     return out
 

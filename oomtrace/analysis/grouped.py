@@ -55,3 +55,13 @@ def per_request(column: pl.Series, key: str = "rid") -> pl.Expr:
     """A column of a per-group table whose row ``i`` belongs to group ``i + 1``, broadcast to
     the rows carrying ``key`` (a gather, not a join)."""
     return pl.lit(column).gather(pl.col(key) - 1)
+
+
+def merge_runs(frames: list[pl.DataFrame]) -> pl.DataFrame:
+    """Frames each sorted by ``(sid, order)`` (their ``order`` distinct from one another), merged
+    into one in that order, each frame's own rows keeping theirs: a linear merge, not a sort."""
+    key = (pl.col("sid").cast(pl.Int64) * 4 + pl.col("order")).alias("_key")
+    out = frames[0].with_columns(key.set_sorted())
+    for frame in frames[1:]:
+        out = out.merge_sorted(frame.with_columns(key.set_sorted()), key="_key")
+    return out.drop("_key")

@@ -9,13 +9,14 @@ incident windows (:meth:`SeriesIndex.compact`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import polars as pl
 
-from oomtrace.analysis.series import SERIES_KEYS, SERIES_SCHEMA
+from oomtrace.analysis.series import SERIES_SCHEMA
 from oomtrace.schema import TS
 
 META: Final = ["series", "kind", "node", "source", "device", "pid", "metric", "unit"]
@@ -37,10 +38,30 @@ _CATALOG: Final = pl.Schema(
 )
 
 
+def search_ts(ts: pl.Series, when: datetime, side: Literal["left", "right"]) -> int:
+    """Where ``when`` falls in a sorted nanosecond timestamp column, compared at the microsecond a
+    Python datetime holds: a row within the same microsecond as ``when`` counts as at it (so
+    ``side="right"`` keeps it). One binary search on the integers; searching with the datetime
+    itself would first convert the whole column to microseconds (tens of milliseconds a call)."""
+    at_ns = int(pl.Series([when], dtype=TS).to_physical()[0])
+    target = at_ns if side == "left" else at_ns + 999
+    needle = pl.Series([target], dtype=pl.Int64)
+    return int(ts.to_physical().search_sorted(needle, side=side)[0])
+
+
 def series_label(metric: str, source: str, device: int | None, pid: int | None) -> str:
     """A readable series name: ``device_used_bytes gpu0 pid 41 (nvml)``."""
     where = (f" gpu{device}" if device is not None else "") + (f" pid {pid}" if pid else "")
     return f"{metric}{where} ({source})"
+
+
+@dataclass(frozen=True)
+class Family:
+    """Series of one node that share their times, computed together when read: ``frame()`` gives
+    ``ts`` and one Float64 column per series (``columns``: series name to column)."""
+
+    frame: Callable[[], pl.DataFrame]
+    columns: dict[str, str]
 
 
 class SeriesIndex:
@@ -48,41 +69,34 @@ class SeriesIndex:
 
     def __init__(self, parts: dict[str, pl.DataFrame], meta: dict[str, dict[str, Any]]) -> None:
         self._parts = parts
+        self._families: dict[str, Family] = {}
         self._meta = meta
-        rows = [{**meta[s], "series": s, "n": parts[s].height} for s in sorted(parts)]
+        self._set_catalog({s: frame.height for s, frame in parts.items()})
+
+    @classmethod
+    def of_families(
+        cls, families: list[Family], sizes: dict[str, int], meta: dict[str, dict[str, Any]]
+    ) -> SeriesIndex:
+        """Series computed each time they are read (``sizes``: their row counts), for long series
+        derived from something already in memory, so that they are never all held at once."""
+        index = cls({}, meta)
+        index._families = {name: family for family in families for name in family.columns}
+        index._set_catalog(sizes)
+        return index
+
+    def _set_catalog(self, sizes: dict[str, int]) -> None:
+        rows = [{**self._meta[s], "series": s, "n": sizes[s]} for s in sorted(sizes)]
         self.catalog = pl.DataFrame(rows, schema=_CATALOG)
-        self.empty = not parts
+        self.empty = not sizes
 
     @classmethod
     def from_samples(
         cls, samples: pl.DataFrame, metrics: Iterable[str], *, unit: str, kind: str = "observed"
     ) -> SeriesIndex:
         """One series per ``(node, source, device, pid, metric)`` of ``metrics``."""
-        # A handful of series in tens of millions of rows: find the keys, then take each series'
-        # time and value with one filtered scan (a multi-key group_by would copy every row).
-        wanted = samples.lazy().filter(pl.col("metric").is_in(list(metrics)))
-        keys = wanted.select(SERIES_KEYS).unique().collect().sort(SERIES_KEYS, nulls_last=True)
-        parts: dict[str, pl.DataFrame] = {}
-        meta: dict[str, dict[str, Any]] = {}
-        for key in keys.iter_rows():
-            node, source, device, pid, metric = key
-            name = series_label(str(metric), str(source), device, pid)
-            same = [
-                pl.col(column).eq_missing(pl.lit(value, dtype=samples.schema[column]))
-                for column, value in zip(SERIES_KEYS, key, strict=True)
-            ]
-            one = wanted.filter(*same).select("ts", "value").collect()
-            parts[name] = one if one["ts"].is_sorted() else one.sort("ts")
-            meta[name] = {
-                "kind": kind,
-                "node": node,
-                "source": source,
-                "device": device,
-                "pid": pid,
-                "metric": metric,
-                "unit": unit,
-            }
-        return cls(parts, meta)
+        from oomtrace.analysis.samples import memory_index, split_series  # noqa: PLC0415
+
+        return memory_index(split_series(samples.lazy(), metrics), unit=unit, kind=kind)
 
     @classmethod
     def from_long(cls, frame: pl.DataFrame) -> SeriesIndex:
@@ -96,7 +110,7 @@ class SeriesIndex:
         return cls(parts, meta)
 
     def names(self) -> list[str]:
-        return sorted(self._parts)
+        return sorted([*self._parts, *self._families])
 
     def meta(self, series: str) -> dict[str, Any]:
         return {"series": series, **self._meta[series]}
@@ -118,13 +132,16 @@ class SeriesIndex:
 
     def rows(self, series: str) -> pl.DataFrame:
         """The series' own frame (``ts, value`` and extras), sorted by time."""
+        if series in self._families:
+            family = self._families[series]
+            return family.frame().select("ts", value=pl.col(family.columns[series]))
         return self._parts[series]
 
     def between(self, series: str, start: datetime, end: datetime) -> pl.DataFrame:
         """Rows with ``start <= ts <= end``, with the series' description as columns."""
-        rows = self._parts[series]
-        lo = int(rows["ts"].search_sorted(start, side="left"))
-        hi = int(rows["ts"].search_sorted(end, side="right"))
+        rows = self.rows(series)
+        lo = search_ts(rows["ts"], start, "left")
+        hi = search_ts(rows["ts"], end, "right")
         meta = self.meta(series)
         return rows.slice(lo, hi - lo).with_columns(
             pl.lit(v, dtype=SERIES_SCHEMA[k]).alias(k) for k, v in meta.items()
@@ -155,7 +172,7 @@ class SeriesIndex:
     def long(self, series: Iterable[str] | None = None) -> pl.DataFrame:
         """The chosen series (all by default) as one long frame of :data:`SERIES_SCHEMA`."""
         frames = [
-            self._parts[s]
+            self.rows(s)
             .select("ts", "value")
             .with_columns(
                 pl.lit(v, dtype=SERIES_SCHEMA[k]).alias(k) for k, v in self.meta(s).items()
@@ -170,10 +187,16 @@ class SeriesIndex:
         end``) on the series' node, elsewhere the first minimum and maximum of each of
         ``buckets`` equal time buckets, so that no peak is lost."""
         frames = []
+        done: dict[str, pl.DataFrame] = {}
         for name in self.names():
             meta = self.meta(name)
             mine = [(s, e) for node, s, e in windows if node == meta["node"]]
-            part = _compact(self._parts[name].select("ts", "value"), mine, buckets)
+            if name in self._families and name not in done:  # the whole family in one pass
+                family = self._families[name]
+                done |= _compact_many(family.frame(), family.columns, mine, buckets)
+            part = done.pop(name, None)
+            if part is None:
+                part = _compact(self.rows(name).select("ts", "value"), mine, buckets)
             frames.append(
                 part.with_columns(
                     pl.lit(v, dtype=SERIES_SCHEMA[k]).alias(k) for k, v in meta.items()
@@ -187,7 +210,7 @@ class SeriesIndex:
         seconds, usual_s``."""
         frames = []
         for name in self.names():
-            ts = self._parts[name]["ts"]
+            ts = self.rows(name)["ts"]
             if ts.len() < 3:
                 continue
             gaps = pl.DataFrame({"end": ts}).with_columns(start=pl.col("end").shift(1))
@@ -220,29 +243,91 @@ class SeriesIndex:
 def _compact(
     frame: pl.DataFrame, windows: list[tuple[datetime, datetime]], buckets: int
 ) -> pl.DataFrame:
+    return _compact_many(frame, {"value": "value"}, windows, buckets)["value"]
+
+
+def _compact_many(
+    frame: pl.DataFrame,
+    columns: dict[str, str],
+    windows: list[tuple[datetime, datetime]],
+    buckets: int,
+) -> dict[str, pl.DataFrame]:
+    """:meth:`SeriesIndex.compact` of the series in ``columns`` (name to column of ``frame``),
+    which share ``frame``'s times: one bucketing and one grouping for all of them."""
     if frame.height <= 2 * buckets:
-        return frame
-    inside = pl.lit(value=False)
-    for start, end in windows:
-        inside = inside | pl.col("ts").is_between(pl.lit(start, dtype=TS), pl.lit(end, dtype=TS))
+        return {name: frame.select("ts", value=pl.col(c)) for name, c in columns.items()}
     first, last = frame["ts"][0], frame["ts"][-1]
     width_ns = max(int((last - first).total_seconds() * 1e9) // buckets, 1)
     offset_ns = (pl.col("ts") - pl.lit(first, dtype=TS)).dt.total_nanoseconds()
-    marked = frame.with_columns(_inside=inside)
-    outside = (
-        marked.filter(~pl.col("_inside") & pl.col("value").is_not_null())
-        .with_columns(_bucket=offset_ns // width_ns)
-        .group_by("_bucket")
-        .agg(
-            lo_ts=pl.col("ts").get(pl.col("value").arg_min()),
-            lo=pl.col("value").min(),
-            hi_ts=pl.col("ts").get(pl.col("value").arg_max()),
-            hi=pl.col("value").max(),
+    bucket = offset_ns // width_ns
+    # Series are in time order, so their buckets are too: the grouping then takes runs of rows
+    # instead of hashing millions of keys, and the windows are runs of rows, cut out by slicing
+    # instead of filtering (a filter would copy every column).
+    in_order = frame["ts"].is_sorted()
+    inside_rows, outside = _split_windows(frame, windows, in_order)
+    outside = outside.with_columns(_bucket=bucket.set_sorted() if in_order else bucket)
+    # Columns without nulls share one grouping; a column with nulls is grouped over its values.
+    dense = [c for c in columns.values() if not frame[c].has_nulls()]
+    picks = {c: _picks(outside, [c], in_order) for c in columns.values() if c not in dense}
+    if dense:
+        together = _picks(outside, dense, in_order)
+        picks |= dict.fromkeys(dense, together)
+    out = {}
+    for name, column in columns.items():
+        kept = [
+            inside_rows.select("ts", value=pl.col(column)),
+            picks[column].select(ts=f"lo_ts_{column}", value=f"lo_{column}"),
+            picks[column].select(ts=f"hi_ts_{column}", value=f"hi_{column}"),
+        ]
+        out[name] = pl.concat(kept).unique(subset="ts", keep="any").sort("ts")
+    return out
+
+
+def _split_windows(
+    frame: pl.DataFrame, windows: list[tuple[datetime, datetime]], in_order: bool
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The rows inside any window (``start <= ts <= end``) and the rows outside all of them."""
+    if not in_order:
+        inside = pl.lit(value=False)
+        for start, end in windows:
+            inside = inside | pl.col("ts").is_between(
+                pl.lit(start, dtype=TS), pl.lit(end, dtype=TS)
+            )
+        marked = frame.with_columns(_inside=inside)
+        return (
+            marked.filter(pl.col("_inside")).drop("_inside"),
+            marked.filter(~pl.col("_inside")).drop("_inside"),
         )
-    )
-    kept = [
-        marked.filter(pl.col("_inside")).select("ts", "value"),
-        outside.select(ts="lo_ts", value="lo"),
-        outside.select(ts="hi_ts", value="hi"),
-    ]
-    return pl.concat(kept).unique(subset="ts", keep="any").sort("ts")
+    ns = frame["ts"].to_physical()
+    bounds = pl.Series([w for pair in windows for w in pair], dtype=TS).to_physical()
+    lows = ns.search_sorted(bounds[0::2], side="left").to_list()
+    highs = ns.search_sorted(bounds[1::2], side="right").to_list()
+    runs: list[list[int]] = []  # windows as merged row ranges, in order
+    for lo, hi in sorted(zip(lows, highs, strict=True)):
+        if hi <= lo:
+            continue
+        if runs and lo <= runs[-1][1]:
+            runs[-1][1] = max(runs[-1][1], hi)
+        else:
+            runs.append([lo, hi])
+    cuts = [0, *[x for run in runs for x in run], frame.height]
+    within = [frame.slice(lo, hi - lo) for lo, hi in runs]
+    beyond = [frame.slice(lo, hi - lo) for lo, hi in zip(cuts[0::2], cuts[1::2], strict=True)]
+    return pl.concat([frame.clear(), *within]), pl.concat([frame.clear(), *beyond])
+
+
+def _picks(outside: pl.DataFrame, columns: list[str], in_order: bool) -> pl.DataFrame:
+    """Per bucket, the first minimum and the first maximum of each column, with their times."""
+    rows = outside
+    if len(columns) == 1:
+        rows = outside.filter(pl.col(columns[0]).is_not_null())
+    aggs = []
+    for c in columns:
+        value = pl.col(c)
+        aggs += [
+            pl.col("ts").get(value.arg_min()).alias(f"lo_ts_{c}"),
+            value.min().alias(f"lo_{c}"),
+            pl.col("ts").get(value.arg_max()).alias(f"hi_ts_{c}"),
+            value.max().alias(f"hi_{c}"),
+        ]
+    return rows.group_by("_bucket", maintain_order=in_order).agg(aggs)

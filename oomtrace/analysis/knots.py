@@ -29,12 +29,13 @@ def _decodes(summary: pl.DataFrame) -> pl.Expr:
 
 
 def _tails(stated: pl.DataFrame, segments: pl.DataFrame, summary: pl.DataFrame) -> pl.DataFrame:
-    """Per segment: its last stated knot, its contract and whether it decodes."""
+    """Per segment: its last stated knot, its contract and whether it decodes. Every segment has
+    a stated start, so the last stated knots line up with the segments, row for row."""
     last = stated.filter(g.is_last("sid")).select(
-        "sid", last_ts=pl.col("ts"), last_tokens=pl.col("tokens")
+        last_ts=pl.col("ts"), last_tokens=pl.col("tokens")
     )
     return (
-        segments.join(last, on="sid", how="left")
+        segments.hstack(last)
         .with_columns(
             contract_tokens=per_request(summary["contract_tokens"]),
             first_token_ts=per_request(summary["first_token_ts"]),
@@ -53,20 +54,23 @@ def close_open_segments(
 ) -> pl.DataFrame:
     """End every open segment: at the next reset, when its contract would be spent at the decode
     rate, or at the end of the trace, whichever comes first."""
-    ends = pl.DataFrame(
-        {"node": list(trace_end), "trace_end": list(trace_end.values())},
-        schema={"node": pl.String, "trace_end": TS},
+    ends = {node: pl.Series([end], dtype=TS)[0] for node, end in trace_end.items()}
+    seg = _tails(stated, segments, summary).with_columns(
+        trace_end=pl.col("node").replace_strict(ends, default=None, return_dtype=TS),
+        anchor=pl.coalesce("last_ts", "start_ts"),
     )
-    seg = _tails(stated, segments, summary).join(ends, on="node", how="left")
-    seg = seg.with_columns(anchor=pl.coalesce("last_ts", "start_ts")).sort("anchor")
-    seg = seg.join_asof(
-        resets.select("node", reset_ts=pl.col("ts")).sort("reset_ts"),
-        left_on="anchor",
-        right_on="reset_ts",
-        by="node",
-        strategy="forward",
-        check_sortedness=False,  # both sides sorted just above; polars cannot check with `by`
-    )
+    resorted = not resets.is_empty()
+    if resorted:
+        seg = seg.sort("anchor").join_asof(
+            resets.select("node", reset_ts=pl.col("ts")).sort("reset_ts"),
+            left_on="anchor",
+            right_on="reset_ts",
+            by="node",
+            strategy="forward",
+            check_sortedness=False,  # both sides sorted just above; polars cannot check with `by`
+        )
+    else:
+        seg = seg.with_columns(reset_ts=pl.lit(None, dtype=TS))
     spent = pl.lit(None, dtype=TS)
     if rate.tokens_per_s:
         room = (pl.col("contract_tokens") - pl.col("last_tokens")).clip(lower_bound=0)
@@ -87,28 +91,25 @@ def close_open_segments(
         .otherwise(pl.lit("trace_end"))
     )
     open_ = pl.col("end_ts").is_null()
-    return (
-        seg.with_columns(
-            end_ts=pl.when(open_)
-            .then(pl.max_horizontal(candidates, "anchor"))
-            .otherwise("end_ts")
-            .cast(TS),
-            end_basis=pl.when(open_).then(basis).otherwise("end_basis"),
-        )
-        .select(
-            "sid",
-            "rid",
-            *KEYS,
-            "start_ts",
-            "start_basis",
-            "end_ts",
-            "end_basis",
-            "end_output",
-            "prompt",
-            "prompt_tokens",
-        )
-        .sort("sid")
+    closed = seg.with_columns(
+        end_ts=pl.when(open_)
+        .then(pl.max_horizontal(candidates, "anchor"))
+        .otherwise("end_ts")
+        .cast(TS),
+        end_basis=pl.when(open_).then(basis).otherwise("end_basis"),
+    ).select(
+        "sid",
+        "rid",
+        *KEYS,
+        "start_ts",
+        "start_basis",
+        "end_ts",
+        "end_basis",
+        "end_output",
+        "prompt",
+        "prompt_tokens",
     )
+    return closed.sort("sid") if resorted else closed
 
 
 def model_knots(
@@ -119,7 +120,8 @@ def model_knots(
     max_model_len: int | None,
 ) -> pl.DataFrame:
     """Add model knots after the last statement of every segment whose end count is not stated:
-    growth at the decode rate, capped by the contract, up to the segment's end."""
+    growth at the decode rate, capped by the contract, up to the segment's end. Returns the
+    timeline's points: ``sid, rid, ts, tokens, stated``, sorted by segment and time."""
     tail = _tails(stated, segments, summary).filter(pl.col("end_output").is_null())
     cap = pl.col("contract_tokens").cast(pl.Float64)
     if max_model_len:
@@ -153,10 +155,7 @@ def model_knots(
         stated=pl.lit(value=False),
         order=pl.lit(3, pl.Int8),
     )
-    knots = pl.concat([stated, cap_knots.cast(stated.schema), end_knots.cast(stated.schema)]).sort(
-        "sid", "ts", "order"
-    )
-    keys = segments.select("sid", *KEYS)  # the public keys, for per-request detail
-    return knots.join(keys, on="sid", how="left", maintain_order="left").select(
-        "sid", "rid", *KEYS, pl.col("ts").cast(TS), "tokens", "stated"
-    )
+    # Model knots come after every stated knot of their segment (never earlier than its last),
+    # the cap before the end: the three runs merge on (sid, order).
+    knots = g.merge_runs([stated, cap_knots.cast(stated.schema), end_knots.cast(stated.schema)])
+    return knots.select("sid", "rid", pl.col("ts").cast(TS), "tokens", "stated")

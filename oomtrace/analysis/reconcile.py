@@ -12,13 +12,14 @@ Each comparison is an as-of join of one series onto the other's sample times.
 from __future__ import annotations
 
 from datetime import timedelta
+from functools import partial
 
 import polars as pl
 
 from oomtrace.analysis.findings import Reconciliation
-from oomtrace.analysis.index import SeriesIndex
+from oomtrace.analysis.index import Family, SeriesIndex
 from oomtrace.analysis.kvmodel import KVModel
-from oomtrace.analysis.pool import POOL_COLUMNS, pool_at
+from oomtrace.analysis.pool import POOL_COLUMNS, Breakpoints, pool_at
 from oomtrace.analysis.series import SERIES_SCHEMA
 from oomtrace.units import format_bytes
 
@@ -33,7 +34,7 @@ def _stats(gaps: pl.DataFrame) -> tuple[int, float | None, float | None, object]
 
 
 def kv_reconciliation(
-    observed: pl.DataFrame, breakpoints: pl.DataFrame, kv: KVModel, requests_seen: bool
+    observed: pl.DataFrame, breakpoints: Breakpoints, kv: KVModel, requests_seen: bool
 ) -> tuple[Reconciliation | None, pl.DataFrame]:
     """Modelled against observed KV at the observed sample times, and the gap series."""
     if observed.is_empty() or not requests_seen:
@@ -179,20 +180,24 @@ POOL_SERIES = {
 }
 
 
-def modelled_index(breakpoints: pl.DataFrame, has_bytes: bool) -> SeriesIndex:
-    """The sweep's pool series, one per node and quantity (one point per breakpoint)."""
-    parts: dict[str, pl.DataFrame] = {}
+def modelled_index(breakpoints: Breakpoints, has_bytes: bool) -> SeriesIndex:
+    """The sweep's pool series, one per node and quantity (one point per breakpoint), evaluated
+    when read, a node's quantities together (a day has millions of breakpoints; the findings
+    keep few of them)."""
+    families: list[Family] = []
+    sizes: dict[str, int] = {}
     meta: dict[str, dict[str, object]] = {}
     if breakpoints.is_empty():
-        return SeriesIndex(parts, {})
-    columns = [c for c in POOL_COLUMNS if has_bytes or c not in ("kv_bytes", "contract_bytes")]
-    nodes = sorted(breakpoints["node"].unique().to_list())
-    for node in nodes:
-        mine = breakpoints.filter(pl.col("node") == node)
+        return SeriesIndex({}, {})
+    columns = tuple(c for c in POOL_COLUMNS if has_bytes or c not in ("kv_bytes", "contract_bytes"))
+    nodes = [node for node, _ in breakpoints.frames()]
+    for node, frame in breakpoints.frames():
+        labels: dict[str, str] = {}
         for column in columns:
             name, unit = POOL_SERIES[column]
             label = name if len(nodes) == 1 else f"{name} ({node})"
-            parts[label] = mine.select("ts", value=pl.col(column).cast(pl.Float64))
+            labels[label] = column
+            sizes[label] = frame.height
             meta[label] = {
                 "kind": "modelled",
                 "node": node,
@@ -202,4 +207,11 @@ def modelled_index(breakpoints: pl.DataFrame, has_bytes: bool) -> SeriesIndex:
                 "metric": f"modelled_{column}",
                 "unit": unit,
             }
-    return SeriesIndex(parts, meta)
+        families.append(Family(partial(_modelled, breakpoints, node, columns), labels))
+    return SeriesIndex.of_families(families, sizes, meta)
+
+
+def _modelled(breakpoints: Breakpoints, node: str, columns: tuple[str, ...]) -> pl.DataFrame:
+    return breakpoints.evaluated(node, columns).select(
+        "ts", *[pl.col(c).cast(pl.Float64) for c in columns]
+    )

@@ -21,7 +21,7 @@ from typing import Any
 
 import polars as pl
 
-from oomtrace.analysis.index import SeriesIndex
+from oomtrace.analysis.index import SeriesIndex, search_ts
 from oomtrace.analysis.jsonfmt import iso, number
 from oomtrace.analysis.options import AnalyzeOptions
 from oomtrace.timeline import NS_PER_S
@@ -162,8 +162,8 @@ def _describe(
 ) -> Spike:
     """The spike that peaks at ``peak_ts``, measured on the samples of the window before it."""
     ts = frame["ts"]
-    lo = int(ts.search_sorted(peak_ts - window, side="left"))
-    hi = int(ts.search_sorted(peak_ts, side="right"))
+    lo = search_ts(ts, peak_ts - window, "left")
+    hi = search_ts(ts, peak_ts, "right")
     win = frame.slice(lo, hi - lo)
     peak = win.row(win.height - 1, named=True)
     minimum = win["value"].min()

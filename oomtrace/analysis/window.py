@@ -40,7 +40,7 @@ def tokens_at(timeline: Timeline, points: pl.DataFrame) -> pl.DataFrame:
 def _bracket(timeline: Timeline, points: pl.DataFrame) -> pl.DataFrame:
     """Per point: the knots just before and after it, and the stated ones around it."""
     wanted = points["sid"].unique().implode()
-    knots = timeline.knots.filter(pl.col("sid").is_in(wanted)).sort("ts")
+    knots = timeline.points.filter(pl.col("sid").is_in(wanted)).sort("ts")
     stated = knots.filter(pl.col("stated"))
 
     def asof(right: pl.DataFrame, strategy: str, names: tuple[str, str]) -> pl.DataFrame:
@@ -107,6 +107,12 @@ _CUT: Final = ("aborted", "reset")
 
 def resident_at(timeline: Timeline, node: str, at: datetime) -> pl.DataFrame:
     """Every request resident on ``node`` at ``at``, with its segment and figures."""
+    return residents_with_ids(timeline, node, at).drop("sid", "rid")
+
+
+def residents_with_ids(timeline: Timeline, node: str, at: datetime) -> pl.DataFrame:
+    """:func:`resident_at` keeping the internal ``sid`` and ``rid`` (row keys of the timeline's
+    segments and requests)."""
     end = pl.col("end_ts")
     segments = timeline.segments.filter(
         (pl.col("node") == node)
@@ -116,7 +122,7 @@ def resident_at(timeline: Timeline, node: str, at: datetime) -> pl.DataFrame:
     points = segments.select(
         "sid", "rid", *KEYS, "start_ts", "start_basis", at=pl.lit(at, dtype=TS)
     )
-    return tokens_at(timeline, points).drop("at", "sid", "rid")
+    return tokens_at(timeline, points).drop("at")
 
 
 def window_segments(timeline: Timeline, node: str, start: datetime, end: datetime) -> pl.DataFrame:

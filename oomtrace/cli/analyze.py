@@ -74,12 +74,16 @@ def command(
     from oomtrace.analysis.kvmodel import architecture_spec
     from oomtrace.analysis.options import AnalyzeOptions, parse_duration
     from oomtrace.analysis.summary import render_summary
-    from oomtrace.attribution import analyze
+    from oomtrace.attribution import analyze, open_trace
     from oomtrace.ingest import load_any
+    from oomtrace.trace import is_trace_dir
 
     window_s = parse_duration(window, what="--window")
     ingest = to_ingest_options(kwargs)
-    trace = load_any(list(inputs), ingest)
+    paths = list(inputs)
+    # A trace directory is scanned (only what the analysis reads); raw files are ingested.
+    one_dir = len(paths) == 1 and is_trace_dir(paths[0])
+    trace = open_trace(paths[0]) if one_dir else load_any(paths, ingest)
     spec, label = None, "architecture"
     if config_path is not None:
         spec, label = architecture_spec(

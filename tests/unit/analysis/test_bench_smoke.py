@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.analyze_bench import run_duckdb, run_oomtrace, run_pandas, run_read
+from benchmarks.analyze_bench import (
+    _command,
+    run_duckdb,
+    run_oomtrace,
+    run_pandas,
+    run_read,
+    run_read_all,
+)
 from benchmarks.analyze_data import generate
 
 
@@ -28,3 +35,12 @@ def test_the_peers_compute_the_same_pool_as_oomtrace(day: Path) -> None:
 def test_the_floor_reads_the_same_inputs(day: Path) -> None:
     floor = run_read(day)
     assert floor["rows"] > 3600
+
+
+def test_the_whole_command_and_its_floor_run_on_the_same_directory(day: Path) -> None:
+    floor = run_read_all(day)
+    command = _command(day)
+    assert floor["rows"] > 3600
+    assert command["incidents"] >= 1
+    assert command["cpu_s"] > 0
+    assert command["peak_rss_mib"] > 0

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from oomtrace.analysis.breakdown import engine_pids
+from oomtrace.analysis.samples import SampleView, read_samples
+from oomtrace.analysis.series import BYTES_METRICS
 from oomtrace.schema import empty
 from oomtrace.trace import Manifest
 from tests.factories import at, samples
@@ -21,6 +23,11 @@ def _rows(**series: tuple[int | None, str, int]) -> list[dict[str, Any]]:
     ]
 
 
+def _view(rows: list[dict[str, Any]]) -> SampleView:
+    """The samples as the analysis reads them (memory series split out)."""
+    return read_samples(samples(*rows).lazy(), BYTES_METRICS, lambda: None)
+
+
 def test_the_host_pid_of_a_containerised_engine_is_the_engine_too() -> None:
     # GIVEN the hook's samples under the container pid 391, and NVML's per-process samples under
     # host pids: the engine's twin (reserved + 640 MiB) and a small unrelated process
@@ -30,7 +37,7 @@ def test_the_host_pid_of_a_containerised_engine_is_the_engine_too() -> None:
         other=(5_555, "process_used_bytes", 2 * GiB),
     )
     # WHEN the engine's processes are named
-    pids = engine_pids(samples(*rows), empty("events"), Manifest())
+    pids = engine_pids(_view(rows), empty("events"), Manifest())
     # THEN the host pid whose memory tracks the allocator is the engine; the other is not
     assert pids == frozenset({391, 2_914_467})
 
@@ -43,7 +50,7 @@ def test_when_the_pids_agree_nothing_is_added() -> None:
         other=(88, "process_used_bytes", 31 * GiB),
     )
     # WHEN the engine's processes are named, THEN only the allocator's pid is the engine
-    assert engine_pids(samples(*rows), empty("events"), Manifest()) == frozenset({77})
+    assert engine_pids(_view(rows), empty("events"), Manifest()) == frozenset({77})
 
 
 def test_a_process_below_the_allocators_reserved_bytes_is_never_its_twin() -> None:
@@ -54,4 +61,4 @@ def test_a_process_below_the_allocators_reserved_bytes_is_never_its_twin() -> No
         other=(5_555, "process_used_bytes", 3 * GiB),
     )
     # WHEN the engine's processes are named, THEN the foreign process stays foreign
-    assert engine_pids(samples(*rows), empty("events"), Manifest()) == frozenset({391})
+    assert engine_pids(_view(rows), empty("events"), Manifest()) == frozenset({391})

@@ -1,0 +1,223 @@
+"""Everything an analysis computes once, from its tables: the KV model, the timeline and its sweep,
+the series and the spikes, and the tables' totals.
+
+The order keeps memory low on a long trace: the samples are read first (one pass, only the memory
+series kept whole), then the lifecycle is read, turned into the timeline and let go before the
+sweep; later, incidents read only the lifecycle rows they cite (see
+:mod:`oomtrace.analysis.source`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+import polars as pl
+
+from oomtrace.analysis import grouped as g
+from oomtrace.analysis.assemble import Prepared
+from oomtrace.analysis.breakdown import engine_pids
+from oomtrace.analysis.index import SeriesIndex
+from oomtrace.analysis.kvmodel import KVModel, kv_model
+from oomtrace.analysis.lifecycle import Lifecycle, lifecycle
+from oomtrace.analysis.options import AnalyzeOptions
+from oomtrace.analysis.pool import Breakpoints, pool_breakpoints
+from oomtrace.analysis.reconcile import modelled_index
+from oomtrace.analysis.samples import SampleView, read_samples
+from oomtrace.analysis.series import BYTES_METRICS, capacities, engine_series, observed_kv
+from oomtrace.analysis.source import TableFacts, Tables, TraceScan, tables_of
+from oomtrace.analysis.spikes import Spike, find_spikes
+from oomtrace.errors import InputError
+from oomtrace.schema import TS
+from oomtrace.timeline import RESETS, Timeline, timeline_of
+from oomtrace.trace import Trace
+
+logger = logging.getLogger(__name__)
+
+
+def tables_on_node(source: Trace | TraceScan, node: str | None) -> Tables:
+    """The source's tables on ``node`` (all nodes when None). Raises :class:`InputError` when
+    nothing can be analysed: no rows at all, or none on that node."""
+    everything = tables_of(source, None)
+    if not any(_counts(everything)):
+        raise InputError(
+            "the trace holds no samples, requests or events: nothing to analyse; check that "
+            "ingest recognised the input files (see manifest.json sources)"
+        )
+    if node is None:
+        return everything
+    picked = tables_of(source, node)
+    if not any(_counts(picked)):
+        frames = (everything.samples, everything.requests, everything.events.lazy())
+        nodes = pl.concat([f.select("node") for f in frames]).unique().collect()
+        names = ", ".join(sorted(nodes["node"].to_list()))
+        raise InputError(f"--node {node!r}: no rows on that node; the trace has {names}")
+    return picked
+
+
+def _counts(tables: Tables) -> tuple[int, int, int]:
+    rows = [int(f.select(pl.len()).collect().item()) for f in (tables.samples, tables.requests)]
+    return rows[0], rows[1], tables.events.height
+
+
+def prepare(
+    tables: Tables, options: AnalyzeOptions
+) -> tuple[Prepared, SeriesIndex, list[Spike], TableFacts]:
+    """Everything computed once (see the module docstring)."""
+    samples = read_samples(tables.samples, BYTES_METRICS, tables.strict)
+    kv = kv_model(
+        tables.manifest, samples.other, spec=options.kv_spec, spec_label=options.kv_spec_label
+    )
+    timeline, facts = _timeline(tables, samples, kv)
+    breakpoints = pool_breakpoints(timeline)
+    memory = samples.memory
+    kv_index = SeriesIndex.from_long(observed_kv(samples.other, kv))
+    engine_long = engine_series(samples.other)
+    modelled = modelled_index(breakpoints, kv.has_bytes)
+    caps = capacities(samples.other, tables.events)
+    cap_map = {
+        (r["node"], r["device"]): int(r["capacity_bytes"]) for r in caps.iter_rows(named=True)
+    }
+    observed_any = not (memory.empty and kv_index.empty)
+    spikes = find_spikes(
+        [memory, kv_index] if observed_any else [_modelled_for_spikes(modelled, kv)],
+        _capacity_of(cap_map, kv),
+        options,
+    )
+    logger.debug("%d spikes, %d knots", len(spikes), timeline.points.height)
+    prep = Prepared(
+        tables=tables,
+        kv=kv,
+        timeline=timeline,
+        breakpoints=breakpoints,
+        memory=memory,
+        kv_index=kv_index,
+        engine=SeriesIndex.from_long(engine_long),
+        capacities=cap_map,
+        engine_pids=engine_pids(samples, tables.events, tables.manifest),
+        idle=_idle(engine_long, breakpoints),
+    )
+    return prep, modelled, spikes, facts
+
+
+def _timeline(tables: Tables, samples: SampleView, kv: KVModel) -> tuple[Timeline, TableFacts]:
+    """The timeline from the lifecycle, and the totals of every table."""
+    life = lifecycle(tables.requests, tables.strict)
+    sources = tables.requests.select(
+        pl.col("source").unique().implode().alias("sources"),
+        pl.col("source").null_count().alias("nulls"),
+    ).collect()
+    if sources["nulls"].item():
+        tables.strict()
+    events = tables.events
+    request_spans = _request_spans(life)
+    spans = pl.concat(
+        [
+            samples.spans,
+            request_spans,
+            events.group_by("node").agg(first=pl.col("ts").min(), last=pl.col("ts").max()),
+        ]
+    )
+    spans = spans.group_by("node").agg(pl.col("first").min(), pl.col("last").max()).sort("node")
+    facts = TableFacts(
+        samples=samples.rows,
+        request_events=life.events.height,
+        events=events.height,
+        spans=spans,
+        metrics=samples.metrics,
+        sources=samples.sources
+        | frozenset(sources["sources"].item().to_list())
+        | frozenset(events["source"].unique().to_list()),
+        first_request={str(n): t for n, t in request_spans.select("node", "first").rows()},
+    )
+    trace_end: dict[str, datetime] = {str(n): t for n, t in spans.select("node", "last").rows()}
+    resets = events.filter(pl.col("kind").is_in(RESETS)).select("node", "ts")
+    max_len = tables.manifest.engine_config.get("max_model_len")
+    timeline = timeline_of(
+        life,
+        kv,
+        trace_end=trace_end,
+        resets=resets,
+        rate=None,
+        samples=samples.other,
+        max_model_len=int(max_len) if isinstance(max_len, int) else None,
+    )
+    return timeline, facts
+
+
+def _request_spans(life: Lifecycle) -> pl.DataFrame:
+    """First and last lifecycle event per node (each request's events are in time order)."""
+    events = life.events
+    first = events.filter(g.is_first("rid"))
+    last = events.filter(g.is_last("rid"))
+    return (
+        pl.DataFrame({"node": life.keys["node"], "first": first["ts"], "last": last["ts"]})
+        .group_by("node")
+        .agg(pl.col("first").min(), pl.col("last").max())
+    )
+
+
+def _capacity_of(
+    devices: dict[tuple[str, int | None], int], kv: KVModel
+) -> Callable[[dict[str, Any]], float | None]:
+    """Each series' capacity: device series against the device, KV against the pool."""
+    pool = {"bytes": kv.pool_bytes, "ratio": 1, "blocks": kv.pool_blocks, "tokens": kv.pool_tokens}
+
+    def capacity(meta: dict[str, Any]) -> float | None:
+        if meta["metric"] in ("kv_used", "modelled_kv_bytes", "modelled_stored_tokens"):
+            value = pool.get(meta["unit"])
+            return float(value) if value else None
+        value = devices.get((meta["node"], meta["device"]))
+        return float(value) if value else None
+
+    return capacity
+
+
+def _modelled_for_spikes(modelled: SeriesIndex, kv: KVModel) -> SeriesIndex:
+    """Without any observation, spikes are looked for in the modelled KV (a model is not evidence,
+    so this happens only then)."""
+    metric = "modelled_kv_bytes" if kv.has_bytes else "modelled_stored_tokens"
+    keep = [n for n in modelled.names() if modelled.meta(n)["metric"] == metric]
+    return SeriesIndex(
+        {n: modelled.rows(n) for n in keep},
+        {n: {k: v for k, v in modelled.meta(n).items() if k != "series"} for n in keep},
+    )
+
+
+def _idle(engine: pl.DataFrame, breakpoints: Breakpoints) -> pl.DataFrame:
+    """Stretches with no request running: from the engine's running count where sampled, else
+    from the modelled resident count."""
+    running = engine.filter(pl.col("metric") == "requests_running").select("node", "ts", "value")
+    if running.is_empty() and not breakpoints.is_empty():
+        running = pl.concat(
+            [
+                breakpoints.evaluated(node, ("resident_requests",)).select(
+                    pl.lit(node).alias("node"),
+                    "ts",
+                    value=pl.col("resident_requests").cast(pl.Float64),
+                )
+                for node, _ in breakpoints.frames()
+            ]
+        )
+    if running.is_empty():
+        return pl.DataFrame(schema={"node": pl.String, "start": TS, "end": TS})
+    frame = running.sort("node", "ts").with_columns(idle=pl.col("value") == 0)
+    frame = frame.with_columns(
+        run=(
+            (pl.col("idle") != pl.col("idle").shift(1))
+            | (pl.col("node") != pl.col("node").shift(1))
+        )
+        .fill_null(value=True)
+        .cum_sum(),
+        next_ts=pl.col("ts").shift(-1).over("node"),
+    )
+    return (
+        frame.filter(pl.col("idle"))
+        .group_by("node", "run")
+        .agg(start=pl.col("ts").min(), end=pl.coalesce(pl.col("next_ts").max(), pl.col("ts").max()))
+        .filter(pl.col("end") > pl.col("start"))
+        .sort("node", "start")
+        .select("node", "start", "end")
+    )

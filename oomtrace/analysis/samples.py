@@ -1,0 +1,241 @@
+"""What the analysis reads of the ``samples`` table, in one streaming pass.
+
+A day at 100 Hz is tens of millions of rows, nearly all of them a few memory series. The table is
+never held whole: the rows of the memory metrics are streamed in batches and split into one
+``ts, value`` frame per series (:class:`~oomtrace.analysis.index.SeriesIndex`); every other row
+(engine, KV and scheduler metrics, sampled about once a second) is kept as it is; and the table's
+totals (rows, time span per node, metrics, sources) are counted on the way.
+
+Series are told apart by an exact integer code per row: each key column's values are numbered in
+the order they appear (a handful per column) and the numbers packed into one integer, so that a
+batch splits by comparing integers, never by hashing strings. The same checks as
+:func:`oomtrace.schema.conform` run on the way (required values present, metrics in the
+vocabulary, whole numbers where the metric counts); a row that fails one is reported by the
+caller's ``invalid`` (which, for a scanned directory, reads it the strict way to raise the same
+error).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Final
+
+import polars as pl
+
+from oomtrace.analysis.index import SeriesIndex, series_label
+from oomtrace.analysis.series import SERIES_KEYS
+from oomtrace.schema import METRICS, REQUIRED, SAMPLES, WHOLE_NUMBER_KINDS
+
+CHUNK_ROWS: Final = 1_000_000
+# Bits of the packed series code per key column (metric first): values beyond are read exactly
+# but slowly (a key-column grouping per batch).
+_BITS: Final = {"metric": 6, "node": 12, "source": 12, "device": 12, "pid": 20}
+_FEW: Final = 4  # up to this many names per key column are told apart by comparison
+_WHOLE: Final = [m for m, (kind, _) in METRICS.items() if kind in WHOLE_NUMBER_KINDS]
+
+Invalid = Callable[[], None]  # called when a value fails a check
+
+
+@dataclass(frozen=True)
+class SampleView:
+    """``memory``: one series per ``(node, source, device, pid, metric)`` of the memory metrics;
+    ``other``: every other row (canonical columns); ``rows``, ``spans`` (``node, first, last``),
+    ``metrics`` and ``sources``: the whole table's totals."""
+
+    memory: SeriesIndex
+    other: pl.DataFrame
+    rows: int
+    spans: pl.DataFrame
+    metrics: frozenset[str]
+    sources: frozenset[str]
+
+    @property
+    def empty(self) -> bool:
+        return self.rows == 0
+
+
+class _Numbering:
+    """Values of one key column numbered from 1 in order of appearance (0 is null)."""
+
+    def __init__(self, column: str, dtype: pl.DataType) -> None:
+        self.column, self.dtype = column, dtype
+        self.values: list[Any] = []
+        self.capacity = (1 << _BITS[column]) - 1
+
+    def learn(self, batch: pl.DataFrame) -> bool:
+        """Number the batch's new values; False when they no longer fit the code."""
+        known = set(self.values)
+        self.values += [v for v in batch[self.column].unique(maintain_order=True) if v not in known]
+        if None in self.values:
+            self.values.remove(None)
+        return len(self.values) <= self.capacity
+
+    def code(self) -> pl.Expr:
+        """The value's number; a value not numbered yet fails the cast (text) or gives null
+        (integers), so that the caller numbers the batch's values and codes it again."""
+        col = pl.col(self.column)
+        if self.dtype == pl.String and len(self.values) > _FEW:
+            physical = col.cast(pl.Enum(self.values)).to_physical().cast(pl.UInt64) + 1
+            return physical.fill_null(0)
+        if self.dtype == pl.String:  # a few names: comparing is cheaper than a lookup
+            code = pl.lit(None, pl.UInt64)  # a name not numbered yet
+            for number, value in reversed(list(enumerate(self.values, start=1))):
+                code = pl.when(col == value).then(pl.lit(number, pl.UInt64)).otherwise(code)
+            return pl.when(col.is_null()).then(pl.lit(0, pl.UInt64)).otherwise(code)
+        numbers = range(1, len(self.values) + 1)
+        known = col.replace_strict(self.values, numbers, default=None, return_dtype=pl.UInt64)
+        return pl.when(col.is_null()).then(pl.lit(0, pl.UInt64)).otherwise(known)
+
+    def value(self, number: int) -> Any:
+        return None if number == 0 else self.values[number - 1]
+
+
+def _packed(numberings: list[_Numbering]) -> pl.Expr:
+    code, shift = pl.lit(0, pl.UInt64), 0
+    for numbering in numberings:
+        code = code + (numbering.code() * (1 << shift))
+        shift += _BITS[numbering.column]
+    return code
+
+
+def _unpack(numberings: list[_Numbering], code: int) -> tuple[Any, ...]:
+    values: dict[str, Any] = {}
+    for numbering in numberings:
+        bits = _BITS[numbering.column]
+        values[numbering.column] = numbering.value(code & ((1 << bits) - 1))
+        code >>= bits
+    return tuple(values[c] for c in SERIES_KEYS)
+
+
+def split_series(
+    samples: pl.LazyFrame, metrics: Iterable[str], *, chunk_rows: int = CHUNK_ROWS
+) -> dict[tuple[Any, ...], pl.DataFrame]:
+    """``ts, value`` of every series of ``metrics``, keyed by ``(node, source, device, pid,
+    metric)``, each in time order (the table's order among rows of one instant)."""
+    wanted = list(metrics)
+    rows = samples.filter(pl.col("metric").is_in(wanted)).select("ts", "value", *SERIES_KEYS)
+    schema = samples.collect_schema()
+    numberings = [_Numbering(c, schema[c]) for c in ("metric", "node", "source", "device", "pid")]
+    chunks: dict[int, list[pl.DataFrame]] = {}
+    batches = rows.collect_batches(chunk_size=chunk_rows)
+    for batch in batches:
+        coded = _coded(batch, numberings)
+        if coded is None:
+            return _split_exactly(rows)
+        for code in coded["_code"].unique(maintain_order=True):
+            part = coded.filter(pl.col("_code") == code).select("ts", "value")
+            chunks.setdefault(code, []).append(part)
+    out = {_unpack(numberings, code): _in_time_order(parts) for code, parts in chunks.items()}
+    return dict(sorted(out.items(), key=lambda kv: _sort_key(kv[0])))
+
+
+def _coded(batch: pl.DataFrame, numberings: list[_Numbering]) -> pl.DataFrame | None:
+    """``ts, value, _code`` of a batch; its new key values are numbered first when it has any
+    (None when they no longer fit the code)."""
+    try:
+        coded = batch.select("ts", "value", _code=_packed(numberings))
+        if not coded["_code"].has_nulls():
+            return coded
+    except pl.exceptions.InvalidOperationError:  # text not numbered yet
+        pass
+    if not all(n.learn(batch) for n in numberings):
+        return None
+    return batch.select("ts", "value", _code=_packed(numberings))
+
+
+def _split_exactly(rows: pl.LazyFrame) -> dict[tuple[Any, ...], pl.DataFrame]:
+    """The same split for tables with too many distinct keys to pack: a grouping by the keys."""
+    frame = rows.collect()
+    parts = frame.partition_by(SERIES_KEYS, as_dict=True, include_key=False, maintain_order=True)
+    out = {key: _in_time_order([part]) for key, part in parts.items()}
+    return dict(sorted(out.items(), key=lambda kv: _sort_key(kv[0])))
+
+
+def _in_time_order(parts: list[pl.DataFrame]) -> pl.DataFrame:
+    one = pl.concat(parts, rechunk=True)
+    if one["ts"].is_sorted():  # flagged, so that rolling windows and searches trust it
+        return one.with_columns(pl.col("ts").set_sorted())
+    return one.sort("ts", maintain_order=True)
+
+
+def _sort_key(key: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple((value is None, value) for value in key)
+
+
+def memory_index(
+    series: dict[tuple[Any, ...], pl.DataFrame], *, unit: str, kind: str = "observed"
+) -> SeriesIndex:
+    parts: dict[str, pl.DataFrame] = {}
+    meta: dict[str, dict[str, Any]] = {}
+    for (node, source, device, pid, metric), frame in series.items():
+        name = series_label(str(metric), str(source), device, pid)
+        parts[name] = frame
+        meta[name] = {
+            "kind": kind,
+            "node": node,
+            "source": source,
+            "device": device,
+            "pid": pid,
+            "metric": metric,
+            "unit": unit,
+        }
+    return SeriesIndex(parts, meta)
+
+
+def read_samples(
+    samples: pl.LazyFrame, memory_metrics: Iterable[str], invalid: Invalid
+) -> SampleView:
+    """The samples table as the analysis reads it (see the module docstring)."""
+    wanted = list(memory_metrics)
+    series = split_series(samples, wanted)
+    other = (
+        samples.filter(~pl.col("metric").is_in(wanted) | pl.col("metric").is_null())
+        .collect()
+        .select(SAMPLES.names())
+    )
+    _check(series, other, invalid)
+    spans = _spans(series, other)
+    return SampleView(
+        memory=memory_index(series, unit="bytes"),
+        other=other,
+        rows=other.height + sum(f.height for f in series.values()),
+        spans=spans,
+        metrics=frozenset([*other["metric"].unique().to_list(), *(k[4] for k in series)]),
+        sources=frozenset([*other["source"].unique().to_list(), *(k[1] for k in series)]),
+    )
+
+
+def _check(
+    series: dict[tuple[Any, ...], pl.DataFrame], other: pl.DataFrame, invalid: Invalid
+) -> None:
+    """What :func:`oomtrace.schema.conform` checks of sample values, on the split table."""
+    whole = pl.col("value") != pl.col("value").round(0)
+    for (node, source, _device, _pid, metric), frame in series.items():
+        if node is None or source is None or frame["ts"].has_nulls() or frame["value"].has_nulls():
+            invalid()
+        if metric in _WHOLE and frame.select(whole.any()).item():
+            invalid()
+    required = other.select(pl.any_horizontal(pl.col(c).is_null() for c in REQUIRED["samples"]))
+    if required.to_series().any():
+        invalid()
+    if other.filter(~pl.col("metric").is_in(list(METRICS))).height:
+        invalid()
+    if other.filter(pl.col("metric").is_in(_WHOLE) & whole).height:
+        invalid()
+
+
+def _spans(series: dict[tuple[Any, ...], pl.DataFrame], other: pl.DataFrame) -> pl.DataFrame:
+    """First and last sample time per node."""
+    ends = [
+        frame.select(
+            pl.lit(key[0], pl.String).alias("node"),
+            first=pl.col("ts").first(),
+            last=pl.col("ts").last(),
+        )
+        for key, frame in series.items()
+        if frame.height
+    ]
+    of_other = other.group_by("node").agg(first=pl.col("ts").min(), last=pl.col("ts").max())
+    both = pl.concat([of_other, *ends])
+    return both.group_by("node").agg(pl.col("first").min(), pl.col("last").max()).sort("node")

@@ -1,0 +1,47 @@
+"""Series look-ups: positions in a nanosecond column for a microsecond datetime."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import polars as pl
+from hypothesis import given
+from hypothesis import strategies as st
+
+from oomtrace.analysis.index import SeriesIndex, search_ts
+from oomtrace.schema import TS
+from tests.factories import T0, at, samples
+
+T0_NS = int(pl.Series([T0], dtype=TS).to_physical()[0])
+
+
+def ns_column(offsets: list[int]) -> pl.Series:
+    return pl.Series([T0_NS + o for o in sorted(offsets)], dtype=pl.Int64).cast(TS)
+
+
+@given(
+    offsets=st.lists(st.integers(-5_000, 5_000), max_size=30),
+    micros=st.integers(-6, 6),
+    side=st.sampled_from(["left", "right"]),
+)
+def test_a_search_places_a_datetime_as_searching_with_the_datetime_itself_does(
+    offsets: list[int], micros: int, side: str
+) -> None:
+    # GIVEN timestamps with nanoseconds a Python datetime cannot hold
+    column = ns_column(offsets)
+    when = T0 + timedelta(microseconds=micros)
+    # WHEN searched on integers, THEN the position is the one the datetime search gives
+    assert search_ts(column, when, side) == column.search_sorted(when, side=side)  # type: ignore[arg-type]
+
+
+def test_rows_within_the_microsecond_of_the_end_are_between() -> None:
+    # GIVEN a sample 999 ns after a whole second and one a microsecond later
+    frame = samples(
+        {"ts": at(0), "metric": "device_used_bytes", "value": 1.0},
+        {"ts": at(1), "metric": "device_used_bytes", "value": 2.0},
+    ).with_columns(pl.col("ts") + pl.Series([999, 1_000], dtype=pl.Duration("ns")))
+    index = SeriesIndex.from_samples(frame, ["device_used_bytes"], unit="bytes")
+    name = index.names()[0]
+    # WHEN the rows up to t=0 are asked for, THEN the sample inside that microsecond is kept
+    assert index.between(name, at(-1), at(0))["value"].to_list() == [1.0]
+    assert index.between(name, at(0), at(1))["value"].to_list() == [1.0]
