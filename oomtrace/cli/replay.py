@@ -61,9 +61,11 @@ def _limit(value: int | None, recorded: object) -> int | None:
     return _opt_int(recorded)
 
 
-def _bytes_per_token(options: dict[str, Any], model: dict[str, Any]) -> tuple[int | None, str]:
+def _bytes_per_token(options: dict[str, Any], trace: Any) -> tuple[int | None, str]:
     """KV bytes per stored token: --kv-bytes-per-token, else --config (through the budget's
-    architecture reader), else the trace's model spec; with a note on what it covers."""
+    architecture reader), else the trace's model spec, else the engine's start-up statements
+    (available KV memory over its blocks, as the analysis reads them); with a note on what it
+    covers."""
     if options["kv_bytes_per_token"] is not None:
         return int(options["kv_bytes_per_token"]), ""
     if options["config"] is not None:
@@ -81,7 +83,15 @@ def _bytes_per_token(options: dict[str, Any], model: dict[str, Any]) -> tuple[in
                 "token (an upper bound for long sequences; constant per-sequence state is left out)"
             )
         return spec.kv_bytes_per_token, note
-    return _opt_int(model.get("kv_bytes_per_token")), ""
+    stated = _opt_int(trace.manifest.model.get("kv_bytes_per_token"))
+    if stated is not None:
+        return stated, ""
+    from oomtrace.analysis.kvmodel import kv_model
+
+    engine = kv_model(trace.manifest, trace.samples)
+    if engine.bytes_per_token is None:
+        return None, ""
+    return round(engine.bytes_per_token), f"KV bytes per token from the {engine.statement}"
 
 
 @click.command("replay")
@@ -208,7 +218,7 @@ def command(
     options["node"] = ingest.node
     trace = load_any(list(inputs), ingest)
     config = trace.manifest.engine_config
-    bpt, bpt_note = _bytes_per_token(options, trace.manifest.model)
+    bpt, bpt_note = _bytes_per_token(options, trace)
     block_size = options["block_size"] or _opt_int(config.get("block_size")) or 16
     settings = ReplaySettings(
         kv_blocks=_pool(options, config, block_size, bpt),

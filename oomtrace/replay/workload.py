@@ -13,7 +13,10 @@ arrival, token lengths and time model, each with where it came from.
   otherwise at ``prefill_tokens_per_s`` (``option``).
 * Decode speed: ``(end - first_token) / (output - 1)`` where a request recorded both times and
   two or more output tokens (``recorded``); otherwise the median of those (``trace_median``);
-  otherwise ``decode_tokens_per_s`` (``option``); otherwise the input is refused.
+  otherwise ``decode_tokens_per_s`` (``option``); otherwise the median over whole requests
+  (admission or arrival to finish, less prefill, over output tokens: ``end_to_end_bound``, which
+  includes queueing, so requests are held longer than they were: noted); otherwise the input is
+  refused.
 
 Service times therefore do not depend on the load in the replay; the replay is about memory and
 admission, not about how batch size changes step time (stated in every result).
@@ -113,6 +116,19 @@ def _per_request(requests: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def _end_to_end_decode_ns(per: pl.DataFrame, prefill_rate: float | None) -> float | None:
+    """Median ns per output token over whole requests: (finish - admission, or arrival) less the
+    prompt at the prefill rate, over output tokens. Includes time spent queued: an upper bound
+    on the time per token, so a replay with it holds requests longer than they were held."""
+    start = pl.coalesce("admitted", "arrival")
+    prefill = pl.col("prompt_tokens") * NS / prefill_rate if prefill_rate else pl.lit(0.0)
+    per_token = ((pl.col("ended") - start).dt.total_nanoseconds() - prefill) / (
+        pl.col("recorded_output") - 1
+    )
+    usable = per.filter((pl.col("recorded_output") >= 2) & pl.col("ended").is_not_null())
+    return _median(usable.with_columns(_per=pl.when(per_token > 0).then(per_token)), "_per")
+
+
 def _median(frame: pl.DataFrame, column: str) -> float | None:
     value = frame.select(pl.col(column).drop_nulls().median()).item()
     return None if value is None else float(value)
@@ -181,14 +197,22 @@ def _with_times(per: pl.DataFrame, options: TimeOptions, notes: list[str]) -> Wo
         prefill_rate, prefill_from = options.prefill_tokens_per_s, "option"
     decode_ns = _median(per, "own_decode_ns")
     decode_from = "trace_median"
-    if decode_ns is None:
-        if options.decode_tokens_per_s is None:
-            raise InputError(
-                "no request in the trace states both its first-token and finish times with two "
-                "or more output tokens, so no decode speed can be derived; pass "
-                "--decode-tokens-per-s"
-            )
+    if decode_ns is None and options.decode_tokens_per_s is not None:
         decode_ns, decode_from = NS / options.decode_tokens_per_s, "option"
+    if decode_ns is None:
+        decode_ns = _end_to_end_decode_ns(per, prefill_rate)
+        decode_from = "end_to_end_bound"
+        if decode_ns is None:
+            raise InputError(
+                "no request in the trace states its finish time and two or more output tokens, "
+                "so no decode speed can be derived; pass --decode-tokens-per-s"
+            )
+        notes.append(
+            f"no request states its first-token time: decode speed taken from whole requests "
+            f"(admission or arrival to finish, less prefill, over output tokens), median "
+            f"{NS / decode_ns:.1f} tokens/s; queueing is included, so residency is overstated "
+            "(a conservative bound for memory); pass --decode-tokens-per-s to set it"
+        )
     t0 = per["arrival"].min()
     frame = per.select(
         "request_id",

@@ -90,17 +90,29 @@ def test_requests_that_cannot_be_sized_or_were_rejected_are_left_out_with_a_note
     )
 
 
-def test_a_trace_without_decode_times_needs_a_decode_speed() -> None:
-    # GIVEN requests without first-token times
+def test_without_first_token_times_the_option_wins_else_whole_requests_bound_the_speed() -> None:
+    # GIVEN a request without a first-token time: admitted at 0 s, finished at 8 s, 8 tokens out
     trace = trace_of(lifecycle("a", 0.0, prefill_s=None))
-    # WHEN built without and with --decode-tokens-per-s
-    with pytest.raises(InputError, match="pass --decode-tokens-per-s"):
-        build_workload(trace)
+    # WHEN built with --decode-tokens-per-s
     workload = build_workload(trace, options=TimeOptions(decode_tokens_per_s=50.0))
     # THEN the option gives 20 ms per token and is named as the source
     assert workload.requests["decode_ns_per_token"].to_list() == [20_000_000]
     assert workload.requests["decode_source"].to_list() == ["option"]
     assert workload.requests["prefill_source"].to_list() == ["option"]
+    # AND without it, the whole request bounds the speed: (8 s - 32 tokens at the default
+    # 10,000 tokens/s prefill) / (8 - 1) tokens = 7.9968 s / 7 = 1.1424 s per token, with a note
+    bounded = build_workload(trace)
+    assert bounded.requests["decode_ns_per_token"].to_list() == [1_142_400_000]
+    assert bounded.requests["decode_source"].to_list() == ["end_to_end_bound"]
+    assert any("queueing is included, so residency is overstated" in n for n in bounded.notes)
+
+
+def test_a_trace_with_no_usable_duration_needs_a_decode_speed() -> None:
+    # GIVEN a request that produced one token (no per-token time can be derived)
+    trace = trace_of(lifecycle("a", 0.0, prefill_s=None, output=1))
+    # WHEN built without --decode-tokens-per-s THEN it is refused with the remedy
+    with pytest.raises(InputError, match="pass --decode-tokens-per-s"):
+        build_workload(trace)
 
 
 def test_a_trace_of_several_nodes_is_replayed_one_node_at_a_time() -> None:
