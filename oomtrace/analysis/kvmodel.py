@@ -253,9 +253,10 @@ def _engine_block_bytes(config: dict[str, Any], pool: _Pool) -> tuple[int, KVBas
         per_block = round(available * block_size / pool.tokens)
         text = (
             f"engine statements: available KV cache {format_bytes(available)} ÷ "
-            f"{pool.tokens:,} tokens x {block_size} = {format_bytes(per_block)} per block of "
-            f"{block_size} tokens"
+            f"{pool.tokens:,} tokens = {format_bytes(round(available / pool.tokens))} per token"
         )
+        if block_size != 1:
+            text += f", {format_bytes(per_block)} per block of {block_size} tokens"
         return per_block, "engine_tokens", text
     return None
 

@@ -7,7 +7,12 @@ from typing import Any, Final
 
 import click
 
-from oomtrace.cli._options import ingest_options_named, to_ingest_options
+from oomtrace.cli._options import (
+    analysis_options,
+    ingest_options_named,
+    to_analyze_options,
+    to_ingest_options,
+)
 
 FORMAT_CHOICES: Final = ("text", "markdown", "json", "html")
 SUFFIXES: Final[dict[str, str]] = {
@@ -68,31 +73,17 @@ def planned_files(out: Path, assets: dict[str, bytes]) -> list[Path]:
     type=click.Path(path_type=Path, dir_okay=False, exists=True),
     help="A budget worksheet (`oomtrace budget --json` output) to set against what was observed.",
 )
-@click.option(
-    "--window",
-    default="60s",
-    show_default=True,
-    help="Look-back before each peak for the analysis (as `oomtrace analyze --window`).",
-)
-@click.option(
-    "--top",
-    default=10,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="Culprits kept per incident.",
-)
+@analysis_options
 @click.option("--max-points", default=1000, show_default=True, help="Time slices per chart.")
 @click.option("--max-lanes", default=60, show_default=True, help="Requests in the swimlanes.")
 @ingest_options_named("--input-format")
-def command(  # noqa: PLR0917 - click passes every option
+def command(
     inputs: tuple[Path, ...],
     out: Path | None,
     report_format: str | None,
     force: bool,
     findings_path: Path | None,
     worksheet_path: Path | None,
-    window: str,
-    top: int,
     max_points: int,
     max_lanes: int,
     **kwargs: Any,
@@ -113,13 +104,13 @@ def command(  # noqa: PLR0917 - click passes every option
     fmt = output_format(out, report_format)
     if max_points < 1 or max_lanes < 1:
         raise UsageError("--max-points and --max-lanes must be at least 1")
-    trace = load_any(list(inputs), to_ingest_options(kwargs))
+    ingest = to_ingest_options(kwargs)
+    trace = load_any(list(inputs), ingest)
+    options = to_analyze_options(kwargs, trace.manifest, ingest.node)
     worksheet = load_document(worksheet_path, "--worksheet") if worksheet_path else None
     if findings_path is None:
-        from oomtrace.analysis.options import AnalyzeOptions, parse_duration
         from oomtrace.attribution import analyze
 
-        options = AnalyzeOptions(window_s=parse_duration(window, what="--window"), top_culprits=top)
         inputs_ = from_findings_object(analyze(trace, options), trace, worksheet)
     else:
         inputs_ = from_findings_document(

@@ -96,7 +96,9 @@ def build_report(inputs: ReportInputs, options: ReportOptions | None = None) -> 
         memory,
         _activity_section(trace, picked, marks, options),
         lanes_section(inputs.lanes, primary, marks, options.max_lanes),
-        _ledger_section(findings.get("ledger") or (primary or {}).get("ledger")),
+        _ledger_section(
+            findings.get("ledger") or (primary or {}).get("ledger"), findings.get("kv_model")
+        ),
         budget_section(inputs.worksheet, trace.manifest, memory.charts, primary),
         gaps_section(trace.manifest.sources, findings.get("gaps")),
     )
@@ -289,7 +291,7 @@ def _activity_section(
     )
 
 
-def _ledger_section(ledger: Any) -> Section:
+def _ledger_section(ledger: Any, kv_model: Any = None) -> Section:
     if not isinstance(ledger, Mapping) or not ledger:
         return Section(
             "ledger",
@@ -312,12 +314,27 @@ def _ledger_section(ledger: Any) -> Section:
         "that moment; then the totals and what was left of the KV pool."
     )
     caveat = _over_pool(totals if isinstance(totals, Mapping) else rest)
+    paragraphs = [intro, _kv_basis(kv_model), caveat]
     return Section(
         "ledger",
         "Admission ledger at the spike",
-        paragraphs=(intro, caveat) if caveat else (intro,),
+        paragraphs=tuple(p for p in paragraphs if p),
         tables=tuple(tables),
     )
+
+
+def _kv_basis(kv_model: Any) -> str:
+    """Where the bytes per token came from, so that a reader can check a row by hand."""
+    if not isinstance(kv_model, Mapping):
+        return ""
+    statement = kv_model.get("statement")
+    if not isinstance(statement, str) or not statement:
+        return ""
+    per_token = kv_model.get("bytes_per_token")
+    if not isinstance(per_token, int) or per_token <= 0:
+        return f"KV model: {statement}."
+    figure = "" if "per token" in statement else f" ({value_text(per_token, 'bytes')} per token)"
+    return f"Bytes are whole blocks of stored tokens. KV model: {statement}{figure}."
 
 
 def _over_pool(totals: Mapping[str, Any]) -> str:

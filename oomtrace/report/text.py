@@ -3,6 +3,7 @@ section's figures and tables (charts as their per-series summary; the HTML has t
 
 from __future__ import annotations
 
+import re
 import textwrap
 
 from oomtrace.report import escape
@@ -13,11 +14,16 @@ WIDTH = 100
 NUMERIC = ("bytes", "tokens", "blocks", "count", "share", "seconds")
 
 
+# A figure and its unit stay on one line: "3.85 GiB" never wraps between the two.
+_FIGURE_UNIT = re.compile(r"(\d) (B|KiB|MiB|GiB|TiB|KB|MB|GB|TB|s|ms|tokens?|blocks?)\b")
+_KEEP = "\x00"
+
+
 def _wrap(text: str) -> list[str]:
     # ids with hyphens stay whole on one line
-    return textwrap.wrap(
-        escape.terminal(text), WIDTH, break_on_hyphens=False, break_long_words=False
-    )
+    kept = _FIGURE_UNIT.sub(rf"\1{_KEEP}\2", escape.terminal(text))
+    lines = textwrap.wrap(kept, WIDTH, break_on_hyphens=False, break_long_words=False)
+    return [line.replace(_KEEP, " ") for line in lines]
 
 
 def render_text(report: Report) -> str:

@@ -208,3 +208,35 @@ def test_memory_another_process_held_is_not_counted_as_the_engines_runtime_reser
     assert "less 3.00 GiB other processes held" in str(total["basis"])
     reserve = rows["runtime reserve (activations, graphs, workspace)"]["observed_bytes"]
     assert reserve == total["observed_bytes"] - 19 * GiB  # type: ignore[operator]
+
+
+def test_the_ledger_says_where_its_bytes_per_token_came_from() -> None:
+    # GIVEN findings whose KV model came from the engine's start-up statements
+    findings = _ledger_findings(GiB, 4 * GiB)
+    findings["kv_model"] = {
+        "statement": "engine statements: available KV cache 3.85 GiB ÷ 1,971 blocks",
+        "bytes_per_token": 131_085,
+    }
+    # WHEN the report is built
+    section = build_report(ReportInputs(findings, Trace())).section("ledger")
+    # THEN the ledger states the basis and the per-token figure, so a row can be checked by hand
+    assert section.paragraphs[1] == (
+        "Bytes are whole blocks of stored tokens. KV model: engine statements: available KV cache "
+        "3.85 GiB ÷ 1,971 blocks (128.01 KiB per token)."
+    )
+
+
+def test_terminal_text_never_wraps_between_a_figure_and_its_unit() -> None:
+    # GIVEN a ledger paragraph long enough to wrap, with figures and units throughout
+    findings = _ledger_findings(GiB, 4 * GiB)
+    statement = "engine statements: " + ", ".join(f"{i}.85 GiB of {i} blocks" for i in range(12))
+    findings["kv_model"] = {"statement": statement, "bytes_per_token": 131_085}
+    # WHEN it is rendered for the terminal
+    lines = render(build_report(ReportInputs(findings, Trace())), "text").text.splitlines()
+    # THEN no line ends on a bare figure whose unit went to the next line
+    wrapped = [ln for ln in lines if "KV model" in ln or "GiB of" in ln]
+    assert len(wrapped) > 1
+    assert not any(
+        ln.rstrip()[-1:].isdigit() and ln.rstrip()[-2:-1] in ".0123456789" for ln in wrapped
+    )
+    assert "\x00" not in "".join(lines)

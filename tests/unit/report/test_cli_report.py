@@ -170,3 +170,28 @@ def test_markdown_needs_a_file_for_its_charts(inputs: tuple[Path, Path]) -> None
     assert err == (
         "oomtrace: error: Markdown writes its charts beside the file: pass -o report.md\n"
     )
+
+
+def test_the_model_config_sets_the_bytes_per_token_as_analyze_does(tmp_path: Path) -> None:
+    # GIVEN a shipped incident and its model's config.json
+    samples = Path(__file__).resolve().parents[3] / "sample_logs"
+    incident = samples / "vllm-kv-exhaustion"
+    out = tmp_path / "incident.json"
+    # WHEN the report is asked to model KV from the architecture
+    code, _, err = _run(
+        "report",
+        str(incident),
+        "--config",
+        str(samples / "models" / "llama-3.1-8b"),
+        "--year",
+        "2025",
+        "-o",
+        str(out),
+    )
+    # THEN the ledger says the bytes per token came from the architecture (128 KiB for Llama 3.1 8B)
+    assert code == 0, err
+    doc = json.loads(out.read_text(encoding="utf-8"))
+    ledger = next(s for s in doc["sections"] if s["key"] == "ledger")
+    basis = next(p for p in ledger["paragraphs"] if "KV model" in p)
+    assert "model architecture (llama-3.1-8b" in basis
+    assert "128.00 KiB per token" in basis
