@@ -10,8 +10,9 @@ rare: only the entries whose literal occurs in the chunk run at all.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, TypeVar
 
 import polars as pl
 
@@ -23,6 +24,8 @@ from oomtrace.ingest.vllm_patterns import (
     STATS_LITERAL,
     V0_PREFIX,
     V0_PREFIX_LITERAL,
+    ConfigLine,
+    EventLine,
     Family,
 )
 from oomtrace.ingest.vllm_records import FLAG_NAMES, TIME_COLUMNS
@@ -32,6 +35,8 @@ from oomtrace.ingest.vllm_request_lines import (
     group_names,
     read_requests,
 )
+
+L = TypeVar("L", ConfigLine, EventLine)
 
 OOM_LITERALS: Final = ("out of memory", "ALLOC_FAILED", "preemptively rejected")
 _LITERALS: Final = tuple(
@@ -222,9 +227,13 @@ def _present(others: pl.DataFrame, literals: list[str]) -> set[str]:
     return {lit for lit, hit in zip(literals, found, strict=True) if hit}
 
 
-def _config(others: pl.DataFrame, out: Extracted) -> None:
-    present = _present(others, [entry.literal for entry in CONFIG_LINES])
-    for entry in CONFIG_LINES:
+def _hits(
+    others: pl.DataFrame, entries: Sequence[L], out: Extracted
+) -> Iterator[tuple[L, pl.DataFrame]]:
+    """Each kind of line with the rows it matches (its literal, then its pattern); the rows are
+    marked used and the kind's version family is evidence."""
+    present = _present(others, [entry.literal for entry in entries])
+    for entry in entries:
         if entry.literal not in present:
             continue
         hit = others.filter(
@@ -236,6 +245,11 @@ def _config(others: pl.DataFrame, out: Extracted) -> None:
         out.used.append(hit.get_column("_seq"))
         if entry.family is not None:
             out.evidence.add(entry.family)
+        yield entry, hit
+
+
+def _config(others: pl.DataFrame, out: Extracted) -> None:
+    for entry, hit in _hits(others, CONFIG_LINES, out):
         groups = group_names(entry.pattern)
         parsed = hit.with_columns(_g=pl.col("body").str.extract_groups(entry.pattern))
         for group in groups:
@@ -262,19 +276,7 @@ def _config_rows(
 
 
 def _events(others: pl.DataFrame, out: Extracted) -> None:
-    present = _present(others, [entry.literal for entry in EVENT_LINES])
-    for entry in EVENT_LINES:
-        if entry.literal not in present:
-            continue
-        hit = others.filter(
-            pl.col("body").str.contains(entry.literal, literal=True)
-            & pl.col("body").str.contains(entry.pattern)
-        )
-        if hit.height == 0:
-            continue
-        out.used.append(hit.get_column("_seq"))
-        if entry.family is not None:
-            out.evidence.add(entry.family)
+    for entry, hit in _hits(others, EVENT_LINES, out):
         groups = group_names(entry.pattern)
         encoded = (
             pl.col("body").str.extract_groups(entry.pattern).struct.json_encode()

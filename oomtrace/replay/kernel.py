@@ -129,26 +129,9 @@ def _heap_push(h: Any, size: int, t: int, i: int, v: int) -> Any:
 
 @_inline
 def _heap_pop(h: Any, size: int) -> int:
-    """Remove the top entry; returns the new size."""
-    times, ids, vers = h[0], h[1], h[2]
+    """Remove the top entry; returns the new size. The last entry takes the top's place."""
     size -= 1
-    t, i, v = times[size], ids[size], vers[size]
-    k = 0
-    while True:
-        child = 2 * k + 1
-        if child >= size:
-            break
-        right = child + 1
-        if right < size and (
-            times[right] < times[child]
-            or (times[right] == times[child] and ids[right] < ids[child])
-        ):
-            child = right
-        if t < times[child] or (t == times[child] and i <= ids[child]):
-            break
-        times[k], ids[k], vers[k] = times[child], ids[child], vers[child]
-        k = child
-    times[k], ids[k], vers[k] = t, i, v
+    _heap_replace_top(h, size, h[0][size], h[1][size], h[2][size])
     return size
 
 
