@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, get_args
 
 import polars as pl
 
@@ -31,15 +31,7 @@ IncidentClass = Literal[
     "leak",
     "unknown",
 ]
-CLASSES: Final[tuple[IncidentClass, ...]] = (
-    "kv_exhaustion",
-    "transient_peak",
-    "startup_misfit",
-    "fragmentation",
-    "foreign_memory",
-    "leak",
-    "unknown",
-)
+CLASSES: Final[tuple[IncidentClass, ...]] = get_args(IncidentClass)
 Anchor = Literal["oom", "startup", "spike"]
 EvidenceTable = Literal["samples", "events", "requests", "manifest"]
 Scalar = str | int | float | bool | None
