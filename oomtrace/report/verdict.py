@@ -182,6 +182,14 @@ def _evidence_lines(evidence: Any) -> list[str]:
     return [_evidence_line(item) for item in evidence]
 
 
+def _evidence_value(key: str, value: Any) -> str:
+    """``key=value`` as the row holds it; a byte count also reads with its unit, so that
+    ``requested_bytes=4982833152 (4.64 GiB)`` can be checked against the row and read at once."""
+    if (key == "bytes" or key.endswith("_bytes")) and isinstance(value, int) and value >= 1024:
+        return f"{key}={value} ({value_text(value, 'bytes')})"
+    return f"{key}={value}"
+
+
 def _evidence_line(item: Any) -> str:
     """``2025-03-14T09:03:29.000Z samples from metrics: metric=kv_blocks_used, value=977``."""
     if not isinstance(item, Mapping):
@@ -189,9 +197,9 @@ def _evidence_line(item: Any) -> str:
     text = item.get("text") or item.get("statement") or item.get("detail")
     values = item.get("values")
     if not text and isinstance(values, Mapping):
-        text = ", ".join(f"{k}={v}" for k, v in sorted(values.items()))
+        text = ", ".join(_evidence_value(k, v) for k, v in sorted(values.items()))
     if not text:
-        text = ", ".join(f"{k}={v}" for k, v in sorted(item.items()))
+        text = ", ".join(_evidence_value(k, v) for k, v in sorted(item.items()))
     ts = parse_time(item.get("ts"))
     where = " ".join(
         p

@@ -240,3 +240,22 @@ def test_terminal_text_never_wraps_between_a_figure_and_its_unit() -> None:
         ln.rstrip()[-1:].isdigit() and ln.rstrip()[-2:-1] in ".0123456789" for ln in wrapped
     )
     assert "\x00" not in "".join(lines)
+
+
+def test_evidence_rows_show_byte_counts_with_their_unit_beside_the_raw_value() -> None:
+    # GIVEN an incident whose evidence is an OOM event row with byte counts
+    row = {
+        "table": "events",
+        "ts": "2025-03-21T16:43:27.142000Z",
+        "source": "capture#collector.torch",
+        "values": {"kind": "oom", "requested_bytes": 4_982_833_152, "device": 0, "free_bytes": 0},
+    }
+    report = build_report(
+        ReportInputs({"incidents": [{"class": "transient_peak", "evidence": [row]}]}, Trace())
+    )
+    # THEN the row reads as stored, each byte count also in binary units; small values stay bare
+    line = (
+        "2025-03-21T16:43:27.142Z events from capture#collector.torch: device=0, free_bytes=0, "
+        "kind=oom, requested_bytes=4982833152 (4.64 GiB)"
+    )
+    assert report.verdict.evidence == (line,)
