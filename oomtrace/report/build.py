@@ -98,7 +98,7 @@ def build_report(inputs: ReportInputs, options: ReportOptions | None = None) -> 
         lanes_section(inputs.lanes, primary, marks, options.max_lanes),
         _ledger_section(findings.get("ledger") or (primary or {}).get("ledger")),
         budget_section(inputs.worksheet, trace.manifest, memory.charts, primary),
-        gaps_section(trace.manifest.sources, findings.get("gaps")),
+        gaps_section(trace.manifest, findings.get("gaps")),
     )
     return Report(
         title=options.title or _title(trace),
