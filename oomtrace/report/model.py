@@ -15,7 +15,7 @@ from typing import Any, Final, Literal
 
 import polars as pl
 
-REPORT_VERSION: Final = 1
+REPORT_VERSION: Final = 2  # 2: the gaps section splits assumptions from gaps; rows carry category
 
 ReportFormat = Literal["text", "markdown", "json", "html"]
 FORMATS: Final[tuple[ReportFormat, ...]] = ("text", "markdown", "json", "html")

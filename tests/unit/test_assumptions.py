@@ -30,8 +30,10 @@ ASSUMED = "read as UTC because the log states no zone (pass --tz ZONE)"
                 "tz_source": "kubectl/docker timestamps",
                 "year_source": "kubectl/docker timestamps",
             },
-            "times from the kubectl/docker timestamps, which state their zone; "
-            "year from the same timestamps",
+            (
+                "times from the kubectl/docker timestamps, which state their zone; "
+                "year from the same timestamps"
+            ),
         ),
         ({"tz": "UTC", "tz_assumed": True, "tz_source": "default"}, ASSUMED),
         (

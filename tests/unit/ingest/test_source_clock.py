@@ -51,8 +51,10 @@ def test_a_kubectl_prefixed_log_is_not_assumed_utc_beside_a_zoneless_csv(tmp_pat
     assert clock_gaps == [
         (
             "vllm.log",
-            "times from the kubectl/docker timestamps, which state their zone; "
-            "year from the same timestamps",
+            (
+                "times from the kubectl/docker timestamps, which state their zone; "
+                "year from the same timestamps"
+            ),
         )
     ]
     # AND sources disagreeing on the clock is not a diagnostic
