@@ -40,6 +40,9 @@ class SourceDiagnostics:
     rows: dict[str, int] = field(default_factory=dict)
     first_ts: str | None = None
     last_ts: str | None = None
+    # How this source's times were placed: ``tz``, ``tz_assumed``, ``tz_source`` (``option``,
+    # ``default`` or what stated the times), ``year``/``year_source`` where the year was chosen.
+    clock: dict[str, Any] = field(default_factory=dict)
 
     def skip(self, reason: str, count: int, example: str | None) -> None:
         """Record ``count`` lines skipped for ``reason``; keeps the first example seen."""
@@ -73,6 +76,7 @@ class SourceDiagnostics:
             "rows": dict(sorted(self.rows.items())),
             "first_ts": self.first_ts,
             "last_ts": self.last_ts,
+            "clock": dict(sorted(self.clock.items())),
         }
 
     @classmethod
@@ -91,6 +95,7 @@ class SourceDiagnostics:
             rows={k: int(v) for k, v in data.get("rows", {}).items()},
             first_ts=data.get("first_ts"),
             last_ts=data.get("last_ts"),
+            clock=dict(data.get("clock", {})),
         )
 
 

@@ -19,6 +19,7 @@ import polars as pl
 from oomtrace.analysis.jsonfmt import iso, number, share
 from oomtrace.analysis.series import downsample
 from oomtrace.analysis.spikes import Spike
+from oomtrace.assumptions import Category, kind_category
 
 FINDINGS_VERSION: Final = 1
 
@@ -237,7 +238,8 @@ class Reconciliation:
 
 @dataclass(frozen=True)
 class Gap:
-    """Something the analysis could not see, and how much of it."""
+    """Something the analysis could not see, and how much of it; or, with ``category``
+    ``assumption``, how something was read (:mod:`oomtrace.assumptions`)."""
 
     kind: str
     source: str | None
@@ -246,9 +248,14 @@ class Gap:
     start: datetime | None = None
     end: datetime | None = None
 
+    @property
+    def category(self) -> Category:
+        return kind_category(self.kind, self.detail)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "kind": self.kind,
+            "category": self.category,
             "source": self.source,
             "detail": self.detail,
             "count": self.count,

@@ -15,6 +15,7 @@ import polars as pl
 from oomtrace.analysis.findings import Gap
 from oomtrace.analysis.kvmodel import KVModel
 from oomtrace.analysis.source import TableFacts
+from oomtrace.assumptions import clock_sentence, source_clock_sentence
 from oomtrace.timeline import DecodeRate, Timeline
 from oomtrace.trace import Manifest
 
@@ -37,8 +38,13 @@ def manifest_gaps(manifest: Manifest) -> list[Gap]:
         out += [Gap("note", name, note) for note in source.notes]
         if source.lines_read and not source.lines_recognised:
             out.append(Gap("unrecognised_source", name, "no line of this source was recognised"))
-    for key, value in sorted(manifest.clock.items()):
-        out.append(Gap("clock", None, f"{key}: {value}"))
+        if sentence := source_clock_sentence(source):
+            out.append(Gap("clock", name, sentence))
+    # A trace written before sources kept their own clock: one statement for the trace.
+    old = manifest.clock and not any(s.clock for s in manifest.sources)
+    if old and (sentence := clock_sentence(manifest.clock)):
+        nodes = ", ".join(sorted(manifest.nodes)) or None
+        out.append(Gap("clock", nodes, sentence))
     return out
 
 

@@ -4,9 +4,10 @@ by a person on call in thirty seconds. Everything that came from a log is escape
 from __future__ import annotations
 
 from datetime import datetime
+from pathlib import PurePath
 from typing import Final
 
-from oomtrace.analysis.findings import Culprit, Findings, Incident
+from oomtrace.analysis.findings import Culprit, Findings, Gap, Incident
 from oomtrace.units import format_bytes
 
 TOP_SHOWN: Final = 5
@@ -155,13 +156,55 @@ def _table(culprits: tuple[Culprit, ...]) -> list[str]:
 
 
 def _gaps(findings: Findings) -> list[str]:
-    gaps = findings.gaps
-    if not gaps:
-        return ["Data gaps: none found."]
-    lines = [f"Data gaps ({len(gaps)}):"]
-    for gap in gaps[:GAPS_SHOWN]:
-        source = f"{safe(gap.source, 40)}: " if gap.source else ""
-        lines.append(f"  - {source}{safe(gap.detail, 120)}")
-    if len(gaps) > GAPS_SHOWN:
-        lines.append(f"  … {len(gaps) - GAPS_SHOWN} more in --json")
-    return lines
+    """The real gaps, one line each and folded per source (skipped lines by source, holes by
+    source); assumptions only counted, the report and ``--json`` list them."""
+    gaps = [g for g in findings.gaps if g.category == "gap"]
+    assumed = len(findings.gaps) - len(gaps)
+    lines = [_gap_line(*item) for item in _folded(gaps)]
+    head = f"Data gaps ({len(lines)}):" if lines else "Data gaps: none found."
+    out = [head, *(f"  - {line}" for line in lines[:GAPS_SHOWN])]
+    if len(lines) > GAPS_SHOWN:
+        out.append(f"  … {len(lines) - GAPS_SHOWN} more in --json")
+    if assumed:
+        out.append(
+            f"Assumptions: {assumed} (how times were placed, what was inferred) in the report "
+            "and --json"
+        )
+    return out
+
+
+def _folded(gaps: list[Gap]) -> list[tuple[str | None, str]]:
+    """Missing data first, then holes and skipped lines per source, then the rest."""
+    missing, rest = [], []
+    skipped: dict[str | None, list[Gap]] = {}
+    holes: dict[str | None, list[Gap]] = {}
+    for gap in gaps:
+        if gap.kind == "skipped_lines":
+            skipped.setdefault(gap.source, []).append(gap)
+        elif gap.kind == "hole":
+            holes.setdefault(gap.source, []).append(gap)
+        elif gap.kind.startswith("no_") or gap.kind in ("single_source", "unrecognised_source"):
+            missing.append((gap.source, gap.detail))
+        else:
+            rest.append((gap.source, gap.detail))
+    for source, group in holes.items():
+        if len(group) == 1:
+            missing.append((source, group[0].detail))
+            continue
+        longest = max(
+            ((g.end - g.start).total_seconds() for g in group if g.start and g.end), default=0
+        )
+        missing.append((source, f"{len(group)} holes in its series, the longest {longest:.1f} s"))
+    for source, group in skipped.items():
+        count = sum(g.count or 0 for g in group)
+        reasons = f"{len(group)} reasons" if len(group) > 1 else "1 reason"
+        missing.append((source, f"{count:,} line(s) skipped ({reasons}; listed in the report)"))
+    return missing + rest
+
+
+def _gap_line(source: str | None, detail: str) -> str:
+    if source is None:
+        return safe(detail, 120)
+    # Series name their source ``parser:path``: the file name is enough to read it by.
+    short = PurePath(source.split(":", 1)[-1].replace("\\", "/")).name or source
+    return f"{safe(short, 40)}: {safe(detail.replace(f' ({source})', ''), 120)}"

@@ -249,7 +249,12 @@ def _merge(
         _merge_dict(manifest.engine, result.engine, "engine", diag)
         _merge_dict(manifest.model, result.model, "model", diag)
         _merge_dict(manifest.engine_config, result.engine_config, "engine_config", diag)
-        _merge_dict(manifest.clock, result.clock, "clock", diag)
+        diag.clock = source_clock(result.clock, ClockOptions(year=options.year, tz=options.tz))
+        # Sources may each place time their own way: the per-source record says how; the
+        # trace-level one keeps the first statement of each key without calling that a conflict.
+        for key, value in result.clock.items():
+            if value is not None:
+                manifest.clock.setdefault(key, value)
         manifest.sources.append(diag)
     for diag in skipped:
         diag.node = node
@@ -332,6 +337,28 @@ def _default_node(items: list[tuple[InputFile, ParseResult]]) -> str:
     if len(items) > 1 and len(parents) == 1 and next(iter(parents)):
         return next(iter(parents))
     return Path(items[0][0].name.removesuffix(".gz")).stem or "node"
+
+
+def source_clock(clock: Mapping[str, Any], options: ClockOptions) -> dict[str, Any]:
+    """One source's clock record in one vocabulary, whichever form its parser stated it in:
+    ``tz_source`` is ``option`` (``--tz``), ``default`` (no zone anywhere: read as UTC) or what
+    stated the times (``kubectl/docker timestamps``, ...); ``tz_assumed`` is true only for
+    ``default``. ``year_source`` likewise, where the year had to be chosen."""
+    out = {k: v for k, v in clock.items() if v is not None}
+    if not out:
+        return out
+    if "tz_source" not in out and "tz_assumed" in out:
+        if out["tz_assumed"]:
+            out["tz_source"] = "default"
+        elif options.tz is not None and out.get("tz") == options.tz:
+            out["tz_source"] = "option"
+        else:
+            out["tz_source"] = "the log"
+    if "tz_source" in out:
+        out["tz_assumed"] = out["tz_source"] == "default"
+    if "year_assumed" in out and "year_source" not in out:
+        out["year_source"] = "mtime" if out["year_assumed"] else "option"
+    return out
 
 
 def _merge_dict(

@@ -100,7 +100,7 @@ def build_report(inputs: ReportInputs, options: ReportOptions | None = None) -> 
             findings.get("ledger") or (primary or {}).get("ledger"), findings.get("kv_model")
         ),
         budget_section(inputs.worksheet, trace.manifest, memory.charts, primary),
-        gaps_section(trace.manifest.sources, findings.get("gaps")),
+        gaps_section(trace.manifest, findings.get("gaps")),
     )
     return Report(
         title=options.title or _title(trace),

@@ -54,7 +54,10 @@ def _table(table: Table) -> dict[str, Any]:
     return {
         "columns": [{"key": c.key, "title": c.title, "kind": c.kind} for c in table.columns],
         "rows": [
-            {c.key: json_value(v, c.kind) for v, c in zip(row, table.columns, strict=True)}
+            {
+                **dict(table.tags),
+                **{c.key: json_value(v, c.kind) for v, c in zip(row, table.columns, strict=True)},
+            }
             for row in table.rows
         ],
         "note": table.note,

@@ -15,7 +15,7 @@ from typing import Any, Final, Literal
 
 import polars as pl
 
-REPORT_VERSION: Final = 1
+REPORT_VERSION: Final = 2  # 2: the gaps section splits assumptions from gaps; rows carry category
 
 ReportFormat = Literal["text", "markdown", "json", "html"]
 FORMATS: Final[tuple[ReportFormat, ...]] = ("text", "markdown", "json", "html")
@@ -36,11 +36,14 @@ class Column:
 
 @dataclass(frozen=True)
 class Table:
-    """Rows of raw values under typed columns. ``note`` says what the table leaves out."""
+    """Rows of raw values under typed columns. ``note`` says what the table leaves out.
+    ``tags`` are fields every row carries in the JSON, where a script reads rows apart from the
+    table that holds them (the other formats show them as the table's name)."""
 
     columns: tuple[Column, ...]
     rows: tuple[tuple[Value, ...], ...] = ()
     note: str = ""
+    tags: tuple[tuple[str, str], ...] = ()
 
     def records(self) -> list[dict[str, Value]]:
         return [dict(zip((c.key for c in self.columns), row, strict=True)) for row in self.rows]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from oomtrace.analysis.options import AnalyzeOptions
+from oomtrace.analysis.summary import render_summary
 from oomtrace.attribution import analyze
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.errors import InputError
@@ -153,7 +154,12 @@ def test_source_diagnostics_become_gaps_without_paths() -> None:
     skipped = next(g for g in gaps if g.kind == "skipped_lines")
     assert (skipped.source, skipped.count) == ("server.log", 12)
     assert any(g.kind == "note" and g.detail == "year assumed 2025" for g in gaps)
-    assert any(g.kind == "clock" and g.detail == "year: 2025" for g in gaps)
+    # A manifest written before sources kept their own clock: one sentence for the trace.
+    assert any(g.kind == "clock" and g.detail == "year 2025" for g in gaps)
+    assert [g.category for g in gaps if g.kind in ("skipped_lines", "clock")] == [
+        "gap",
+        "assumption",
+    ]
 
 
 def test_missing_kinds_of_series_are_named() -> None:
@@ -180,3 +186,41 @@ def test_requests_without_stated_ends_or_lengths_are_counted() -> None:
         == "1 requests without prompt_tokens: their stored tokens start from zero"
     )
     assert details["no_max_tokens"] == "1 requests without max_tokens: their upper bound is unknown"
+
+
+def test_the_summary_lists_real_gaps_once_folded_per_source_and_only_counts_assumptions() -> None:
+    # GIVEN a log with two skip reasons, a note on how it was read, and a clock stated by prefix
+    diag = SourceDiagnostics(name="logs/vllm.log", parser="vllm-log", node="node-a")
+    diag.lines_read, diag.lines_recognised = 40, 10
+    diag.skip("uvicorn access line", 20, "INFO: 10.0.0.1 POST")
+    diag.skip("vLLM record of a kind not used", 10, "INFO resolved")
+    diag.note("stats lines come from 2 data-parallel engines")
+    diag.clock = {"tz": "UTC", "tz_source": "kubectl/docker timestamps", "tz_assumed": False}
+    trace = Trace(
+        samples=samples(
+            {"ts": at(0), "metric": "device_used_bytes", "value": 1.0},
+            {"ts": at(0), "metric": "kv_usage_ratio", "value": 0.5, "source": "other"},
+        ),
+        manifest=Manifest(nodes=["node-a"], sources=[diag]),
+    )
+    # WHEN the terminal summary is written
+    findings = analyze(trace)
+    text = render_summary(findings)
+    gaps = text[text.index("Data gaps") : text.index("KV model")]
+    # THEN skipped lines are one line for the source, the missing series are named, and the
+    # note and the clock are counted as assumptions, not listed
+    assert "  - vllm.log: 30 line(s) skipped (2 reasons; listed in the report)\n" in gaps
+    assert "  - no PyTorch allocator series (reserved, allocated)\n" in gaps
+    assert "data-parallel" not in gaps
+    assert "kubectl" not in gaps
+    assert "Assumptions: 2 (how times were placed, what was inferred)" in gaps
+    listed = [line for line in gaps.splitlines() if line.startswith("  - ")]
+    assert len(listed) == len(set(listed))
+    # AND the JSON keeps every entry, each with its category
+    document = findings.to_json()["gaps"]
+    assert {(g["kind"], g["category"]) for g in document} >= {
+        ("skipped_lines", "gap"),
+        ("note", "assumption"),
+        ("clock", "assumption"),
+        ("no_allocator", "gap"),
+    }

@@ -38,7 +38,7 @@ def test_without_out_the_text_report_goes_to_stdout(inputs: tuple[Path, Path]) -
 
 @pytest.mark.parametrize(
     ("name", "marker"),
-    [("r.html", "<!DOCTYPE html>"), ("r.json", '"report_version": 1'), ("r.txt", "VERDICT:")],
+    [("r.html", "<!DOCTYPE html>"), ("r.json", '"report_version": 2'), ("r.txt", "VERDICT:")],
 )
 def test_the_format_follows_the_extension(
     inputs: tuple[Path, Path], tmp_path: Path, name: str, marker: str
@@ -72,7 +72,7 @@ def test_format_option_wins_over_the_extension(inputs: tuple[Path, Path], tmp_pa
         "report", str(trace_dir), "--findings", str(findings), "-o", str(out), "--format", "json"
     )
     assert code == 0, err
-    assert json.loads(out.read_text(encoding="utf-8"))["report_version"] == 1
+    assert json.loads(out.read_text(encoding="utf-8"))["report_version"] == 2
 
 
 def test_an_unknown_extension_is_a_usage_error(inputs: tuple[Path, Path], tmp_path: Path) -> None:
@@ -149,7 +149,7 @@ def test_a_trace_directory_is_analysed_when_no_findings_are_given(
     trace_dir, _ = inputs
     code, out, err = _run("report", str(trace_dir), "--format", "json")
     assert code == 0, err
-    assert json.loads(out)["report_version"] == 1
+    assert json.loads(out)["report_version"] == 2
 
 
 def test_a_bad_window_is_refused_in_one_line(inputs: tuple[Path, Path]) -> None:

@@ -1,0 +1,121 @@
+"""How something was read (assumptions) told apart from what could not be seen (gaps), and the
+clock stated as one sentence per source."""
+
+from __future__ import annotations
+
+import pytest
+
+from oomtrace.assumptions import (
+    clock_sentence,
+    kind_category,
+    note_category,
+    source_clock_sentence,
+)
+from oomtrace.diagnostics import SourceDiagnostics
+
+ASSUMED = "read as UTC because the log states no zone (pass --tz ZONE)"
+
+
+@pytest.mark.parametrize(
+    ("clock", "sentence"),
+    [
+        (
+            {"tz": "Europe/Berlin", "tz_source": "option", "year": 2025, "year_source": "option"},
+            "local times read in Europe/Berlin (--tz); year 2025 from --year",
+        ),
+        (
+            {
+                "tz": "UTC",
+                "tz_assumed": False,
+                "tz_source": "kubectl/docker timestamps",
+                "year_source": "kubectl/docker timestamps",
+            },
+            (
+                "times from the kubectl/docker timestamps, which state their zone; "
+                "year from the same timestamps"
+            ),
+        ),
+        ({"tz": "UTC", "tz_assumed": True, "tz_source": "default"}, ASSUMED),
+        (
+            {"tz": "UTC", "tz_source": "default", "year": 2025, "year_source": "mtime"},
+            f"{ASSUMED}; year 2025 from the file's modification time (pass --year if wrong)",
+        ),
+        (
+            {"tz": "UTC", "tz_source": "default", "year": 2024, "year_source": "option"},
+            f"{ASSUMED}; year 2024 from --year",
+        ),
+        (
+            {
+                "tz": "UTC",
+                "tz_source": "default",
+                "year": 2024,
+                "year_last": 2025,
+                "year_source": "collector arrival times",
+            },
+            f"{ASSUMED}; year 2024 (to 2025) from the collector arrival times",
+        ),
+        (
+            {"tz": "UTC+02:00", "tz_assumed": False, "tz_source": "the log"},
+            "times read in UTC+02:00",
+        ),
+        ({"tz": "UTC", "tz_assumed": True}, ASSUMED),  # written before tz_source
+        ({}, ""),
+    ],
+)
+def test_each_clock_record_reads_as_one_sentence(clock: dict[str, object], sentence: str) -> None:
+    assert clock_sentence(clock) == sentence
+
+
+def test_a_source_sentence_leaves_out_what_its_parser_already_noted() -> None:
+    # GIVEN a log whose parser assumed the zone and guessed the year, and said so in its notes
+    diag = SourceDiagnostics("vllm.log", "vllm-log", "n")
+    diag.clock = {
+        "tz": "UTC",
+        "tz_assumed": True,
+        "tz_source": "default",
+        "year": 2025,
+        "year_source": "mtime",
+    }
+    diag.note("vLLM prints local time without a zone: read as UTC; pass --tz if wrong")
+    # WHEN its clock sentence is made THEN only the year remains
+    assert source_clock_sentence(diag) == (
+        "year 2025 from the file's modification time (pass --year if wrong)"
+    )
+    diag.note("vLLM prints no year: placed the last line in 2025; pass --year if that is wrong")
+    assert source_clock_sentence(diag) == ""
+
+
+def test_a_stated_zone_is_told_even_when_a_note_mentions_the_tz_option() -> None:
+    diag = SourceDiagnostics("vllm.log", "vllm-log", "n")
+    diag.clock = {"tz": "UTC", "tz_assumed": False, "tz_source": "kubectl/docker timestamps"}
+    diag.note("12 of 90 line(s): the printed time differs ...: pass --tz")
+    assert source_clock_sentence(diag) == (
+        "times from the kubectl/docker timestamps, which state their zone"
+    )
+
+
+@pytest.mark.parametrize(
+    ("note", "category"),
+    [
+        ("nvidia-smi timestamps are local time without a zone; read as UTC", "assumption"),
+        (
+            "memory.used: values without a unit were read as MiB, nvidia-smi's memory unit",
+            "assumption",
+        ),
+        ("3 row(s) under a header without `timestamp` cannot be placed in time; left out", "gap"),
+        ("compressed stream is damaged after 1,024 bytes (CRC); read what was before it", "gap"),
+        ("2 metric families not mapped: vllm:x (3)", "gap"),
+    ],
+)
+def test_a_note_is_a_gap_only_when_it_says_data_was_lost(note: str, category: str) -> None:
+    assert note_category(note) == category
+
+
+def test_analysis_kinds_split_into_inferred_bases_and_missing_data() -> None:
+    assert kind_category("no_admission") == "assumption"
+    assert kind_category("no_end") == "assumption"
+    assert kind_category("clock") == "assumption"
+    assert kind_category("hole") == "gap"
+    assert kind_category("skipped_lines") == "gap"
+    assert kind_category("no_allocator") == "gap"
+    assert kind_category("note", "5 value(s) are not a size; left out") == "gap"
