@@ -11,8 +11,10 @@
   token count; "(streaming complete)" is ``finished`` with the total.
 * A token id list cut by ``--max-log-len`` (or by the 512-id cap of the 0.33 INFO preview)
   gives no count: a lower bound is not the number.
-* ``admitted`` is "Added request": in V1 that is when the request enters the engine core's
-  queue, not when the scheduler first runs it.
+* "Added request" is when the request enters the engine's waiting queue (V0 and V1), not when the
+  scheduler first runs it: it is a second ``arrived`` event (the engine side's), never an
+  ``admitted`` one. No vLLM log line states a scheduling; the analysis infers admissions from the
+  running count (:mod:`oomtrace.analysis.admission`).
 """
 
 from __future__ import annotations
@@ -46,7 +48,12 @@ def finish_requests(
     rows = _cap_truncated(rows, max_log_len, diag)
     rows = _merge_details(rows)
     rows = _streams(rows)
-    return _one_ending(rows).select(OUTPUT)
+    rows = _one_ending(rows).with_columns(
+        event=pl.when(pl.col("event") == "admitted")
+        .then(pl.lit("arrived"))
+        .otherwise(pl.col("event"))
+    )
+    return rows.select(OUTPUT)
 
 
 def _one_ending(rows: pl.DataFrame) -> pl.DataFrame:
