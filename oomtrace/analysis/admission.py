@@ -109,7 +109,7 @@ def infer_admissions(
         start_ts=out["start_ts"].scatter(index, inferred["earliest"]),
         start_latest=out["start_latest"].scatter(index, inferred["latest"]),
         start_basis=out["start_basis"].scatter(
-            index, pl.Series([BASIS] * inferred.height, dtype=pl.String)
+            index, pl.repeat(BASIS, inferred.height, dtype=pl.String, eager=True)
         ),
     )
 

@@ -51,6 +51,7 @@ LEDGER_ORDER = (
     "share",
     "basis",
     "resident_since",
+    "resident_since_basis",
 )
 
 
@@ -336,7 +337,8 @@ def _over_pool(totals: Mapping[str, Any]) -> str:
         f"These requests add up to {value_text(stored, 'bytes')}, more than the "
         f"{value_text(pool, 'bytes')} pool, so some of them were not resident: where the inputs "
         "do not state when the engine scheduled each request (vLLM logs when a request enters "
-        "its queue), a request counts as resident from then, an upper bound that counts queued "
-        f"requests too.{engine} The largest holders are ranked the same way; the totals are an "
-        "upper bound."
+        "its queue), a request counts as resident from the earliest moment they allow (its "
+        "arrival, or the start of the stats interval in which the engine's running count "
+        "reached it), an upper bound that can count queued or preempted requests too."
+        f"{engine} The largest holders are ranked the same way; the totals are an upper bound."
     )
