@@ -162,21 +162,22 @@ def _with_epoch(frame: pl.DataFrame, on: str, resets: pl.DataFrame) -> pl.DataFr
 
 def _admitted_counts(firsts: pl.DataFrame, running: pl.DataFrame) -> pl.DataFrame:
     """Per node and epoch, the stats times at which the admitted count ``A`` first reached each
-    new value: ``node, epoch, admitted, ts, prev_ts`` (``prev_ts`` the stats time before)."""
-    ends = firsts.filter(pl.col("ended").is_not_null()).select(
-        *GROUP, ts=pl.col("ended"), is_end=pl.lit(1, pl.Int64), value=pl.lit(None, pl.Int64)
-    )
-    stats = running.select(*GROUP, "ts", is_end=pl.lit(0, pl.Int64), value="value")
-    # An end stated at a stats instant counts as ended by then: ends sort first.
-    marks = pl.concat([ends, stats]).sort(*GROUP, "ts", "is_end", descending=[False] * 3 + [True])
-    counted = (
-        marks.with_columns(ended=pl.col("is_end").cum_sum().over(GROUP))
-        .filter(pl.col("is_end") == 0)
-        .with_columns(
-            admitted=(pl.col("ended") + pl.col("value")).cum_max().over(GROUP),
-            prev_ts=pl.col("ts").shift(1).over(GROUP),
-            last_ts=pl.col("ts").last().over(GROUP),
-        )
+    new value: ``node, epoch, admitted, ts, prev_ts, last_ts`` (``prev_ts`` the stats time
+    before). The ended requests by each stats time come from a binary search in their sorted end
+    times, one per node and epoch (a handful), not from a sort of ends and samples together."""
+    ends = firsts.filter(pl.col("ended").is_not_null()).select(*GROUP, "ended")
+    ends_by = ends.partition_by(GROUP, as_dict=True, maintain_order=False)
+    parts = []
+    for key, stats in running.partition_by(GROUP, as_dict=True, maintain_order=True).items():
+        mine = ends_by.get(key)
+        times = mine["ended"].sort() if mine is not None else pl.Series("ended", [], dtype=TS)
+        # an end stated at a stats instant counts as ended by then
+        ended = times.search_sorted(stats["ts"], side="right").cast(pl.Int64)
+        parts.append(stats.with_columns(ended=ended))
+    counted = pl.concat(parts).with_columns(
+        admitted=(pl.col("ended") + pl.col("value")).cum_max().over(GROUP),
+        prev_ts=pl.col("ts").shift(1).over(GROUP),
+        last_ts=pl.col("ts").last().over(GROUP),
     )
     rises = pl.col("admitted") > pl.col("admitted").shift(1).over(GROUP).fill_null(-1)
     return counted.filter(rises).select(*GROUP, "admitted", "ts", "prev_ts", "last_ts")
