@@ -36,6 +36,7 @@ from typing import Final, Literal
 import polars as pl
 
 from oomtrace.analysis import grouped as g
+from oomtrace.analysis.admission import infer_admissions
 from oomtrace.analysis.grouped import per_request
 from oomtrace.analysis.knots import KEYS, close_open_segments, model_knots
 from oomtrace.analysis.kvmodel import KVModel
@@ -147,7 +148,7 @@ def timeline_of(
     if rate is None:
         rate = decode_rate(summary, samples)
     ev = _classified(life.take_events(), summary)  # the events go once classified
-    segments = _segments(ev, summary, rate)
+    segments = infer_admissions(_segments(ev, summary, rate), summary, samples, resets)
     stated = _stated_knots(ev, segments)
     del ev
     segments = close_open_segments(segments, stated, summary, trace_end, resets, rate)

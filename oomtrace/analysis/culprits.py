@@ -206,6 +206,7 @@ def culprits(
                 growth_tokens=row["growth_tokens"],
                 arrived=row["arrived_ts"],
                 resident_since=row["start_ts"],
+                resident_since_basis=row["start_basis"],
                 admitted_in_window=bool(row["admitted_in_window"]),
                 in_prefill=row["in_prefill"],
                 reason=reason,
@@ -240,6 +241,7 @@ def ledger(
             stored_bytes=r["bytes"],
             share=float(r["share"]),
             resident_since=r["start_ts"],
+            resident_since_basis=r["start_basis"],
         )
         for r in frame.iter_rows(named=True)
     )

@@ -82,6 +82,7 @@ class Culprit:
     growth_tokens: int | None
     arrived: datetime | None
     resident_since: datetime | None
+    resident_since_basis: str | None  # the segment's start_basis (see oomtrace.timeline)
     admitted_in_window: bool
     in_prefill: bool | None
     reason: str
@@ -102,6 +103,7 @@ class Culprit:
             "growth_tokens": self.growth_tokens,
             "arrived": iso(self.arrived),
             "resident_since": iso(self.resident_since),
+            "resident_since_basis": self.resident_since_basis,
             "admitted_in_window": self.admitted_in_window,
             "in_prefill": self.in_prefill,
             "reason": self.reason,
@@ -123,6 +125,7 @@ class LedgerRow:
     stored_bytes: int | None
     share: float
     resident_since: datetime | None
+    resident_since_basis: str | None
 
     def to_json(self) -> dict[str, Any]:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}

@@ -114,6 +114,8 @@ def request_gaps(timeline: Timeline, rate: DecodeRate) -> list[Gap]:
         how = {
             "first_token": "they count as resident from their first token (a lower bound)",
             "arrived": "they count as resident from their arrival (an upper bound)",
+            "running_count": "admitted when the engine's running count reached them, first come "
+            "first served (within one stats interval; counted from its start, an upper bound)",
             "rate": "their start is modelled from their length and the decode rate",
         }.get(basis, basis)
         out.append(

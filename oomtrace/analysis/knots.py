@@ -103,6 +103,7 @@ def close_open_segments(
         *KEYS,
         "start_ts",
         "start_basis",
+        "start_latest",
         "end_ts",
         "end_basis",
         "end_output",

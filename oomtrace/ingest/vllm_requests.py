@@ -11,8 +11,10 @@
   token count; "(streaming complete)" is ``finished`` with the total.
 * A token id list cut by ``--max-log-len`` (or by the 512-id cap of the 0.33 INFO preview)
   gives no count: a lower bound is not the number.
-* ``admitted`` is "Added request": in V1 that is when the request enters the engine core's
-  queue, not when the scheduler first runs it.
+* "Added request" is when the request enters the engine's waiting queue (V0 and V1), not when the
+  scheduler first runs it: it is a second ``arrived`` event (the engine side's), never an
+  ``admitted`` one. No vLLM log line states a scheduling; the analysis infers admissions from the
+  running count (:mod:`oomtrace.analysis.admission`).
 """
 
 from __future__ import annotations
@@ -46,7 +48,23 @@ def finish_requests(
     rows = _cap_truncated(rows, max_log_len, diag)
     rows = _merge_details(rows)
     rows = _streams(rows)
-    return _one_ending(rows).select(OUTPUT)
+    return _one_arrival(_one_ending(rows)).select(OUTPUT)
+
+
+def _one_arrival(rows: pl.DataFrame) -> pl.DataFrame:
+    """ "Added request" is the engine side's arrival: where the API server's "Received request"
+    line told it already, with nothing more stated, it is the same arrival and is dropped;
+    otherwise (no request line, or counts only it states) it is the request's arrival."""
+    added = pl.col("event") == "admitted"
+    if not rows.select(added.any()).item():
+        return rows
+    told = (pl.col("event") == "arrived").any().over("request_id")
+    bare = pl.all_horizontal(
+        pl.col(c).is_null() for c in ("prompt_tokens", "max_tokens", "output_tokens")
+    )
+    return rows.filter(~(added & told & bare)).with_columns(
+        event=pl.when(added).then(pl.lit("arrived")).otherwise(pl.col("event"))
+    )
 
 
 def _one_ending(rows: pl.DataFrame) -> pl.DataFrame:

@@ -51,6 +51,7 @@ LEDGER_ORDER = (
     "share",
     "basis",
     "resident_since",
+    "resident_since_basis",
 )
 
 
@@ -244,17 +245,28 @@ def _summary_table(frame: pl.DataFrame, unit: str) -> list[tuple[str, Any]]:
     return [("series", table_from_records(rows, order=keys))]
 
 
-def _admissions(trace: Trace, buckets: int) -> pl.DataFrame:
-    """Admitted or resumed requests per time slice of the whole trace."""
-    admitted = trace.requests.filter(pl.col("event").is_in(["admitted", "resumed"]))["ts"]
-    if not admitted.len():
-        return pl.DataFrame()
-    stamps = pl.concat([s for s in (trace.samples["ts"], trace.requests["ts"]) if s.len()])
-    low, high = stamps.min(), stamps.max()
+def _admissions(trace: Trace, buckets: int) -> tuple[pl.DataFrame, str]:
+    """Admitted or resumed requests per time slice of the whole trace; where the request log
+    states no admission (vLLM and SGLang log a request's arrival and end only), arrivals, so
+    that the bars say what was offered rather than nothing. Returns the counts and what they
+    count."""
+    events = trace.requests.select("request_id", "event", "ts")
+    stamps = events.filter(pl.col("event").is_in(["admitted", "resumed"]))["ts"]
+    what = "admitted"
+    if not stamps.len():
+        # first arrival of each request (a log can state one twice: API server and engine)
+        arrivals = events.filter(pl.col("event") == "arrived")
+        stamps = arrivals.unique("request_id", keep="first", maintain_order=True)["ts"].sort()
+        what = "arrived"
+    if not stamps.len():
+        return pl.DataFrame(), what
+    both = pl.concat([s for s in (trace.samples["ts"], trace.requests["ts"]) if s.len()])
+    low, high = both.min(), both.max()
     if not isinstance(low, datetime) or not isinstance(high, datetime):
-        return pl.DataFrame()
+        return pl.DataFrame(), what
     end = high + timedelta(microseconds=1)
-    return series.counts_per_bucket(admitted, low, end, buckets=buckets, name="admissions")
+    counts = series.counts_per_bucket(stamps, low, end, buckets=buckets, name="admissions")
+    return counts, what
 
 
 def _lifecycle_table(requests: pl.DataFrame) -> list[tuple[str, Any]]:
@@ -269,21 +281,24 @@ def _activity_section(
     trace: Trace, picked: pl.DataFrame, marks: pl.DataFrame, options: ReportOptions
 ) -> Section:
     counts, read = series.activity_series(picked, buckets=options.buckets)
-    admissions = _admissions(trace, min(options.buckets, 400))
+    admissions, what = _admissions(trace, min(options.buckets, 400))
     tables = [*_summary_table(counts, "count"), *_lifecycle_table(trace.requests)]
     chart_list: tuple[Chart, ...] = ()
     if counts.height or admissions.height:
-        spec = charts.activity_chart(counts, admissions, marks, title="Requests")
+        spec = charts.activity_chart(counts, admissions, marks, title="Requests", bars=what)
         caption = _caption(counts.height, read, options.buckets)
         chart_list = (Chart("activity", "Requests", caption, spec, counts),)
+    bars = (
+        "grey bars, admitted or resumed requests counted from the request log"
+        if what == "admitted"
+        else "grey bars, requests arriving, counted from the request log, which states no "
+        "admissions: the analysis infers them from the running count"
+    )
     return Section(
         "activity",
         "Requests running, waiting and preempted",
         paragraphs=(
-            (
-                "What the scheduler reported (lines) over the admissions in each time slice (grey "
-                "bars, admitted or resumed requests counted from the request log)."
-            ),
+            f"What the scheduler reported (lines) over the requests in each time slice ({bars}).",
         ),
         tables=tuple(tables),
         charts=chart_list,
@@ -353,7 +368,8 @@ def _over_pool(totals: Mapping[str, Any]) -> str:
         f"These requests add up to {value_text(stored, 'bytes')}, more than the "
         f"{value_text(pool, 'bytes')} pool, so some of them were not resident: where the inputs "
         "do not state when the engine scheduled each request (vLLM logs when a request enters "
-        "its queue), a request counts as resident from then, an upper bound that counts queued "
-        f"requests too.{engine} The largest holders are ranked the same way; the totals are an "
-        "upper bound."
+        "its queue), a request counts as resident from the earliest moment they allow (its "
+        "arrival, or the start of the stats interval in which the engine's running count "
+        "reached it), an upper bound that can count queued or preempted requests too."
+        f"{engine} The largest holders are ranked the same way; the totals are an upper bound."
     )

@@ -176,10 +176,16 @@ def memory_chart(
 
 
 def activity_chart(
-    counts: pl.DataFrame, admissions: pl.DataFrame, markers: pl.DataFrame, *, title: str
+    counts: pl.DataFrame,
+    admissions: pl.DataFrame,
+    markers: pl.DataFrame,
+    *,
+    title: str,
+    bars: str = "admitted",
 ) -> dict[str, Any]:
     """Requests running, waiting and preempted (``ts, series, value``) over admissions per
-    interval (``ts, end, admissions``), with the same markers as the memory chart."""
+    interval (``ts, end, admissions``), with the same markers as the memory chart. ``bars``
+    names what the bars count (``admitted``, or ``arrived`` where no admission is stated)."""
     zoom = alt.selection_interval(name="zoom_activity", bind="scales", encodings=["x"])
     data_sets = _Datasets("activity")
     layers: list[alt.Chart] = []
@@ -191,11 +197,11 @@ def activity_chart(
             .encode(
                 x=_time_x(),
                 x2="t2:T",
-                y=alt.Y("admissions:Q", title="admitted per slice", axis=alt.Axis(orient="right")),
+                y=alt.Y("admissions:Q", title=f"{bars} per slice", axis=alt.Axis(orient="right")),
                 tooltip=[
                     _time_tip("t", "from (UTC)"),
                     _time_tip("t2", "to (UTC)"),
-                    alt.Tooltip("admissions:Q", title="admitted", format=",d"),
+                    alt.Tooltip("admissions:Q", title=bars, format=",d"),
                 ],
             )
         )

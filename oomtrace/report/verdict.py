@@ -67,6 +67,7 @@ CULPRIT_ORDER: Final = (
     "max_tokens",
     "growth_tokens",
     "resident_since",
+    "resident_since_basis",
     "reason",
 )
 # Shown in the reason text or in the findings document, not as columns.
@@ -170,7 +171,8 @@ def _over_observed(incident: Mapping[str, Any]) -> str:
     return (
         f"The requests counted as resident add up to {value_text(explained, 'bytes')}, more "
         f"than the {value_text(observed, 'bytes')} observed: where the inputs do not state when "
-        "each request was scheduled, queued requests count as resident (an upper bound)."
+        "each request was scheduled, requests count as resident from the earliest moment the "
+        "inputs allow, so queued or preempted ones can count too (an upper bound)."
     )
 
 

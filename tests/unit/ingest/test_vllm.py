@@ -94,9 +94,7 @@ def test_v0_tp2_log_gives_config_stats_requests_preemptions_and_the_oom() -> Non
         _requests(trace),
         _expected([
             (_at(2025, 12, 31, 23, 59, 58), "chat-5b4ae1", "arrived", 7, 1024, None),
-            (_at(2025, 12, 31, 23, 59, 58), "chat-5b4ae1", "admitted", None, None, None),
             (_at(2026, 1, 1, 0, 0, 1), "chat-77aa02", "arrived", 5, 4096, None),
-            (_at(2026, 1, 1, 0, 0, 1), "chat-77aa02", "admitted", None, None, None),
             (_at(2026, 1, 1, 0, 0, 3), "chat-5b4ae1", "preempted", None, None, None),
             (_at(2026, 1, 1, 0, 0, 9), "chat-77aa02", "preempted", None, None, None),
             (_at(2026, 1, 1, 0, 0, 10), "chat-77aa02", "aborted", None, None, None),
@@ -171,11 +169,8 @@ def test_v1_tensor_parallel_oom_counts_each_rank_once_and_each_device_once() -> 
         _requests(trace),
         _expected([
             (_at(2025, 11, 6, 10, 55, 1), "chatcmpl-a1", "arrived", 8, 8192, None),
-            (_at(2025, 11, 6, 10, 55, 1), "chatcmpl-a1", "admitted", None, None, None),
             (_at(2025, 11, 6, 10, 55, 2), "chatcmpl-b2", "arrived", 3, 32000, None),
-            (_at(2025, 11, 6, 10, 55, 2), "chatcmpl-b2", "admitted", None, None, None),
             (_at(2025, 11, 6, 10, 55, 3), "chatcmpl-c3", "arrived", 1, 100, None),
-            (_at(2025, 11, 6, 10, 55, 3), "chatcmpl-c3", "admitted", None, None, None),
             (_at(2025, 11, 6, 10, 55, 4), "chatcmpl-c3", "finished", None, None, 8),
             (_at(2025, 11, 6, 10, 55, 20), "chatcmpl-a1", "aborted", None, None, None),
             (_at(2025, 11, 6, 10, 55, 20), "chatcmpl-b2", "aborted", None, None, None),
@@ -202,13 +197,11 @@ def test_v1_internal_ids_details_streams_and_interval_preemptions() -> None:
             # the DEBUG details line gives the prompt count; the prompt text mentions
             # "prompt_token_ids: [9]" itself, which must not be taken for the list
             (_at(2025, 9, 17, 18, 27, 20), "chatcmpl-f00d", "arrived", 11, 512, None),
-            (_at(2025, 9, 17, 18, 27, 20), "chatcmpl-f00d", "admitted", None, None, None),
             (_at(2025, 9, 17, 18, 27, 21), "chatcmpl-f00d", "first_token", None, None, 1),
             (_at(2025, 9, 17, 18, 27, 21), "chatcmpl-f00d", "progress", None, None, 3),
             (_at(2025, 9, 17, 18, 27, 22), "chatcmpl-f00d", "progress", None, None, 4),
             (_at(2025, 9, 17, 18, 27, 22), "chatcmpl-f00d", "finished", None, None, 4),
             (_at(2025, 9, 17, 18, 27, 23), "chatcmpl-beef", "arrived", None, 2048, None),
-            (_at(2025, 9, 17, 18, 27, 23), "chatcmpl-beef", "admitted", None, None, None),
             (_at(2025, 9, 17, 18, 27, 25), "chatcmpl-beef", "aborted", None, None, None),
             (_at(2025, 9, 17, 18, 27, 26), "chatcmpl-dead", "rejected", None, None, None),
         ]),
@@ -480,11 +473,11 @@ def test_cli_ingest_and_inspect_a_vllm_log(tmp_path: Path) -> None:
         cli, ["ingest", str(DATA / "v0_0.6.6_tp2.log"), "--out", str(out), "--year", "2025"]
     )
     assert result.exit_code == 0, result.output
-    assert result.output.startswith(f"wrote {out}: 15 samples, 7 request events, 5 events\n")
+    assert result.output.startswith(f"wrote {out}: 15 samples, 5 request events, 5 events\n")
     result = runner.invoke(cli, ["inspect", str(DATA / "v1_0.20_stream.log"), "--json"])
     assert result.exit_code == 0, result.output
     doc = json.loads(result.output)
-    assert (doc["parser"], doc["counts"]["requests"]) == ("vllm-log", 10)
+    assert (doc["parser"], doc["counts"]["requests"]) == ("vllm-log", 8)
     assert doc["manifest"]["engine"]["version_family"] == "v1-0.20"
 
 

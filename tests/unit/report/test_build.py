@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import polars as pl
 from polars.testing import assert_frame_equal
 
@@ -156,6 +158,25 @@ def test_admissions_are_counted_per_slice_from_the_request_log() -> None:
     counts = [row["admissions"] for row in spec["datasets"]["activity_admissions"]]
     assert sum(counts) == 10
     assert len(counts) <= 5
+
+
+def test_without_stated_admissions_the_bars_count_each_request_arriving_once() -> None:
+    # GIVEN a vLLM-like request log: each request arrives (told twice, API server and engine)
+    # and finishes; no admission is stated
+    rows = [
+        {"ts": at(float(i) + dt), "request_id": f"r{i}", "event": event}
+        for i in range(6)
+        for dt, event in ((0.0, "arrived"), (0.001, "arrived"), (3.0, "finished"))
+    ]
+    trace = Trace(requests=factories.requests(*rows))
+    # WHEN the activity section is built
+    section = build_report(ReportInputs({}, trace), ReportOptions(buckets=4)).section("activity")
+    spec = section.charts[0].spec
+    # THEN the bars count arrivals, one per request, and say so
+    counts = [row["admissions"] for row in spec["datasets"]["activity_admissions"]]
+    assert sum(counts) == 6
+    assert "requests arriving" in section.paragraphs[0]
+    assert "arrived per slice" in json.dumps(spec)
 
 
 def _ledger_findings(stored: int, pool: int) -> dict[str, object]:
