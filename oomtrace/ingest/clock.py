@@ -83,12 +83,14 @@ class ClockSummary:
 def year_offsets(md: pl.Series, tod: pl.Series) -> tuple[pl.Series, ChunkYears]:
     """Local year offsets (Int32, 0 at the first timestamp; null where ``md`` is null) of one
     chunk's timestamps, in order, and the chunk's brief."""
+    # A printed date with no such month (a corrupt line) places nothing, like a missing one.
     frame = pl.DataFrame({"md": md, "tod": tod}).with_row_index("_i")
-    known = frame.filter(pl.col("md").is_not_null() & pl.col("tod").is_not_null())
+    frame = frame.with_columns(_soy=seconds_of_year(pl.col("md"), pl.col("tod")))
+    known = frame.filter(pl.col("_soy").is_not_null())
     out = pl.repeat(None, frame.height, dtype=pl.Int32, eager=True).alias("yo")
     if known.height == 0:
         return out, ChunkYears()
-    soy = known.select(seconds_of_year(pl.col("md"), pl.col("tod"))).to_series()
+    soy = known.get_column("_soy")
     step = _steps(soy - soy.shift(1)).fill_null(0)
     offsets = step.cum_sum()
     brief = ChunkYears(

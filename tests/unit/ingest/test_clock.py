@@ -252,3 +252,19 @@ def test_leap_calendar_days_count_from_january_first_with_a_february_29_every_ye
 
 _DATES = [(2025, 1, 1), (2025, 2, 28), (2025, 3, 1), (2024, 3, 1), (2024, 12, 31), (2024, 2, 29),
           (1969, 1, 1)]  # fmt: skip
+
+
+def test_a_header_with_no_such_month_places_nothing_and_is_counted(tmp_path: Path) -> None:
+    # GIVEN a log whose only header prints month 13 (a corrupt line), after a config line
+    path = tmp_path / "vllm.log"
+    path.write_text(
+        "# GPU blocks: 12606, # CPU blocks: 4096\n"
+        "DEBUG 13-45 25:61:61 [api_server.py:1805] Traceback (most recent call last):\n"
+    )
+    # WHEN it is ingested
+    trace = ingest_paths([path], IngestOptions(format="vllm-log", year=2025))
+    # THEN nothing is placed in time, and the line that needed a time is counted as such
+    source = trace.manifest.sources[0]
+    assert source.lines_read == 2
+    assert source.skipped[NO_TIME].count == 1
+    assert trace.samples.height == 0
