@@ -316,8 +316,9 @@ def _place(frame: pl.DataFrame, info: ChunkInfo, tz: str) -> pl.DataFrame:
     offsets, info.years = year_offsets(frame.get_column("_md"), frame.get_column("_tod"))
     frame = frame.with_columns(offsets.alias("_yo"))
     full = pl.coalesce(pl.col("arrival_ts"), pl.col("outer_ts"))
+    # Rows with a year offset: those whose printed time exists and names a real month.
     printed = frame.select("_md", "_tod", "_yo", full.alias("_full")).filter(
-        pl.col("_md").is_not_null()
+        pl.col("_yo").is_not_null()
     )
     info.timed_lines = printed.height
     both = printed.filter(pl.col("_full").is_not_null())

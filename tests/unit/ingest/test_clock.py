@@ -8,6 +8,7 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 
 import polars as pl
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -254,12 +255,15 @@ _DATES = [(2025, 1, 1), (2025, 2, 28), (2025, 3, 1), (2024, 3, 1), (2024, 12, 31
           (1969, 1, 1)]  # fmt: skip
 
 
-def test_a_header_with_no_such_month_places_nothing_and_is_counted(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stamp", ["", "2025-06-02T08:00:00Z "])
+def test_a_header_with_no_such_month_places_nothing_and_is_counted(
+    tmp_path: Path, stamp: str
+) -> None:
     # GIVEN a log whose only header prints month 13 (a corrupt line), after a config line
     path = tmp_path / "vllm.log"
     path.write_text(
         "# GPU blocks: 12606, # CPU blocks: 4096\n"
-        "DEBUG 13-45 25:61:61 [api_server.py:1805] Traceback (most recent call last):\n"
+        f"{stamp}DEBUG 13-45 25:61:61 [api_server.py:1805] Traceback (most recent call last):\n"
     )
     # WHEN it is ingested
     trace = ingest_paths([path], IngestOptions(format="vllm-log", year=2025))
