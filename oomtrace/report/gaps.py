@@ -35,12 +35,18 @@ MANIFEST_KINDS: Final = frozenset({"skipped_lines", "note", "unrecognised_source
 
 Row = tuple[Any, ...]
 
+# What a row of each canonical table is, as an input's row counts read.
+ROW_NAMES: Final = {"requests": "request events", "events": "events", "samples": "samples"}
+
 
 def gaps_section(manifest: Manifest, analysis_gaps: Any) -> Section:
     inputs: list[Row] = []
     rows: dict[Category, list[Row]] = {"assumption": [], "gap": []}
     for s in manifest.sources:
-        counts = ", ".join(f"{n:,} {t}" for t, n in sorted(s.rows.items()) if n) or "no rows"
+        counts = (
+            ", ".join(f"{n:,} {ROW_NAMES.get(t, t)}" for t, n in sorted(s.rows.items()) if n)
+            or "no rows"
+        )
         inputs.append((s.name, s.parser, "read", s.lines_read or None, counts))
         if sentence := source_clock_sentence(s):
             rows["assumption"].append((s.name, s.parser, "clock", None, sentence))

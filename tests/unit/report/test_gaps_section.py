@@ -100,3 +100,13 @@ def test_a_trace_written_before_per_source_clocks_gets_one_clock_sentence() -> N
         None,
         "read as UTC because the log states no zone (pass --tz ZONE)",
     ) in rows
+
+
+def test_an_inputs_request_rows_read_as_request_events_not_requests() -> None:
+    # GIVEN a log whose 296 requests gave 592 request rows (an arrival and an end each)
+    manifest = _manifest()
+    manifest.sources[0].rows = {"requests": 592, "samples": 377, "events": 6}
+    # WHEN the section lists the inputs
+    inputs = dict(gaps_section(manifest, []).tables)["inputs"]
+    # THEN the counts say what a row is: a request event, not a request
+    assert inputs.records()[0]["detail"] == "6 events, 592 request events, 377 samples"
