@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from oomtrace.budget.dtypes import KV_CACHE_DTYPES
 from oomtrace.cli._options import ingest_options, to_ingest_options
 from oomtrace.errors import UsageError
 
@@ -129,6 +130,7 @@ def _bytes_per_token(options: dict[str, Any], trace: Any) -> tuple[int | None, s
 )
 @click.option(
     "--kv-cache-dtype",
+    type=click.Choice(KV_CACHE_DTYPES),
     default="auto",
     show_default=True,
     help="With --config: the KV cache dtype (auto = the model's; fp8 halves it).",
