@@ -3,8 +3,8 @@
 A reader of a report needs two lists: **assumptions** (how something was read: the clock and
 zone, bases inferred for request starts and ends, conventions such as units) and **gaps** (what
 is missing: skipped lines, holes in a series, a series or a table not present, values left out).
-:data:`KIND_CATEGORY` sorts the analysis' gap kinds; :func:`note_category` sorts a parser's free
-text notes.
+:data:`ASSUMPTION_KINDS` sorts the analysis' gap kinds; a parser says which of its notes tell of
+data left out (``SourceDiagnostics.note(text, lost=True)``).
 
 How a source's times were placed is shown as one sentence. Ingest records each source's clock
 as keys (``SourceDiagnostics.clock``, normalised by :func:`oomtrace.ingest.source_clock`); the
@@ -16,44 +16,26 @@ log states no zone (pass --tz ZONE)".
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final, Literal
+from typing import Any, Final
 
-from oomtrace.diagnostics import SourceDiagnostics
+from oomtrace.diagnostics import Category, SourceDiagnostics
 
-Category = Literal["assumption", "gap"]
+__all__ = [
+    "ASSUMPTION_KINDS",
+    "Category",
+    "clock_sentence",
+    "kind_category",
+    "source_clock_sentence",
+]
 
-# The analysis' gap kinds that say how something was read, not that something is missing.
+# The analysis' gap kinds that say how something was read, not that something is missing
+# (``left_out`` is a parser's note of data left out; ``note`` any other of its notes).
 ASSUMPTION_KINDS: Final = frozenset({"clock", "note", "no_admission", "no_end"})
-# Words by which a parser's note says that data was lost rather than how it was read.
-_LOST: Final = (
-    "left out",
-    "left empty",
-    "skipped",
-    "damaged",
-    "ends early",
-    "did not parse",
-    "not in this log",
-    "cannot be placed",
-    "invalid",
-    "is unknown",
-    "not turned into",
-    "is an error",
-    "not mapped",
-    "not used",
-)
 
 
-def kind_category(kind: str, detail: str = "") -> Category:
-    """``assumption`` or ``gap`` for an analysis gap of ``kind`` (a ``note`` by its text)."""
-    if kind == "note":
-        return note_category(detail)
+def kind_category(kind: str) -> Category:
+    """``assumption`` or ``gap`` for an analysis gap of ``kind``."""
     return "assumption" if kind in ASSUMPTION_KINDS else "gap"
-
-
-def note_category(text: str) -> Category:
-    """A parser's note is a gap when it says data was lost, else an assumption."""
-    lowered = text.lower()
-    return "gap" if any(word in lowered for word in _LOST) else "assumption"
 
 
 # Sources of a year that are a guess, with the words for them.

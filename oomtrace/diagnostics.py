@@ -8,11 +8,15 @@ redacted (no prompt or output text) and shortened before they are kept.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from collectors.redact import redact_line
 
 EXAMPLE_CHARS = 160
+
+
+# What a diagnostic tells a reader: how something was read, or that data is missing.
+Category = Literal["assumption", "gap"]
 
 
 @dataclass
@@ -37,6 +41,8 @@ class SourceDiagnostics:
     lines_recognised: int = 0
     skipped: dict[str, Skip] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    # The notes that say data was left out (the rest say how something was read).
+    lost: list[str] = field(default_factory=list)
     rows: dict[str, int] = field(default_factory=dict)
     first_ts: str | None = None
     last_ts: str | None = None
@@ -54,10 +60,18 @@ class SourceDiagnostics:
         else:
             self.skipped[reason] = Skip(count, shown)
 
-    def note(self, text: str) -> None:
-        """An assumption or caveat a reader of the report must know (kept once)."""
+    def note(self, text: str, *, lost: bool = False) -> None:
+        """An assumption or caveat a reader of the report must know (kept once). ``lost``: the
+        note says that data was left out (a gap), not how something was read (an assumption)."""
         if text not in self.notes:
             self.notes.append(text)
+        if lost and text not in self.lost:
+            self.lost.append(text)
+
+    def category(self, note: str) -> Category:
+        """Whether one of :attr:`notes` tells of data left out (``gap``) or of how the source
+        was read (``assumption``)."""
+        return "gap" if note in self.lost else "assumption"
 
     @property
     def lines_skipped(self) -> int:
@@ -73,6 +87,7 @@ class SourceDiagnostics:
             "lines_skipped": self.lines_skipped,
             "skipped": {k: v.to_json() for k, v in sorted(self.skipped.items())},
             "notes": list(self.notes),
+            "lost": list(self.lost),
             "rows": dict(sorted(self.rows.items())),
             "first_ts": self.first_ts,
             "last_ts": self.last_ts,
@@ -92,6 +107,7 @@ class SourceDiagnostics:
                 for k, v in data.get("skipped", {}).items()
             },
             notes=list(data.get("notes", [])),
+            lost=list(data.get("lost", [])),
             rows={k: int(v) for k, v in data.get("rows", {}).items()},
             first_ts=data.get("first_ts"),
             last_ts=data.get("last_ts"),

@@ -253,7 +253,7 @@ class Gap:
 
     @property
     def category(self) -> Category:
-        return kind_category(self.kind, self.detail)
+        return kind_category(self.kind)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -21,6 +21,9 @@ from oomtrace.trace import Manifest
 
 MAX_HOLES: Final = 20
 
+# A parser's note as an analysis gap: data it left out, or how it read the source.
+_NOTE_KIND: Final = {"gap": "left_out", "assumption": "note"}
+
 
 def _name(source: str) -> str:
     """A source's file name only: findings never carry paths."""
@@ -35,7 +38,7 @@ def manifest_gaps(manifest: Manifest) -> list[Gap]:
             out.append(
                 Gap("skipped_lines", name, f"{skip.count:,} line(s) skipped: {reason}", skip.count)
             )
-        out += [Gap("note", name, note) for note in source.notes]
+        out += [Gap(_NOTE_KIND[source.category(n)], name, n) for n in source.notes]
         if source.lines_read and not source.lines_recognised:
             out.append(Gap("unrecognised_source", name, "no line of this source was recognised"))
         if sentence := source_clock_sentence(source):

@@ -115,7 +115,10 @@ def ingest_paths(
     for item in sniffed:
         if item.parser is None:
             diag = SourceDiagnostics(item.source.name, "unrecognised", options.node or "")
-            diag.note(f"no parser recognised this file (tried: {', '.join(item.tried)}); skipped")
+            diag.note(
+                f"no parser recognised this file (tried: {', '.join(item.tried)}); skipped",
+                lost=True,
+            )
             skipped.append(diag)
             continue
         diag = SourceDiagnostics(item.source.name, item.parser.name, options.node or "")
@@ -317,7 +320,8 @@ def _place_devices(
             f"{lost.height:,} row(s) name their GPU only as {', '.join(refs.head(3))}"
             f"{' ...' if refs.len() > 3 else ''}, which no input of this incident ties to a device "
             "index; their device is unknown (add an `nvidia-smi --query-gpu=index,uuid,pci.bus_id "
-            "--format=csv` capture)"
+            "--format=csv` capture)",
+            lost=True,
         )
     return frame.drop("device_ref")
 

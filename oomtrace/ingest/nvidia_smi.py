@@ -154,7 +154,8 @@ class NvidiaSmiCsvParser:
         if state.timeless:
             diag.note(
                 f"{state.timeless:,} row(s) under a header without `timestamp` cannot be placed "
-                "in time; left out (query timestamp as well)"
+                "in time; left out (query timestamp as well)",
+                lost=True,
             )
         result = ParseResult(clock={"tz": tz, "tz_assumed": ctx.clock.tz is None})
         if ctx.clock.tz is None:
@@ -299,12 +300,14 @@ def _memory_bytes(
         if counts[f"unavailable {f}"]:
             diag.note(
                 f"{f}: {counts[f'unavailable {f}']:,} value(s) were [N/A], [Not Supported] or "
-                "another unavailable state; left out"
+                "another unavailable state; left out",
+                lost=True,
             )
         if counts[f"unreadable {f}"]:
             diag.note(
                 f"{f}: {counts[f'unreadable {f}']:,} value(s) are not a size "
-                f"({counts[f'example {f}']!r}); left out"
+                f"({counts[f'example {f}']!r}); left out",
+                lost=True,
             )
         if layout.unit(f) is None and counts[f"unitless {f}"]:
             diag.note(f"{f}: values without a unit were read as MiB, nvidia-smi's memory unit")
@@ -324,13 +327,14 @@ def _note_layout(layout: Layout, state: _State, diag: SourceDiagnostics) -> None
     state.noted.add(key)
     ignored = [f for f in layout.fields if f not in _USED and f not in TEXT_FIELDS]
     if ignored:
-        diag.note(f"fields with no canonical metric, not used: {', '.join(ignored)}")
+        diag.note(f"fields with no canonical metric, not used: {', '.join(ignored)}", lost=True)
     if any(f in layout.fields for f in ("used_gpu_memory", "used_memory")) and not any(
         f in layout.fields for f in (*REF_FIELDS, "index")
     ):
         diag.note(
             "process rows do not say which GPU they are on; their device is unknown "
-            "(query gpu_uuid as well)"
+            "(query gpu_uuid as well)",
+            lost=True,
         )
 
 
@@ -350,7 +354,8 @@ def _localise(frame: pl.DataFrame, tz: str, diag: SourceDiagnostics) -> pl.DataF
     if gap.height:
         diag.note(
             f"{gap.height:,} value(s) carry a local time that does not exist in {tz} (the "
-            "hour skipped by a DST change); left out"
+            "hour skipped by a DST change); left out",
+            lost=True,
         )
     return frame.filter(pl.col("ts").is_not_null()).select(
         pl.col("ts").dt.convert_time_zone("UTC"), "device", "device_ref", "pid", "metric", "value"
@@ -366,7 +371,8 @@ def _note_unplaced(samples: pl.DataFrame, diag: SourceDiagnostics) -> None:
     if unnamed.height:
         diag.note(
             "--query-gpu rows name no GPU (neither index nor uuid); their device is unknown "
-            "(query index as well)"
+            "(query index as well)",
+            lost=True,
         )
 
 
@@ -376,7 +382,8 @@ def _device_index(pairs: pl.DataFrame, diag: SourceDiagnostics) -> dict[str, int
     if clash.height:
         diag.note(
             f"GPU {clash['device_ref'][0]} appears under several indexes; not used to place "
-            "rows that name it by UUID or bus id"
+            "rows that name it by UUID or bus id",
+            lost=True,
         )
     kept = pairs.filter(~pl.col("device_ref").is_duplicated())
     return dict(zip(kept["device_ref"].to_list(), kept["device"].to_list(), strict=True))

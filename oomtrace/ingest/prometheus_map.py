@@ -117,7 +117,7 @@ def note_unmapped(
         names = sorted(families, key=lambda n: (-families[n], n))
         shown = ", ".join(f"{n} ({families[n]:,})" for n in names[:8])
         more = f" and {len(names) - 8} more" if len(names) > 8 else ""
-        diag.note(f"{len(names)} metric families not mapped: {shown}{more}")
+        diag.note(f"{len(names)} metric families not mapped: {shown}{more}", lost=True)
 
 
 def to_result(
@@ -165,7 +165,7 @@ def _note_known_unmapped(frame: pl.DataFrame, diag: SourceDiagnostics) -> None:
     for name in frame["name"].unique().sort():
         for series in d.BY_NAME[name]:
             if series.metric is None:
-                diag.note(f"{name}: {series.why}; not mapped")
+                diag.note(f"{name}: {series.why}; not mapped", lost=True)
             elif series.reason is not None:
                 diag.note(f"{name}: only reason={series.reason} is mapped")
 
@@ -200,7 +200,8 @@ def _mig(frame: pl.DataFrame, diag: SourceDiagnostics) -> pl.DataFrame:
         _skip(diag, "MIG instance series (the GPU has its own or several)", dropped.height, None)
         diag.note(
             "MIG instance series were left out where the GPU has a series of its own or several "
-            "instances (the trace holds one memory series per device)"
+            "instances (the trace holds one memory series per device)",
+            lost=True,
         )
     kept = frame.filter(mig & ~drop).select("gpu", "GPU_I_ID", "GPU_I_PROFILE").unique().sort("gpu")
     for gpu, instance, profile in kept.iter_rows():
@@ -362,7 +363,10 @@ def _convert(labels: Mapping[str, str], diag: SourceDiagnostics) -> dict[str, An
                 (text == "True") if kind is bool else kind(float(text) if kind is int else text)
             )
         except ValueError:
-            diag.note(f"{d.CACHE_CONFIG_INFO}: {label}={text!r} is not a {kind.__name__}; left out")
+            diag.note(
+                f"{d.CACHE_CONFIG_INFO}: {label}={text!r} is not a {kind.__name__}; left out",
+                lost=True,
+            )
     return out
 
 

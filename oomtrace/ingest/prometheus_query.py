@@ -66,7 +66,7 @@ class PrometheusQueryJsonParser:
                 "fix the query and export its response again"
             )
         for error in errors:
-            diag.note(f"a response in this file is an error: {error}")
+            diag.note(f"a response in this file is an error: {error}", lost=True)
         return _to_result(series, diag)
 
 
@@ -140,7 +140,8 @@ def _to_result(series: list[dict[str, Any]], diag: SourceDiagnostics) -> ParseRe
     if nameless:
         diag.note(
             "some series have no __name__ (the query was an expression such as rate() or "
-            "sum by()); query the raw metric names over the window instead"
+            "sum by()); query the raw metric names over the window instead",
+            lost=True,
         )
     note_unmapped(unmapped, next(iter(unmapped), None), diag)
     return to_result(_raw(wanted, diag), configs, diag)

@@ -96,7 +96,8 @@ class InputFile:
                     if diag is not None:
                         diag.note(
                             f"compressed stream is damaged after {produced:,} bytes ({err}); "
-                            "read what was before it"
+                            "read what was before it",
+                            lost=True,
                         )
                     return
                 produced += len(out)
@@ -106,7 +107,8 @@ class InputFile:
                     if not inflate.eof and diag is not None:
                         diag.note(
                             f"compressed stream ends early after {produced:,} bytes; "
-                            "read what was there"
+                            "read what was there",
+                            lost=True,
                         )
                     return
 
@@ -157,7 +159,9 @@ class InputFile:
             diag.lines_read += lines.len()
             yield LineChunk(lines, line_no)
         if invalid_lines:
-            diag.note(f"{invalid_lines:,} line(s) held invalid UTF-8 bytes (shown as U+FFFD)")
+            diag.note(
+                f"{invalid_lines:,} line(s) held invalid UTF-8 bytes (shown as U+FFFD)", lost=True
+            )
 
 
 def decode_lines(text: bytes) -> tuple[pl.Series, int]:

@@ -279,7 +279,8 @@ def _samples_and_events(
     if trace.height > known.height:
         diag.note(
             f"{trace.height - known.height} trace entries on devices with no segments at the dump "
-            "were not turned into totals (their starting point is unknown)"
+            "were not turned into totals (their starting point is unknown)",
+            lost=True,
         )
     if known.height == 0:
         return (at_dump if at_dump.height else None), None
@@ -307,7 +308,8 @@ def _samples_and_events(
         diag.note(
             f"this snapshot has no event times: its {totals.height} trace entries are in order but "
             "not in time, so only the totals at the dump (file modification time) and the peak of "
-            "the recorded window are kept"
+            "the recorded window are kept",
+            lost=True,
         )
         totals = totals.with_columns(ts=pl.lit(when, TS_DTYPE))
     diag.lines_recognised += totals.height

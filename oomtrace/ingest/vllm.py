@@ -326,7 +326,8 @@ class _Run:
             self.diag.note(
                 f"Ray's log de-duplication left out {collapsed:,} similar line(s) ('[repeated Nx "
                 "across cluster]'); their values are not in this log (capture with "
-                "RAY_DEDUP_LOGS=0)"
+                "RAY_DEDUP_LOGS=0)",
+                lost=True,
             )
 
 

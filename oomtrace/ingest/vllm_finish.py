@@ -317,7 +317,9 @@ def engine_config(rows: pl.DataFrame, ledger: Ledger) -> tuple[dict[str, Any], s
         try:
             value = _convert(row["value"], row["conv"])
         except (ValueError, UnitError):
-            diag.note(f"{row['line']}: {row['key']} value {row['value']!r} did not parse")
+            diag.note(
+                f"{row['line']}: {row['key']} value {row['value']!r} did not parse", lost=True
+            )
             continue
         key = row["key"]
         if value is None:

@@ -128,7 +128,8 @@ def _cap_truncated(
         return rows
     diag.note(
         f"{n_prompt + n_output:,} token id list(s) were cut by --max-log-len or vLLM's "
-        "preview limit: their token counts are left empty (a lower bound is not the count)"
+        "preview limit: their token counts are left empty (a lower bound is not the count)",
+        lost=True,
     )
     return rows.with_columns(
         prompt_tokens=pl.when(cut).then(None).otherwise(pl.col("prompt_tokens")),

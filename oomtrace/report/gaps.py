@@ -17,7 +17,6 @@ from oomtrace.assumptions import (
     Category,
     clock_sentence,
     kind_category,
-    note_category,
     source_clock_sentence,
 )
 from oomtrace.report.model import Column, Section, Table
@@ -31,7 +30,9 @@ COLUMNS = (
     Column("detail", "detail", "text"),
 )
 # The analysis' gap kinds that restate the manifest: the section reads those from the manifest.
-MANIFEST_KINDS: Final = frozenset({"skipped_lines", "note", "unrecognised_source", "clock"})
+MANIFEST_KINDS: Final = frozenset(
+    {"skipped_lines", "note", "left_out", "unrecognised_source", "clock"}
+)
 
 Row = tuple[Any, ...]
 
@@ -51,7 +52,7 @@ def gaps_section(manifest: Manifest, analysis_gaps: Any) -> Section:
         if sentence := source_clock_sentence(s):
             rows["assumption"].append((s.name, s.parser, "clock", None, sentence))
         for note in s.notes:
-            rows[note_category(note)].append((s.name, s.parser, "note", None, note))
+            rows[s.category(note)].append((s.name, s.parser, "note", None, note))
         if s.lines_read and not s.lines_recognised:
             rows["gap"].append((s.name, s.parser, "nothing recognised", s.lines_read, ""))
         for reason, skip in sorted(s.skipped.items()):
@@ -105,7 +106,7 @@ def _analysis_rows(gaps: Any, parsers: Mapping[str, tuple[str, str]]) -> list[tu
         detail = str(gap.get("detail") or gap.get("text") or gap.get("message") or "")
         category = gap.get("category")
         if category not in ("assumption", "gap"):
-            category = kind_category(what, detail)
+            category = kind_category(what)
         source = str(gap.get("source") or "analysis")
         name, parser = parsers.get(source, (source, ""))
         if source in parsers:

@@ -8,7 +8,6 @@ import pytest
 from oomtrace.assumptions import (
     clock_sentence,
     kind_category,
-    note_category,
     source_clock_sentence,
 )
 from oomtrace.diagnostics import SourceDiagnostics
@@ -94,21 +93,18 @@ def test_a_stated_zone_is_told_even_when_a_note_mentions_the_tz_option() -> None
     )
 
 
-@pytest.mark.parametrize(
-    ("note", "category"),
-    [
-        ("nvidia-smi timestamps are local time without a zone; read as UTC", "assumption"),
-        (
-            "memory.used: values without a unit were read as MiB, nvidia-smi's memory unit",
-            "assumption",
-        ),
-        ("3 row(s) under a header without `timestamp` cannot be placed in time; left out", "gap"),
-        ("compressed stream is damaged after 1,024 bytes (CRC); read what was before it", "gap"),
-        ("2 metric families not mapped: vllm:x (3)", "gap"),
-    ],
-)
-def test_a_note_is_a_gap_only_when_it_says_data_was_lost(note: str, category: str) -> None:
-    assert note_category(note) == category
+def test_a_note_is_a_gap_only_when_the_parser_says_data_was_lost() -> None:
+    # GIVEN a source with a note on how it was read and one on data left out
+    diag = SourceDiagnostics("gpu.csv", "nvidia-smi-csv", "n")
+    read_as = "nvidia-smi timestamps are local time without a zone; read as UTC"
+    left_out = "3 row(s) under a header without `timestamp` cannot be placed in time; left out"
+    diag.note(read_as)
+    diag.note(left_out, lost=True)
+    # THEN each keeps its category, also through the manifest's JSON
+    assert (diag.category(read_as), diag.category(left_out)) == ("assumption", "gap")
+    again = SourceDiagnostics.from_json(diag.to_json())
+    assert (again.category(read_as), again.category(left_out)) == ("assumption", "gap")
+    assert again.notes == [read_as, left_out]
 
 
 def test_analysis_kinds_split_into_inferred_bases_and_missing_data() -> None:
@@ -118,4 +114,5 @@ def test_analysis_kinds_split_into_inferred_bases_and_missing_data() -> None:
     assert kind_category("hole") == "gap"
     assert kind_category("skipped_lines") == "gap"
     assert kind_category("no_allocator") == "gap"
-    assert kind_category("note", "5 value(s) are not a size; left out") == "gap"
+    assert kind_category("note") == "assumption"
+    assert kind_category("left_out") == "gap"

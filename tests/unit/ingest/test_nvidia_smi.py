@@ -99,6 +99,8 @@ def test_query_gpu_loop_gives_device_memory_in_bytes_per_gpu(tmp_path: Path) -> 
         "left out" in diag.notes
     )
     assert "fields with no canonical metric, not used: utilization.gpu" in diag.notes
+    # AND the parser tells these notes of data left out from its notes on how it read the file
+    assert {diag.category(n) for n in diag.notes if "left out" in n or "not used" in n} == {"gap"}
 
 
 def test_timestamps_are_utc_by_default_and_recorded_as_assumed(tmp_path: Path) -> None:

@@ -30,7 +30,7 @@ def _manifest() -> Manifest:
     csv.lines_recognised = 10
     csv.clock = {"tz": "UTC", "tz_assumed": True, "tz_source": "default"}
     csv.note("nvidia-smi timestamps are local time without a zone; read as UTC (pass --tz ZONE)")
-    csv.note("memory.used: 2 value(s) were [N/A]; left out")
+    csv.note("memory.used: 2 value(s) were [N/A]; left out", lost=True)
     return Manifest(nodes=["node-a"], sources=[log, csv])
 
 
