@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from oomtrace.diagnostics import Category, SourceDiagnostics
+from oomtrace.trace import Manifest
 
 __all__ = [
     "ASSUMPTION_KINDS",
@@ -92,3 +93,11 @@ def source_clock_sentence(source: SourceDiagnostics) -> str:
         "--year" in n for n in source.notes
     )
     return clock_sentence(clock, zone=not zone_noted, year=not year_noted)
+
+
+def trace_clock_sentence(manifest: Manifest) -> str:
+    """The clock of a trace written before each source kept its own (``Manifest.clock`` only),
+    as one sentence; "" for a newer trace, whose sources each have theirs."""
+    if not manifest.clock or any(s.clock for s in manifest.sources):
+        return ""
+    return clock_sentence(manifest.clock)

@@ -15,7 +15,7 @@ import polars as pl
 from oomtrace.analysis.findings import Gap
 from oomtrace.analysis.kvmodel import KVModel
 from oomtrace.analysis.source import TableFacts
-from oomtrace.assumptions import clock_sentence, source_clock_sentence
+from oomtrace.assumptions import source_clock_sentence, trace_clock_sentence
 from oomtrace.timeline import DecodeRate, Timeline
 from oomtrace.trace import Manifest
 
@@ -43,9 +43,7 @@ def manifest_gaps(manifest: Manifest) -> list[Gap]:
             out.append(Gap("unrecognised_source", name, "no line of this source was recognised"))
         if sentence := source_clock_sentence(source):
             out.append(Gap("clock", name, sentence))
-    # A trace written before sources kept their own clock: one statement for the trace.
-    old = manifest.clock and not any(s.clock for s in manifest.sources)
-    if old and (sentence := clock_sentence(manifest.clock)):
+    if sentence := trace_clock_sentence(manifest):
         nodes = ", ".join(sorted(manifest.nodes)) or None
         out.append(Gap("clock", nodes, sentence))
     return out

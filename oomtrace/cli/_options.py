@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+
+if TYPE_CHECKING:  # heavy imports stay inside the commands
+    from oomtrace.analysis.options import AnalyzeOptions
+    from oomtrace.trace import Manifest
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -117,7 +121,9 @@ def analysis_options(func: F) -> F:
     return func
 
 
-def to_analyze_options(kwargs: dict[str, Any], manifest: Any, node: str | None) -> Any:
+def to_analyze_options(
+    kwargs: dict[str, Any], manifest: Manifest, node: str | None
+) -> AnalyzeOptions:
     """Pop the analysis options from ``kwargs``; with ``--config``, the KV rule comes from the
     model's architecture (the tensor-parallel size defaulting to what ``manifest`` states)."""
     from oomtrace.analysis.kvmodel import architecture_spec

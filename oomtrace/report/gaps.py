@@ -15,9 +15,9 @@ from typing import Any, Final
 
 from oomtrace.assumptions import (
     Category,
-    clock_sentence,
     kind_category,
     source_clock_sentence,
+    trace_clock_sentence,
 )
 from oomtrace.report.model import Column, Section, Table
 from oomtrace.trace import Manifest
@@ -57,9 +57,7 @@ def gaps_section(manifest: Manifest, analysis_gaps: Any) -> Section:
             rows["gap"].append((s.name, s.parser, "nothing recognised", s.lines_read, ""))
         for reason, skip in sorted(s.skipped.items()):
             rows["gap"].append((s.name, s.parser, f"skipped: {reason}", skip.count, skip.example))
-    # A trace written before sources kept their own clock: one statement for the trace.
-    old = manifest.clock and not any(s.clock for s in manifest.sources)
-    if old and (sentence := clock_sentence(manifest.clock)):
+    if sentence := trace_clock_sentence(manifest):
         nodes = ", ".join(sorted(manifest.nodes)) or "trace"
         rows["assumption"].append((nodes, "", "clock", None, sentence))
     parsers = {f"{s.parser}:{s.name}": (s.name, s.parser) for s in manifest.sources}
