@@ -219,7 +219,13 @@ def sniff(
 
 def _unrecognised(item: Sniffed) -> str:
     tried = ", ".join(item.tried) if item.tried else "none registered"
-    binary = "\x00" in item.source.head(4096)
+    head = item.source.head(4096)
+    if not head and item.source.compressed:
+        return (
+            f"{item.source.name}: the gzip stream holds no readable data (truncated or damaged "
+            "before its first block); pass the whole file"
+        )
+    binary = "\x00" in head
     what = "binary data" if binary else "no known format"
     return f"{item.source.name}: {what}; no parser recognised it (tried: {tried}); pass --format"
 

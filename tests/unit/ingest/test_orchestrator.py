@@ -123,6 +123,20 @@ def test_binary_and_empty_files_say_so(tmp_path: Path) -> None:
         ingest_paths([empty], IngestOptions(), PARSERS)
 
 
+def test_a_gzip_file_cut_before_its_first_block_says_so(tmp_path: Path) -> None:
+    # GIVEN a gzip file cut after its header: nothing can be decompressed
+    whole = gzip.compress(b"line one\nline two\n" * 100)
+    cut = tmp_path / "x.log.gz"
+    cut.write_bytes(whole[:10])
+    # WHEN it is ingested, THEN the error names the file and the likely cause, not "no format"
+    with pytest.raises(InputError) as err:
+        ingest_paths([cut], IngestOptions(), PARSERS)
+    assert str(err.value) == (
+        "x.log.gz: the gzip stream holds no readable data (truncated or damaged before its "
+        "first block); pass the whole file"
+    )
+
+
 def test_missing_paths_and_unknown_formats_and_zones_are_usage_errors(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="no such file or directory"):
         ingest_paths([tmp_path / "nope.log"], IngestOptions(), PARSERS)
