@@ -18,6 +18,9 @@ EXAMPLE_CHARS = 160
 # What a diagnostic tells a reader: how something was read, or that data is missing.
 Category = Literal["assumption", "gap"]
 
+# What a row of each canonical table is (a request row is one event of a request's life).
+_ROW_NAMES = {"requests": "request events", "events": "events", "samples": "samples"}
+
 
 @dataclass
 class Skip:
@@ -72,6 +75,11 @@ class SourceDiagnostics:
         """Whether one of :attr:`notes` tells of data left out (``gap``) or of how the source
         was read (``assumption``)."""
         return "gap" if note in self.lost else "assumption"
+
+    def rows_text(self) -> str:
+        """The rows this source gave, per table ("6 events, 592 request events, 377 samples")."""
+        counts = sorted((t, n) for t, n in self.rows.items() if n)
+        return ", ".join(f"{n:,} {_ROW_NAMES.get(t, t)}" for t, n in counts) or "no rows"
 
     @property
     def lines_skipped(self) -> int:

@@ -11,8 +11,7 @@ def sources_table(sources: Sequence[SourceDiagnostics]) -> str:
     """One block per source: parser, rows per table, lines read/recognised/skipped, notes."""
     lines: list[str] = []
     for s in sources:
-        rows = ", ".join(f"{n:,} {t}" for t, n in sorted(s.rows.items())) or "no rows"
-        lines.append(f"{s.name}  [{s.parser}]  {rows}")
+        lines.append(f"{s.name}  [{s.parser}]  {s.rows_text()}")
         if s.lines_read:
             lines.append(
                 f"  lines: {s.lines_read:,} read, {s.lines_recognised:,} recognised, "

@@ -36,19 +36,12 @@ MANIFEST_KINDS: Final = frozenset(
 
 Row = tuple[Any, ...]
 
-# What a row of each canonical table is, as an input's row counts read.
-ROW_NAMES: Final = {"requests": "request events", "events": "events", "samples": "samples"}
-
 
 def gaps_section(manifest: Manifest, analysis_gaps: Any) -> Section:
     inputs: list[Row] = []
     rows: dict[Category, list[Row]] = {"assumption": [], "gap": []}
     for s in manifest.sources:
-        counts = (
-            ", ".join(f"{n:,} {ROW_NAMES.get(t, t)}" for t, n in sorted(s.rows.items()) if n)
-            or "no rows"
-        )
-        inputs.append((s.name, s.parser, "read", s.lines_read or None, counts))
+        inputs.append((s.name, s.parser, "read", s.lines_read or None, s.rows_text()))
         if sentence := source_clock_sentence(s):
             rows["assumption"].append((s.name, s.parser, "clock", None, sentence))
         for note in s.notes:
