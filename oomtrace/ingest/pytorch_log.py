@@ -28,7 +28,7 @@ import polars as pl
 
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.ingest.base import ParseContext, ParseResult
-from oomtrace.ingest.textio import InputFile
+from oomtrace.ingest.textio import InputFile, first_line
 from oomtrace.ingest.timestamps import TS_DTYPE, StampForms, line_stamps
 from oomtrace.ingest.torch_oom import OOM_SHAPES, PREFILTER, extract_ooms
 
@@ -96,7 +96,7 @@ class _Acc:
             self.last_ts = known[-1]
         keep = pl.col("text").str.contains(_KEEP)
         unused = frame.filter(~keep)
-        self.diag.skip(_NOT_RELEVANT, unused.height, _example(unused["text"]))
+        self.diag.skip(_NOT_RELEVANT, unused.height, first_line(unused["text"]))
         self.kept.append(frame.filter(keep))
 
     def finish(self, mtime: datetime | None) -> ParseResult:
@@ -114,7 +114,7 @@ class _Acc:
         self.diag.skip(
             "mentions memory but is no known out-of-memory message",
             other,
-            _example(kept.filter(~pl.col("text").is_in(used["text"].implode()))["text"])
+            first_line(kept.filter(~pl.col("text").is_in(used["text"].implode()))["text"])
             if other
             else None,
         )
@@ -159,7 +159,7 @@ class _Acc:
         self.diag.skip(
             "out-of-memory line with no time (no timestamps, no file time)",
             missing,
-            _example(kept["text"]),
+            first_line(kept["text"]),
         )
         return kept.filter(pl.col("ts").is_not_null())
 
@@ -183,8 +183,3 @@ class _Acc:
 
 
 PARSER: Final = PyTorchLogParser()
-
-
-def _example(column: pl.Series) -> str | None:
-    """The first value of ``column`` as the example of a skip reason."""
-    return str(column[0]) if column.len() and column[0] is not None else None

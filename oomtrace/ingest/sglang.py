@@ -30,7 +30,7 @@ from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.ingest import sglang_extract as extract
 from oomtrace.ingest import sglang_patterns as pat
 from oomtrace.ingest.base import ParseContext, ParseResult
-from oomtrace.ingest.textio import InputFile
+from oomtrace.ingest.textio import InputFile, first_line
 from oomtrace.ingest.timestamps import ISO, TS_DTYPE, localize, naive, with_offset
 from oomtrace.ingest.torch_oom import OOM_SHAPES, PREFILTER, extract_ooms
 
@@ -148,7 +148,7 @@ class _Acc:
         self.diag.skip(
             "SGLang line with an impossible local time (DST gap or invalid date)",
             untimed.filter(~pl.col("kind").is_in(["torch_oom", "kv_pool_oom"])).height,
-            _example(untimed["line"]),
+            first_line(untimed["line"]),
         )
         self._dispatch(timed)
 
@@ -228,10 +228,10 @@ class _Acc:
         self.diag.skip(
             "SGLang line not used (not relevant to memory or admission)",
             prefixed.height,
-            _example(prefixed["line"]),
+            first_line(prefixed["line"]),
         )
         bare = unused.filter(pl.col("msg").is_null())
-        self.diag.skip(_NO_PREFIX, bare.height, _example(bare["line"]))
+        self.diag.skip(_NO_PREFIX, bare.height, first_line(bare["line"]))
 
     def _validated(self, used: pl.DataFrame) -> pl.DataFrame:
         """Each candidate kind's full pattern, applied to its own lines only (the literal test
@@ -248,7 +248,7 @@ class _Acc:
         self.diag.skip(
             "SGLang line not used (not relevant to memory or admission)",
             bad.height,
-            _example(bad["line"]),
+            first_line(bad["line"]),
         )
         return used.filter(~pl.any_horizontal(checks))
 
@@ -280,7 +280,7 @@ class _Acc:
         self.diag.skip(
             "mentions memory but is no known out-of-memory message",
             not_oom.height,
-            _example(not_oom["line"]),
+            first_line(not_oom["line"]),
         )
         self.diag.lines_recognised += used.filter(kinds != "batch").height - not_oom.height
 
@@ -334,7 +334,7 @@ class _Acc:
             self.diag.skip(
                 "out-of-memory text with no time anywhere in the input",
                 pending.height,
-                _example(pending["line"]),
+                first_line(pending["line"]),
             )
             return pending.clear()
         self.diag.note(
@@ -431,8 +431,3 @@ class SGLangLogParser:
 
 
 PARSER: Final = SGLangLogParser()
-
-
-def _example(column: pl.Series) -> str | None:
-    """The first value of ``column`` as the example of a skip reason."""
-    return str(column[0]) if column.len() and column[0] is not None else None

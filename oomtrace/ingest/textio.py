@@ -213,6 +213,11 @@ def _decode_lines(parts: list[bytes], has_cr: bool) -> tuple[pl.Series, int]:
     return lines, bad
 
 
+def first_line(lines: pl.Series) -> str | None:
+    """The first of ``lines`` (None when there are none): the example a skip reason keeps."""
+    return str(lines[0]) if lines.len() and lines[0] is not None else None
+
+
 def text_of(path: Path) -> str:
     """A small text file (a config, a TOML) read strictly, with a clear error."""
     try:
