@@ -35,8 +35,9 @@ from typing import Final, Literal
 
 import polars as pl
 
+from oomtrace.schema import TS
+
 PREFIX_COLUMNS: Final = ("message", "outer_ts", "host", "proc", "repeat")
-_TS_TYPE: Final = pl.Datetime("ns", "UTC")
 
 ANSI: Final = r"\x1b\[[0-9;?]*[ -/]*[@-~]"
 _COLOUR: Final = r"(?:\x1b\[[0-9;]*m)?"
@@ -182,7 +183,7 @@ def outer_columns(parts: pl.Expr, kinds: frozenset[PrefixKind] = ALL_KINDS) -> d
         else pl.lit(None, pl.String)
     )
     return {
-        "outer_ts": parse_iso(pl.coalesce(stamps)) if stamps else pl.lit(None, _TS_TYPE),
+        "outer_ts": parse_iso(pl.coalesce(stamps)) if stamps else pl.lit(None, TS),
         "host": field("host") if "journald" in kinds else pl.lit(None, pl.String),
         "proc": pl.when(key.str.len_bytes() > 0).then(key).otherwise(None),
     }
@@ -212,7 +213,7 @@ def parse_iso(text: pl.Expr) -> pl.Expr:
     as ``Datetime("ns", "UTC")``; null where it does not parse."""
     return (
         text.str.replace(",", ".", literal=True)
-        .str.strptime(_TS_TYPE, "%Y-%m-%dT%H:%M:%S%.f%#z", strict=False)
+        .str.strptime(TS, "%Y-%m-%dT%H:%M:%S%.f%#z", strict=False)
         .dt.convert_time_zone("UTC")
     )
 

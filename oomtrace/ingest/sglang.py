@@ -31,8 +31,9 @@ from oomtrace.ingest import sglang_extract as extract
 from oomtrace.ingest import sglang_patterns as pat
 from oomtrace.ingest.base import ParseContext, ParseResult
 from oomtrace.ingest.textio import InputFile, first_line
-from oomtrace.ingest.timestamps import ISO, TS_DTYPE, localize, naive, with_offset
+from oomtrace.ingest.timestamps import ISO, localize, naive, with_offset
 from oomtrace.ingest.torch_oom import OOM_SHAPES, PREFILTER, extract_ooms
+from oomtrace.schema import TS
 
 # A second or two between an outer (kubectl/docker) time and SGLang's own is normal buffering.
 _OUTER_TOLERANCE_S: Final = 2.0
@@ -51,7 +52,7 @@ _LINE_SCHEMA: Final[dict[str, pl.DataType]] = {
     "line": pl.String(),
     "ranks": pl.String(),
     "msg": pl.String(),
-    "ts": TS_DTYPE,
+    "ts": TS,
     "kind": pl.String(),
 }
 _KV_POOL_OOM_LITERAL: Final = " out of memory. Try to lower your batch size"
@@ -174,24 +175,22 @@ class _Acc:
         if arrival is not None:
             # The collector's arrival time is exact to its poll interval, where SGLang prints
             # whole seconds: it wins over the printed time (an outer RFC 3339 time wins over both).
-            frame = frame.with_columns(ts=pl.coalesce("_outer", arrival.cast(TS_DTYPE), "_own"))
+            frame = frame.with_columns(ts=pl.coalesce("_outer", arrival.cast(TS), "_own"))
         else:
             frame = frame.with_columns(ts=pl.col("ts").forward_fill())
             if self.last_ts is not None:
-                frame = frame.with_columns(
-                    ts=pl.col("ts").fill_null(pl.lit(self.last_ts, TS_DTYPE))
-                )
+                frame = frame.with_columns(ts=pl.col("ts").fill_null(pl.lit(self.last_ts, TS)))
         last = frame["ts"].drop_nulls()
         if last.len():
             self.last_ts = last[-1]
-        return frame.select("line", "ranks", "msg", pl.col("ts").cast(TS_DTYPE))
+        return frame.select("line", "ranks", "msg", pl.col("ts").cast(TS))
 
     def _own_times(self, frame: pl.DataFrame, arrival: pl.Series | None) -> pl.Series:
         """SGLang's own zone-less times in UTC: in ``--tz``; failing that, for lines a collector
         read as they were written, in the zone their arrival times reveal."""
         if arrival is not None and self.ctx.clock.tz is None:
             gaps = (
-                frame.with_columns(_a=arrival.cast(TS_DTYPE))
+                frame.with_columns(_a=arrival.cast(TS))
                 .select(
                     (pl.col("_own").dt.replace_time_zone("UTC") - pl.col("_a")).dt.total_seconds()
                 )
@@ -341,7 +340,7 @@ class _Acc:
             f"{pending.height} out-of-memory line(s) came before the first timestamp; "
             "placed at the first timestamp"
         )
-        return pending.with_columns(ts=pl.lit(first, TS_DTYPE))
+        return pending.with_columns(ts=pl.lit(first, TS))
 
     def _first_ts(self) -> datetime | None:
         stamps = [
