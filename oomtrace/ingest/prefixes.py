@@ -66,8 +66,6 @@ def _procs(name: str) -> str:
     return r"(?P<procs>(?:" + _COLOUR + r"\(" + name + _PID + r")+)"
 
 
-PROCESS_PREFIX: Final = _COLOUR + r"\(" + _NAME_NESTED + _PID
-
 PrefixKind = Literal[
     "journald", "kube_prefix", "timestamp", "compose", "slurm", "process", "nested"
 ]
@@ -118,17 +116,6 @@ def outer_pattern(kinds: frozenset[PrefixKind] = ALL_KINDS) -> str:
 
 # Every kind: what a parser uses when it does not detect kinds per chunk.
 OUTER: Final = outer_pattern(ALL_KINDS)
-OUTER_FIELDS: Final = (
-    "jd_short",
-    "jd_iso",
-    "host",
-    "unit_pid",
-    "ts",
-    "svc",
-    "ts2",
-    "task",
-    "procs",
-)
 
 REPEATED: Final = (
     r" ?\[repeated ([0-9]+)x across cluster\](?: \(Ray deduplicates logs by default\..*)?$"
@@ -200,12 +187,6 @@ def repeat_columns(message: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
         .fill_null(1)
         .alias("repeat"),
     )
-
-
-def process_prefix(message: pl.Expr) -> pl.Expr:
-    """The leading ``(name pid=N) `` prefixes of ``message`` (empty string when none), for text
-    that was glued onto another record and so never went through :func:`strip_prefixes`."""
-    return message.str.extract(r"^((?:" + PROCESS_PREFIX + r")*)", 1).fill_null("")
 
 
 def parse_iso(text: pl.Expr) -> pl.Expr:
