@@ -23,10 +23,10 @@ from typing import Final
 
 import polars as pl
 
+from oomtrace.ingest.prefixes import ANSI
 from oomtrace.schema import TS
 
 SEARCH_CHARS: Final = 100
-ANSI: Final = r"\x1b\[[0-9;]*[A-Za-z]"
 
 ISO: Final = (
     r"(?<date>\d{4}-\d{2}-\d{2})[T ](?<time>\d{2}:\d{2}:\d{2})(?:[.,](?<frac>\d{1,9}))?"
