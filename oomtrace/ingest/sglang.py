@@ -56,6 +56,7 @@ _LINE_SCHEMA: Final[dict[str, pl.DataType]] = {
     "kind": pl.String(),
 }
 _KV_POOL_OOM_LITERAL: Final = " out of memory. Try to lower your batch size"
+_NOT_USED: Final = "SGLang line not used (not relevant to memory or admission)"
 _NO_PREFIX = "line without SGLang's [date time] prefix (traceback, continuation or other output)"
 
 
@@ -224,11 +225,7 @@ class _Acc:
         if unused.height == 0:
             return
         prefixed = unused.filter(pl.col("msg").is_not_null())
-        self.diag.skip(
-            "SGLang line not used (not relevant to memory or admission)",
-            prefixed.height,
-            first_line(prefixed["line"]),
-        )
+        self.diag.skip(_NOT_USED, prefixed.height, first_line(prefixed["line"]))
         bare = unused.filter(pl.col("msg").is_null())
         self.diag.skip(_NO_PREFIX, bare.height, first_line(bare["line"]))
 
@@ -244,11 +241,7 @@ class _Acc:
         if not checks:
             return used
         bad = used.filter(pl.any_horizontal(checks))
-        self.diag.skip(
-            "SGLang line not used (not relevant to memory or admission)",
-            bad.height,
-            first_line(bad["line"]),
-        )
+        self.diag.skip(_NOT_USED, bad.height, first_line(bad["line"]))
         return used.filter(~pl.any_horizontal(checks))
 
     @staticmethod
