@@ -70,6 +70,11 @@ class IngestOptions:
         if self.year is not None and not 1970 <= self.year <= 2200:
             raise UsageError(f"--year {self.year}: out of range; give the four-digit year")
 
+    @property
+    def clock(self) -> ClockOptions:
+        """What parsers are told about placing year-less or zone-less times."""
+        return ClockOptions(year=self.year, tz=self.tz)
+
 
 @dataclass
 class Sniffed:
@@ -109,7 +114,6 @@ def ingest_paths(
     for item in sniffed:
         if item.parser is None and item.explicit:
             raise InputError(_unrecognised(item))
-    ctx_clock = ClockOptions(year=options.year, tz=options.tz)
     results: list[tuple[Sniffed, ParseResult, SourceDiagnostics]] = []
     skipped: list[SourceDiagnostics] = []
     for item in sniffed:
@@ -122,7 +126,7 @@ def ingest_paths(
             skipped.append(diag)
             continue
         diag = SourceDiagnostics(item.source.name, item.parser.name, options.node or "")
-        ctx = ParseContext(clock=ctx_clock, mtime=item.source.mtime)
+        ctx = ParseContext(clock=options.clock, mtime=item.source.mtime)
         results.append((item, item.parser.parse(item.source, ctx, diag), diag))
     if not results:
         raise InputError(
@@ -258,7 +262,7 @@ def _merge(
         _merge_dict(manifest.engine, result.engine, "engine", diag)
         _merge_dict(manifest.model, result.model, "model", diag)
         _merge_dict(manifest.engine_config, result.engine_config, "engine_config", diag)
-        diag.clock = source_clock(result.clock, ClockOptions(year=options.year, tz=options.tz))
+        diag.clock = source_clock(result.clock, options.clock)
         # Sources may each place time their own way: the per-source record says how; the
         # trace-level one keeps the first statement of each key without calling that a conflict.
         for key, value in result.clock.items():

@@ -26,11 +26,11 @@ from oomtrace.errors import InputError
 from oomtrace.ingest.base import LineParser, ParseContext, ParseResult, registry
 from oomtrace.ingest.prometheus import parse_scrapes
 from oomtrace.ingest.textio import InputFile
+from oomtrace.schema import TS
 
 SEGMENT_GLOB: Final = "seg-*.oseg"
 _SNIFF_LINES: Final = 400
 _SNIFF_THRESHOLD: Final = 0.5
-_TS: Final = pl.Datetime("ns", "UTC")
 
 
 def is_capture_dir(path: Path) -> bool:
@@ -88,7 +88,7 @@ PARSER: Final = CaptureParser()
 def _canonical(samples: dict[str, list[object]], events: dict[str, list[object]]) -> ParseResult:
     def frame(columns: dict[str, list[object]], overrides: dict[str, pl.DataType]) -> pl.DataFrame:
         out = pl.DataFrame(columns, schema_overrides=overrides, strict=False)
-        return out.with_columns(ts=pl.from_epoch("ts_ns", time_unit="ns").cast(_TS)).drop(
+        return out.with_columns(ts=pl.from_epoch("ts_ns", time_unit="ns").cast(TS)).drop(
             "ts_ns", "node"
         )
 
@@ -122,7 +122,7 @@ def _parse_log(
         arrival_ts=pl.when(pl.Series(lines.backlog, dtype=pl.Boolean))
         .then(None)
         .otherwise(pl.from_epoch("arrival_ts", time_unit="ns"))
-        .cast(_TS)
+        .cast(TS)
     )
     diag.note(f"log lines of {Path(path).name}: read with {best.name}")
     return best.parse_lines(frame, ctx, diag)

@@ -35,7 +35,7 @@ import polars as pl
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.errors import InputError
 from oomtrace.ingest.base import ParseContext, ParseResult
-from oomtrace.ingest.textio import InputFile
+from oomtrace.ingest.textio import InputFile, first_line
 from oomtrace.units import bytes_expr
 
 log = logging.getLogger(__name__)
@@ -228,7 +228,7 @@ def _read_rows(rows: pl.DataFrame, layout: Layout, state: _State, diag: SourceDi
     fits, columns = layout.cells()
     rows = rows.with_columns(parts=pl.col("line").str.split(",")).with_columns(fit=fits)
     misfit = rows.filter(~pl.col("fit"))
-    diag.skip("not a row of the CSV header above it", misfit.height, _first(misfit["line"]))
+    diag.skip("not a row of the CSV header above it", misfit.height, first_line(misfit["line"]))
     cells = rows.filter(pl.col("fit")).select("n", "line", *columns)
     ts_col = layout.column("timestamp")
     if ts_col is None:
@@ -241,7 +241,7 @@ def _read_rows(rows: pl.DataFrame, layout: Layout, state: _State, diag: SourceDi
     diag.skip(
         "timestamp not in nvidia-smi's YYYY/MM/DD HH:MM:SS.mmm form",
         bad_ts.height,
-        _first(bad_ts["line"]),
+        first_line(bad_ts["line"]),
     )
     cells = cells.filter(pl.col("local").is_not_null())
     diag.lines_recognised += cells.height
@@ -387,10 +387,6 @@ def _device_index(pairs: pl.DataFrame, diag: SourceDiagnostics) -> dict[str, int
         )
     kept = pairs.filter(~pl.col("device_ref").is_duplicated())
     return dict(zip(kept["device_ref"].to_list(), kept["device"].to_list(), strict=True))
-
-
-def _first(lines: pl.Series) -> str | None:
-    return lines[0] if lines.len() else None
 
 
 PARSER = NvidiaSmiCsvParser()

@@ -35,8 +35,9 @@ from typing import Final, Literal
 
 import polars as pl
 
+from oomtrace.schema import TS
+
 PREFIX_COLUMNS: Final = ("message", "outer_ts", "host", "proc", "repeat")
-_TS_TYPE: Final = pl.Datetime("ns", "UTC")
 
 ANSI: Final = r"\x1b\[[0-9;?]*[ -/]*[@-~]"
 _COLOUR: Final = r"(?:\x1b\[[0-9;]*m)?"
@@ -64,8 +65,6 @@ _PID: Final = r"pid=[0-9]+(?:, ip=[0-9A-Za-z.:\-]+)?\)" + _COLOUR + r" "
 def _procs(name: str) -> str:
     return r"(?P<procs>(?:" + _COLOUR + r"\(" + name + _PID + r")+)"
 
-
-PROCESS_PREFIX: Final = _COLOUR + r"\(" + _NAME_NESTED + _PID
 
 PrefixKind = Literal[
     "journald", "kube_prefix", "timestamp", "compose", "slurm", "process", "nested"
@@ -117,17 +116,6 @@ def outer_pattern(kinds: frozenset[PrefixKind] = ALL_KINDS) -> str:
 
 # Every kind: what a parser uses when it does not detect kinds per chunk.
 OUTER: Final = outer_pattern(ALL_KINDS)
-OUTER_FIELDS: Final = (
-    "jd_short",
-    "jd_iso",
-    "host",
-    "unit_pid",
-    "ts",
-    "svc",
-    "ts2",
-    "task",
-    "procs",
-)
 
 REPEATED: Final = (
     r" ?\[repeated ([0-9]+)x across cluster\](?: \(Ray deduplicates logs by default\..*)?$"
@@ -182,7 +170,7 @@ def outer_columns(parts: pl.Expr, kinds: frozenset[PrefixKind] = ALL_KINDS) -> d
         else pl.lit(None, pl.String)
     )
     return {
-        "outer_ts": parse_iso(pl.coalesce(stamps)) if stamps else pl.lit(None, _TS_TYPE),
+        "outer_ts": parse_iso(pl.coalesce(stamps)) if stamps else pl.lit(None, TS),
         "host": field("host") if "journald" in kinds else pl.lit(None, pl.String),
         "proc": pl.when(key.str.len_bytes() > 0).then(key).otherwise(None),
     }
@@ -201,18 +189,12 @@ def repeat_columns(message: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
     )
 
 
-def process_prefix(message: pl.Expr) -> pl.Expr:
-    """The leading ``(name pid=N) `` prefixes of ``message`` (empty string when none), for text
-    that was glued onto another record and so never went through :func:`strip_prefixes`."""
-    return message.str.extract(r"^((?:" + PROCESS_PREFIX + r")*)", 1).fill_null("")
-
-
 def parse_iso(text: pl.Expr) -> pl.Expr:
     """RFC 3339 / ISO 8601 text with a zone (``Z``, ``+02:00``, ``+0200``), up to nanoseconds,
     as ``Datetime("ns", "UTC")``; null where it does not parse."""
     return (
         text.str.replace(",", ".", literal=True)
-        .str.strptime(_TS_TYPE, "%Y-%m-%dT%H:%M:%S%.f%#z", strict=False)
+        .str.strptime(TS, "%Y-%m-%dT%H:%M:%S%.f%#z", strict=False)
         .dt.convert_time_zone("UTC")
     )
 

@@ -47,7 +47,7 @@ from oomtrace.ingest.prometheus_map import (
     to_result,
 )
 from oomtrace.ingest.prometheus_times import TIME_LINE, parse_times
-from oomtrace.ingest.textio import InputFile
+from oomtrace.ingest.textio import InputFile, first_line
 from oomtrace.schema import TS
 
 log = logging.getLogger(__name__)
@@ -184,7 +184,7 @@ class _Reader:
             ("other", "not Prometheus exposition text"),
         ):
             part = frame.filter(pl.col("kind") == kind)
-            self.diag.skip(reason, part.height, _first(part["line"]))
+            self.diag.skip(reason, part.height, first_line(part["line"]))
         self.diag.lines_recognised += int((frame["kind"] == "meta").sum())
         typed = frame["line"].str.extract(r"^#\s*TYPE\s+(\S+)\s+(?:histogram|summary)", 1)
         self.grouped.update(typed.drop_nulls().to_list())
@@ -296,10 +296,6 @@ def _config_time(stamp: float | None, scrape: int, times: pl.DataFrame) -> datet
         return found[0]  # type: ignore[no-any-return]
     found = times.filter(pl.col("scrape") == scrape)["scrape_ts"]
     return found[0] if found.len() else None
-
-
-def _first(lines: pl.Series) -> str | None:
-    return lines[0] if lines.len() else None
 
 
 PARSER = PrometheusTextParser()

@@ -41,7 +41,6 @@ RAW_SCHEMA: Final = pl.Schema({**_RAW_COLUMNS, **{label: pl.String() for label i
 XID = "DCGM_FI_DEV_XID_ERRORS"
 # DCGM "blank" sentinels: INT64 0x7ffffffffffffff0+, FP64 2^47+, INT32 0x7ffffff0+ (+0..15).
 _BLANKS: Final = ((9.2e18, float("inf")), (2.0**47, 2.0**47 + 16), (0x7FFFFFF0, 0x7FFFFFFF + 1))
-_HOST = "host"
 _WHOLE: Final = [m for m, (kind, _) in METRICS.items() if kind in WHOLE_NUMBER_KINDS]
 
 

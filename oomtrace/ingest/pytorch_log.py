@@ -28,9 +28,10 @@ import polars as pl
 
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.ingest.base import ParseContext, ParseResult
-from oomtrace.ingest.textio import InputFile
-from oomtrace.ingest.timestamps import TS_DTYPE, StampForms, line_stamps
+from oomtrace.ingest.textio import InputFile, first_line
+from oomtrace.ingest.timestamps import StampForms, line_stamps
 from oomtrace.ingest.torch_oom import OOM_SHAPES, PREFILTER, extract_ooms
+from oomtrace.schema import TS
 
 CONFIDENCE: Final = 0.55
 _TGI_WARMUP: Final = r"Not enough memory to handle `?max_total_tokens=(\d+)"
@@ -86,24 +87,24 @@ class _Acc:
         self.forms += forms
         frame = pl.DataFrame({"text": lines, "ts": stamps})
         if arrival is not None:
-            frame = frame.with_columns(ts=pl.coalesce("ts", arrival.cast(TS_DTYPE)))
+            frame = frame.with_columns(ts=pl.coalesce("ts", arrival.cast(TS)))
         frame = frame.with_columns(pl.col("ts").forward_fill())
         if self.last_ts is not None:
-            frame = frame.with_columns(pl.col("ts").fill_null(pl.lit(self.last_ts, TS_DTYPE)))
+            frame = frame.with_columns(pl.col("ts").fill_null(pl.lit(self.last_ts, TS)))
         known = frame["ts"].drop_nulls()
         if known.len():
             self.first_ts = self.first_ts or known[0]
             self.last_ts = known[-1]
         keep = pl.col("text").str.contains(_KEEP)
         unused = frame.filter(~keep)
-        self.diag.skip(_NOT_RELEVANT, unused.height, _example(unused["text"]))
+        self.diag.skip(_NOT_RELEVANT, unused.height, first_line(unused["text"]))
         self.kept.append(frame.filter(keep))
 
     def finish(self, mtime: datetime | None) -> ParseResult:
         kept = (
             pl.concat(self.kept)
             if self.kept
-            else pl.DataFrame(schema={"text": pl.String, "ts": TS_DTYPE})
+            else pl.DataFrame(schema={"text": pl.String, "ts": TS})
         )
         kept = self._place(kept, mtime)
         used = kept.filter(
@@ -114,7 +115,7 @@ class _Acc:
         self.diag.skip(
             "mentions memory but is no known out-of-memory message",
             other,
-            _example(kept.filter(~pl.col("text").is_in(used["text"].implode()))["text"])
+            first_line(kept.filter(~pl.col("text").is_in(used["text"].implode()))["text"])
             if other
             else None,
         )
@@ -148,18 +149,18 @@ class _Acc:
             self.diag.note(
                 f"{missing} out-of-memory line(s) came before the first timestamp; placed at it"
             )
-            return kept.with_columns(pl.col("ts").fill_null(pl.lit(first, TS_DTYPE)))
+            return kept.with_columns(pl.col("ts").fill_null(pl.lit(first, TS)))
         if mtime is not None:
             self.diag.note(
                 "this log has no timestamps: every event is placed at the file's modification "
                 f"time ({mtime:%Y-%m-%d %H:%M:%S} UTC, when the process last wrote); their order "
                 "in the file is kept, their times are not known"
             )
-            return kept.with_columns(pl.col("ts").fill_null(pl.lit(mtime, TS_DTYPE)))
+            return kept.with_columns(pl.col("ts").fill_null(pl.lit(mtime, TS)))
         self.diag.skip(
             "out-of-memory line with no time (no timestamps, no file time)",
             missing,
-            _example(kept["text"]),
+            first_line(kept["text"]),
         )
         return kept.filter(pl.col("ts").is_not_null())
 
@@ -183,8 +184,3 @@ class _Acc:
 
 
 PARSER: Final = PyTorchLogParser()
-
-
-def _example(column: pl.Series) -> str | None:
-    """The first value of ``column`` as the example of a skip reason."""
-    return str(column[0]) if column.len() and column[0] is not None else None

@@ -30,9 +30,10 @@ from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.ingest import sglang_extract as extract
 from oomtrace.ingest import sglang_patterns as pat
 from oomtrace.ingest.base import ParseContext, ParseResult
-from oomtrace.ingest.textio import InputFile
-from oomtrace.ingest.timestamps import ISO, TS_DTYPE, localize, naive, with_offset
+from oomtrace.ingest.textio import InputFile, first_line
+from oomtrace.ingest.timestamps import ISO, localize, naive, with_offset
 from oomtrace.ingest.torch_oom import OOM_SHAPES, PREFILTER, extract_ooms
+from oomtrace.schema import TS
 
 # A second or two between an outer (kubectl/docker) time and SGLang's own is normal buffering.
 _OUTER_TOLERANCE_S: Final = 2.0
@@ -51,10 +52,11 @@ _LINE_SCHEMA: Final[dict[str, pl.DataType]] = {
     "line": pl.String(),
     "ranks": pl.String(),
     "msg": pl.String(),
-    "ts": TS_DTYPE,
+    "ts": TS,
     "kind": pl.String(),
 }
 _KV_POOL_OOM_LITERAL: Final = " out of memory. Try to lower your batch size"
+_NOT_USED: Final = "SGLang line not used (not relevant to memory or admission)"
 _NO_PREFIX = "line without SGLang's [date time] prefix (traceback, continuation or other output)"
 
 
@@ -148,7 +150,7 @@ class _Acc:
         self.diag.skip(
             "SGLang line with an impossible local time (DST gap or invalid date)",
             untimed.filter(~pl.col("kind").is_in(["torch_oom", "kv_pool_oom"])).height,
-            _example(untimed["line"]),
+            first_line(untimed["line"]),
         )
         self._dispatch(timed)
 
@@ -174,24 +176,22 @@ class _Acc:
         if arrival is not None:
             # The collector's arrival time is exact to its poll interval, where SGLang prints
             # whole seconds: it wins over the printed time (an outer RFC 3339 time wins over both).
-            frame = frame.with_columns(ts=pl.coalesce("_outer", arrival.cast(TS_DTYPE), "_own"))
+            frame = frame.with_columns(ts=pl.coalesce("_outer", arrival.cast(TS), "_own"))
         else:
             frame = frame.with_columns(ts=pl.col("ts").forward_fill())
             if self.last_ts is not None:
-                frame = frame.with_columns(
-                    ts=pl.col("ts").fill_null(pl.lit(self.last_ts, TS_DTYPE))
-                )
+                frame = frame.with_columns(ts=pl.col("ts").fill_null(pl.lit(self.last_ts, TS)))
         last = frame["ts"].drop_nulls()
         if last.len():
             self.last_ts = last[-1]
-        return frame.select("line", "ranks", "msg", pl.col("ts").cast(TS_DTYPE))
+        return frame.select("line", "ranks", "msg", pl.col("ts").cast(TS))
 
     def _own_times(self, frame: pl.DataFrame, arrival: pl.Series | None) -> pl.Series:
         """SGLang's own zone-less times in UTC: in ``--tz``; failing that, for lines a collector
         read as they were written, in the zone their arrival times reveal."""
         if arrival is not None and self.ctx.clock.tz is None:
             gaps = (
-                frame.with_columns(_a=arrival.cast(TS_DTYPE))
+                frame.with_columns(_a=arrival.cast(TS))
                 .select(
                     (pl.col("_own").dt.replace_time_zone("UTC") - pl.col("_a")).dt.total_seconds()
                 )
@@ -225,13 +225,9 @@ class _Acc:
         if unused.height == 0:
             return
         prefixed = unused.filter(pl.col("msg").is_not_null())
-        self.diag.skip(
-            "SGLang line not used (not relevant to memory or admission)",
-            prefixed.height,
-            _example(prefixed["line"]),
-        )
+        self.diag.skip(_NOT_USED, prefixed.height, first_line(prefixed["line"]))
         bare = unused.filter(pl.col("msg").is_null())
-        self.diag.skip(_NO_PREFIX, bare.height, _example(bare["line"]))
+        self.diag.skip(_NO_PREFIX, bare.height, first_line(bare["line"]))
 
     def _validated(self, used: pl.DataFrame) -> pl.DataFrame:
         """Each candidate kind's full pattern, applied to its own lines only (the literal test
@@ -245,11 +241,7 @@ class _Acc:
         if not checks:
             return used
         bad = used.filter(pl.any_horizontal(checks))
-        self.diag.skip(
-            "SGLang line not used (not relevant to memory or admission)",
-            bad.height,
-            _example(bad["line"]),
-        )
+        self.diag.skip(_NOT_USED, bad.height, first_line(bad["line"]))
         return used.filter(~pl.any_horizontal(checks))
 
     @staticmethod
@@ -280,7 +272,7 @@ class _Acc:
         self.diag.skip(
             "mentions memory but is no known out-of-memory message",
             not_oom.height,
-            _example(not_oom["line"]),
+            first_line(not_oom["line"]),
         )
         self.diag.lines_recognised += used.filter(kinds != "batch").height - not_oom.height
 
@@ -334,14 +326,14 @@ class _Acc:
             self.diag.skip(
                 "out-of-memory text with no time anywhere in the input",
                 pending.height,
-                _example(pending["line"]),
+                first_line(pending["line"]),
             )
             return pending.clear()
         self.diag.note(
             f"{pending.height} out-of-memory line(s) came before the first timestamp; "
             "placed at the first timestamp"
         )
-        return pending.with_columns(ts=pl.lit(first, TS_DTYPE))
+        return pending.with_columns(ts=pl.lit(first, TS))
 
     def _first_ts(self) -> datetime | None:
         stamps = [
@@ -431,8 +423,3 @@ class SGLangLogParser:
 
 
 PARSER: Final = SGLangLogParser()
-
-
-def _example(column: pl.Series) -> str | None:
-    """The first value of ``column`` as the example of a skip reason."""
-    return str(column[0]) if column.len() and column[0] is not None else None

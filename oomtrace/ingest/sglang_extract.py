@@ -11,6 +11,7 @@ import polars as pl
 
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.ingest import sglang_patterns as pat
+from oomtrace.ingest.textio import first_line
 from oomtrace.units import bytes_expr
 
 REPEAT_WINDOW_S: Final = 5
@@ -275,7 +276,7 @@ def requests(frame: pl.DataFrame, diag: SourceDiagnostics) -> pl.DataFrame:
     diag.skip(
         "batch request line (several requests in one line)",
         several.height,
-        _example(several["line"]),
+        first_line(several["line"]),
     )
     frame = frame.filter(~msg.str.contains(r"\brid=\["))
     meta = msg.str.extract(r".*'meta_info': \{(.*)$", 1)
@@ -318,12 +319,7 @@ def requests(frame: pl.DataFrame, diag: SourceDiagnostics) -> pl.DataFrame:
     diag.skip(
         "request line without a request id",
         missing.height,
-        _example(missing["_line"]),
+        first_line(missing["_line"]),
     )
     diag.lines_recognised -= missing.height + several.height
     return out.drop_nulls("request_id").drop("_line")
-
-
-def _example(column: pl.Series) -> str | None:
-    """The first value of ``column`` as the example of a skip reason."""
-    return str(column[0]) if column.len() and column[0] is not None else None

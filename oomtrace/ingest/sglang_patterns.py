@@ -170,7 +170,6 @@ KINDS: Final[tuple[Kind, ...]] = (
         starts=("Finish: obj=",),
     ),
 )
-KIND_BY_NAME: Final = {k.name: k for k in KINDS}
 
 
 @dataclass(frozen=True)

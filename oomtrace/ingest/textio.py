@@ -213,11 +213,6 @@ def _decode_lines(parts: list[bytes], has_cr: bool) -> tuple[pl.Series, int]:
     return lines, bad
 
 
-def text_of(path: Path) -> str:
-    """A small text file (a config, a TOML) read strictly, with a clear error."""
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError as err:
-        raise InputError(f"{path}: no such file; check the path") from err
-    except UnicodeDecodeError as err:
-        raise InputError(f"{path}: not UTF-8 text ({err.reason}); pass the original file") from err
+def first_line(lines: pl.Series) -> str | None:
+    """The first of ``lines`` (None when there are none): the example a skip reason keeps."""
+    return str(lines[0]) if lines.len() and lines[0] is not None else None

@@ -23,9 +23,10 @@ from typing import Final
 
 import polars as pl
 
+from oomtrace.ingest.prefixes import ANSI
+from oomtrace.schema import TS
+
 SEARCH_CHARS: Final = 100
-ANSI: Final = r"\x1b\[[0-9;]*[A-Za-z]"
-TS_DTYPE: Final = pl.Datetime("ns", "UTC")
 
 ISO: Final = (
     r"(?<date>\d{4}-\d{2}-\d{2})[T ](?<time>\d{2}:\d{2}:\d{2})(?:[.,](?<frac>\d{1,9}))?"
@@ -111,7 +112,7 @@ def line_stamps(
     zoneless = localize(iso, tz)
     syslog_year = year if year is not None else (anchor.year if anchor is not None else None)
     if syslog_year is None:
-        syslog = pl.lit(None, dtype=TS_DTYPE)
+        syslog = pl.lit(None, dtype=TS)
     else:
         month = pl.col("mon").replace_strict(_MONTHS, default=None, return_dtype=pl.String)
         date = pl.concat_str(

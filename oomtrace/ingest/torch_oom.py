@@ -29,6 +29,7 @@ from typing import Final
 
 import polars as pl
 
+from oomtrace.schema import empty
 from oomtrace.units import bytes_expr
 
 REPEAT_WINDOW_S: Final = 5
@@ -131,9 +132,9 @@ def extract_ooms(lines: pl.DataFrame, text: str = "text") -> tuple[pl.DataFrame,
         .otherwise(pl.format("PyTorch OOM message ({} layout)", pl.col("_layout")))
     )
     events = events.with_columns(kind=pl.lit("oom"), detail=detail)
-    for column in EVENT_COLUMNS:
-        if column not in events.columns:
-            events = events.with_columns(pl.lit(None).alias(column))
+    events = events.with_columns(
+        pl.lit(None).alias(column) for column in EVENT_COLUMNS if column not in events.columns
+    )
     return events.select(EVENT_COLUMNS).sort("ts"), samples
 
 
@@ -227,24 +228,8 @@ def _process_samples(events: pl.DataFrame) -> pl.DataFrame:
 
 
 def _empty_events() -> pl.DataFrame:
-    return pl.DataFrame(
-        schema={
-            "ts": pl.Datetime("ns", "UTC"),
-            "device": pl.Int32,
-            "kind": pl.String,
-            **{c: pl.Int64 for c in EVENT_COLUMNS if c.endswith("_bytes")},
-            "detail": pl.String,
-        }
-    ).select(EVENT_COLUMNS)
+    return empty("events").select(EVENT_COLUMNS)
 
 
 def _empty_samples() -> pl.DataFrame:
-    return pl.DataFrame(
-        schema={
-            "ts": pl.Datetime("ns", "UTC"),
-            "device": pl.Int32,
-            "pid": pl.Int64,
-            "metric": pl.String,
-            "value": pl.Float64,
-        }
-    )
+    return empty("samples").drop("node", "source")

@@ -34,7 +34,7 @@ from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.errors import InputError
 from oomtrace.ingest.base import ParseContext, ParseResult
 from oomtrace.ingest.textio import InputFile
-from oomtrace.ingest.timestamps import TS_DTYPE
+from oomtrace.schema import TS
 from oomtrace.units import format_bytes
 
 MAX_SNAPSHOT_BYTES: Final = 4 << 30
@@ -273,7 +273,7 @@ def _samples_and_events(
             "metric": [m for _ in final for m in ("torch_reserved_bytes", "torch_allocated_bytes")],
             "value": [float(v[k]) for v in final.values() for k in ("reserved", "allocated")],
         },
-        schema={"ts": TS_DTYPE, "device": pl.Int32, "metric": pl.String, "value": pl.Float64},
+        schema={"ts": TS, "device": pl.Int32, "metric": pl.String, "value": pl.Float64},
     )
     known = trace.filter(pl.col("device").is_in(list(final)))
     if trace.height > known.height:
@@ -311,7 +311,7 @@ def _samples_and_events(
             "the recorded window are kept",
             lost=True,
         )
-        totals = totals.with_columns(ts=pl.lit(when, TS_DTYPE))
+        totals = totals.with_columns(ts=pl.lit(when, TS))
     diag.lines_recognised += totals.height
     samples = _series(totals, has_time)
     # Devices with trace entries end their series at the dump already.

@@ -19,6 +19,7 @@ from oomtrace.ingest.vllm_patterns import (
     PREEMPT_LOG_EVERY,
     Family,
 )
+from oomtrace.schema import TS
 from oomtrace.units import GiB, format_bytes, parse_bytes
 
 RANK_REPEAT: Final = "repeated by another rank or process at the same second (counted once)"
@@ -177,16 +178,16 @@ def event_rows(
     frame = pl.DataFrame(
         rows,
         schema={
-            "ts": pl.Datetime("ns", "UTC"),
+            "ts": TS,
             "kind": pl.String,
             "detail": pl.String,
             "requested_bytes": pl.Int64,
             "free_bytes": pl.Int64,
         },
     )
-    samples = pl.DataFrame(
-        totals, schema={"ts": pl.Datetime("ns", "UTC"), "value": pl.Float64}
-    ).with_columns(metric=pl.lit("preemptions_total"), device=pl.lit(None, pl.Int32))
+    samples = pl.DataFrame(totals, schema={"ts": TS, "value": pl.Float64}).with_columns(
+        metric=pl.lit("preemptions_total"), device=pl.lit(None, pl.Int32)
+    )
     return _merge_runs(frame), samples.select("ts", "device", "metric", "value")
 
 

@@ -41,7 +41,6 @@ GLUED: Final = (
     r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d (?:\[[^\s\]]+:\d+\]|"
     r"[^\s\]]+\.py:\d+\]) "
 )
-UVICORN: Final = r"^(?:INFO|WARNING|ERROR):\s+\S+ - \""
 
 # --- periodic stats -------------------------------------------------------------------------
 

@@ -46,6 +46,7 @@ from oomtrace.ingest.prefixes import (
 )
 from oomtrace.ingest.vllm_header import HEADER_AT, HEADER_FIELDS, read_header
 from oomtrace.ingest.vllm_patterns import GLUED
+from oomtrace.schema import TS
 
 TIME_COLUMNS: Final = (
     "_seq", "_chunk", "_md", "_tod", "_yo", "_hdr", "outer_ts", "arrival_ts", "proc", "repeat",
@@ -99,7 +100,7 @@ def build_records(
     kept only to be counted."""
     info = ChunkInfo()
     if "arrival_ts" not in lines.columns:
-        lines = lines.with_columns(arrival_ts=pl.lit(None, pl.Datetime("ns", "UTC")))
+        lines = lines.with_columns(arrival_ts=pl.lit(None, TS))
     line = pl.col("line")
     frame = lines.with_columns(
         _seq=pl.int_range(first_line, first_line + lines.height, dtype=pl.Int64) * 256,
@@ -197,7 +198,7 @@ def _outer(frame: pl.DataFrame, kinds: frozenset[PrefixKind]) -> pl.DataFrame:
     if not kinds:
         return frame.with_columns(
             _outer=pl.lit(0, pl.UInt32),
-            outer_ts=pl.lit(None, pl.Datetime("ns", "UTC")),
+            outer_ts=pl.lit(None, TS),
             host=pl.lit(None, pl.String),
             proc=pl.lit(None, pl.String),
         )
