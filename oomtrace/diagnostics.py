@@ -54,11 +54,10 @@ class SourceDiagnostics:
         """Record ``count`` lines skipped for ``reason``; keeps the first example seen."""
         if count <= 0:
             return
-        shown = _shorten(redact_line(example or ""))
         if reason in self.skipped:
             self.skipped[reason].count += count
-        else:
-            self.skipped[reason] = Skip(count, shown)
+        else:  # only the first example is kept, so only it is redacted
+            self.skipped[reason] = Skip(count, _shorten(redact_line(example or "")))
 
     def note(self, text: str, *, lost: bool = False) -> None:
         """An assumption or caveat a reader of the report must know (kept once). ``lost``: the
