@@ -5,13 +5,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from oomtrace.diagnostics import SourceDiagnostics
+from oomtrace.schema import ROW_NAMES
 
 
 def sources_table(sources: Sequence[SourceDiagnostics]) -> str:
     """One block per source: parser, rows per table, lines read/recognised/skipped, notes."""
     lines: list[str] = []
     for s in sources:
-        rows = ", ".join(f"{n:,} {t}" for t, n in sorted(s.rows.items())) or "no rows"
+        rows = (
+            ", ".join(f"{n:,} {ROW_NAMES.get(t, t)}" for t, n in sorted(s.rows.items()))
+            or "no rows"
+        )
         lines.append(f"{s.name}  [{s.parser}]  {rows}")
         if s.lines_read:
             lines.append(

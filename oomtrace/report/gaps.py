@@ -20,6 +20,7 @@ from oomtrace.assumptions import (
     trace_clock_sentence,
 )
 from oomtrace.report.model import Column, Section, Table
+from oomtrace.schema import ROW_NAMES
 from oomtrace.trace import Manifest
 
 COLUMNS = (
@@ -35,9 +36,6 @@ MANIFEST_KINDS: Final = frozenset(
 )
 
 Row = tuple[Any, ...]
-
-# What a row of each canonical table is, as an input's row counts read.
-ROW_NAMES: Final = {"requests": "request events", "events": "events", "samples": "samples"}
 
 
 def gaps_section(manifest: Manifest, analysis_gaps: Any) -> Section:
