@@ -335,47 +335,50 @@ RUNNERS = {
 COMMAND = "oomtrace analyze"
 
 
+def _measured(argv: list[str], name: str, stdout: Any = None) -> dict[str, float]:
+    """Run ``argv`` in its own process: wall time from start to exit, and the CPU seconds and
+    peak resident memory the operating system counted for it (wait4)."""
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=stdout)
+    wall = time.perf_counter()
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - wall
+    # Popen must learn the exit status, or it warns that the process is still running
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode:
+        raise SystemExit(f"{name} failed with exit code {proc.returncode}")
+    return {
+        "process_s": wall,
+        "cpu_s": usage.ru_utime + usage.ru_stime,
+        "peak_rss_mib": usage.ru_maxrss / 1024,  # Linux reports KiB
+    }
+
+
 def _command(data: Path) -> dict[str, Any]:
     """``oomtrace analyze DIR --json`` in its own process: wall time start to exit, CPU, peak."""
     with tempfile.TemporaryFile("w+") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "oomtrace", "analyze", str(data), "--json"], cwd=ROOT, stdout=out
-        )
-        wall = time.perf_counter()
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - wall
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        if proc.returncode:
-            raise SystemExit(f"{COMMAND} failed with exit code {proc.returncode}")
+        argv = [sys.executable, "-m", "oomtrace", "analyze", str(data), "--json"]
+        measured = _measured(argv, COMMAND, stdout=out)
         out.seek(0)
         findings = json.loads(out.read())
-    return {
-        "name": COMMAND,
-        "process_s": wall,
-        "cpu_s": usage.ru_utime + usage.ru_stime,
-        "peak_rss_mib": usage.ru_maxrss / 1024,
-        "incidents": len(findings["incidents"]),
-    }
+    return {"name": COMMAND, **measured, "incidents": len(findings["incidents"])}
 
 
 def _child(name: str, data: Path) -> dict[str, Any]:
     """Run one contender in a fresh interpreter; its peak memory comes from wait4."""
     with tempfile.NamedTemporaryFile("r", suffix=".json") as out:
-        proc = subprocess.Popen(
-            [sys.executable, __file__, "--child", name, "--data", str(data), "--result", out.name],
-            cwd=ROOT,
-        )
-        wall = time.perf_counter()
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - wall
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        if proc.returncode:
-            raise SystemExit(f"{name} failed with exit code {proc.returncode}")
+        argv = [
+            sys.executable,
+            __file__,
+            "--child",
+            name,
+            "--data",
+            str(data),
+            "--result",
+            out.name,
+        ]
+        measured = _measured(argv, name)
         result: dict[str, Any] = json.loads(Path(out.name).read_text())
-    result["peak_rss_mib"] = usage.ru_maxrss / 1024  # Linux reports KiB
-    result["process_s"] = wall
-    result["cpu_s"] = usage.ru_utime + usage.ru_stime
-    return result
+    return {**result, **measured}
 
 
 def _report(results: list[dict[str, Any]], whole: list[dict[str, Any]], sizes: str) -> str:

@@ -9,7 +9,7 @@ import argparse
 import logging
 import sys
 
-from collectors.config import HELP, ConfigError, build_config
+from collectors.config import DEFAULTS, HELP, ConfigError, build_config
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -31,20 +31,6 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--duration", default=None, metavar="TIME", help=HELP["duration"])
     parser.add_argument("--log-from-end", action="store_true", help=HELP["log-from-end"])
     return parser
-
-
-DEFAULTS = {
-    "prometheus-interval": "100ms",
-    "nvml-interval": "20ms",
-    "nvml-write-interval": "100ms",
-    "log-interval": "100ms",
-    "retain": "6h",
-    "max-disk": "2GiB",
-    "keep-oom-for": "7d",
-    "flush-interval": "500ms",
-    "timeout": "1s",
-    "max-response": "16MiB",
-}
 
 
 def main(argv: list[str] | None = None) -> int:

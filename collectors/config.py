@@ -42,6 +42,21 @@ HELP = {
     "log-from-end": "start following at the end of each log instead of its start",
 }
 
+# Defaults of the options that take a time or a size, in the words a user would write them:
+# ``build_config``, ``oomtrace collect`` and ``python -m collectors`` all take them from here.
+DEFAULTS = {
+    "prometheus-interval": "100ms",
+    "nvml-interval": "20ms",
+    "nvml-write-interval": "100ms",
+    "log-interval": "100ms",
+    "retain": "6h",
+    "max-disk": "2GiB",
+    "keep-oom-for": "7d",
+    "flush-interval": "500ms",
+    "timeout": "1s",
+    "max-response": "16MiB",
+}
+
 
 class ConfigError(ValueError):
     """A setting that cannot be used; the message names it and says what to write instead."""
@@ -116,16 +131,16 @@ def build_config(
     prometheus: Sequence[str] = (),
     nvml: bool = False,
     logs: Sequence[str] = (),
-    prometheus_interval: str = "100ms",
-    nvml_interval: str = "20ms",
-    nvml_write_interval: str = "100ms",
-    log_interval: str = "100ms",
-    retain: str = "6h",
-    max_disk: str = "2GiB",
-    keep_oom_for: str = "7d",
-    flush_interval: str = "500ms",
-    timeout: str = "1s",
-    max_response: str = "16MiB",
+    prometheus_interval: str = DEFAULTS["prometheus-interval"],
+    nvml_interval: str = DEFAULTS["nvml-interval"],
+    nvml_write_interval: str = DEFAULTS["nvml-write-interval"],
+    log_interval: str = DEFAULTS["log-interval"],
+    retain: str = DEFAULTS["retain"],
+    max_disk: str = DEFAULTS["max-disk"],
+    keep_oom_for: str = DEFAULTS["keep-oom-for"],
+    flush_interval: str = DEFAULTS["flush-interval"],
+    timeout: str = DEFAULTS["timeout"],
+    max_response: str = DEFAULTS["max-response"],
     node: str | None = None,
     duration: str | None = None,
     log_from_start: bool = True,

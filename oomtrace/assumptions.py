@@ -27,6 +27,7 @@ __all__ = [
     "clock_sentence",
     "kind_category",
     "source_clock_sentence",
+    "trace_clock_sentence",
 ]
 
 # The analysis' gap kinds that say how something was read, not that something is missing

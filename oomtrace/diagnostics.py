@@ -11,15 +11,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from collectors.redact import redact_line
+from oomtrace.schema import ROW_NAMES
 
 EXAMPLE_CHARS = 160
 
 
 # What a diagnostic tells a reader: how something was read, or that data is missing.
 Category = Literal["assumption", "gap"]
-
-# What a row of each canonical table is (a request row is one event of a request's life).
-_ROW_NAMES = {"requests": "request events", "events": "events", "samples": "samples"}
 
 
 @dataclass
@@ -57,11 +55,10 @@ class SourceDiagnostics:
         """Record ``count`` lines skipped for ``reason``; keeps the first example seen."""
         if count <= 0:
             return
-        shown = _shorten(redact_line(example or ""))
         if reason in self.skipped:
             self.skipped[reason].count += count
-        else:
-            self.skipped[reason] = Skip(count, shown)
+        else:  # only the first example is kept, so only it is redacted
+            self.skipped[reason] = Skip(count, _shorten(redact_line(example or "")))
 
     def note(self, text: str, *, lost: bool = False) -> None:
         """An assumption or caveat a reader of the report must know (kept once). ``lost``: the
@@ -79,7 +76,7 @@ class SourceDiagnostics:
     def rows_text(self) -> str:
         """The rows this source gave, per table ("6 events, 592 request events, 377 samples")."""
         counts = sorted((t, n) for t, n in self.rows.items() if n)
-        return ", ".join(f"{n:,} {_ROW_NAMES.get(t, t)}" for t, n in counts) or "no rows"
+        return ", ".join(f"{n:,} {ROW_NAMES.get(t, t)}" for t, n in counts) or "no rows"
 
     @property
     def lines_skipped(self) -> int:

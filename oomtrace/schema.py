@@ -38,6 +38,13 @@ def _schema(columns: dict[str, Any]) -> pl.Schema:
 
 TableName = Literal["samples", "requests", "events"]
 TABLES: Final[tuple[TableName, ...]] = ("samples", "requests", "events")
+# What one row of each table is, in a person's words: a request has a row per lifecycle event,
+# so "592 requests" would overstate a log of 296 requests.
+ROW_NAMES: Final[dict[str, str]] = {
+    "samples": "samples",
+    "requests": "request events",
+    "events": "events",
+}
 
 SAMPLES: Final = _schema(
     {

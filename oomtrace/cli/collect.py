@@ -7,12 +7,13 @@ from typing import Any
 
 import click
 
-from collectors.config import HELP
+from collectors.config import DEFAULTS, HELP
 from oomtrace.errors import InputError, UsageError
 
 
-def _text(name: str, default: str | None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def _text(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     metavar = {"max-disk": "SIZE", "max-response": "SIZE", "node": "NAME"}.get(name, "TIME")
+    default = DEFAULTS.get(name)
     return click.option(
         f"--{name}",
         default=default,
@@ -27,39 +28,20 @@ def _text(name: str, default: str | None) -> Callable[[Callable[..., Any]], Call
 @click.option("--nvml", is_flag=True, help=HELP["nvml"])
 @click.option("--log", "logs", multiple=True, metavar="PATH", help=HELP["log"])
 @click.option("--out", required=True, metavar="DIR", help=HELP["out"])
-@_text("prometheus-interval", "100ms")
-@_text("nvml-interval", "20ms")
-@_text("nvml-write-interval", "100ms")
-@_text("log-interval", "100ms")
-@_text("retain", "6h")
-@_text("max-disk", "2GiB")
-@_text("keep-oom-for", "7d")
-@_text("flush-interval", "500ms")
-@_text("timeout", "1s")
-@_text("max-response", "16MiB")
-@_text("node", None)
-@_text("duration", None)
+@_text("prometheus-interval")
+@_text("nvml-interval")
+@_text("nvml-write-interval")
+@_text("log-interval")
+@_text("retain")
+@_text("max-disk")
+@_text("keep-oom-for")
+@_text("flush-interval")
+@_text("timeout")
+@_text("max-response")
+@_text("node")
+@_text("duration")
 @click.option("--log-from-end", is_flag=True, help=HELP["log-from-end"])
-def command(
-    *,
-    prometheus: tuple[str, ...],
-    nvml: bool,
-    logs: tuple[str, ...],
-    out: str,
-    prometheus_interval: str,
-    nvml_interval: str,
-    nvml_write_interval: str,
-    log_interval: str,
-    retain: str,
-    max_disk: str,
-    keep_oom_for: str,
-    flush_interval: str,
-    timeout: str,
-    max_response: str,
-    node: str | None,
-    duration: str | None,
-    log_from_end: bool,
-) -> None:
+def command(*, log_from_end: bool, **options: Any) -> None:
     """Sample a serving node into crash-safe segments.
 
     \b
@@ -73,29 +55,12 @@ def command(
     from collectors.config import ConfigError, build_config
 
     try:
-        config = build_config(
-            out=out,
-            prometheus=prometheus,
-            nvml=nvml,
-            logs=logs,
-            prometheus_interval=prometheus_interval,
-            nvml_interval=nvml_interval,
-            nvml_write_interval=nvml_write_interval,
-            log_interval=log_interval,
-            retain=retain,
-            max_disk=max_disk,
-            keep_oom_for=keep_oom_for,
-            flush_interval=flush_interval,
-            timeout=timeout,
-            max_response=max_response,
-            node=node,
-            duration=duration,
-            log_from_start=not log_from_end,
-        )
+        # every other option is one of build_config's keywords, under the same name
+        config = build_config(**options, log_from_start=not log_from_end)
     except ConfigError as err:
         raise UsageError(str(err)) from err
     try:
         summary = run(config)
     except OSError as err:
-        raise InputError(f"--out {out!r}: {err}; give a writable directory") from err
+        raise InputError(f"--out {options['out']!r}: {err}; give a writable directory") from err
     click.echo(f"oomtrace: {summary.one_line()}", err=True)

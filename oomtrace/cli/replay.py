@@ -250,13 +250,10 @@ def command(
             node=options["node"],
         )  # fmt: skip
     if out is not None:
+        written = found.best if found and found.best else result
         out.mkdir(parents=True, exist_ok=True)
-        (found.best if found and found.best else result).outcomes.write_parquet(
-            out / "outcomes.parquet"
-        )
-        (found.best if found and found.best else result).series.write_parquet(
-            out / "series.parquet"
-        )
+        written.outcomes.write_parquet(out / "outcomes.parquet")
+        written.series.write_parquet(out / "series.parquet")
     if as_json:
         document: dict[str, Any] = result.to_json()
         if found is not None:

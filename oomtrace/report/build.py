@@ -171,10 +171,9 @@ def _memory_section(
     frame, read = series.memory_series(picked, modelled, buckets=options.buckets)
     weights = trace.manifest.engine_config.get("model_weights_bytes")
     levels = pl.DataFrame(
-        {"series": ["weights"] * (weights is not None), "value": [float(weights or 0)]}
-        if weights is not None
-        else {"series": [], "value": []},
+        [] if weights is None else [("weights", float(weights))],
         schema={"series": pl.String, "value": pl.Float64},
+        orient="row",
     )
     tables = _summary_table(frame, "bytes")
     recon = findings.get("reconciliation")

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 from oomtrace.report import escape
 from oomtrace.report.fmt import cell_text, value_text
-from oomtrace.report.model import REPORT_VERSION, Chart, Report, Section, Table
-
-NUMERIC = ("bytes", "tokens", "blocks", "count", "share", "seconds")
+from oomtrace.report.model import NUMERIC_KINDS, REPORT_VERSION, Chart, Report, Section, Table
 
 # 'unsafe-eval': Vega compiles its expressions with the Function constructor.
 CSP = (
@@ -173,7 +171,7 @@ def _table(table: Table) -> str:
         for value, column in zip(row, table.columns, strict=True):
             css = (
                 ' class="n"'
-                if column.kind in NUMERIC
+                if column.kind in NUMERIC_KINDS
                 else ' class="id"'
                 if column.kind == "id"
                 else ' class="t"'

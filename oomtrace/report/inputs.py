@@ -18,6 +18,7 @@ import polars as pl
 from oomtrace.errors import InputError
 from oomtrace.report.build import ReportInputs
 from oomtrace.report.records import parse_time
+from oomtrace.report.series import SERIES_SCHEMA
 from oomtrace.schema import TS
 from oomtrace.trace import Trace
 
@@ -36,7 +37,6 @@ LANES_SCHEMA: Final = pl.Schema(
         "kv_bytes": pl.Int64(),
     }
 )
-SERIES_SCHEMA: Final = pl.Schema({"ts": TS, "series": pl.String(), "value": pl.Float64()})
 
 
 class FindingsLike(Protocol):

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from oomtrace.report import escape
 from oomtrace.report.fmt import cell_text, value_text
-from oomtrace.report.model import Chart, Report, Section, Table
+from oomtrace.report.model import NUMERIC_KINDS, Chart, Report, Section, Table
 
 SvgOf = Callable[[Chart], str]
 
@@ -74,9 +74,8 @@ def _section(
 def _table(table: Table) -> list[str]:
     if not table.rows:
         return [f"_{escape.markdown(table.note or 'none')}_"]
-    numeric = ("bytes", "tokens", "blocks", "count", "share", "seconds")
     header = "| " + " | ".join(escape.markdown(c.title) for c in table.columns) + " |"
-    rule = "|" + "|".join("---:" if c.kind in numeric else "---" for c in table.columns) + "|"
+    rule = "|" + "|".join("---:" if c.kind in NUMERIC_KINDS else "---" for c in table.columns) + "|"
     rows = [
         "| "
         + " | ".join(

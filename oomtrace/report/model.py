@@ -23,6 +23,10 @@ FORMATS: Final[tuple[ReportFormat, ...]] = ("text", "markdown", "json", "html")
 # How a value is shown: bytes with a binary unit, counts with separators, shares as percent,
 # times as ISO 8601 UTC, text escaped for the output.
 Kind = Literal["text", "id", "bytes", "tokens", "blocks", "count", "share", "time", "seconds"]
+# Kinds shown as numbers: every format aligns their columns to the right.
+NUMERIC_KINDS: Final[frozenset[Kind]] = frozenset(
+    ("bytes", "tokens", "blocks", "count", "share", "seconds")
+)
 
 Value = int | float | str | datetime | None
 

@@ -8,10 +8,9 @@ import textwrap
 
 from oomtrace.report import escape
 from oomtrace.report.fmt import cell_text, value_text
-from oomtrace.report.model import Report, Section, Table
+from oomtrace.report.model import NUMERIC_KINDS, Report, Section, Table
 
 WIDTH = 100
-NUMERIC = ("bytes", "tokens", "blocks", "count", "share", "seconds")
 
 
 # A figure and its unit stay on one line: "3.85 GiB" never wraps between the two.
@@ -74,7 +73,7 @@ def _table(table: Table) -> list[str]:
         for row in table.rows
     ]
     widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(header)]
-    right = [c.kind in NUMERIC for c in table.columns]
+    right = [c.kind in NUMERIC_KINDS for c in table.columns]
 
     def line(values: list[str]) -> str:
         parts = [

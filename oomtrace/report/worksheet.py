@@ -18,13 +18,11 @@ import polars as pl
 from oomtrace.report.charts import budget_chart
 from oomtrace.report.model import Chart, Column, Section, Table
 from oomtrace.report.records import table_from_mapping, table_from_records
+from oomtrace.report.series import SERIES_SCHEMA
 from oomtrace.trace import Manifest
 from oomtrace.units import format_bytes
 
 TITLE = "Planned against observed"
-MEMORY_SCHEMA = pl.Schema(
-    {"ts": pl.Datetime("ns", "UTC"), "series": pl.String(), "value": pl.Float64()}
-)
 PARTS_SCHEMA = pl.Schema(
     {"bar": pl.String(), "part": pl.String(), "bytes": pl.Int64(), "order": pl.Int64()}
 )
@@ -192,7 +190,7 @@ def budget_section(
     incident: Mapping[str, Any] | None,
 ) -> Section:
     """``memory_charts``: the memory section's chart, whose data holds every recorded peak."""
-    memory = memory_charts[0].data if memory_charts else pl.DataFrame(schema=MEMORY_SCHEMA)
+    memory = memory_charts[0].data if memory_charts else pl.DataFrame(schema=SERIES_SCHEMA)
     plan = make_plan(worksheet, manifest.engine_config, memory, incident)
     rows = plan.rows()
     tables: list[tuple[str, Table]] = []

@@ -23,7 +23,7 @@ from tools.sample_incidents import vllm_engine as ve
 from tools.sample_incidents.prefill_oom import size
 from tools.sample_incidents.sim import Run, Spec
 from tools.sample_incidents.text import Filler
-from tools.sample_incidents.vllm_lines import VllmLog, at
+from tools.sample_incidents.vllm_lines import VllmLog, at, kv_cache_lines
 
 NAME = "vllm-foreign-process"
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -127,17 +127,9 @@ def startup(log: VllmLog) -> None:
         at(s, 30.1), CORE, "INFO", "gpu_model_runner.py:2392",
         f"Model loading took {WEIGHTS / GIB:.4f} GiB and 9.112871 seconds",
     )  # fmt: skip
-    log.record(
-        at(s, 37.5), CORE, "INFO", "gpu_worker.py:298",
-        f"Available KV cache memory: {KV_BYTES / GIB:.2f} GiB",
-    )  # fmt: skip
-    log.record(
-        at(s, 37.6), CORE, "INFO", "kv_cache_utils.py:864",
-        f"GPU KV cache size: {GPU_BLOCKS * BLOCK:,} tokens",
-    )  # fmt: skip
-    log.record(
-        at(s, 37.6), CORE, "INFO", "kv_cache_utils.py:868",
-        f"Maximum concurrency for 16,384 tokens per request: {GPU_BLOCKS * BLOCK / 16384:.2f}x",
+    kv_cache_lines(
+        log, at(s, 37.5), CORE, kv_bytes=KV_BYTES, tokens=GPU_BLOCKS * BLOCK,
+        max_model_len=16_384, utils_lines=(864, 868),
     )  # fmt: skip
     log.record(
         at(s, 47.9), CORE, "INFO", "gpu_model_runner.py:3118",

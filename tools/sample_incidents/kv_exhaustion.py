@@ -28,6 +28,7 @@ from tools.sample_incidents.vllm_lines import (
     VllmLog,
     at,
     compose_prefix,
+    kv_cache_lines,
 )
 
 NAME = "vllm-kv-exhaustion"
@@ -141,17 +142,9 @@ def startup(log: VllmLog) -> None:
         "memory increase: 1.18GiB; non-torch forward increase memory: 0.22GiB; weights memory: "
         "14.99GiB.",
     )  # fmt: skip
-    log.record(
-        at(s, 29.8), CORE, "INFO", "gpu_worker.py:298",
-        f"Available KV cache memory: {KV_BYTES / (1 << 30):.2f} GiB",
-    )  # fmt: skip
-    log.record(
-        at(s, 29.9), CORE, "INFO", "kv_cache_utils.py:1087",
-        f"GPU KV cache size: {GPU_BLOCKS * BLOCK:,} tokens",
-    )  # fmt: skip
-    log.record(
-        at(s, 29.9), CORE, "INFO", "kv_cache_utils.py:1091",
-        f"Maximum concurrency for 16,384 tokens per request: {GPU_BLOCKS * BLOCK / 16384:.2f}x",
+    kv_cache_lines(
+        log, at(s, 29.8), CORE, kv_bytes=KV_BYTES, tokens=GPU_BLOCKS * BLOCK,
+        max_model_len=16_384, utils_lines=(1087, 1091),
     )  # fmt: skip
     log.record(
         at(s, 39.1), CORE, "INFO", "gpu_model_runner.py:3782",

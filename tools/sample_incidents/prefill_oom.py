@@ -19,7 +19,7 @@ from oomtrace.replay import ReplaySettings
 from tools.sample_incidents import vllm_engine as ve
 from tools.sample_incidents.sim import Run, Spec
 from tools.sample_incidents.text import Filler
-from tools.sample_incidents.vllm_lines import VllmLog, at, sampling_params
+from tools.sample_incidents.vllm_lines import VllmLog, at, kv_cache_lines, sampling_params
 
 NAME = "vllm-prefill-oom"
 MODEL = "Qwen/Qwen2.5-7B-Instruct"
@@ -173,17 +173,9 @@ def startup(log: VllmLog) -> None:
         at(s, 18.9), CORE, "INFO", "gpu_model_runner.py:2634",
         f"Model loading took {WEIGHTS / GIB:.4f} GiB and 6.812093 seconds",
     )  # fmt: skip
-    log.record(
-        at(s, 26.7), CORE, "INFO", "gpu_worker.py:298",
-        f"Available KV cache memory: {KV_BYTES / GIB:.2f} GiB",
-    )  # fmt: skip
-    log.record(
-        at(s, 26.8), CORE, "INFO", "kv_cache_utils.py:1087",
-        f"GPU KV cache size: {GPU_BLOCKS * BLOCK:,} tokens",
-    )  # fmt: skip
-    log.record(
-        at(s, 26.8), CORE, "INFO", "kv_cache_utils.py:1091",
-        f"Maximum concurrency for 32,768 tokens per request: {GPU_BLOCKS * BLOCK / 32768:.2f}x",
+    kv_cache_lines(
+        log, at(s, 26.7), CORE, kv_bytes=KV_BYTES, tokens=GPU_BLOCKS * BLOCK,
+        max_model_len=32_768, utils_lines=(1087, 1091),
     )  # fmt: skip
     log.record(
         at(s, 38.2), CORE, "INFO", "gpu_model_runner.py:3480",

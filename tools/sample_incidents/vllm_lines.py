@@ -155,6 +155,38 @@ def stats_message(
     return "Engine 000: " + ", ".join(parts)
 
 
+def kv_cache_lines(
+    log: VllmLog,
+    ts: datetime,
+    proc: str,
+    *,
+    kv_bytes: int,
+    tokens: int,
+    max_model_len: int,
+    utils_lines: tuple[int, int],
+) -> None:
+    """vLLM V1's three start-up statements of the KV cache: the memory left for it
+    (``gpu_worker.py``), then, 0.1 s later, its size in tokens and the concurrency that gives at
+    the max model len (``kv_cache_utils.py`` at ``utils_lines``, which move between versions)."""
+    size_line, concurrency_line = utils_lines
+    log.record(
+        ts, proc, "INFO", "gpu_worker.py:298", f"Available KV cache memory: {gib(kv_bytes)} GiB"
+    )
+    later = ts + timedelta(milliseconds=100)
+    log.record(
+        later,
+        proc,
+        "INFO",
+        f"kv_cache_utils.py:{size_line}",
+        f"GPU KV cache size: {tokens:,} tokens",
+    )
+    log.record(
+        later, proc, "INFO", f"kv_cache_utils.py:{concurrency_line}",
+        f"Maximum concurrency for {max_model_len:,} tokens per request: "
+        f"{tokens / max_model_len:.2f}x",
+    )  # fmt: skip
+
+
 def gib(value_bytes: int | float, digits: int = 2) -> str:
     return f"{value_bytes / (1 << 30):.{digits}f}"
 
