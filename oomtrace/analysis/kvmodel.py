@@ -19,7 +19,7 @@ from typing import Any, Literal, Protocol
 
 import polars as pl
 
-from oomtrace.budget import kv_spec, load_architecture
+from oomtrace.budget import KVSpec, kv_spec, load_architecture
 from oomtrace.trace import Manifest
 from oomtrace.units import GiB, format_bytes
 
@@ -267,7 +267,7 @@ def architecture_spec(
     *,
     kv_cache_dtype: str = "auto",
     tensor_parallel: int | None = None,
-) -> tuple[SequenceBytes, str]:
+) -> tuple[KVSpec, str]:
     """The KV rule of the model in ``config`` (a ``config.json`` or its directory), per GPU, and
     a label saying where it came from. The tensor-parallel size defaults to the one the trace's
     engine stated (else 1). Raises :class:`~oomtrace.errors.ConfigError` for a config the budget

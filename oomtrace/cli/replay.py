@@ -70,10 +70,12 @@ def _bytes_per_token(options: dict[str, Any], trace: Any) -> tuple[int | None, s
     if options["kv_bytes_per_token"] is not None:
         return int(options["kv_bytes_per_token"]), ""
     if options["config"] is not None:
-        from oomtrace.budget import kv_spec, load_architecture
+        from oomtrace.analysis.kvmodel import architecture_spec
 
-        spec = kv_spec(
-            load_architecture(options["config"]),
+        # as analyze reads it: the tensor-parallel size defaults to the one the trace states
+        spec, _ = architecture_spec(
+            options["config"],
+            trace.manifest,
             kv_cache_dtype=options["kv_cache_dtype"],
             tensor_parallel=options["tensor_parallel"],
         )
@@ -138,9 +140,8 @@ def _bytes_per_token(options: dict[str, Any], trace: Any) -> tuple[int | None, s
 @click.option(
     "--tensor-parallel",
     type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
-    help="With --config: tensor-parallel size (KV heads are split across GPUs).",
+    help="With --config: tensor-parallel size (KV heads are split across GPUs) [default: the "
+    "trace's, else 1].",
 )
 @click.option(
     "--block-size",

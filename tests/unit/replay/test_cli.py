@@ -147,6 +147,20 @@ def test_config_gives_the_kv_bytes_per_token(tmp_path: Path) -> None:
     assert json.loads(fp8.output)["settings"]["kv_bytes_per_token"] == 131072 // 4
 
 
+def test_config_takes_the_tensor_parallel_size_the_trace_states(tmp_path: Path) -> None:
+    # GIVEN a trace of a server that stated two tensor-parallel GPUs
+    path = three_long_requests(tmp_path, {**CONFIG, "tensor_parallel_size": 2})
+    config = DATA / "configs" / "llama-3.1-8b"
+    # WHEN replayed with --config and no --tensor-parallel, and with --tensor-parallel 1
+    stated = run(str(path), "--config", str(config), "--json", "--no-calibrate")
+    given = run(str(path), "--config", str(config), "--tensor-parallel", "1", "--json",
+                "--no-calibrate")  # fmt: skip
+    # THEN each GPU holds half the KV heads, as analyze counts them; the option still wins
+    assert stated.exit_code == 0, stated.output
+    assert json.loads(stated.output)["settings"]["kv_bytes_per_token"] == 131072 // 2
+    assert json.loads(given.output)["settings"]["kv_bytes_per_token"] == 131072
+
+
 def test_a_pool_size_is_required_when_the_trace_does_not_state_one(tmp_path: Path) -> None:
     path = three_long_requests(tmp_path, config={})
     result = run(str(path))
