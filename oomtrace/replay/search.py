@@ -118,8 +118,8 @@ def search(
         if value not in tried:
             candidate = _with(settings, target, value)
             raw = engine.simulate(workload, candidate, arrays=arrays)
-            result = engine.result_from_raw(workload, candidate, raw, engine.empty_series())
-            tried[value] = result.summary
+            outcomes = engine.outcomes_frame(workload, raw.state)
+            tried[value] = engine.summarise(workload, candidate, raw, outcomes)
         return tried[value].passes
 
     goal: Literal["largest", "smallest"] = "smallest" if target == "kv-blocks" else "largest"
