@@ -205,13 +205,7 @@ def _idle(engine: pl.DataFrame, breakpoints: Breakpoints) -> pl.DataFrame:
         return pl.DataFrame(schema={"node": pl.String, "start": TS, "end": TS})
     frame = running.sort("node", "ts").with_columns(idle=pl.col("value") == 0)
     frame = frame.with_columns(
-        run=(
-            (pl.col("idle") != pl.col("idle").shift(1))
-            | (pl.col("node") != pl.col("node").shift(1))
-        )
-        .fill_null(value=True)
-        .cum_sum(),
-        next_ts=pl.col("ts").shift(-1).over("node"),
+        run=g.group_id("node", "idle"), next_ts=g.following(pl.col("ts"), "node")
     )
     return (
         frame.filter(pl.col("idle"))
