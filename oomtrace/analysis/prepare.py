@@ -149,11 +149,10 @@ def _timeline(tables: Tables, samples: SampleView, kv: KVModel) -> tuple[Timelin
 
 def _request_spans(life: Lifecycle) -> pl.DataFrame:
     """First and last lifecycle event per node (each request's events are in time order)."""
-    events = life.events
-    first = events.filter(g.is_first("rid"))
-    last = events.filter(g.is_last("rid"))
+    ts = pl.col("ts")
+    ends = life.events.select(first=ts.filter(g.is_first("rid")), last=ts.filter(g.is_last("rid")))
     return (
-        pl.DataFrame({"node": life.keys["node"], "first": first["ts"], "last": last["ts"]})
+        ends.with_columns(life.keys["node"])
         .group_by("node")
         .agg(pl.col("first").min(), pl.col("last").max())
     )
