@@ -14,6 +14,7 @@ import polars as pl
 
 from oomtrace.analysis.findings import Gap
 from oomtrace.analysis.kvmodel import KVModel
+from oomtrace.analysis.series import KV_METRICS
 from oomtrace.analysis.source import TableFacts
 from oomtrace.assumptions import source_clock_sentence, trace_clock_sentence
 from oomtrace.timeline import DecodeRate, Timeline
@@ -67,7 +68,7 @@ def table_gaps(facts: TableFacts, kv: KVModel) -> list[Gap]:
             out.append(
                 Gap("no_allocator", None, "no PyTorch allocator series (reserved, allocated)")
             )
-        if not metrics & {"kv_blocks_used", "kv_tokens_used", "kv_usage_ratio"}:
+        if not metrics & set(KV_METRICS):
             out.append(
                 Gap("no_kv_observation", None, "no observed KV usage (engine metrics or log)")
             )
