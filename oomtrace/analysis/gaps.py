@@ -17,7 +17,7 @@ from oomtrace.analysis.kvmodel import KVModel
 from oomtrace.analysis.series import KV_METRICS
 from oomtrace.analysis.source import TableFacts
 from oomtrace.assumptions import source_clock_sentence, trace_clock_sentence
-from oomtrace.timeline import DecodeRate, Timeline
+from oomtrace.timeline import Timeline
 from oomtrace.trace import Manifest
 
 MAX_HOLES: Final = 20
@@ -105,8 +105,8 @@ def hole_gaps(holes: pl.DataFrame) -> list[Gap]:
     return out
 
 
-def request_gaps(timeline: Timeline, rate: DecodeRate) -> list[Gap]:
-    segments, summary = timeline.segments, timeline.requests
+def request_gaps(timeline: Timeline) -> list[Gap]:
+    segments, summary, rate = timeline.segments, timeline.requests, timeline.rate
     if summary.is_empty():
         return []
     out: list[Gap] = []
