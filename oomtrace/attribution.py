@@ -62,7 +62,7 @@ def _analyze(source: Trace | TraceScan, options: AnalyzeOptions) -> Findings:
     anchors = anchor_incidents(tables.events, spikes, options, facts.first_request)
     incidents = tuple(build_incident(prep, a, options, i) for i, a in enumerate(anchors, start=1))
     summary = _summary(facts, tables.manifest.engine.get("name"), timeline)
-    rate, from_requests = asdict(timeline.rate), request_gaps(timeline, timeline.rate)
+    rate, from_requests = asdict(timeline.rate), request_gaps(timeline)
     requests_seen = not timeline.points.is_empty()
     indexes = (prep.memory, prep.kv_index, prep.engine)
     breakpoints = prep.breakpoints

@@ -11,7 +11,7 @@ import polars as pl
 from oomtrace.analysis import culprits as cul
 from oomtrace.analysis.breakdown import breakdown, foreign_processes
 from oomtrace.analysis.classify import Context, classify
-from oomtrace.analysis.findings import Component, Incident, IncidentClass
+from oomtrace.analysis.findings import NOT_REQUESTS, Component, Incident, IncidentClass
 from oomtrace.analysis.incidents import Anchoring
 from oomtrace.analysis.index import SeriesIndex
 from oomtrace.analysis.kvmodel import KVModel
@@ -21,11 +21,6 @@ from oomtrace.analysis.source import Tables
 from oomtrace.analysis.window import window_segments
 from oomtrace.schema import TS
 from oomtrace.timeline import Timeline
-
-# Classes whose cause is not a request: they name no culprits (the class names the cause).
-NOT_REQUESTS: frozenset[IncidentClass] = frozenset(
-    {"startup_misfit", "foreign_memory", "fragmentation", "leak"}
-)
 
 
 @dataclass(frozen=True)

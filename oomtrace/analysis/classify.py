@@ -31,6 +31,7 @@ import polars as pl
 
 from oomtrace.analysis import evidence as ev
 from oomtrace.analysis.findings import ClassCheck, Evidence, IncidentClass, ProcessUse
+from oomtrace.analysis.incidents import STARTUP_KINDS
 from oomtrace.analysis.index import SeriesIndex
 from oomtrace.analysis.kvmodel import KVModel
 from oomtrace.analysis.options import AnalyzeOptions
@@ -86,8 +87,8 @@ def classify(ctx: Context) -> tuple[IncidentClass, str, tuple[ClassCheck, ...]]:
 
 
 def _startup(ctx: Context) -> ClassCheck:
-    kinds = ("startup_kv_insufficient", "startup_no_kv_memory")
-    refused = ctx.events.filter(pl.col("kind").is_in(kinds) & (pl.col("ts") <= lit_ts(ctx.peak_ts)))
+    before = pl.col("ts") <= lit_ts(ctx.peak_ts)
+    refused = ctx.events.filter(pl.col("kind").is_in(STARTUP_KINDS) & before)
     if refused.height:
         first = refused.row(0, named=True)
         return ClassCheck(
@@ -97,8 +98,7 @@ def _startup(ctx: Context) -> ClassCheck:
             "with the configured limits",
             tuple(ev.event(r) for r in refused.head(5).iter_rows(named=True)),
         )
-    before = ctx.requests.filter(pl.col("ts") <= lit_ts(ctx.peak_ts))
-    served = int(before.select(pl.len()).collect().item())
+    served = int(ctx.requests.filter(before).select(pl.len()).collect().item())
     if ctx.anchor == "oom" and served == 0 and ctx.oom is not None:
         return ClassCheck(
             "startup_misfit",

@@ -33,6 +33,10 @@ IncidentClass = Literal[
     "unknown",
 ]
 CLASSES: Final[tuple[IncidentClass, ...]] = get_args(IncidentClass)
+# Classes whose cause is not a request: they name no culprits (the class names the cause).
+NOT_REQUESTS: Final[frozenset[IncidentClass]] = frozenset(
+    {"startup_misfit", "foreign_memory", "fragmentation", "leak"}
+)
 Anchor = Literal["oom", "startup", "spike"]
 EvidenceTable = Literal["samples", "events", "requests", "manifest"]
 Scalar = str | int | float | bool | None

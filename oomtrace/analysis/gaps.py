@@ -14,9 +14,10 @@ import polars as pl
 
 from oomtrace.analysis.findings import Gap
 from oomtrace.analysis.kvmodel import KVModel
+from oomtrace.analysis.series import KV_METRICS
 from oomtrace.analysis.source import TableFacts
 from oomtrace.assumptions import source_clock_sentence, trace_clock_sentence
-from oomtrace.timeline import DecodeRate, Timeline
+from oomtrace.timeline import Timeline
 from oomtrace.trace import Manifest
 
 MAX_HOLES: Final = 20
@@ -67,7 +68,7 @@ def table_gaps(facts: TableFacts, kv: KVModel) -> list[Gap]:
             out.append(
                 Gap("no_allocator", None, "no PyTorch allocator series (reserved, allocated)")
             )
-        if not metrics & {"kv_blocks_used", "kv_tokens_used", "kv_usage_ratio"}:
+        if not metrics & set(KV_METRICS):
             out.append(
                 Gap("no_kv_observation", None, "no observed KV usage (engine metrics or log)")
             )
@@ -104,8 +105,8 @@ def hole_gaps(holes: pl.DataFrame) -> list[Gap]:
     return out
 
 
-def request_gaps(timeline: Timeline, rate: DecodeRate) -> list[Gap]:
-    segments, summary = timeline.segments, timeline.requests
+def request_gaps(timeline: Timeline) -> list[Gap]:
+    segments, summary, rate = timeline.segments, timeline.requests, timeline.rate
     if summary.is_empty():
         return []
     out: list[Gap] = []

@@ -69,23 +69,22 @@ def anchor_incidents(
     served = served_from or {}
     window = timedelta(seconds=options.window_s)
     anchors: list[Anchoring] = []
+    # Events come in time order, so only the latest chain of a node and kind can still grow: an
+    # event that starts a new chain is more than a window after every earlier one's last event.
+    latest: dict[tuple[str, Anchor], Anchoring] = {}
     for row in (
         events.filter(pl.col("kind").is_in(["oom", *STARTUP_KINDS]))
         .sort("ts")
         .iter_rows(named=True)
     ):
         kind: Anchor = "oom" if row["kind"] == "oom" else "startup"
-        same = [
-            a
-            for a in anchors
-            if a.node == row["node"]
-            and a.kind == kind
-            and row["ts"] - (a.last_event_ts or a.peak_ts) <= window
-        ]
-        if same:
-            same[0].last_event_ts = row["ts"]
+        chain = latest.get((row["node"], kind))
+        if chain is not None and row["ts"] - (chain.last_event_ts or chain.peak_ts) <= window:
+            chain.last_event_ts = row["ts"]
             continue
-        anchors.append(Anchoring(kind, row["node"], row["device"], row["ts"], event=row))
+        chain = Anchoring(kind, row["node"], row["device"], row["ts"], event=row)
+        anchors.append(chain)
+        latest[(row["node"], kind)] = chain
     for spike in spikes:  # worst first
         owner = next(
             (

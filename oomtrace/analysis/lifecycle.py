@@ -167,7 +167,6 @@ def summarize(life: Lifecycle) -> pl.DataFrame:
     ev, n = life.events, life.keys.height
     if n == 0:
         return _empty_summary(life)
-    first = ev.filter(g.is_first("rid"))
     starts = np.flatnonzero(ev.select(g.is_first("rid")).to_series().to_numpy())
     event = pl.col("event")
     ends = ev.filter(event.is_in(ENDS)).select("rid", "ts", "event").filter(g.is_last("rid"))
@@ -175,7 +174,7 @@ def summarize(life: Lifecycle) -> pl.DataFrame:
         life.keys.with_columns(
             rid=pl.int_range(1, n + 1, dtype=ID),
             arrived_ts=_first_where(ev, n, event == "arrived", "ts"),
-            first_seen_ts=first["ts"],
+            first_seen_ts=ev["ts"].gather(starts),
             admitted_ts=_first_where(ev, n, event == "admitted", "ts"),
             first_token_ts=_first_where(ev, n, event == "first_token", "ts"),
             end_ts=_scatter(n, ends["rid"], ends["ts"]),

@@ -30,7 +30,6 @@ from oomtrace.analysis.grouped import per_request
 from oomtrace.schema import TS
 from oomtrace.timeline import NS_PER_S, Timeline
 
-QUANTITIES: Final = ("tokens", "bytes")  # "blocks" instead of "bytes" without a bytes model
 POOL_COLUMNS: Final = (
     "resident_requests",
     "stored_tokens",

@@ -149,11 +149,10 @@ def _timeline(tables: Tables, samples: SampleView, kv: KVModel) -> tuple[Timelin
 
 def _request_spans(life: Lifecycle) -> pl.DataFrame:
     """First and last lifecycle event per node (each request's events are in time order)."""
-    events = life.events
-    first = events.filter(g.is_first("rid"))
-    last = events.filter(g.is_last("rid"))
+    ts = pl.col("ts")
+    ends = life.events.select(first=ts.filter(g.is_first("rid")), last=ts.filter(g.is_last("rid")))
     return (
-        pl.DataFrame({"node": life.keys["node"], "first": first["ts"], "last": last["ts"]})
+        ends.with_columns(life.keys["node"])
         .group_by("node")
         .agg(pl.col("first").min(), pl.col("last").max())
     )
@@ -205,13 +204,7 @@ def _idle(engine: pl.DataFrame, breakpoints: Breakpoints) -> pl.DataFrame:
         return pl.DataFrame(schema={"node": pl.String, "start": TS, "end": TS})
     frame = running.sort("node", "ts").with_columns(idle=pl.col("value") == 0)
     frame = frame.with_columns(
-        run=(
-            (pl.col("idle") != pl.col("idle").shift(1))
-            | (pl.col("node") != pl.col("node").shift(1))
-        )
-        .fill_null(value=True)
-        .cum_sum(),
-        next_ts=pl.col("ts").shift(-1).over("node"),
+        run=g.group_id("node", "idle"), next_ts=g.following(pl.col("ts"), "node")
     )
     return (
         frame.filter(pl.col("idle"))

@@ -113,9 +113,7 @@ def read_trace_manifest(path: Path) -> Manifest:
     """The manifest, with the errors ``read_trace`` gives for a bad one."""
     try:
         return Manifest.from_json(_json(path / MANIFEST), what=str(path / MANIFEST))
-    except OomtraceError as err:
-        raise ReadStrictly from err
-    except (ValueError, KeyError, TypeError) as err:
+    except (OomtraceError, ValueError, KeyError, TypeError) as err:
         raise ReadStrictly from err
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import polars as pl
 
+from oomtrace.analysis import grouped as g
 from oomtrace.analysis.index import SeriesIndex, search_ts
 from oomtrace.analysis.jsonfmt import iso, number
 from oomtrace.analysis.options import AnalyzeOptions
@@ -121,9 +122,8 @@ def _series_spikes(
     full = pl.col("value") >= capacity * options.kv_full_ratio if capacity else pl.lit(value=False)
     baseline = pl.col("value").rolling_min_by("ts", window_size=window)
     flagged = frame.with_columns(candidate=((pl.col("value") - baseline) >= threshold) | full)
-    run = (pl.col("candidate") != pl.col("candidate").shift(1)).fill_null(value=True).cum_sum()
     runs = (
-        flagged.with_columns(run=run)
+        flagged.with_columns(run=g.group_id("candidate"))
         .filter(pl.col("candidate"))
         .group_by("run")
         .agg(

@@ -7,7 +7,7 @@ from datetime import datetime
 from pathlib import PurePath
 from typing import Final
 
-from oomtrace.analysis.findings import Culprit, Findings, Gap, Incident
+from oomtrace.analysis.findings import NOT_REQUESTS, Culprit, Findings, Gap, Incident
 from oomtrace.units import format_bytes
 
 TOP_SHOWN: Final = 5
@@ -99,7 +99,7 @@ def _incident(incident: Incident) -> list[str]:
         lines += ["  culprits (most responsible first):", *_table(incident.culprits)]
         if len(incident.culprits) > TOP_SHOWN:
             lines.append(f"    … {len(incident.culprits) - TOP_SHOWN} more in --json")
-    elif incident.cls in ("foreign_memory", "startup_misfit", "fragmentation", "leak"):
+    elif incident.cls in NOT_REQUESTS:
         lines.append("  culprits:  none among the requests: the class names the cause")
     ledger = incident.ledger
     text = (

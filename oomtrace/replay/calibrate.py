@@ -115,11 +115,9 @@ def _observed_usage(samples: pl.DataFrame, blocks: int) -> tuple[pl.DataFrame, s
     return pl.DataFrame(schema={"ts": pl.Datetime("ns", "UTC"), "observed": pl.Float64}), None
 
 
-def _observed_preemptions(trace: Trace, node: str | None) -> tuple[int | None, str | None]:
-    requests, samples = trace.requests, trace.samples
-    if node is not None:
-        requests = requests.filter(pl.col("node") == node)
-        samples = samples.filter(pl.col("node") == node)
+def _observed_preemptions(
+    requests: pl.DataFrame, samples: pl.DataFrame
+) -> tuple[int | None, str | None]:
     events = requests.filter(pl.col("event") == "preempted").height
     if events:
         return events, "preempted request events"
@@ -141,10 +139,12 @@ def calibrate(
     trace: Trace, workload: Workload, settings: ReplaySettings, *, node: str | None = None
 ) -> Calibration:
     """Replay ``workload`` under ``settings`` (normally :func:`recorded_settings`) and compare."""
-    samples = trace.samples if node is None else trace.samples.filter(pl.col("node") == node)
+    requests, samples = trace.requests, trace.samples
+    if node is not None:
+        requests = requests.filter(pl.col("node") == node)
+        samples = samples.filter(pl.col("node") == node)
     observed, observed_from = _observed_usage(samples, settings.kv_blocks)
     start = workload.t0
-    requests = trace.requests if node is None else trace.requests.filter(pl.col("node") == node)
     end = requests["ts"].max()
     observed = observed.filter(pl.col("ts").is_between(start, end)).sort("ts")
     probes = (
@@ -162,9 +162,9 @@ def calibrate(
         worst=pl.col("error").abs().max(),
         bias=pl.col("error").mean(),
     ).row(0, named=True)
-    seen, seen_from = _observed_preemptions(trace, node)
+    seen, seen_from = _observed_preemptions(requests, samples)
     simulated = int(raw.totals[2])
-    caveats = _caveats(trace, workload)
+    caveats = _caveats(requests, workload)
     if stats["bias"] is not None and stats["bias"] < -ROUGH_MAE:
         missing = (
             "the engine held far more than the replayed requests explain: requests are missing "
@@ -216,7 +216,8 @@ def _verdict(
     return f"{grade}: {usage}; {trust}"
 
 
-def _caveats(trace: Trace, workload: Workload) -> tuple[str, ...]:
+def _caveats(requests: pl.DataFrame, workload: Workload) -> tuple[str, ...]:
+    """What the replay of ``workload`` leaves out, from the requests of its node."""
     notes = list(workload.notes)
     bounded = workload.requests.filter(pl.col("output_source") == "max_tokens_bound").height
     if bounded:
@@ -224,7 +225,7 @@ def _caveats(trace: Trace, workload: Workload) -> tuple[str, ...]:
             f"{bounded} request(s) have no recorded output length and are replayed at max_tokens "
             "(an upper bound: the replay overstates their blocks)"
         )
-    cached = trace.requests.filter(pl.col("cached_tokens") > 0).height
+    cached = requests.filter(pl.col("cached_tokens") > 0).height
     if cached:
         notes.append(
             f"{cached} request event(s) report prefix-cache hits; the replay does not share "

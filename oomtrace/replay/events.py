@@ -13,6 +13,7 @@ from typing import Final
 
 import polars as pl
 
+from oomtrace.analysis import grouped as g
 from oomtrace.replay import engine, kernel
 from oomtrace.replay.model import ReplaySettings
 from oomtrace.replay.workload import Workload
@@ -43,17 +44,12 @@ def replayed_requests(
     admits = log.filter(pl.col("kind") == kernel.LOG_ADMIT)
     # the first token comes at the end of a residency's prefill, if the residency lasts that long
     # and the request had produced nothing before it
+    # the log is in request order: windows per request are single passes, not one group each
+    preempted_with = pl.when(pl.col("kind") == kernel.LOG_PREEMPT).then(pl.col("extra"))
     nxt = log.with_columns(
-        next_t=pl.col("t").shift(-1).over("i"),
-        next_kind=pl.col("kind").shift(-1).over("i"),
-        next_extra=pl.col("extra").shift(-1).over("i"),
-        produced_before=pl.when(pl.col("kind") == kernel.LOG_PREEMPT)
-        .then(pl.col("extra"))
-        .otherwise(None)
-        .forward_fill()
-        .shift(1)
-        .over("i")
-        .fill_null(0),
+        next_kind=g.following(pl.col("kind"), "i"),
+        next_extra=g.following(pl.col("extra"), "i"),
+        produced_before=g.prev(g.forward_fill(preempted_with, "i"), "i").fill_null(0),
     ).filter(pl.col("kind") == kernel.LOG_ADMIT)
     first_token = nxt.filter(
         (pl.col("produced_before") == 0)

@@ -214,7 +214,7 @@ def _leave(i: int, st: Any, sc: Any) -> None:
 
 
 @_inline
-def _next_boundary(i: int, st: Any, p: Any, o: Any, dl: Any, block: int) -> int:
+def _next_boundary(i: int, st: Any, o: Any, dl: Any) -> int:
     """When request ``i`` starts its next block, or INF if it stores no further block.
 
     The k-th token of a residency (k >= 1) is produced at ``first + (k - 1) * dl`` and stored
@@ -245,7 +245,7 @@ def _sync(
         st[i, S_KNEXT] = first if done < first else first + block * ((done - first) // block + 1)
         rate[0] += 1.0 / (block * dl[i])
         if sc[C_ACTIVE] == 1:
-            boundary = _next_boundary(i, st, p, o, dl, block)
+            boundary = _next_boundary(i, st, o, dl)
             if boundary < INF:
                 xh = _heap_push(xh, sc[C_XH], boundary, i, st[i, S_VER])
                 sc[C_XH] += 1
@@ -304,7 +304,7 @@ def _start(
     if policy == ON_DEMAND:
         st[i, S_KNEXT] = (-(p[i] + g0)) % block + 1
         if sc[C_ACTIVE] == 1:
-            boundary = _next_boundary(i, st, p, o, dl, block)
+            boundary = _next_boundary(i, st, o, dl)
     return int(t + seg_pre + (o[i] - g0 - 1) * dl[i]), int(t + seg_pre), boundary
 
 
@@ -394,7 +394,7 @@ def _sleep(now: int, st: Any, sc: Any, rate: Any, dl: Any, block: int) -> None:
 
 @_inline
 def _cross(
-    t: int, until: int, pool: int, st: Any, sc: Any, xh: Any, p: Any, o: Any, dl: Any, block: int
+    t: int, until: int, pool: int, st: Any, sc: Any, xh: Any, o: Any, dl: Any, block: int
 ) -> int:
     """Apply block boundaries from instant ``t`` on, instant by instant, up to ``until`` (the
     next other event: a finish or probe at ``until`` comes first, a prefill end or arrival after
@@ -414,7 +414,7 @@ def _cross(
         st[i, S_BLK] += 1
         sc[C_USED] += 1
         st[i, S_KNEXT] += block
-        boundary = _next_boundary(i, st, p, o, dl, block)
+        boundary = _next_boundary(i, st, o, dl)
         if boundary < INF:
             _heap_replace_top(xh, sc[C_XH], boundary, i, ver)
         else:
@@ -550,7 +550,7 @@ def simulate(
                 until = min(until, 2 * probes[j])
             if admit_due:
                 until = min(until, 2 * t_evt + 1)  # the admission pass due after this instant
-            t_evt = _cross(t_evt, until, pool, st, sc, xh, p, o, dl, block)
+            t_evt = _cross(t_evt, until, pool, st, sc, xh, o, dl, block)
             now = t_evt
             if sc[C_USED] > pool:
                 # the pool ran dry: it was full, whatever the level before

@@ -38,45 +38,35 @@ import polars as pl
 
 from oomtrace.errors import UsageError
 
-
-def _columns(columns: dict[str, Any]) -> dict[str, Any]:
-    """Column name to dtype (classes and instances mixed, as polars accepts)."""
-    return columns
-
-
 Policy = Literal["on-demand", "reserve"]
 POLICIES: Final[tuple[Policy, ...]] = ("on-demand", "reserve")
 
 OUTCOMES: Final = ("finished", "rejected_too_large", "rejected_queue_full")
 
 OUTCOME_SCHEMA: Final = pl.Schema(
-    _columns(
-        {
-            "request_id": pl.String,
-            "arrival": pl.Datetime("ns", "UTC"),
-            "admitted": pl.Datetime("ns", "UTC"),
-            "finished": pl.Datetime("ns", "UTC"),
-            "queue_delay_s": pl.Float64,
-            "preemptions": pl.Int64,
-            "outcome": pl.String,
-            "prompt_tokens": pl.Int64,
-            "output_tokens": pl.Int64,
-            "output_source": pl.String,
-        }
-    )
+    {
+        "request_id": pl.String(),
+        "arrival": pl.Datetime("ns", "UTC"),
+        "admitted": pl.Datetime("ns", "UTC"),
+        "finished": pl.Datetime("ns", "UTC"),
+        "queue_delay_s": pl.Float64(),
+        "preemptions": pl.Int64(),
+        "outcome": pl.String(),
+        "prompt_tokens": pl.Int64(),
+        "output_tokens": pl.Int64(),
+        "output_source": pl.String(),
+    }
 )
 
 SERIES_SCHEMA: Final = pl.Schema(
-    _columns(
-        {
-            "ts": pl.Datetime("ns", "UTC"),
-            "kv_blocks_used": pl.Int64,
-            "kv_blocks_peak": pl.Int64,
-            "kv_usage_ratio": pl.Float64,
-            "requests_running": pl.Int64,
-            "requests_waiting": pl.Int64,
-        }
-    )
+    {
+        "ts": pl.Datetime("ns", "UTC"),
+        "kv_blocks_used": pl.Int64(),
+        "kv_blocks_peak": pl.Int64(),
+        "kv_usage_ratio": pl.Float64(),
+        "requests_running": pl.Int64(),
+        "requests_waiting": pl.Int64(),
+    }
 )
 
 

@@ -79,17 +79,19 @@ def _with(settings: ReplaySettings, target: SearchTarget, value: int) -> ReplayS
     return replace(settings, kv_blocks=value)
 
 
-def _range(workload: Workload, settings: ReplaySettings, target: SearchTarget) -> tuple[int, int]:
-    """The values worth trying: above ``high`` the setting no longer changes anything."""
+def _range(
+    workload: Workload, settings: ReplaySettings, target: SearchTarget, arrays: dict[str, Any]
+) -> tuple[int, int]:
+    """The values worth trying: above ``high`` the setting no longer changes anything.
+    ``arrays`` are the workload's simulator inputs (the same for every value of a target)."""
     if target == "max-num-seqs":
-        raw = engine.simulate(workload, replace(settings, max_num_seqs=None))
+        raw = engine.simulate(workload, replace(settings, max_num_seqs=None), arrays=arrays)
         return 1, max(1, int(raw.totals[3]))
     if target == "max-num-batched-tokens":
-        raw = engine.simulate(workload, replace(settings, max_num_batched_tokens=_UNBOUNDED))
+        unbudgeted = replace(settings, max_num_batched_tokens=_UNBOUNDED)
+        raw = engine.simulate(workload, unbudgeted, arrays=arrays)
         return 1, max(1, int(raw.totals[4]))
-    unbounded = replace(settings, kv_blocks=_UNBOUNDED)
-    arrays = engine.request_arrays(workload, unbounded)
-    raw = engine.simulate(workload, unbounded, arrays=arrays)
+    raw = engine.simulate(workload, replace(settings, kv_blocks=_UNBOUNDED), arrays=arrays)
     largest_request = int(arrays["res"].max()) if workload.size else 1
     return largest_request, max(largest_request, int(raw.totals[0]))
 
@@ -106,20 +108,20 @@ def search(
     """Bisect ``target`` over ``[low, high]`` (by default the range where it binds)."""
     if target not in SEARCH_TARGETS:
         raise UsageError(f"--search {target!r}: choose one of {', '.join(SEARCH_TARGETS)}")
-    default_low, default_high = _range(workload, settings, target)
+    arrays = engine.request_arrays(workload, settings)
+    default_low, default_high = _range(workload, settings, target, arrays)
     low = default_low if low is None else low
     high = default_high if high is None else high
     if not 1 <= low <= high:
         raise UsageError(f"--search {target}: the range {low}..{high} is empty")
     tried: dict[int, ReplaySummary] = {}
-    arrays = engine.request_arrays(workload, settings)
 
     def passes(value: int) -> bool:
         if value not in tried:
             candidate = _with(settings, target, value)
             raw = engine.simulate(workload, candidate, arrays=arrays)
-            result = engine.result_from_raw(workload, candidate, raw, engine.empty_series())
-            tried[value] = result.summary
+            outcomes = engine.outcomes_frame(workload, raw.state)
+            tried[value] = engine.summarise(workload, candidate, raw, outcomes)
         return tried[value].passes
 
     goal: Literal["largest", "smallest"] = "smallest" if target == "kv-blocks" else "largest"

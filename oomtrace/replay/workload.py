@@ -26,39 +26,31 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Final
 
 import polars as pl
 
 from oomtrace.errors import InputError, UsageError
 from oomtrace.trace import Trace
 
-
-def _columns(columns: dict[str, Any]) -> dict[str, Any]:
-    """Column name to dtype (classes and instances mixed, as polars accepts)."""
-    return columns
-
-
 DEFAULT_PREFILL_TOKENS_PER_S: Final = 10_000.0
 NS: Final = 1_000_000_000
 EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 
 WORKLOAD_SCHEMA: Final = pl.Schema(
-    _columns(
-        {
-            "request_id": pl.String,
-            "arrival": pl.Datetime("ns", "UTC"),
-            "arrival_ns": pl.Int64,
-            "prompt_tokens": pl.Int64,
-            "output_tokens": pl.Int64,
-            "max_tokens": pl.Int64,
-            "prefill_ns": pl.Int64,
-            "decode_ns_per_token": pl.Int64,
-            "output_source": pl.String,
-            "prefill_source": pl.String,
-            "decode_source": pl.String,
-        }
-    )
+    {
+        "request_id": pl.String(),
+        "arrival": pl.Datetime("ns", "UTC"),
+        "arrival_ns": pl.Int64(),
+        "prompt_tokens": pl.Int64(),
+        "output_tokens": pl.Int64(),
+        "max_tokens": pl.Int64(),
+        "prefill_ns": pl.Int64(),
+        "decode_ns_per_token": pl.Int64(),
+        "output_source": pl.String(),
+        "prefill_source": pl.String(),
+        "decode_source": pl.String(),
+    }
 )
 
 

@@ -86,3 +86,21 @@ def test_recorded_settings_need_the_size_of_the_pool() -> None:
     # WHEN the recorded settings are read THEN the error names the remedy
     with pytest.raises(InputError, match="states neither num_gpu_blocks nor the KV cache size"):
         recorded_settings(manifest)
+
+
+def test_the_caveats_of_one_node_count_only_that_nodes_prefix_cache_hits() -> None:
+    # GIVEN a request on node-a, and on node-b a request whose events report prefix-cache hits
+    other = [
+        {**row, "node": "node-b", "cached_tokens": 16}
+        for row in lifecycle("b", 0.0, prompt=64, output=33, prefill_s=1.0, decode_s=32.0)
+    ]
+    trace = trace_of(
+        lifecycle("a", 0.0, prompt=64, output=33, prefill_s=1.0, decode_s=32.0),
+        other,
+        engine_config=CONFIG,
+    )
+    # WHEN node-a is calibrated
+    workload = build_workload(trace, node="node-a")
+    cal = calibrate(trace, workload, recorded_settings(trace.manifest), node="node-a")
+    # THEN node-b's prefix-cache hits are not among node-a's caveats
+    assert cal.caveats == ()
