@@ -150,10 +150,6 @@ def build_config(
         raise ConfigError("give at least one source: --prometheus URL, --nvml or --log PATH")
     for url in prometheus:
         _check_url(url)
-    if nvml and importlib.util.find_spec("pynvml") is None:
-        raise ConfigError(
-            "--nvml needs nvidia-ml-py; install it with: pip install 'oomtrace[nvml]'"
-        )
     flush_s = parse_duration(flush_interval, what="--flush-interval")
     if flush_s > 1.0:
         raise ConfigError(
@@ -188,6 +184,11 @@ def build_config(
             max_segment_bytes=max(MiB, min(64 * MiB, max_disk_bytes // 16)),
         ),
     )
+    # after the settings: a mistyped value is reported the same with or without the package
+    if nvml and importlib.util.find_spec("pynvml") is None:
+        raise ConfigError(
+            "--nvml needs nvidia-ml-py; install it with: pip install 'oomtrace[nvml]'"
+        )
     _writable_directory(out)  # last: a bad setting must not leave a directory behind
     return config
 
