@@ -58,7 +58,9 @@ def _one_arrival(rows: pl.DataFrame) -> pl.DataFrame:
     added = pl.col("event") == "admitted"
     if not rows.select(added.any()).item():
         return rows
-    told = (pl.col("event") == "arrived").any().over("request_id")
+    told = pl.col("request_id").is_in(
+        rows.filter(pl.col("event") == "arrived").get_column("request_id").implode()
+    )
     bare = pl.all_horizontal(
         pl.col(c).is_null() for c in ("prompt_tokens", "max_tokens", "output_tokens")
     )
