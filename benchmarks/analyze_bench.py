@@ -79,8 +79,8 @@ def run_oomtrace(data: Path) -> dict[str, Any]:
 
     from oomtrace.analysis.kvmodel import kv_model
     from oomtrace.analysis.pool import pool_at, pool_breakpoints
+    from oomtrace.analysis.timeline import build_timeline
     from oomtrace.schema import TS, empty
-    from oomtrace.timeline import build_timeline
     from oomtrace.trace import Manifest
 
     started = time.perf_counter()

@@ -1,17 +1,34 @@
 """The analysis behind ``oomtrace analyze``: from canonical tables to findings.
 
-Layers, each reading only what the previous one produced:
+This package is the front door::
+
+    from oomtrace.analysis import AnalyzeOptions, analyze, open_trace
+    findings = analyze(open_trace(path), AnalyzeOptions(window_s=60))
+    findings.primary.culprits[0].request_id
+
+Stages, each reading only what the previous one produced (``docs/ARCHITECTURE.md`` draws them):
 
 * :mod:`oomtrace.analysis.source` — the tables of a trace in memory or of a directory scanned
   lazily; :mod:`oomtrace.analysis.samples` reads the samples in one streaming pass (memory series
   one frame each) and :mod:`oomtrace.analysis.prepare` computes everything read once;
 * :mod:`oomtrace.analysis.kvmodel` — bytes per stored token and per block, with their provenance;
-* :mod:`oomtrace.timeline` — per-request residency and stored tokens (exact, modelled, bounded),
-  from the lifecycle put in request order once (:mod:`oomtrace.analysis.lifecycle`);
+* :mod:`oomtrace.analysis.timeline` — per-request residency and stored tokens (exact, modelled,
+  bounded), from the lifecycle put in request order once (:mod:`oomtrace.analysis.lifecycle`);
 * :mod:`oomtrace.analysis.pool` — pool-level series by a sweep over lifecycle knots;
-* :mod:`oomtrace.analysis.series`, :mod:`oomtrace.analysis.spikes` — memory series and spikes;
+* :mod:`oomtrace.analysis.observed_series`, :mod:`oomtrace.analysis.spikes` — memory series and
+  spikes;
 * :mod:`oomtrace.analysis.reconcile`, :mod:`oomtrace.analysis.culprits`,
   :mod:`oomtrace.analysis.classify`, :mod:`oomtrace.analysis.gaps` — what an incident is made of;
 * :mod:`oomtrace.analysis.findings` — the frozen result and its versioned JSON;
-* :mod:`oomtrace.attribution` — :func:`~oomtrace.attribution.analyze`, the entry point.
+* :mod:`oomtrace.analysis.pipeline` — :func:`analyze`, the stages run in order.
+
+Nothing below this package imports it (``tests/unit/test_layers.py`` checks the layering); the
+terminal summary of the findings is :mod:`oomtrace.terminal.findings_text`.
 """
+
+from oomtrace.analysis.findings import Findings
+from oomtrace.analysis.options import AnalyzeOptions
+from oomtrace.analysis.pipeline import analyze
+from oomtrace.analysis.source import open_trace
+
+__all__ = ["AnalyzeOptions", "Findings", "analyze", "open_trace"]

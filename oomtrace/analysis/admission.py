@@ -1,8 +1,8 @@
 """Admission times the source does not state, inferred from the engine's running count.
 
-Part of :mod:`oomtrace.timeline`. vLLM's log (V0 and V1) and SGLang's state when a request arrived
-and when it finished, not when the scheduler first ran it; a queued request holds no KV, so a
-residency counted from the arrival (basis ``arrived``) is an upper bound that can add up to more
+Part of :mod:`oomtrace.analysis.timeline`. vLLM's log (V0 and V1) and SGLang's state when a request
+arrived and when it finished, not when the scheduler first ran it; a queued request holds no KV, so
+a residency counted from the arrival (basis ``arrived``) is an upper bound that can add up to more
 than the pool. What these engines do state is the size of their running batch
 (``requests_running``: vLLM's stats line and ``vllm:num_requests_running``, SGLang's batch lines).
 

@@ -36,7 +36,7 @@ from oomtrace.analysis.index import SeriesIndex
 from oomtrace.analysis.kvmodel import KVModel
 from oomtrace.analysis.options import AnalyzeOptions
 from oomtrace.analysis.spikes import Spike
-from oomtrace.timeline import RESETS, lit_ts
+from oomtrace.analysis.timeline import RESETS, lit_ts
 from oomtrace.units import format_bytes
 
 STORM = 10  # preemptions in one window that make a storm rather than an episode

@@ -25,8 +25,8 @@ import polars as pl
 
 from oomtrace.analysis.findings import Culprit, Ledger, LedgerRow
 from oomtrace.analysis.grouped import per_request
+from oomtrace.analysis.timeline import Timeline, lit_ts
 from oomtrace.analysis.window import residents_with_ids
-from oomtrace.timeline import Timeline, lit_ts
 from oomtrace.units import format_bytes
 
 

@@ -86,7 +86,7 @@ class Culprit:
     growth_tokens: int | None
     arrived: datetime | None
     resident_since: datetime | None
-    resident_since_basis: str | None  # the segment's start_basis (see oomtrace.timeline)
+    resident_since_basis: str | None  # the segment's start_basis (see oomtrace.analysis.timeline)
     admitted_in_window: bool
     in_prefill: bool | None
     reason: str

@@ -16,8 +16,8 @@ from oomtrace.analysis.findings import Gap
 from oomtrace.analysis.kvmodel import KVModel
 from oomtrace.analysis.series import KV_METRICS
 from oomtrace.analysis.source import TableFacts
+from oomtrace.analysis.timeline import Timeline
 from oomtrace.assumptions import source_clock_sentence, trace_clock_sentence
-from oomtrace.timeline import Timeline
 from oomtrace.trace import Manifest
 
 MAX_HOLES: Final = 20

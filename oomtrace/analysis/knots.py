@@ -1,8 +1,8 @@
 """Knots after the last statement, and ends for residencies the source never closed.
 
-Part of :mod:`oomtrace.timeline`: a segment whose end count is not stated grows at the decode rate
-from its last statement, capped by its contract; a segment without a stated end ends at the next
-engine reset, when its contract would be spent, or just after the trace ends.
+Part of :mod:`oomtrace.analysis.timeline`: a segment whose end count is not stated grows at the
+decode rate from its last statement, capped by its contract; a segment without a stated end ends at
+the next engine reset, when its contract would be spent, or just after the trace ends.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Request lifecycles grouped per request, and one summary row per request.
 
-Part of :mod:`oomtrace.timeline`. Millions of lifecycle events are put in request order once:
+Part of :mod:`oomtrace.analysis.timeline`. Millions of lifecycle events are put in request order
+once:
 
 * requests get integer ids (``rid`` 1, 2, ...) in the order they first appear, from one hash
   grouping of their ``(node, request_id)``: no string is sorted, and since the requests table is
@@ -163,7 +164,7 @@ def _max_per_request(ev: pl.DataFrame, starts: np.ndarray, column: str) -> pl.Se
 
 
 def summarize(life: Lifecycle) -> pl.DataFrame:
-    """One row per request (see :func:`oomtrace.timeline.summarize_requests`)."""
+    """One row per request (see :func:`oomtrace.analysis.timeline.summarize_requests`)."""
     ev, n = life.events, life.keys.height
     if n == 0:
         return _empty_summary(life)

@@ -28,7 +28,7 @@ def parse_duration(text: str, *, what: str = "duration") -> float:
 
 @dataclass(frozen=True)
 class AnalyzeOptions:
-    """What :func:`oomtrace.attribution.analyze` may be told.
+    """What :func:`oomtrace.analysis.analyze` may be told.
 
     ``window_s`` is the look-back before each peak: requests resident or admitted in it are
     materialised one by one, growth is measured over it, and a rise counts as a spike when it

@@ -27,8 +27,8 @@ import polars as pl
 
 from oomtrace.analysis import grouped as g
 from oomtrace.analysis.grouped import per_request
+from oomtrace.analysis.timeline import NS_PER_S, Timeline
 from oomtrace.schema import TS
-from oomtrace.timeline import NS_PER_S, Timeline
 
 POOL_COLUMNS: Final = (
     "resident_requests",

@@ -29,9 +29,9 @@ from oomtrace.analysis.samples import SampleView, read_samples
 from oomtrace.analysis.series import BYTES_METRICS, capacities, engine_series, observed_kv
 from oomtrace.analysis.source import TableFacts, Tables, TraceScan, tables_of
 from oomtrace.analysis.spikes import Spike, find_spikes
+from oomtrace.analysis.timeline import RESETS, Timeline, timeline_of
 from oomtrace.errors import InputError
 from oomtrace.schema import TS
-from oomtrace.timeline import RESETS, Timeline, timeline_of
 from oomtrace.trace import Trace
 
 logger = logging.getLogger(__name__)

@@ -79,7 +79,7 @@ class TraceScan:
 
 
 def open_trace(path: Path) -> TraceScan | Trace:
-    """A trace directory for :func:`oomtrace.attribution.analyze`: scanned when its files are as
+    """A trace directory for :func:`oomtrace.analysis.analyze`: scanned when its files are as
     oomtrace writes them, else read whole by :func:`read_trace` (with its errors)."""
     path = Path(path)
     try:

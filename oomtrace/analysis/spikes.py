@@ -25,7 +25,7 @@ from oomtrace.analysis import grouped as g
 from oomtrace.analysis.index import SeriesIndex, search_ts
 from oomtrace.analysis.jsonfmt import iso, number
 from oomtrace.analysis.options import AnalyzeOptions
-from oomtrace.timeline import NS_PER_S
+from oomtrace.analysis.timeline import NS_PER_S
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 The sweep (:mod:`oomtrace.analysis.pool`) never looks at one request at a time; here, for the few
 hundred or thousand segments that overlap a window, each request's stored tokens are read off its
-knots at given instants, with their bounds and basis (see :mod:`oomtrace.timeline`).
+knots at given instants, with their bounds and basis (see :mod:`oomtrace.analysis.timeline`).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Final
 import polars as pl
 
 from oomtrace.analysis.grouped import per_request
+from oomtrace.analysis.timeline import KEYS, NS_PER_S, Timeline, lit_ts
 from oomtrace.schema import TS
-from oomtrace.timeline import KEYS, NS_PER_S, Timeline, lit_ts
 
 _FIGURES = ("tokens", "tokens_low", "tokens_high", "basis", "blocks", "bytes")
 
@@ -69,7 +69,8 @@ def _bracket(timeline: Timeline, points: pl.DataFrame) -> pl.DataFrame:
 
 
 def _figures(timeline: Timeline, joined: pl.DataFrame) -> pl.DataFrame:
-    """Interpolated tokens, their bounds and basis (see :mod:`oomtrace.timeline`), and bytes."""
+    """Interpolated tokens, their bounds and basis (see :mod:`oomtrace.analysis.timeline`), and
+    bytes."""
     summary = timeline.requests
     span = (pl.col("ts_n") - pl.col("ts_p")).dt.total_nanoseconds() / NS_PER_S
     into = (pl.col("at") - pl.col("ts_p")).dt.total_nanoseconds() / NS_PER_S

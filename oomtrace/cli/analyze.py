@@ -37,9 +37,9 @@ def command(
     analysed on that node only. Prints the incident, its class and reason, the top culprits with
     their numbers, the attribution coverage and the data gaps; --json prints the findings.
     """
+    from oomtrace.analysis import analyze, open_trace
     from oomtrace.analysis.findings import dumps
     from oomtrace.analysis.summary import render_summary
-    from oomtrace.attribution import analyze, open_trace
     from oomtrace.ingest import load_any
     from oomtrace.trace import is_trace_dir
 

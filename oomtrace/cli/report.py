@@ -109,7 +109,7 @@ def command(
     options = to_analyze_options(kwargs, trace.manifest, ingest.node)
     worksheet = load_document(worksheet_path, "--worksheet") if worksheet_path else None
     if findings_path is None:
-        from oomtrace.attribution import analyze
+        from oomtrace.analysis import analyze
 
         inputs_ = from_findings_object(analyze(trace, options), trace, worksheet)
     else:

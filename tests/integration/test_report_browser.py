@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from oomtrace.attribution import analyze
+from oomtrace.analysis import analyze
 from oomtrace.ingest import IngestOptions, load_any
 from oomtrace.report import ReportInputs, build_report, render
 from oomtrace.report.inputs import from_findings_object

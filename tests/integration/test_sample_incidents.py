@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from oomtrace.analysis import analyze
 from oomtrace.analysis.options import AnalyzeOptions
-from oomtrace.attribution import analyze
 from oomtrace.cli import cli
 from oomtrace.ingest import IngestOptions, load_any
 from oomtrace.report import build_report, render

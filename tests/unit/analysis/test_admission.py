@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from oomtrace.analysis.admission import running_counts
 from oomtrace.analysis.kvmodel import kv_model
+from oomtrace.analysis.timeline import DecodeRate, Timeline, build_timeline
 from oomtrace.schema import TS, empty
-from oomtrace.timeline import DecodeRate, Timeline, build_timeline
 from oomtrace.trace import Manifest
 from tests.factories import T0, at, requests, samples
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import polars as pl
 
-from oomtrace.attribution import analyze
+from oomtrace.analysis import analyze
 from oomtrace.schema import conform
 from oomtrace.trace import Manifest, Trace
 from tests.factories import at, events, requests, samples

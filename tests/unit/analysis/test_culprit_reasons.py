@@ -3,7 +3,7 @@ its first token is known to come after the peak."""
 
 from __future__ import annotations
 
-from oomtrace.attribution import analyze
+from oomtrace.analysis import analyze
 from oomtrace.trace import Manifest, Trace
 from tests.factories import at, events, requests, samples
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from oomtrace.analysis import analyze
 from oomtrace.analysis.findings import dumps
-from oomtrace.attribution import analyze
 from tests import scenarios
 
 ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from oomtrace.attribution import analyze
+from oomtrace.analysis import analyze
 from tests.factories import at, events
 from tests.unit.analysis.test_anchoring import GiB, _device, _requests, _starting, _trace
 

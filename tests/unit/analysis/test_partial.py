@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from oomtrace.analysis import analyze
 from oomtrace.analysis.options import AnalyzeOptions
 from oomtrace.analysis.summary import render_summary
-from oomtrace.attribution import analyze
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.errors import InputError
 from oomtrace.schema import empty

@@ -12,8 +12,8 @@ from polars.testing import assert_frame_equal
 from oomtrace.analysis.kvmodel import kv_model
 from oomtrace.analysis.pool import POOL_COLUMNS, pool_at, pool_breakpoints, pool_series
 from oomtrace.analysis.reconcile import modelled_index
+from oomtrace.analysis.timeline import DecodeRate, Timeline, build_timeline
 from oomtrace.schema import TS, empty
-from oomtrace.timeline import DecodeRate, Timeline, build_timeline
 from oomtrace.trace import Manifest
 from tests.factories import at, requests
 

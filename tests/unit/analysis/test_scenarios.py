@@ -6,8 +6,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from oomtrace.analysis import analyze
 from oomtrace.analysis.findings import Findings
-from oomtrace.attribution import analyze
 from tests import scenarios
 from tests.factories import at
 from tests.scenarios import Req, Scenario, ScenarioBuilder

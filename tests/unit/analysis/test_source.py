@@ -7,10 +7,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from oomtrace.analysis import analyze, open_trace
 from oomtrace.analysis.findings import dumps
 from oomtrace.analysis.options import AnalyzeOptions
 from oomtrace.analysis.source import TraceScan
-from oomtrace.attribution import analyze, open_trace
 from oomtrace.errors import OomtraceError
 from oomtrace.trace import Trace, read_trace, write_trace
 from tests import scenarios

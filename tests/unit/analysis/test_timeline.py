@@ -13,9 +13,15 @@ from polars.testing import assert_frame_equal
 
 from oomtrace.analysis.kvmodel import kv_model
 from oomtrace.analysis.pool import pool_at, pool_breakpoints
+from oomtrace.analysis.timeline import (
+    DecodeRate,
+    Timeline,
+    build_timeline,
+    decode_rate,
+    summarize_requests,
+)
 from oomtrace.analysis.window import resident_at
 from oomtrace.schema import TS, empty
-from oomtrace.timeline import DecodeRate, Timeline, build_timeline, decode_rate, summarize_requests
 from oomtrace.trace import Manifest
 from tests.factories import T0, at, requests, samples
 

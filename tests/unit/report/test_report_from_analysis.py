@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 import pytest
 
+from oomtrace.analysis import analyze
 from oomtrace.analysis.findings import dumps
-from oomtrace.attribution import analyze
 from oomtrace.report import build_report, render
 from oomtrace.report.inputs import from_findings_document, from_findings_object
 from tests import scenarios

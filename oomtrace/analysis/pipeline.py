@@ -1,14 +1,11 @@
-"""``analyze``: from a canonical trace to findings (the library behind ``oomtrace analyze``).
-
-    from oomtrace.attribution import analyze, AnalyzeOptions, open_trace
-    findings = analyze(open_trace(path), AnalyzeOptions(window_s=60))
-    findings.primary.culprits[0].request_id
+"""``analyze``: from a canonical trace to findings (the library behind ``oomtrace analyze``;
+import it from :mod:`oomtrace.analysis`).
 
 ``analyze`` takes a :class:`~oomtrace.trace.Trace` in memory, or a trace directory opened with
 :func:`open_trace`, which reads only what the analysis needs (see
 :mod:`oomtrace.analysis.source`): a day of 100 Hz samples is not held in memory whole.
 
-Everything is computed from the canonical tables; see :mod:`oomtrace.analysis` for the layers.
+Everything is computed from the canonical tables; see :mod:`oomtrace.analysis` for the stages.
 
 **Attribution coverage** (of each incident): ``explained / max(observed, explained)``, where
 ``observed`` is the figure the incident is about at its peak (``coverage_basis``: the observed KV
@@ -35,11 +32,11 @@ from oomtrace.analysis.index import SeriesIndex
 from oomtrace.analysis.options import AnalyzeOptions
 from oomtrace.analysis.prepare import prepare, tables_on_node
 from oomtrace.analysis.reconcile import kv_reconciliation, memory_reconciliations
-from oomtrace.analysis.source import ReadStrictly, TableFacts, TraceScan, open_trace
-from oomtrace.timeline import Timeline
+from oomtrace.analysis.source import ReadStrictly, TableFacts, TraceScan
+from oomtrace.analysis.timeline import Timeline
 from oomtrace.trace import Trace, read_trace
 
-__all__ = ["AnalyzeOptions", "Findings", "analyze", "open_trace"]
+__all__ = ["analyze"]
 
 
 def analyze(trace: Trace | TraceScan, options: AnalyzeOptions | None = None) -> Findings:
