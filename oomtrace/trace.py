@@ -16,7 +16,7 @@ from typing import Any
 import polars as pl
 
 from oomtrace import __version__
-from oomtrace.diagnostics import SourceDiagnostics
+from oomtrace.diagnostics import SourceDiagnostics, clock_sentence
 from oomtrace.errors import InputError, SchemaError
 from oomtrace.schema import SCHEMA_VERSION, TABLES, TableName, conform, empty
 
@@ -74,6 +74,14 @@ class Manifest:
             sources=[SourceDiagnostics.from_json(s) for s in data.get("sources", [])],
             created_by=str(data.get("created_by", "")),
         )
+
+
+def trace_clock_sentence(manifest: Manifest) -> str:
+    """The clock of a trace written before each source kept its own (``Manifest.clock`` only),
+    as one sentence; "" for a newer trace, whose sources each have theirs."""
+    if not manifest.clock or any(s.clock for s in manifest.sources):
+        return ""
+    return clock_sentence(manifest.clock)
 
 
 @dataclass

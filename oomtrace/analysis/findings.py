@@ -19,7 +19,7 @@ import polars as pl
 from oomtrace.analysis.jsonfmt import iso, number, share
 from oomtrace.analysis.series import downsample
 from oomtrace.analysis.spikes import Spike
-from oomtrace.assumptions import Category, kind_category
+from oomtrace.diagnostics import Category, kind_category
 
 FINDINGS_VERSION: Final = 1
 
@@ -246,7 +246,7 @@ class Reconciliation:
 @dataclass(frozen=True)
 class Gap:
     """Something the analysis could not see, and how much of it; or, with ``category``
-    ``assumption``, how something was read (:mod:`oomtrace.assumptions`)."""
+    ``assumption``, how something was read (:mod:`oomtrace.diagnostics`)."""
 
     kind: str
     source: str | None

@@ -17,8 +17,8 @@ from oomtrace.analysis.kvmodel import KVModel
 from oomtrace.analysis.series import KV_METRICS
 from oomtrace.analysis.source import TableFacts
 from oomtrace.analysis.timeline import Timeline
-from oomtrace.assumptions import source_clock_sentence, trace_clock_sentence
-from oomtrace.trace import Manifest
+from oomtrace.diagnostics import source_clock_sentence
+from oomtrace.trace import Manifest, trace_clock_sentence
 
 MAX_HOLES: Final = 20
 

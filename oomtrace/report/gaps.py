@@ -13,14 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from oomtrace.assumptions import (
-    Category,
-    kind_category,
-    source_clock_sentence,
-    trace_clock_sentence,
-)
+from oomtrace.diagnostics import Category, kind_category, source_clock_sentence
 from oomtrace.report.model import Column, Section, Table
-from oomtrace.trace import Manifest
+from oomtrace.trace import Manifest, trace_clock_sentence
 
 COLUMNS = (
     Column("source", "source", "id"),

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from oomtrace.analysis.gaps import manifest_gaps
-from oomtrace.assumptions import clock_sentence
+from oomtrace.diagnostics import clock_sentence
 from oomtrace.ingest import IngestOptions, ingest_paths
 
 STATS = (

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from oomtrace.assumptions import (
+from oomtrace.diagnostics import (
+    SourceDiagnostics,
     clock_sentence,
     kind_category,
     source_clock_sentence,
 )
-from oomtrace.diagnostics import SourceDiagnostics
 
 ASSUMED = "read as UTC because the log states no zone (pass --tz ZONE)"
 
