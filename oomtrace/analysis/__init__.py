@@ -8,7 +8,7 @@ This package is the front door::
 
 Stages, each reading only what the previous one produced (``docs/ARCHITECTURE.md`` draws them):
 
-* :mod:`oomtrace.analysis.source` — the tables of a trace in memory or of a directory scanned
+* :mod:`oomtrace.analysis.trace_scan` — the tables of a trace in memory or of a directory scanned
   lazily; :mod:`oomtrace.analysis.samples` reads the samples in one streaming pass (memory series
   one frame each) and :mod:`oomtrace.analysis.prepare` computes everything read once;
 * :mod:`oomtrace.analysis.kvmodel` — bytes per stored token and per block, with their provenance;
@@ -29,6 +29,6 @@ terminal summary of the findings is :mod:`oomtrace.terminal.findings_text`.
 from oomtrace.analysis.findings import Findings
 from oomtrace.analysis.options import AnalyzeOptions
 from oomtrace.analysis.pipeline import analyze
-from oomtrace.analysis.source import open_trace
+from oomtrace.analysis.trace_scan import open_trace
 
 __all__ = ["AnalyzeOptions", "Findings", "analyze", "open_trace"]

@@ -17,8 +17,8 @@ from oomtrace.analysis.index import SeriesIndex
 from oomtrace.analysis.kvmodel import KVModel
 from oomtrace.analysis.options import AnalyzeOptions
 from oomtrace.analysis.pool import Breakpoints, pool_at
-from oomtrace.analysis.source import Tables
 from oomtrace.analysis.timeline import Timeline
+from oomtrace.analysis.trace_scan import Tables
 from oomtrace.analysis.window import window_segments
 from oomtrace.schema import TS
 

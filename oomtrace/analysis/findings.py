@@ -17,7 +17,7 @@ from typing import Any, Final, Literal, get_args
 import polars as pl
 
 from oomtrace.analysis.jsonfmt import iso, number, share
-from oomtrace.analysis.series import downsample
+from oomtrace.analysis.observed_series import downsample
 from oomtrace.analysis.spikes import Spike
 from oomtrace.diagnostics import Category, kind_category
 

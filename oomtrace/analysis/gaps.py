@@ -14,9 +14,9 @@ import polars as pl
 
 from oomtrace.analysis.findings import Gap
 from oomtrace.analysis.kvmodel import KVModel
-from oomtrace.analysis.series import KV_METRICS
-from oomtrace.analysis.source import TableFacts
+from oomtrace.analysis.observed_series import KV_METRICS
 from oomtrace.analysis.timeline import Timeline
+from oomtrace.analysis.trace_scan import TableFacts
 from oomtrace.diagnostics import source_clock_sentence
 from oomtrace.trace import Manifest, trace_clock_sentence
 

@@ -16,7 +16,7 @@ from typing import Any, Final, Literal
 
 import polars as pl
 
-from oomtrace.analysis.series import SERIES_SCHEMA
+from oomtrace.analysis.observed_series import SERIES_SCHEMA
 from oomtrace.schema import TS
 
 META: Final = ["series", "kind", "node", "source", "device", "pid", "metric", "unit"]

@@ -3,7 +3,7 @@ import it from :mod:`oomtrace.analysis`).
 
 ``analyze`` takes a :class:`~oomtrace.trace.Trace` in memory, or a trace directory opened with
 :func:`open_trace`, which reads only what the analysis needs (see
-:mod:`oomtrace.analysis.source`): a day of 100 Hz samples is not held in memory whole.
+:mod:`oomtrace.analysis.trace_scan`): a day of 100 Hz samples is not held in memory whole.
 
 Everything is computed from the canonical tables; see :mod:`oomtrace.analysis` for the stages.
 
@@ -32,8 +32,8 @@ from oomtrace.analysis.index import SeriesIndex
 from oomtrace.analysis.options import AnalyzeOptions
 from oomtrace.analysis.prepare import prepare, tables_on_node
 from oomtrace.analysis.reconcile import kv_reconciliation, memory_reconciliations
-from oomtrace.analysis.source import ReadStrictly, TableFacts, TraceScan
 from oomtrace.analysis.timeline import Timeline
+from oomtrace.analysis.trace_scan import ReadStrictly, TableFacts, TraceScan
 from oomtrace.trace import Trace, read_trace
 
 __all__ = ["analyze"]

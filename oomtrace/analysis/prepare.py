@@ -4,7 +4,7 @@ the series and the spikes, and the tables' totals.
 The order keeps memory low on a long trace: the samples are read first (one pass, only the memory
 series kept whole), then the lifecycle is read, turned into the timeline and let go before the
 sweep; later, incidents read only the lifecycle rows they cite (see
-:mod:`oomtrace.analysis.source`).
+:mod:`oomtrace.analysis.trace_scan`).
 """
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ from oomtrace.analysis.breakdown import engine_pids
 from oomtrace.analysis.index import SeriesIndex
 from oomtrace.analysis.kvmodel import KVModel, kv_model
 from oomtrace.analysis.lifecycle import Lifecycle, lifecycle
+from oomtrace.analysis.observed_series import BYTES_METRICS, capacities, engine_series, observed_kv
 from oomtrace.analysis.options import AnalyzeOptions
 from oomtrace.analysis.pool import Breakpoints, pool_breakpoints
 from oomtrace.analysis.reconcile import modelled_index
 from oomtrace.analysis.samples import SampleView, read_samples
-from oomtrace.analysis.series import BYTES_METRICS, capacities, engine_series, observed_kv
-from oomtrace.analysis.source import TableFacts, Tables, TraceScan, tables_of
 from oomtrace.analysis.spikes import Spike, find_spikes
 from oomtrace.analysis.timeline import RESETS, Timeline, timeline_of
+from oomtrace.analysis.trace_scan import TableFacts, Tables, TraceScan, tables_of
 from oomtrace.errors import InputError
 from oomtrace.schema import TS
 from oomtrace.trace import Trace

@@ -19,8 +19,8 @@ import polars as pl
 from oomtrace.analysis.findings import Reconciliation
 from oomtrace.analysis.index import Family, SeriesIndex
 from oomtrace.analysis.kvmodel import KVModel
+from oomtrace.analysis.observed_series import SERIES_SCHEMA
 from oomtrace.analysis.pool import POOL_COLUMNS, Breakpoints, pool_at
-from oomtrace.analysis.series import SERIES_SCHEMA
 from oomtrace.units import format_bytes
 
 TOLERANCE = timedelta(seconds=5)

@@ -24,7 +24,7 @@ from typing import Any, Final
 import polars as pl
 
 from oomtrace.analysis.index import SeriesIndex, series_label
-from oomtrace.analysis.series import SERIES_KEYS
+from oomtrace.analysis.observed_series import SERIES_KEYS
 from oomtrace.schema import METRICS, REQUIRED, SAMPLES, WHOLE_NUMBER_KINDS
 
 CHUNK_ROWS: Final = 1_000_000

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from oomtrace.analysis.breakdown import engine_pids
+from oomtrace.analysis.observed_series import BYTES_METRICS
 from oomtrace.analysis.samples import SampleView, read_samples
-from oomtrace.analysis.series import BYTES_METRICS
 from oomtrace.schema import empty
 from oomtrace.trace import Manifest
 from tests.factories import at, samples

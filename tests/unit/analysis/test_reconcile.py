@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from oomtrace.analysis.index import SeriesIndex
+from oomtrace.analysis.observed_series import BYTES_METRICS
 from oomtrace.analysis.reconcile import memory_reconciliations
-from oomtrace.analysis.series import BYTES_METRICS
 from tests.factories import at, samples
 
 GiB = 1 << 30

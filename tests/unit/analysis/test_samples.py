@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
 from oomtrace.analysis import samples as smp
-from oomtrace.analysis.series import SERIES_KEYS
+from oomtrace.analysis.observed_series import SERIES_KEYS
 from oomtrace.schema import empty
 from tests.factories import at, samples
 

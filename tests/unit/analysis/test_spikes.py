@@ -7,8 +7,8 @@ from typing import Any
 import polars as pl
 
 from oomtrace.analysis.index import SeriesIndex
+from oomtrace.analysis.observed_series import BYTES_METRICS, downsample
 from oomtrace.analysis.options import AnalyzeOptions
-from oomtrace.analysis.series import BYTES_METRICS, downsample
 from oomtrace.analysis.spikes import Spike, find_spikes
 from oomtrace.units import GiB, MiB
 from tests.factories import at, samples

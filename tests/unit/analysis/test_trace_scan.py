@@ -10,7 +10,7 @@ import pytest
 from oomtrace.analysis import analyze, open_trace
 from oomtrace.analysis.findings import dumps
 from oomtrace.analysis.options import AnalyzeOptions
-from oomtrace.analysis.source import TraceScan
+from oomtrace.analysis.trace_scan import TraceScan
 from oomtrace.errors import OomtraceError
 from oomtrace.trace import Trace, read_trace, write_trace
 from tests import scenarios
