@@ -11,16 +11,16 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from oomtrace.budget.engine import EngineView, vllm_view
+    from oomtrace.budget.architecture import load_architecture
     from oomtrace.budget.kv import KVGroup, KVSpec, StateGroup, kv_spec
     from oomtrace.budget.layers import AttentionLayer, ModelArchitecture, RecurrentLayer
-    from oomtrace.budget.model import load_architecture
     from oomtrace.budget.plan import BudgetRequest, compute_budget
+    from oomtrace.budget.vllm_reservation import EngineView, vllm_view
 
 _EXPORTS = {
     "AttentionLayer": "oomtrace.budget.layers",
     "BudgetRequest": "oomtrace.budget.plan",
-    "EngineView": "oomtrace.budget.engine",
+    "EngineView": "oomtrace.budget.vllm_reservation",
     "KVGroup": "oomtrace.budget.kv",
     "KVSpec": "oomtrace.budget.kv",
     "ModelArchitecture": "oomtrace.budget.layers",
@@ -28,8 +28,8 @@ _EXPORTS = {
     "StateGroup": "oomtrace.budget.kv",
     "compute_budget": "oomtrace.budget.plan",
     "kv_spec": "oomtrace.budget.kv",
-    "load_architecture": "oomtrace.budget.model",
-    "vllm_view": "oomtrace.budget.engine",
+    "load_architecture": "oomtrace.budget.architecture",
+    "vllm_view": "oomtrace.budget.vllm_reservation",
 }
 __all__ = [
     "AttentionLayer",

@@ -3,7 +3,7 @@ chunked-local, by each family's convention (kv-math.md §2, §4, §6)."""
 
 from __future__ import annotations
 
-from oomtrace.budget.config import ConfigView
+from oomtrace.budget.hf_config import ConfigView
 from oomtrace.budget.layers import AttentionKind, AttentionLayer
 
 Kinds = list[tuple[AttentionKind, int | None]]

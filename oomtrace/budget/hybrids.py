@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from oomtrace.budget.attention import attention_family, attention_layers, num_layers
-from oomtrace.budget.config import ConfigView, LoadedConfig
+from oomtrace.budget.hf_config import ConfigView, LoadedConfig
 from oomtrace.budget.layers import AttentionLayer, RecurrentLayer
 
 Parsed = tuple[str, int, list[AttentionLayer], list[RecurrentLayer]]

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from oomtrace.budget.architecture import explicit_architecture, load_architecture
 from oomtrace.budget.kv import kv_spec
 from oomtrace.budget.layers import ModelArchitecture
 from oomtrace.budget.ledger import Ledger, build_ledger
-from oomtrace.budget.model import explicit_architecture, load_architecture
 from oomtrace.budget.worksheet import (
     RequestContract,
     Reserve,

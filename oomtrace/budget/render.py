@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from oomtrace.budget.engine import EngineView
 from oomtrace.budget.kv import KVGroup, KVSpec
 from oomtrace.budget.layers import AttentionLayer, ModelArchitecture
 from oomtrace.budget.ledger import Ledger
+from oomtrace.budget.vllm_reservation import EngineView
 from oomtrace.budget.worksheet import Worksheet
 from oomtrace.units import format_bytes
 

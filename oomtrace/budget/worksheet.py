@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Literal
 
 from oomtrace.budget.dtypes import ASSUMED_MODEL_DTYPE, weight_bytes_per_param
-from oomtrace.budget.engine import EngineView, vllm_view
 from oomtrace.budget.kv import KVSpec
 from oomtrace.budget.layers import ModelArchitecture
+from oomtrace.budget.vllm_reservation import EngineView, vllm_view
 from oomtrace.budget.weights import checkpoint_tensors, count_dense_parameters
 from oomtrace.errors import ConfigError, DoesNotFitError, UsageError
 from oomtrace.units import format_bytes

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
 from oomtrace.budget import KVGroup, KVSpec, StateGroup, kv_spec
+from oomtrace.budget.architecture import explicit_architecture
 from oomtrace.budget.layers import kv_heads_per_rank
-from oomtrace.budget.model import explicit_architecture
 from oomtrace.errors import UsageError
 from tests.unit.budget.factories import CONFIGS, arch
 

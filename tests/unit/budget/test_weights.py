@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from oomtrace.budget.architecture import explicit_architecture, load_architecture
 from oomtrace.budget.layers import ModelArchitecture
-from oomtrace.budget.model import explicit_architecture, load_architecture
 from oomtrace.budget.weights import (
     checkpoint_tensors,
     count_dense_parameters,

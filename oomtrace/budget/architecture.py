@@ -5,10 +5,10 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from oomtrace.budget.config import ConfigView, LoadedConfig, read_config
 from oomtrace.budget.dtypes import canonical_model_dtype
-from oomtrace.budget.families import parse_layers
+from oomtrace.budget.hf_config import ConfigView, LoadedConfig, read_config
 from oomtrace.budget.layers import AttentionLayer, ModelArchitecture
+from oomtrace.budget.model_families import parse_layers
 from oomtrace.budget.weights import checkpoint_tensors
 
 logger = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ from oomtrace.budget.attention import (
     num_layers,
     standard_kinds,
 )
-from oomtrace.budget.config import LoadedConfig
+from oomtrace.budget.hf_config import LoadedConfig
 from oomtrace.budget.hybrids import (
     Parsed,
     parse_falcon_h1,
