@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from replay_gen import day_of_traffic
 
-from oomtrace.replay import ReplaySettings, engine, workload_from_frame
+from oomtrace.replay import ReplaySettings, runner, workload_from_frame
 from oomtrace.replay.reference import simulate_reference
 
 T = TypeVar("T")
@@ -44,19 +44,19 @@ def compare_on_slice(size: int, kv_blocks: int) -> None:
     day = day_of_traffic()
     part = workload_from_frame(day.requests.head(size).drop("arrival"))
     settings = ReplaySettings(kv_blocks=kv_blocks, block_size=16, max_num_seqs=64)
-    arrays = engine.request_arrays(part, settings)
+    arrays = runner.request_arrays(part, settings)
     end = int(arrays["arr"].max()) * 2
     probes = np.linspace(0, end, 500).astype(np.int64)
     tokens = int(arrays["o"].sum())
     print(f"slice: {size:,} requests, {tokens:,} output tokens, pool {kv_blocks:,} blocks")
-    engine.simulate(part, settings, probes, arrays=arrays)  # compile or load the cache first
-    fast, t_fast = timed("fast event simulator", engine.simulate, part, settings, probes, arrays)
+    runner.simulate(part, settings, probes, arrays=arrays)  # compile or load the cache first
+    fast, t_fast = timed("fast event simulator", runner.simulate, part, settings, probes, arrays)
     ref, t_ref = timed(
         "per-token reference simulator",
         simulate_reference,
         arrays,
         settings.kv_blocks,
-        engine.limits_array(settings),
+        runner.limits_array(settings),
         probes,
     )
     state, series, totals = ref
@@ -83,8 +83,8 @@ def full_day(requests: int) -> None:
         "reserve, 30,000 blocks": ReplaySettings(30_000, max_num_seqs=256, policy="reserve"),
     }
     for label, settings in runs.items():
-        arrays = engine.request_arrays(day, settings)
-        raw, wall = timed(label, engine.simulate, day, settings, None, arrays)
+        arrays = runner.request_arrays(day, settings)
+        raw, wall = timed(label, runner.simulate, day, settings, None, arrays)
         print(
             f"    {day.size / wall:,.0f} requests/s, {tokens / wall:,.0f} token-equivalents/s; "
             f"peak {int(raw.totals[0]):,} blocks, {int(raw.totals[2]):,} preemptions"

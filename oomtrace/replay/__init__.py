@@ -7,21 +7,15 @@ Typical use::
     found = search(workload, settings, "max-num-seqs")
     cal = calibrate(trace, workload, recorded_settings(trace.manifest))
 
-The simulated engine is described in :mod:`oomtrace.replay.model`.
+The simulated engine is described in :mod:`oomtrace.replay.settings`.
 """
 
 from oomtrace.replay.calibrate import Calibration, calibrate, recorded_settings
-from oomtrace.replay.engine import replay
 from oomtrace.replay.events import replayed_requests
-from oomtrace.replay.model import (
-    POLICIES,
-    Policy,
-    ReplayResult,
-    ReplaySettings,
-    ReplaySummary,
-    blocks_from_budget,
-)
+from oomtrace.replay.results import ReplayResult, ReplaySummary
+from oomtrace.replay.runner import replay
 from oomtrace.replay.search import SEARCH_TARGETS, SearchResult, SearchTarget, search
+from oomtrace.replay.settings import POLICIES, Policy, ReplaySettings, blocks_from_budget
 from oomtrace.replay.workload import (
     TimeOptions,
     Workload,

@@ -16,8 +16,8 @@ import numpy as np
 import polars as pl
 
 from oomtrace.errors import InputError
-from oomtrace.replay import engine
-from oomtrace.replay.model import ReplaySettings
+from oomtrace.replay import runner
+from oomtrace.replay.settings import ReplaySettings
 from oomtrace.replay.workload import Workload
 from oomtrace.trace import Manifest, Trace
 
@@ -153,7 +153,7 @@ def calibrate(
         .to_numpy()
         .astype(np.int64)
     )
-    raw = engine.simulate(workload, settings, probes)
+    raw = runner.simulate(workload, settings, probes)
     comparison = observed.with_columns(
         simulated=pl.Series(raw.series[:, 0] / settings.kv_blocks, dtype=pl.Float64)
     ).with_columns(error=pl.col("simulated") - pl.col("observed"))

@@ -14,8 +14,8 @@ from typing import Final
 import polars as pl
 
 from oomtrace.analysis import grouped as g
-from oomtrace.replay import engine, kernel
-from oomtrace.replay.model import ReplaySettings
+from oomtrace.replay import kernel, runner
+from oomtrace.replay.settings import ReplaySettings
 from oomtrace.replay.workload import Workload
 from oomtrace.schema import conform
 
@@ -27,7 +27,7 @@ def replayed_requests(
 ) -> pl.DataFrame:
     """Replay ``workload`` under ``settings`` and return its canonical request events, in time
     order (ties: arrival order of the requests)."""
-    raw = engine.simulate(workload, settings, record=True)
+    raw = runner.simulate(workload, settings, record=True)
     base = workload.requests.with_row_index("i").select(
         pl.col("i").cast(pl.Int64), "request_id", "arrival", "arrival_ns", "prompt_tokens",
         "max_tokens", "output_tokens",

@@ -9,10 +9,10 @@ exhaustion is found where it happens, at the boundary that takes the level over 
 search is needed.
 
 The semantics (which :mod:`oomtrace.replay.reference` implements token by token, and the tests
-check both agree) are in :mod:`oomtrace.replay.model`. Times are int64 nanoseconds from the first
+check both agree) are in :mod:`oomtrace.replay.settings`. Times are int64 nanoseconds from the first
 arrival, so both simulators compute identical instants.
 
-Arrays in, arrays out: everything here is numba-typed; :mod:`oomtrace.replay.engine` wraps it.
+Arrays in, arrays out: everything here is numba-typed; :mod:`oomtrace.replay.runner` wraps it.
 Functions take many positional arrays and the main loop is one long function on purpose: under
 numba every call that passes arrays costs reference counting, which would dominate this loop.
 """

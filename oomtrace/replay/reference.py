@@ -1,8 +1,8 @@
 """The straightforward simulator: one Python event per produced token, blocks counted one by one.
 
-It implements the semantics in :mod:`oomtrace.replay.model` the obvious way, and exists to check
+It implements the semantics in :mod:`oomtrace.replay.settings` the obvious way, and exists to check
 the fast simulator (tests run both on random traces; ``benchmarks/replay_bench.py`` times both
-on one slice). It is far too slow for real traces: use :func:`oomtrace.replay.engine.replay`.
+on one slice). It is far too slow for real traces: use :func:`oomtrace.replay.runner.replay`.
 """
 
 from __future__ import annotations

@@ -19,8 +19,9 @@ from dataclasses import dataclass, replace
 from typing import Any, Final, Literal
 
 from oomtrace.errors import UsageError
-from oomtrace.replay import engine
-from oomtrace.replay.model import ReplayResult, ReplaySettings, ReplaySummary
+from oomtrace.replay import runner
+from oomtrace.replay.results import ReplayResult, ReplaySummary
+from oomtrace.replay.settings import ReplaySettings
 from oomtrace.replay.workload import Workload
 
 SearchTarget = Literal["max-num-seqs", "max-num-batched-tokens", "kv-blocks"]
@@ -85,13 +86,13 @@ def _range(
     """The values worth trying: above ``high`` the setting no longer changes anything.
     ``arrays`` are the workload's simulator inputs (the same for every value of a target)."""
     if target == "max-num-seqs":
-        raw = engine.simulate(workload, replace(settings, max_num_seqs=None), arrays=arrays)
+        raw = runner.simulate(workload, replace(settings, max_num_seqs=None), arrays=arrays)
         return 1, max(1, int(raw.totals[3]))
     if target == "max-num-batched-tokens":
         unbudgeted = replace(settings, max_num_batched_tokens=_UNBOUNDED)
-        raw = engine.simulate(workload, unbudgeted, arrays=arrays)
+        raw = runner.simulate(workload, unbudgeted, arrays=arrays)
         return 1, max(1, int(raw.totals[4]))
-    raw = engine.simulate(workload, replace(settings, kv_blocks=_UNBOUNDED), arrays=arrays)
+    raw = runner.simulate(workload, replace(settings, kv_blocks=_UNBOUNDED), arrays=arrays)
     largest_request = int(arrays["res"].max()) if workload.size else 1
     return largest_request, max(largest_request, int(raw.totals[0]))
 
@@ -103,12 +104,12 @@ def search(
     *,
     low: int | None = None,
     high: int | None = None,
-    series_points: int = engine.SERIES_POINTS,
+    series_points: int = runner.SERIES_POINTS,
 ) -> SearchResult:
     """Bisect ``target`` over ``[low, high]`` (by default the range where it binds)."""
     if target not in SEARCH_TARGETS:
         raise UsageError(f"--search {target!r}: choose one of {', '.join(SEARCH_TARGETS)}")
-    arrays = engine.request_arrays(workload, settings)
+    arrays = runner.request_arrays(workload, settings)
     default_low, default_high = _range(workload, settings, target, arrays)
     low = default_low if low is None else low
     high = default_high if high is None else high
@@ -119,16 +120,16 @@ def search(
     def passes(value: int) -> bool:
         if value not in tried:
             candidate = _with(settings, target, value)
-            raw = engine.simulate(workload, candidate, arrays=arrays)
-            outcomes = engine.outcomes_frame(workload, raw.state)
-            tried[value] = engine.summarise(workload, candidate, raw, outcomes)
+            raw = runner.simulate(workload, candidate, arrays=arrays)
+            outcomes = runner.outcomes_frame(workload, raw.state)
+            tried[value] = runner.summarise(workload, candidate, raw, outcomes)
         return tried[value].passes
 
     goal: Literal["largest", "smallest"] = "smallest" if target == "kv-blocks" else "largest"
     best = _bisect(passes, low, high, largest=goal == "largest")
     result = None
     if best is not None:
-        result = engine.replay(workload, _with(settings, target, best), series_points=series_points)
+        result = runner.replay(workload, _with(settings, target, best), series_points=series_points)
     return SearchResult(
         target=target,
         goal=goal,

@@ -5,8 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 
 from oomtrace.replay.calibrate import Calibration
-from oomtrace.replay.model import ReplayResult, ReplaySettings, ReplaySummary, TimeModel
+from oomtrace.replay.results import ReplayResult, ReplaySummary, TimeModel
 from oomtrace.replay.search import SearchResult
+from oomtrace.replay.settings import ReplaySettings
 from oomtrace.units import format_bytes
 
 

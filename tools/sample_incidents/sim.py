@@ -5,7 +5,7 @@ output lengths, prefill and decode times go in; admissions, first tokens, preemp
 and the block level of the pool come out, exact to the nanosecond. The log writers then print
 what a real engine prints about those moments, and nothing else.
 
-Semantics (:mod:`oomtrace.replay.model`): a residency that starts at ``start`` with ``g0`` output
+Semantics (:mod:`oomtrace.replay.settings`): a residency that starts at ``start`` with ``g0`` output
 tokens already produced ends its prefill at ``first``, produces one token then and one every
 ``decode_ns`` after; every produced token but the last is stored; the residency holds
 ``ceil(stored / block_size)`` blocks.
@@ -21,8 +21,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from oomtrace.replay import ReplaySettings, kernel, workload_from_frame
-from oomtrace.replay import engine as replay_engine
+from oomtrace.replay import ReplaySettings, kernel, runner, workload_from_frame
 
 NS = 1_000_000_000
 
@@ -90,7 +89,7 @@ class Run:
         if order != [s.rid for s in specs]:
             raise ValueError("specs must be given in arrival order")
         self._decode = self.workload.requests["decode_ns_per_token"].to_list()
-        raw = replay_engine.simulate(self.workload, settings, record=True)
+        raw = runner.simulate(self.workload, settings, record=True)
         self.raw_state = raw.state
         self.residencies = self._residencies(raw.log)
         self.preemptions = sorted(
@@ -192,7 +191,7 @@ class Run:
     def pool(self, probes_ns: list[int]) -> list[PoolPoint]:
         """The pool at each (sorted) instant."""
         probes = np.asarray(probes_ns, dtype=np.int64)
-        raw = replay_engine.simulate(self.workload, self.settings, probes)
+        raw = runner.simulate(self.workload, self.settings, probes)
         return [
             PoolPoint(int(t), int(row[0]), int(row[1]), int(row[2]), int(row[3]))
             for t, row in zip(probes_ns, raw.series, strict=True)

@@ -9,7 +9,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
-from oomtrace.replay import ReplaySettings, Workload, engine, replay, search
+from oomtrace.replay import ReplaySettings, Workload, replay, runner, search
 from oomtrace.replay.reference import simulate_reference
 from tests.unit.replay import strategies
 
@@ -22,12 +22,12 @@ def test_fast_and_per_token_simulators_agree_exactly(
     workload: Workload, replay_settings: ReplaySettings, step_quarters: int
 ) -> None:
     # GIVEN a random small trace, random limits and probes every few quarter-seconds
-    arrays = engine.request_arrays(workload, replay_settings)
+    arrays = runner.request_arrays(workload, replay_settings)
     probes = np.arange(0, 60 * 10**9, step_quarters * 250_000_000, dtype=np.int64)
     # WHEN both simulators run
-    fast = engine.simulate(workload, replay_settings, probes, arrays=arrays)
+    fast = runner.simulate(workload, replay_settings, probes, arrays=arrays)
     state, series, totals = simulate_reference(
-        arrays, replay_settings.kv_blocks, engine.limits_array(replay_settings), probes
+        arrays, replay_settings.kv_blocks, runner.limits_array(replay_settings), probes
     )
     # THEN every request's outcome, every series point and every total is identical
     np.testing.assert_array_equal(fast.state[:, OUTCOME_COLUMNS], state[:, OUTCOME_COLUMNS])

@@ -11,15 +11,15 @@ import numpy as np
 import polars as pl
 
 from oomtrace.replay import kernel
-from oomtrace.replay.model import (
+from oomtrace.replay.results import (
     OUTCOME_SCHEMA,
     OUTCOMES,
     SERIES_SCHEMA,
     ReplayResult,
-    ReplaySettings,
     ReplaySummary,
     TimeModel,
 )
+from oomtrace.replay.settings import ReplaySettings
 from oomtrace.replay.workload import Workload
 
 log = logging.getLogger(__name__)
