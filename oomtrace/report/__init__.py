@@ -1,4 +1,4 @@
-"""Incident reports: a report model built once, rendered as text, Markdown, JSON or HTML.
+"""Incident reports: a report document built once, rendered as text, Markdown, JSON or HTML.
 
 ``build_report(ReportInputs(findings, trace, ...))`` makes the :class:`Report`;
 ``render(report, fmt, asset_dir=...)`` turns it into the text of one format and the files that
@@ -15,10 +15,10 @@ import altair as alt
 import vl_convert
 
 from oomtrace.report.build import ReportInputs, ReportOptions, build_report
+from oomtrace.report.document import FORMATS, REPORT_VERSION, Chart, Report, ReportFormat
 from oomtrace.report.html import render_html
 from oomtrace.report.jsonout import render_json
 from oomtrace.report.markdown import render_markdown
-from oomtrace.report.model import FORMATS, REPORT_VERSION, Chart, Report, ReportFormat
 from oomtrace.report.text import render_text
 
 __all__ = [

@@ -1,4 +1,4 @@
-"""Build the report model once, from the analysis findings, the trace and the worksheet.
+"""Build the report document once, from the analysis findings, the trace and the worksheet.
 
 The findings are read as their JSON document (``incidents`` with ``class``, ``start``,
 ``peak_ts``, ``peak_bytes``, ``coverage``, ``culprits``; ``ledger``; ``reconciliation``;
@@ -16,15 +16,15 @@ from typing import Any
 
 import polars as pl
 
-from oomtrace.report import charts, series
+from oomtrace.report import chart_data, charts
+from oomtrace.report.document import REPORT_VERSION, Chart, Report, Section
 from oomtrace.report.downsample import DEFAULT_BUCKETS
 from oomtrace.report.fmt import iso, value_text
-from oomtrace.report.gaps import gaps_section
+from oomtrace.report.gaps_section import gaps_section
 from oomtrace.report.lanes import lanes_section
-from oomtrace.report.model import REPORT_VERSION, Chart, Report, Section
 from oomtrace.report.records import parse_time, table_from_mapping, table_from_records
 from oomtrace.report.verdict import build_verdict, incident_label
-from oomtrace.report.worksheet import budget_section
+from oomtrace.report.worksheet_section import budget_section
 from oomtrace.trace import Trace
 
 RECONCILIATION_ORDER = (
@@ -89,8 +89,8 @@ def build_report(inputs: ReportInputs, options: ReportOptions | None = None) -> 
         for i in incidents
         if (ts := parse_time(i.get("peak_ts"))) is not None
     ]
-    marks = series.markers(trace.events, peaks)
-    picked = series.pick_samples(trace.samples)
+    marks = chart_data.markers(trace.events, peaks)
+    picked = chart_data.pick_samples(trace.samples)
     memory = _memory_section(trace, picked, inputs.series, marks, findings, options)
     sections = (
         _incidents_section(incidents),
@@ -168,7 +168,7 @@ def _memory_section(
     findings: Mapping[str, Any],
     options: ReportOptions,
 ) -> Section:
-    frame, read = series.memory_series(picked, modelled, buckets=options.buckets)
+    frame, read = chart_data.memory_series(picked, modelled, buckets=options.buckets)
     weights = trace.manifest.engine_config.get("model_weights_bytes")
     levels = pl.DataFrame(
         [] if weights is None else [("weights", float(weights))],
@@ -227,7 +227,7 @@ def _caption(points: int, read: int, buckets: int) -> str:
 
 def _summary_table(frame: pl.DataFrame, unit: str) -> list[tuple[str, Any]]:
     """Per series: points drawn, lowest and highest (``lowest_bytes`` ...), when highest."""
-    stats = series.summary(frame, value_kind=unit)
+    stats = chart_data.summary(frame, value_kind=unit)
     if not stats:
         return []
     keys = ("series", "points", f"lowest_{unit}", f"highest_{unit}", "highest_at")
@@ -264,7 +264,7 @@ def _admissions(trace: Trace, buckets: int) -> tuple[pl.DataFrame, str]:
     if not isinstance(low, datetime) or not isinstance(high, datetime):
         return pl.DataFrame(), what
     end = high + timedelta(microseconds=1)
-    counts = series.counts_per_bucket(stamps, low, end, buckets=buckets, name="admissions")
+    counts = chart_data.counts_per_bucket(stamps, low, end, buckets=buckets, name="admissions")
     return counts, what
 
 
@@ -279,7 +279,7 @@ def _lifecycle_table(requests: pl.DataFrame) -> list[tuple[str, Any]]:
 def _activity_section(
     trace: Trace, picked: pl.DataFrame, marks: pl.DataFrame, options: ReportOptions
 ) -> Section:
-    counts, read = series.activity_series(picked, buckets=options.buckets)
+    counts, read = chart_data.activity_series(picked, buckets=options.buckets)
     admissions, what = _admissions(trace, min(options.buckets, 400))
     tables = [*_summary_table(counts, "count"), *_lifecycle_table(trace.requests)]
     chart_list: tuple[Chart, ...] = ()

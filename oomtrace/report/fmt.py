@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from oomtrace.report.model import Kind, Value
+from oomtrace.report.document import Kind, Value
 from oomtrace.units import format_bytes
 
 MISSING = "n/a"

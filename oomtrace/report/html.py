@@ -2,7 +2,7 @@
 
 Vega, Vega-Lite and vega-embed are inlined (the caller passes the bundle; see
 :func:`oomtrace.report.javascript_bundle`); a Content-Security-Policy forbids every network
-fetch, so the page cannot reach out even by accident. All text from the model is HTML-escaped;
+fetch, so the page cannot reach out even by accident. All text of the report is HTML-escaped;
 chart specs travel as JSON in a ``<script type="application/json">`` with ``<``, ``>`` and
 ``&`` escaped, and Vega draws data values as text nodes (its tooltip handler escapes HTML).
 """
@@ -10,8 +10,8 @@ chart specs travel as JSON in a ``<script type="application/json">`` with ``<``,
 from __future__ import annotations
 
 from oomtrace.report import escape
+from oomtrace.report.document import NUMERIC_KINDS, REPORT_VERSION, Chart, Report, Section, Table
 from oomtrace.report.fmt import cell_text, value_text
-from oomtrace.report.model import NUMERIC_KINDS, REPORT_VERSION, Chart, Report, Section, Table
 
 # 'unsafe-eval': Vega compiles its expressions with the Function constructor.
 CSP = (

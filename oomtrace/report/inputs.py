@@ -17,8 +17,8 @@ import polars as pl
 
 from oomtrace.errors import InputError
 from oomtrace.report.build import ReportInputs
+from oomtrace.report.chart_data import SERIES_SCHEMA
 from oomtrace.report.records import parse_time
-from oomtrace.report.series import SERIES_SCHEMA
 from oomtrace.schema import TS
 from oomtrace.trace import Trace
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import polars as pl
 
+from oomtrace.report.document import REPORT_VERSION, Chart, Report, Section, Table
 from oomtrace.report.fmt import json_value
-from oomtrace.report.model import REPORT_VERSION, Chart, Report, Section, Table
 
 ISO_MS = "%Y-%m-%dT%H:%M:%S%.3fZ"
 

@@ -14,8 +14,8 @@ from typing import Any, Final
 import polars as pl
 
 from oomtrace.report import charts
+from oomtrace.report.document import Chart, Section
 from oomtrace.report.fmt import iso
-from oomtrace.report.model import Chart, Section
 from oomtrace.report.records import parse_time
 
 LANE_COLUMNS: Final = ("request_id", "start", "end", "state", "stored_tokens", "kv_bytes")

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from oomtrace.report import escape
+from oomtrace.report.document import NUMERIC_KINDS, Chart, Report, Section, Table
 from oomtrace.report.fmt import cell_text, value_text
-from oomtrace.report.model import NUMERIC_KINDS, Chart, Report, Section, Table
 
 SvgOf = Callable[[Chart], str]
 

@@ -2,7 +2,7 @@
 
 The analysis and the budget worksheet publish rows as JSON objects whose keys carry their unit
 (``*_bytes``, ``*_tokens``, ``*_ts``, ``share``), as the project's naming rule says. The report
-turns such records into typed :class:`~oomtrace.report.model.Table` s by that rule, so a new
+turns such records into typed :class:`~oomtrace.report.document.Table` s by that rule, so a new
 column in the findings shows up in every format without a change here, with its unit.
 """
 
@@ -12,8 +12,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from oomtrace.report.document import Column, Kind, Table, Value
 from oomtrace.report.fmt import value_text
-from oomtrace.report.model import Column, Kind, Table, Value
 
 TIME_KEYS = ("start", "end", "peak", "arrived", "admitted", "finished", "window_start")
 # The bounds of a stored-token figure (the findings name them without the unit suffix).
@@ -68,7 +68,7 @@ def parse_time(value: Any) -> datetime | None:
 
 
 def coerce(value: Any, kind: Kind) -> Value:
-    """A record value as the model holds it: times as datetimes, numbers as numbers, anything
+    """A record value as the report holds it: times as datetimes, numbers as numbers, anything
     nested as compact text."""
     if value is None:
         return None

@@ -7,8 +7,8 @@ import re
 import textwrap
 
 from oomtrace.report import escape
+from oomtrace.report.document import NUMERIC_KINDS, Report, Section, Table
 from oomtrace.report.fmt import cell_text, value_text
-from oomtrace.report.model import NUMERIC_KINDS, Report, Section, Table
 
 WIDTH = 100
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from oomtrace.report.document import Figure, Table, Verdict
 from oomtrace.report.fmt import iso, value_text
-from oomtrace.report.model import Figure, Table, Verdict
 from oomtrace.report.records import parse_time, table_from_records
 
 CLASS_LABELS: Final[dict[str, str]] = {

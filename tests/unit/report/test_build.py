@@ -1,4 +1,4 @@
-"""The report model: built once, from whatever the inputs hold, with every gap said."""
+"""The report document: built once, from whatever the inputs hold, with every gap said."""
 
 from __future__ import annotations
 

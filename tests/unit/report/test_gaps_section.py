@@ -9,9 +9,9 @@ from collections import Counter
 from oomtrace.analysis.findings import Gap
 from oomtrace.analysis.gaps import manifest_gaps
 from oomtrace.diagnostics import SourceDiagnostics
-from oomtrace.report.gaps import gaps_section
+from oomtrace.report.document import Section
+from oomtrace.report.gaps_section import gaps_section
 from oomtrace.report.jsonout import _section
-from oomtrace.report.model import Section
 from oomtrace.trace import Manifest
 from tests.factories import at
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from oomtrace.diagnostics import Category, kind_category, source_clock_sentence
-from oomtrace.report.model import Column, Section, Table
+from oomtrace.report.document import Column, Section, Table
 from oomtrace.trace import Manifest, trace_clock_sentence
 
 COLUMNS = (

@@ -1,4 +1,4 @@
-"""The report model: everything a reader sees, built once, rendered by every format alike.
+"""The report document: everything a reader sees, built once, rendered by every format alike.
 
 Values stay raw (integer bytes, token counts, shares from 0 to 1, UTC datetimes) with a
 :data:`Kind` that says how to show them; renderers format them through

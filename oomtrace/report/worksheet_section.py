@@ -15,10 +15,10 @@ from typing import Any
 
 import polars as pl
 
+from oomtrace.report.chart_data import SERIES_SCHEMA
 from oomtrace.report.charts import budget_chart
-from oomtrace.report.model import Chart, Column, Section, Table
+from oomtrace.report.document import Chart, Column, Section, Table
 from oomtrace.report.records import table_from_mapping, table_from_records
-from oomtrace.report.series import SERIES_SCHEMA
 from oomtrace.trace import Manifest
 from oomtrace.units import format_bytes
 
