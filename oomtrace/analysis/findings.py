@@ -16,10 +16,11 @@ from typing import Any, Final, Literal, get_args
 
 import polars as pl
 
-from oomtrace.analysis.jsonfmt import iso, number, share
+from oomtrace.analysis.jsonfmt import TIME_DIGITS, number, share
 from oomtrace.analysis.observed_series import downsample
 from oomtrace.analysis.spikes import Spike
 from oomtrace.diagnostics import Category, kind_category
+from oomtrace.isotime import iso_time
 
 FINDINGS_VERSION: Final = 1
 
@@ -55,7 +56,7 @@ class Evidence:
     def to_json(self) -> dict[str, Any]:
         return {
             "table": self.table,
-            "ts": iso(self.ts),
+            "ts": iso_time(self.ts, TIME_DIGITS),
             "node": self.node,
             "source": self.source,
             "values": {k: _scalar(v) for k, v in self.values},
@@ -105,8 +106,8 @@ class Culprit:
             "prompt_tokens": self.prompt_tokens,
             "max_tokens": self.max_tokens,
             "growth_tokens": self.growth_tokens,
-            "arrived": iso(self.arrived),
-            "resident_since": iso(self.resident_since),
+            "arrived": iso_time(self.arrived, TIME_DIGITS),
+            "resident_since": iso_time(self.resident_since, TIME_DIGITS),
             "resident_since_basis": self.resident_since_basis,
             "admitted_in_window": self.admitted_in_window,
             "in_prefill": self.in_prefill,
@@ -134,7 +135,7 @@ class LedgerRow:
     def to_json(self) -> dict[str, Any]:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}
         out["share"] = share(self.share)
-        out["resident_since"] = iso(self.resident_since)
+        out["resident_since"] = iso_time(self.resident_since, TIME_DIGITS)
         return out
 
 
@@ -160,7 +161,7 @@ class Ledger:
 
     def to_json(self) -> dict[str, Any]:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}
-        out["ts"] = iso(self.ts)
+        out["ts"] = iso_time(self.ts, TIME_DIGITS)
         out["rows"] = [r.to_json() for r in self.rows]
         return out
 
@@ -238,7 +239,7 @@ class Reconciliation:
             "points": self.points,
             "median_gap": number(self.median_gap, self.unit),
             "max_gap": number(self.max_gap, self.unit),
-            "max_gap_ts": iso(self.max_gap_ts),
+            "max_gap_ts": iso_time(self.max_gap_ts, TIME_DIGITS),
             "interpretation": self.interpretation,
         }
 
@@ -266,8 +267,8 @@ class Gap:
             "source": self.source,
             "detail": self.detail,
             "count": self.count,
-            "start": iso(self.start),
-            "end": iso(self.end),
+            "start": iso_time(self.start, TIME_DIGITS),
+            "end": iso_time(self.end, TIME_DIGITS),
         }
 
 
@@ -325,9 +326,9 @@ class Incident:
             "anchor_series": self.anchor_series,
             "node": self.node,
             "device": self.device,
-            "start": iso(self.start),
-            "peak_ts": iso(self.peak_ts),
-            "window_start": iso(self.window_start),
+            "start": iso_time(self.start, TIME_DIGITS),
+            "peak_ts": iso_time(self.peak_ts, TIME_DIGITS),
+            "window_start": iso_time(self.window_start, TIME_DIGITS),
             "peak_bytes": self.peak_bytes,
             "capacity_bytes": self.capacity_bytes,
             "coverage": share(self.coverage),
@@ -359,7 +360,11 @@ class TraceSummary:
 
     def to_json(self) -> dict[str, Any]:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}
-        out.update(nodes=list(self.nodes), start=iso(self.start), end=iso(self.end))
+        out.update(
+            nodes=list(self.nodes),
+            start=iso_time(self.start, TIME_DIGITS),
+            end=iso_time(self.end, TIME_DIGITS),
+        )
         return out
 
 
@@ -407,7 +412,7 @@ def dumps(findings: Findings) -> str:
 
 def _frame_rows(frame: pl.DataFrame) -> list[dict[str, Any]]:
     return [
-        {k: iso(v) if isinstance(v, datetime) else v for k, v in row.items()}
+        {k: iso_time(v, TIME_DIGITS) if isinstance(v, datetime) else v for k, v in row.items()}
         for row in frame.iter_rows(named=True)
     ]
 
@@ -420,6 +425,9 @@ def _series_json(frame: pl.DataFrame) -> list[dict[str, Any]]:
     out = []
     for row in grouped.iter_rows(named=True):
         unit = row["unit"]
-        points = [[iso(t), number(v, unit)] for t, v in zip(row["ts"], row["value"], strict=True)]
+        points = [
+            [iso_time(t, TIME_DIGITS), number(v, unit)]
+            for t, v in zip(row["ts"], row["value"], strict=True)
+        ]
         out.append({**{k: row[k] for k in keys}, "points": points})
     return out

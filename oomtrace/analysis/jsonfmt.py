@@ -1,21 +1,14 @@
-"""Fixed formats for the findings document: ISO 8601 UTC timestamps and rounded numbers."""
+"""Fixed formats for the findings document: timestamps to the microsecond (written by
+:func:`oomtrace.isotime.iso_time`) and rounded numbers."""
 
 from __future__ import annotations
 
 import math
-from datetime import UTC, datetime
 from typing import Final
 
+# Decimals of the second in the findings document's timestamps.
+TIME_DIGITS: Final = 6
 _WHOLE_UNITS: Final = frozenset({"bytes", "blocks", "tokens", "count"})
-
-
-def iso(value: datetime | None) -> str | None:
-    """``2025-03-14T09:00:00.000000Z``: fixed width, UTC."""
-    if value is None:
-        return None
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def number(value: float | None, unit: str) -> int | float | None:

@@ -23,9 +23,10 @@ import polars as pl
 
 from oomtrace.analysis import grouped as g
 from oomtrace.analysis.index import SeriesIndex, search_ts
-from oomtrace.analysis.jsonfmt import iso, number
+from oomtrace.analysis.jsonfmt import TIME_DIGITS, number
 from oomtrace.analysis.options import AnalyzeOptions
 from oomtrace.analysis.timeline import NS_PER_S
+from oomtrace.isotime import iso_time
 
 
 @dataclass(frozen=True)
@@ -68,8 +69,8 @@ class Spike:
             "device": self.device,
             "pid": self.pid,
             "unit": self.unit,
-            "start": iso(self.start),
-            "peak_ts": iso(self.peak_ts),
+            "start": iso_time(self.start, TIME_DIGITS),
+            "peak_ts": iso_time(self.peak_ts, TIME_DIGITS),
             "peak_value": number(self.peak_value, self.unit),
             "baseline_value": number(self.baseline_value, self.unit),
             "rise": number(self.rise, self.unit),

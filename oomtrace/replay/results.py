@@ -10,6 +10,7 @@ from typing import Any, Final
 
 import polars as pl
 
+from oomtrace.isotime import iso_time
 from oomtrace.replay.settings import ReplaySettings
 
 OUTCOMES: Final = ("finished", "rejected_too_large", "rejected_queue_full")
@@ -64,7 +65,7 @@ class ReplaySummary:
     def to_json(self) -> dict[str, Any]:
         return {
             "overflow": self.overflow,
-            "overflow_ts": _iso(self.overflow_ts),
+            "overflow_ts": iso_time(self.overflow_ts, 6),
             "peak_blocks": self.peak_blocks,
             "peak_bytes": self.peak_bytes,
             "preemptions": self.preemptions,
@@ -76,7 +77,7 @@ class ReplaySummary:
             "queue_delay_p50_s": _round(self.queue_delay_p50_s),
             "queue_delay_p99_s": _round(self.queue_delay_p99_s),
             "queue_delay_max_s": _round(self.queue_delay_max_s),
-            "end_ts": _iso(self.end_ts),
+            "end_ts": iso_time(self.end_ts, 6),
             "max_running": self.max_running,
         }
 
@@ -127,10 +128,6 @@ class ReplayResult:
             "time_model": self.time_model.to_json(),
             "notes": list(self.notes),
         }
-
-
-def _iso(ts: datetime | None) -> str | None:
-    return None if ts is None else ts.isoformat().replace("+00:00", "Z")
 
 
 def _round(value: float | None, digits: int = 6) -> float | None:

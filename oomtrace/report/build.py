@@ -16,10 +16,11 @@ from typing import Any
 
 import polars as pl
 
+from oomtrace.isotime import iso_time
 from oomtrace.report import chart_data, charts
 from oomtrace.report.document import REPORT_VERSION, Chart, Report, Section
 from oomtrace.report.downsample import DEFAULT_BUCKETS
-from oomtrace.report.fmt import iso, value_text
+from oomtrace.report.fmt import value_text
 from oomtrace.report.gaps_section import gaps_section
 from oomtrace.report.lanes import lanes_section
 from oomtrace.report.records import parse_time, table_from_mapping, table_from_records
@@ -135,7 +136,7 @@ def _subtitle(trace: Trace) -> str:
         merged = pl.concat(stamps)
         low, high = merged.min(), merged.max()
         if isinstance(low, datetime) and isinstance(high, datetime):
-            parts.append(f"{iso(low)} to {iso(high)}")
+            parts.append(f"{iso_time(low)} to {iso_time(high)}")
     return " · ".join(p for p in parts if p)
 
 

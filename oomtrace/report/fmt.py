@@ -1,21 +1,17 @@
 """Fixed formats for every value a report shows, so that golden reports are stable and the
 formats agree. Bytes carry a binary unit (:func:`oomtrace.units.format_bytes`), times are
-ISO 8601 in UTC to the millisecond, shares are percent with one decimal."""
+ISO 8601 in UTC to the millisecond (:func:`oomtrace.isotime.iso_time`), shares are percent with
+one decimal."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 
+from oomtrace.isotime import iso_time
 from oomtrace.report.document import Kind, Value
 from oomtrace.units import format_bytes
 
 MISSING = "n/a"
-
-
-def iso(ts: datetime) -> str:
-    """``2025-03-14T09:00:01.250Z``: UTC, milliseconds, always the same width."""
-    utc = ts.astimezone(UTC) if ts.tzinfo else ts.replace(tzinfo=UTC)
-    return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
 
 
 def value_text(value: Value, kind: Kind) -> str:  # noqa: PLR0911 - one format per kind
@@ -23,7 +19,7 @@ def value_text(value: Value, kind: Kind) -> str:  # noqa: PLR0911 - one format p
     if value is None:
         return MISSING
     if kind == "time":
-        return iso(value) if isinstance(value, datetime) else str(value)
+        return iso_time(value) if isinstance(value, datetime) else str(value)
     if isinstance(value, str | datetime):
         return str(value)
     number: int | float = value
@@ -52,7 +48,7 @@ def cell_text(value: Value, kind: Kind) -> str:
 def json_value(value: Value, kind: Kind) -> object:
     """The JSON form: numbers stay numbers (bytes are integers), times are ISO strings."""
     if isinstance(value, datetime):
-        return iso(value)
+        return iso_time(value)
     if value is None or isinstance(value, str):
         return value
     if kind in ("bytes", "tokens", "blocks", "count"):

@@ -9,7 +9,7 @@ chart specs travel as JSON in a ``<script type="application/json">`` with ``<``,
 
 from __future__ import annotations
 
-from oomtrace.report import escape
+from oomtrace import escape
 from oomtrace.report.document import NUMERIC_KINDS, REPORT_VERSION, Chart, Report, Section, Table
 from oomtrace.report.fmt import cell_text, value_text
 

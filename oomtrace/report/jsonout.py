@@ -9,10 +9,9 @@ from typing import Any
 
 import polars as pl
 
+from oomtrace.isotime import iso_time_expr
 from oomtrace.report.document import REPORT_VERSION, Chart, Report, Section, Table
 from oomtrace.report.fmt import json_value
-
-ISO_MS = "%Y-%m-%dT%H:%M:%S%.3fZ"
 
 
 def render_json(report: Report) -> str:
@@ -70,7 +69,7 @@ def _chart(chart: Chart) -> dict[str, Any]:
     for name, dtype in frame.schema.items():
         column = pl.col(name)
         if dtype.is_temporal():
-            columns.append(column.dt.convert_time_zone("UTC").dt.strftime(ISO_MS))
+            columns.append(iso_time_expr(column))
         elif dtype.is_float() and bool(frame.select((column == column.round(0)).all()).item()):
             columns.append(column.cast(pl.Int64))  # bytes and counts stay integers
         elif dtype.is_float():

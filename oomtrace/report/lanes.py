@@ -13,9 +13,9 @@ from typing import Any, Final
 
 import polars as pl
 
+from oomtrace.isotime import iso_time
 from oomtrace.report import charts
 from oomtrace.report.document import Chart, Section
-from oomtrace.report.fmt import iso
 from oomtrace.report.records import parse_time
 
 LANE_COLUMNS: Final = ("request_id", "start", "end", "state", "stored_tokens", "kv_bytes")
@@ -90,7 +90,9 @@ def lanes_section(
     if chosen.height == 0:
         return Section("lanes", TITLE, empty="No request was resident in the incident window.")
     shown = chosen["request_id"].n_unique()
-    where = f"from {iso(window[0])} to {iso(window[1])}" if window else "over the whole trace"
+    where = (
+        f"from {iso_time(window[0])} to {iso_time(window[1])}" if window else "over the whole trace"
+    )
     text = (
         f"Each bar is one resident interval of one request {where}, coloured by the tokens it "
         "stored; culprits are outlined in red with their rank. "

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from oomtrace.report import escape
+from oomtrace import escape
 from oomtrace.report.document import NUMERIC_KINDS, Chart, Report, Section, Table
 from oomtrace.report.fmt import cell_text, value_text
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import textwrap
 
-from oomtrace.report import escape
+from oomtrace import escape
 from oomtrace.report.document import NUMERIC_KINDS, Report, Section, Table
 from oomtrace.report.fmt import cell_text, value_text
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from oomtrace.isotime import iso_time
 from oomtrace.report.document import Figure, Table, Verdict
-from oomtrace.report.fmt import iso, value_text
+from oomtrace.report.fmt import value_text
 from oomtrace.report.records import parse_time, table_from_records
 
 CLASS_LABELS: Final[dict[str, str]] = {
@@ -117,7 +118,7 @@ def build_verdict(incident: Mapping[str, Any] | None) -> Verdict:
     for key, label in (("explained_bytes", "explained"), ("unexplained_bytes", "unexplained")):
         if incident.get(key) is not None:
             figures.append(Figure(key, label, incident[key], "bytes"))
-    headline = incident_label(cls) + (f" at {iso(peak_ts)}" if peak_ts else "")
+    headline = incident_label(cls) + (f" at {iso_time(peak_ts)}" if peak_ts else "")
     return Verdict(
         incident_class=cls,
         label=incident_label(cls),
@@ -138,7 +139,7 @@ def _paragraph(cls: str, incident: Mapping[str, Any], culprits: list[Mapping[str
     if incident.get("peak_bytes") is not None and peak_ts is not None:
         parts.append(
             f"Memory peaked at {value_text(incident['peak_bytes'], 'bytes')} "
-            f"at {iso(peak_ts)} (UTC)."
+            f"at {iso_time(peak_ts)} (UTC)."
         )
     named = [c for c in culprits[:3] if c.get("request_id") is not None]
     if named:
@@ -206,7 +207,7 @@ def _evidence_line(item: Any) -> str:
     where = " ".join(
         p
         for p in (
-            iso(ts) if ts else "",
+            iso_time(ts) if ts else "",
             str(item.get("table") or ""),
             f"from {item['source']}" if item.get("source") else "",
         )

@@ -1,10 +1,12 @@
-"""Escaping for text that came from logs (request ids, messages, file names).
+"""Escaping for text that came from logs (request ids, messages, file names, user files).
 
 Such text is data, never markup: a request id like ``<script>alert(1)</script>`` or
 ``a|b`` must show as those characters in every format. Each function makes the text safe for
-one output; all first make control characters visible, because an ANSI escape sequence in a
-request id would otherwise repaint the reader's terminal, and a bidirectional override would
-reorder what they read.
+one output; all first make every character that does not print visible (:func:`visible`),
+because an ANSI escape sequence in a request id would otherwise repaint the reader's terminal, a
+bidirectional override would reorder what they read, and a zero-width or non-breaking space
+would hide a difference between two ids. :func:`terminal` is the one escape for text shown on a
+terminal (every renderer in :mod:`oomtrace.terminal` uses it).
 """
 
 from __future__ import annotations
@@ -14,8 +16,6 @@ import json
 import re
 from typing import Any
 
-# C0 and C1 controls, DEL, and the Unicode bidirectional embedding/override/isolate marks.
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 # Marks that open Markdown syntax anywhere in a line (emphasis, code spans, links, tables,
 # strike-through, GitHub math) are backslash-escaped; CommonMark renders an escaped mark as
 # itself in every dialect. Underscores inside a word never open emphasis, so ``kv_exhaustion``
@@ -27,19 +27,29 @@ _MD_LINE_START = re.compile(r"^([#+\-=])|^(\d+)([.)])")
 _MD_AUTOLINK = re.compile(r"(?i)(://|\bwww\.)")
 
 
-def _visible(match: re.Match[str]) -> str:
-    code = ord(match.group(0))
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+def _code(char: str) -> str:
+    code = ord(char)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def visible(text: str) -> str:
-    """Control and bidi characters shown as ``\\xNN`` / ``\\uNNNN``; everything else as is."""
-    return _CONTROL.sub(_visible, text)
+    """Every character that does not print (``str.isprintable``: controls, format marks such as
+    bidi overrides and zero-width spaces, separators other than the space, unassigned code
+    points) shown as ``\\xNN`` / ``\\uNNNN`` / ``\\UNNNNNNNN``; everything else as is."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else _code(c) for c in text)
 
 
-def terminal(text: str) -> str:
-    """For a terminal: nothing in ``text`` can move the cursor, recolour or reorder output."""
-    return visible(text)
+def terminal(text: str, width: int | None = None) -> str:
+    """For a terminal: nothing in ``text`` can move the cursor, recolour, reorder or hide output.
+    With ``width``, text longer than that is cut to ``width`` characters ending in ``…``."""
+    shown = visible(text)
+    if width is not None and len(shown) > width:
+        return shown[: width - 1] + "…"
+    return shown
 
 
 def markdown(text: str) -> str:
