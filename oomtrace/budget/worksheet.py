@@ -199,6 +199,20 @@ class Worksheet:
         target = max(1, self.concurrency or 1)
         return max(0, target * self.sequence_bytes - self.available_cache_bytes)
 
+    def assumptions(self) -> list[str]:
+        """What the figures rest on: the architecture's notes, a contract longer than the
+        model's context, and the KV rule's assumptions."""
+        notes: list[str] = []
+        notes += list(self.arch.notes)
+        context = self.arch.context_tokens
+        if context is not None and self.contract.stored_tokens > context:
+            notes.append(
+                f"{self.contract.stored_tokens:,} stored tokens exceed the model's context of "
+                f"{context:,}: the formula still applies, the model may not"
+            )
+        notes += list(self.spec.assumptions)
+        return notes
+
 
 def build_worksheet(
     *,

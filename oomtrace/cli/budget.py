@@ -4,11 +4,20 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import click
 
-from oomtrace.budget.dtypes import KV_CACHE_DTYPES, STATE_DTYPES, WEIGHT_DTYPES
+from oomtrace.budget.dtypes import STATE_DTYPES, WEIGHT_DTYPES
+from oomtrace.cli._options import (
+    block_size_option,
+    config_option,
+    device_memory_option,
+    json_option,
+    kv_cache_dtype_option,
+    max_num_batched_tokens_option,
+    reserve_option,
+    tensor_parallel_option,
+)
 
 
 @click.command(
@@ -16,12 +25,7 @@ from oomtrace.budget.dtypes import KV_CACHE_DTYPES, STATE_DTYPES, WEIGHT_DTYPES
     short_help="GPU memory budget worksheet for serving a model.",
     context_settings={"max_content_width": 100},
 )
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(path_type=Path),
-    help="A model's config.json, or the directory holding it (and its *.safetensors).",
-)
+@config_option("A model's config.json, or the directory holding it (and its *.safetensors).")
 @click.option(
     "--layers",
     type=click.IntRange(min=1),
@@ -33,8 +37,8 @@ from oomtrace.budget.dtypes import KV_CACHE_DTYPES, STATE_DTYPES, WEIGHT_DTYPES
 @click.option(
     "--head-dim", type=click.IntRange(min=1), help="Explicit architecture: head dimension."
 )
-@click.option("--device-memory", required=True, help="Memory of one GPU, e.g. 24GiB or 80GB.")
-@click.option("--reserve", help="Runtime reserve you estimate (provisional), e.g. 3GiB.")
+@device_memory_option("Memory of one GPU, e.g. 24GiB or 80GB.", required=True)
+@reserve_option("Runtime reserve you estimate (provisional), e.g. 3GiB.")
 @click.option("--reserve-measured", help="Runtime reserve measured on a real run, e.g. 2.7GiB.")
 @click.option("--params", help="Parameter count, e.g. 7e9 or 7B (times bytes per weight).")
 @click.option("--weights-bytes", help="Weight bytes of the whole model, e.g. 14GiB.")
@@ -45,12 +49,8 @@ from oomtrace.budget.dtypes import KV_CACHE_DTYPES, STATE_DTYPES, WEIGHT_DTYPES
     show_default=True,
     help="Bytes per weight for --params or a config count (auto = model dtype).",
 )
-@click.option(
-    "--kv-cache-dtype",
-    type=click.Choice(KV_CACHE_DTYPES),
-    default="auto",
-    show_default=True,
-    help="KV cache element type (auto = model dtype; fp8 halves attention and MLA cache).",
+@kv_cache_dtype_option(
+    "KV cache element type (auto = model dtype; fp8 halves attention and MLA cache)."
 )
 @click.option(
     "--mamba-ssm-cache-dtype",
@@ -64,26 +64,12 @@ from oomtrace.budget.dtypes import KV_CACHE_DTYPES, STATE_DTYPES, WEIGHT_DTYPES
 @click.option(
     "--tokens", type=click.IntRange(min=1), help="Request contract: stored tokens per sequence."
 )
-@click.option(
-    "--block-size",
-    type=click.IntRange(min=1),
-    default=16,
-    show_default=True,
-    help="Paged-cache block in tokens, rounded up per layer (1 disables rounding).",
+@block_size_option(
+    "Paged-cache block in tokens, rounded up per layer (1 disables rounding).", default=16
 )
-@click.option(
-    "--tensor-parallel",
-    type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
-    help="GPUs sharding KV heads and weights; figures are per GPU.",
-)
-@click.option(
-    "--max-num-batched-tokens",
-    type=click.IntRange(min=1),
-    default=2048,
-    show_default=True,
-    help="vLLM chunked-prefill step, for its admission view of windowed layers.",
+@tensor_parallel_option("GPUs sharding KV heads and weights; figures are per GPU.", default=1)
+@max_num_batched_tokens_option(
+    "vLLM chunked-prefill step, for its admission view of windowed layers.", default=2048
 )
 @click.option(
     "--concurrency",
@@ -96,8 +82,31 @@ from oomtrace.budget.dtypes import KV_CACHE_DTYPES, STATE_DTYPES, WEIGHT_DTYPES
     type=click.Path(path_type=Path),
     help="CSV/JSON rows: request_id, input_tokens, max_new_tokens.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the worksheet as a JSON document.")
-def command(**options: Any) -> None:
+@json_option("Print the worksheet as a JSON document.")
+def command(
+    *,
+    config_path: Path | None,
+    layers: int | None,
+    kv_heads: int | None,
+    head_dim: int | None,
+    device_memory: str,
+    reserve: str | None,
+    reserve_measured: str | None,
+    params: str | None,
+    weights_bytes: str | None,
+    weight_dtype: str,
+    kv_cache_dtype: str,
+    mamba_ssm_cache_dtype: str,
+    max_input: int | None,
+    max_new: int | None,
+    tokens: int | None,
+    block_size: int,
+    tensor_parallel: int,
+    max_num_batched_tokens: int,
+    concurrency: int | None,
+    ledger_path: Path | None,
+    as_json: bool,
+) -> None:
     """GPU memory budget worksheet for serving a model.
 
     device memory - weights - runtime reserve = cache; KV bytes per stored token; bytes per
@@ -116,36 +125,43 @@ def command(**options: Any) -> None:
     2 bad input.
     """
     from oomtrace.budget.plan import BudgetRequest, compute_budget
-    from oomtrace.budget.render import render_text, to_json
     from oomtrace.budget.weights import parse_param_count
     from oomtrace.budget.worksheet import check_fits
+    from oomtrace.budget.worksheet_json import to_json
+    from oomtrace.terminal import render_worksheet
     from oomtrace.units import parse_bytes
 
-    def size(name: str, *, allow_negative: bool = False) -> int | None:
-        value = options.pop(name)
-        flag = "--" + name.replace("_", "-")
-        if value is None:
-            return None
-        return parse_bytes(value, what=flag, allow_negative=allow_negative)
+    def size(value: str | None, flag: str, *, allow_negative: bool = False) -> int | None:
+        return (
+            None if value is None else parse_bytes(value, what=flag, allow_negative=allow_negative)
+        )
 
-    as_json = options.pop("as_json")
-    params = options.pop("params")
     request = BudgetRequest(
         # A negative device is reported by compute_budget with the same message as zero.
-        device_bytes=size("device_memory", allow_negative=True) or 0,
-        reserve_bytes=size("reserve"),
-        reserve_measured_bytes=size("reserve_measured"),
-        weights_bytes=size("weights_bytes"),
+        device_bytes=size(device_memory, "--device-memory", allow_negative=True) or 0,
+        reserve_bytes=size(reserve, "--reserve"),
+        reserve_measured_bytes=size(reserve_measured, "--reserve-measured"),
+        weights_bytes=size(weights_bytes, "--weights-bytes"),
         params=None if params is None else parse_param_count(params),
-        config=options.pop("config_path"),
-        ledger=options.pop("ledger_path"),
-        max_input_tokens=options.pop("max_input"),
-        max_new_tokens=options.pop("max_new"),
-        **options,
+        config=config_path,
+        ledger=ledger_path,
+        max_input_tokens=max_input,
+        max_new_tokens=max_new,
+        layers=layers,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        weight_dtype=weight_dtype,
+        kv_cache_dtype=kv_cache_dtype,
+        mamba_ssm_cache_dtype=mamba_ssm_cache_dtype,
+        tokens=tokens,
+        block_size=block_size,
+        tensor_parallel=tensor_parallel,
+        max_num_batched_tokens=max_num_batched_tokens,
+        concurrency=concurrency,
     )
     worksheet, ledger = compute_budget(request)
     if as_json:
         click.echo(json.dumps(to_json(worksheet, ledger), indent=2, sort_keys=True))
     else:
-        click.echo(render_text(worksheet, ledger), nl=False)
+        click.echo(render_worksheet(worksheet, ledger), nl=False)
     check_fits(worksheet)

@@ -41,7 +41,26 @@ def _text(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
 @_text("node")
 @_text("duration")
 @click.option("--log-from-end", is_flag=True, help=HELP["log-from-end"])
-def command(*, log_from_end: bool, **options: Any) -> None:
+def command(
+    *,
+    prometheus: tuple[str, ...],
+    nvml: bool,
+    logs: tuple[str, ...],
+    out: str,
+    prometheus_interval: str,
+    nvml_interval: str,
+    nvml_write_interval: str,
+    log_interval: str,
+    retain: str,
+    max_disk: str,
+    keep_oom_for: str,
+    flush_interval: str,
+    timeout: str,
+    max_response: str,
+    node: str | None,
+    duration: str | None,
+    log_from_end: bool,
+) -> None:
     """Sample a serving node into crash-safe segments.
 
     \b
@@ -55,12 +74,29 @@ def command(*, log_from_end: bool, **options: Any) -> None:
     from collectors.config import ConfigError, build_config
 
     try:
-        # every other option is one of build_config's keywords, under the same name
-        config = build_config(**options, log_from_start=not log_from_end)
+        config = build_config(
+            out=out,
+            prometheus=prometheus,
+            nvml=nvml,
+            logs=logs,
+            prometheus_interval=prometheus_interval,
+            nvml_interval=nvml_interval,
+            nvml_write_interval=nvml_write_interval,
+            log_interval=log_interval,
+            retain=retain,
+            max_disk=max_disk,
+            keep_oom_for=keep_oom_for,
+            flush_interval=flush_interval,
+            timeout=timeout,
+            max_response=max_response,
+            node=node,
+            duration=duration,
+            log_from_start=not log_from_end,
+        )
     except ConfigError as err:
         raise UsageError(str(err)) from err
     try:
         summary = run(config)
     except OSError as err:
-        raise InputError(f"--out {options['out']!r}: {err}; give a writable directory") from err
+        raise InputError(f"--out {out!r}: {err}; give a writable directory") from err
     click.echo(f"oomtrace: {summary.one_line()}", err=True)

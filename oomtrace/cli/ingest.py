@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
-from oomtrace.cli._options import ingest_options, to_ingest_options
+from oomtrace.cli._options import ingest_options
+
+if TYPE_CHECKING:
+    from oomtrace.ingest import IngestOptions
 
 
 @click.command(name="ingest")
@@ -22,18 +25,18 @@ from oomtrace.cli._options import ingest_options, to_ingest_options
 )
 @click.option("--force", is_flag=True, help="Replace a trace already in --out.")
 @ingest_options
-def command(inputs: tuple[Path, ...], out_dir: Path, force: bool, **kwargs: Any) -> None:
+def command(*, inputs: tuple[Path, ...], out_dir: Path, force: bool, ingest: IngestOptions) -> None:
     """Parse engine logs, nvidia-smi CSV, Prometheus exports, PyTorch OOM text and snapshots,
     and collector captures into one canonical trace.
 
     Formats are sniffed per file (gzip is read transparently); several files of one incident
     merge into one trace. Folders are read recursively.
     """
-    from oomtrace.cli._render import sources_table
     from oomtrace.ingest import ingest_paths
+    from oomtrace.terminal import sources_table
     from oomtrace.trace import write_trace
 
-    trace = ingest_paths(list(inputs), to_ingest_options(kwargs))
+    trace = ingest_paths(list(inputs), ingest)
     write_trace(trace, out_dir, overwrite=force)
     click.echo(
         f"wrote {out_dir}: {trace.samples.height:,} samples, "

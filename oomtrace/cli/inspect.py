@@ -4,36 +4,42 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from oomtrace.cli._options import ingest_options, to_ingest_options
+from oomtrace.cli._options import ingest_options, json_option
+
+if TYPE_CHECKING:
+    from oomtrace.ingest import IngestOptions
 
 
 @click.command(name="inspect")
 @click.argument("path", required=False, type=click.Path(path_type=Path))
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@json_option("Machine-readable output.")
 @click.option("--rows", default=5, show_default=True, help="First rows to show per table.")
 @click.option("--formats", is_flag=True, help="List the parsers and exit.")
 @ingest_options
-def command(path: Path | None, as_json: bool, rows: int, formats: bool, **kwargs: Any) -> None:
+def command(
+    *, path: Path | None, as_json: bool, rows: int, formats: bool, ingest: IngestOptions
+) -> None:
     """Show which parser recognises PATH, what it extracts (counts per table, the first rows)
     and the diagnostics."""
     from oomtrace.errors import UsageError
     from oomtrace.ingest import inspect_path
     from oomtrace.ingest.base import registry
+    from oomtrace.terminal import render_formats, render_inspection
 
     if formats:
-        for name, parser in sorted(registry().items()):
-            click.echo(f"{name:24} {parser.description}")
+        descriptions = {name: parser.description for name, parser in registry().items()}
+        click.echo(render_formats(descriptions), nl=False)
         return
     if path is None:
         raise UsageError("inspect needs a file (or --formats to list the parsers)")
-    item, trace = inspect_path(path, to_ingest_options(kwargs))
+    item, trace = inspect_path(path, ingest)
     assert item.parser is not None  # inspect_path raises otherwise
-    tables = {t: trace.table(t) for t in ("samples", "requests", "events")}
     if as_json:
+        tables = {t: trace.table(t) for t in ("samples", "requests", "events")}
         doc = {
             "input": item.source.name,
             "parser": item.parser.name,
@@ -44,16 +50,9 @@ def command(path: Path | None, as_json: bool, rows: int, formats: bool, **kwargs
         }
         click.echo(json.dumps(doc, indent=2, sort_keys=True, default=str))
         return
-    from oomtrace.cli._render import sources_table
-
-    click.echo(f"{item.source.name}: {item.parser.name} ({item.parser.description})")
-    for table, frame in tables.items():
-        click.echo(f"\n{table}: {frame.height:,} rows")
-        if frame.height:
-            click.echo(str(frame.drop("node", "source").head(rows)))
-    if trace.manifest.engine_config:
-        click.echo("\nengine_config: " + json.dumps(trace.manifest.engine_config, sort_keys=True))
-    click.echo("\n" + sources_table(trace.manifest.sources))
+    parser = item.parser
+    text = render_inspection(item.source.name, parser.name, parser.description, trace, rows)
+    click.echo(text, nl=False)
 
 
 def _rows(frame: Any, n: int) -> list[dict[str, Any]]:

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Final
 
 import click
 
-from oomtrace.cli._options import (
-    analysis_options,
-    ingest_options_named,
-    to_analyze_options,
-    to_ingest_options,
-)
+from oomtrace.cli._options import AnalysisChoices, analysis_options, ingest_options_named
+
+if TYPE_CHECKING:
+    from oomtrace.ingest import IngestOptions
 
 FORMAT_CHOICES: Final = ("text", "markdown", "json", "html")
 SUFFIXES: Final[dict[str, str]] = {
@@ -78,6 +76,7 @@ def planned_files(out: Path, assets: dict[str, bytes]) -> list[Path]:
 @click.option("--max-lanes", default=60, show_default=True, help="Requests in the swimlanes.")
 @ingest_options_named("--input-format")
 def command(
+    *,
     inputs: tuple[Path, ...],
     out: Path | None,
     report_format: str | None,
@@ -86,7 +85,8 @@ def command(
     worksheet_path: Path | None,
     max_points: int,
     max_lanes: int,
-    **kwargs: Any,
+    analysis: AnalysisChoices,
+    ingest: IngestOptions,
 ) -> None:
     """Write the incident report for INPUTS: a trace directory, or the raw files and folders a
     server left behind (ingested on the fly, as `oomtrace ingest` would).
@@ -104,9 +104,8 @@ def command(
     fmt = output_format(out, report_format)
     if max_points < 1 or max_lanes < 1:
         raise UsageError("--max-points and --max-lanes must be at least 1")
-    ingest = to_ingest_options(kwargs)
     trace = load_any(list(inputs), ingest)
-    options = to_analyze_options(kwargs, trace.manifest, ingest.node)
+    options = analysis.options(trace.manifest, ingest.node)
     worksheet = load_document(worksheet_path, "--worksheet") if worksheet_path else None
     if findings_path is None:
         from oomtrace.analysis import analyze
@@ -118,7 +117,13 @@ def command(
         )
     report = build_report(inputs_, ReportOptions(buckets=max_points, max_lanes=max_lanes))
     asset_dir = f"{out.stem}-charts" if out is not None else "charts"
-    rendered = render(report, fmt, asset_dir=asset_dir)  # type: ignore[arg-type]
+    if fmt == "text":
+        from oomtrace.report import Rendered
+        from oomtrace.terminal import render_report
+
+        rendered = Rendered(render_report(report))
+    else:
+        rendered = render(report, fmt, asset_dir=asset_dir)  # type: ignore[arg-type]
     if out is None:
         if rendered.assets:
             raise UsageError("Markdown writes its charts beside the file: pass -o report.md")

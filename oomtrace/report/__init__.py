@@ -1,4 +1,5 @@
-"""Incident reports: a report document built once, rendered as text, Markdown, JSON or HTML.
+"""Incident reports: a report document built once, rendered as Markdown, JSON or HTML here and
+as terminal text by :func:`oomtrace.terminal.render_report`.
 
 ``build_report(ReportInputs(findings, trace, ...))`` makes the :class:`Report`;
 ``render(report, fmt, asset_dir=...)`` turns it into the text of one format and the files that
@@ -15,15 +16,24 @@ import altair as alt
 import vl_convert
 
 from oomtrace.report.build import ReportInputs, ReportOptions, build_report
-from oomtrace.report.document import FORMATS, REPORT_VERSION, Chart, Report, ReportFormat
+from oomtrace.report.document import (
+    DOCUMENT_FORMATS,
+    FORMATS,
+    REPORT_VERSION,
+    Chart,
+    DocumentFormat,
+    Report,
+    ReportFormat,
+)
 from oomtrace.report.html import render_html
 from oomtrace.report.jsonout import render_json
 from oomtrace.report.markdown import render_markdown
-from oomtrace.report.text import render_text
 
 __all__ = [
+    "DOCUMENT_FORMATS",
     "FORMATS",
     "REPORT_VERSION",
+    "DocumentFormat",
     "Rendered",
     "Report",
     "ReportFormat",
@@ -70,10 +80,8 @@ def chart_svg(chart: Chart) -> str:
     return svg
 
 
-def render(report: Report, fmt: ReportFormat, *, asset_dir: str = "charts") -> Rendered:
+def render(report: Report, fmt: DocumentFormat, *, asset_dir: str = "charts") -> Rendered:
     """``report`` in ``fmt``. For Markdown, charts are returned as ``{asset_dir}/KEY.svg``."""
-    if fmt == "text":
-        return Rendered(render_text(report))
     if fmt == "markdown":
         text, assets = render_markdown(report, asset_dir=asset_dir, svg_of=chart_svg)
         return Rendered(text, assets)

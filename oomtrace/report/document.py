@@ -19,6 +19,10 @@ REPORT_VERSION: Final = 2  # 2: the gaps section splits assumptions from gaps; r
 
 ReportFormat = Literal["text", "markdown", "json", "html"]
 FORMATS: Final[tuple[ReportFormat, ...]] = ("text", "markdown", "json", "html")
+# The formats :func:`oomtrace.report.render` writes; text is the terminal's
+# (:func:`oomtrace.terminal.render_report`).
+DocumentFormat = Literal["markdown", "json", "html"]
+DOCUMENT_FORMATS: Final[tuple[DocumentFormat, ...]] = ("markdown", "json", "html")
 
 # How a value is shown: bytes with a binary unit, counts with separators, shares as percent,
 # times as ISO 8601 UTC, text escaped for the output.

@@ -26,6 +26,7 @@ from oomtrace.cli import cli
 from oomtrace.ingest import IngestOptions, load_any
 from oomtrace.report import build_report, render
 from oomtrace.report.inputs import from_findings_object
+from oomtrace.terminal import render_report
 from tests.unit.report.golden import check_golden
 from tools.sample_incidents import HAND_WRITTEN, INCIDENTS, generate
 
@@ -131,7 +132,7 @@ def test_the_report_matches_its_golden_files(name: str) -> None:
     )
     report = build_report(from_findings_object(analyze(trace, AnalyzeOptions()), trace))
     # THEN both are the reviewed ones, byte for byte
-    check_golden(f"samples/{name}/report.txt", render(report, "text").text)
+    check_golden(f"samples/{name}/report.txt", render_report(report))
     markdown = render(report, "markdown", asset_dir=f"{name}-charts")
     check_golden(f"samples/{name}/report.md", markdown.text)
     assert all(svg.startswith(b"<svg") for svg in markdown.assets.values())

@@ -41,7 +41,7 @@ def test_unknown_command_is_a_usage_error() -> None:
 
 def test_the_sources_table_counts_request_rows_as_request_events() -> None:
     # GIVEN a log whose 296 requests gave 592 request rows (an arrival and an end each)
-    from oomtrace.cli._render import sources_table
+    from oomtrace.terminal import sources_table
     from oomtrace.diagnostics import SourceDiagnostics
 
     source = SourceDiagnostics(

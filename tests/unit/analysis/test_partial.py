@@ -6,10 +6,10 @@ import pytest
 
 from oomtrace.analysis import analyze
 from oomtrace.analysis.options import AnalyzeOptions
-from oomtrace.analysis.summary import render_summary
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.errors import InputError
 from oomtrace.schema import empty
+from oomtrace.terminal import render_summary
 from oomtrace.trace import Manifest, Trace
 from oomtrace.units import GiB
 from tests import scenarios

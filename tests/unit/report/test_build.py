@@ -7,7 +7,8 @@ import json
 import polars as pl
 from polars.testing import assert_frame_equal
 
-from oomtrace.report import ReportInputs, ReportOptions, build_report, render
+from oomtrace.report import ReportInputs, ReportOptions, build_report
+from oomtrace.terminal import render_report
 from oomtrace.trace import Trace
 from oomtrace.units import GiB
 from tests import factories
@@ -24,7 +25,7 @@ def test_an_empty_trace_without_incidents_still_reports_what_is_missing() -> Non
     # GIVEN nothing but an empty trace and findings with no incident
     report = build_report(ReportInputs({"incidents": []}, Trace()))
     # WHEN it is rendered
-    text = render(report, "text").text
+    text = render_report(report)
     # THEN the verdict says so and every section says why it is empty
     assert report.verdict.incident_class == "none"
     assert "VERDICT: No incident found" in text
@@ -201,7 +202,7 @@ def test_the_bounds_of_a_stored_figure_read_as_tokens_low_then_high() -> None:
     # GIVEN a ledger row with the bounds of its stored tokens
     report = build_report(ReportInputs(_ledger_findings(GiB, 4 * GiB), Trace()))
     # WHEN the requests table is rendered as text
-    text = render(report, "text").text
+    text = render_report(report)
     # THEN the bounds come low then high, with thousands separators
     header = next(line for line in text.splitlines() if "stored low" in line)
     assert header.index("stored low") < header.index("stored high")
@@ -253,7 +254,7 @@ def test_terminal_text_never_wraps_between_a_figure_and_its_unit() -> None:
     statement = "engine statements: " + ", ".join(f"{i}.85 GiB of {i} blocks" for i in range(12))
     findings["kv_model"] = {"statement": statement, "bytes_per_token": 131_085}
     # WHEN it is rendered for the terminal
-    lines = render(build_report(ReportInputs(findings, Trace())), "text").text.splitlines()
+    lines = render_report(build_report(ReportInputs(findings, Trace()))).splitlines()
     # THEN no line ends on a bare figure whose unit went to the next line
     wrapped = [ln for ln in lines if "KV model" in ln or "GiB of" in ln]
     assert len(wrapped) > 1

@@ -9,6 +9,7 @@ import re
 import pytest
 
 from oomtrace.report import ReportInputs, build_report, render
+from oomtrace.terminal import render_report
 from tests.hostile import HOSTILE, Collector, markdown_html
 from tests.unit.report.scenario import incident_findings, incident_lanes, incident_trace
 
@@ -21,7 +22,7 @@ def hostile_report() -> object:
 
 
 def test_markup_ids_are_text_in_the_terminal(hostile_report: object) -> None:
-    text = render(hostile_report, "text").text  # type: ignore[arg-type]
+    text = render_report(hostile_report)  # type: ignore[arg-type]
     for hostile in HOSTILE[:3]:
         assert hostile in text
     assert "\x1b" not in text

@@ -12,6 +12,7 @@ from oomtrace.analysis import analyze
 from oomtrace.analysis.findings import dumps
 from oomtrace.report import build_report, render
 from oomtrace.report.inputs import from_findings_document, from_findings_object
+from oomtrace.terminal import render_report
 from tests import scenarios
 from tests.unit.report.golden import check_golden
 
@@ -42,7 +43,7 @@ def test_the_report_names_the_class_and_culprits_the_analysis_found(
     shown = min(len(named), len(scenario.culprits))
     assert named[:shown] == list(scenario.culprits)[:shown]
     assert bool(named) == bool(scenario.culprits)
-    text = render(report, "text").text
+    text = render_report(report)
     for request_id in scenario.culprits:
         assert request_id in text
 
@@ -69,7 +70,7 @@ def test_the_findings_document_gives_the_same_report_as_the_object(
 def test_a_kv_exhaustion_report_matches_its_golden_files() -> None:
     scenario = scenarios.long_requests_growing()
     report = build_report(from_findings_object(analyze(scenario.trace), scenario.trace))
-    check_golden("report/long-requests-growing/report.txt", render(report, "text").text)
+    check_golden("report/long-requests-growing/report.txt", render_report(report))
     check_golden(
         "report/long-requests-growing/report.md",
         render(report, "markdown", asset_dir="report-charts").text,

@@ -1,20 +1,20 @@
-"""Plain-text rendering of replay, search and calibration results for the terminal."""
+"""``oomtrace replay`` on a terminal: the replay, search and calibration results as plain text."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
+from oomtrace.isotime import iso_time
 from oomtrace.replay.calibrate import Calibration
 from oomtrace.replay.results import ReplayResult, ReplaySummary, TimeModel
+from oomtrace.replay.run import ReplayRun
 from oomtrace.replay.search import SearchResult
 from oomtrace.replay.settings import ReplaySettings
 from oomtrace.units import format_bytes
 
 
 def _ts(value: datetime | None) -> str:
-    if value is None:
-        return "-"
-    return value.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+    return "-" if value is None else iso_time(value, 3, sep=" ")
 
 
 def _s(value: float | None) -> str:
@@ -126,3 +126,13 @@ def render_calibration(cal: Calibration) -> str:
         )
     lines += [f"  caveat: {c}" for c in cal.caveats]
     return "\n".join(lines)
+
+
+def render_run(run: ReplayRun) -> str:
+    """The replay, then the search and the calibration when there are any, a blank line apart."""
+    parts = [render_replay(run.result)]
+    if run.found is not None:
+        parts.append(render_search(run.found))
+    if run.calibration is not None:
+        parts.append(render_calibration(run.calibration))
+    return "\n\n".join(parts)

@@ -1,5 +1,6 @@
-"""The terminal summary: what happened, when, the top culprits, coverage and data gaps, readable
-by a person on call in thirty seconds. Everything that came from a log is escaped."""
+"""``oomtrace analyze`` on a terminal: what happened, when, the top culprits, coverage and data
+gaps, readable by a person on call in thirty seconds. Everything that came from a log is escaped
+(:func:`oomtrace.escape.terminal`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ from datetime import datetime
 from pathlib import PurePath
 from typing import Final
 
+from oomtrace import escape
 from oomtrace.analysis.findings import NOT_REQUESTS, Culprit, Findings, Gap, Incident
+from oomtrace.isotime import iso_time
 from oomtrace.units import format_bytes
 
 TOP_SHOWN: Final = 5
@@ -15,16 +18,8 @@ GAPS_SHOWN: Final = 5
 ID_WIDTH: Final = 36
 
 
-def safe(text: str, width: int | None = None) -> str:
-    """Printable text only (control characters and escapes shown as ``\\xNN``), shortened."""
-    out = "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode() for ch in text)
-    if width is not None and len(out) > width:
-        out = out[: width - 1] + "…"
-    return out
-
-
 def when(ts: datetime | None) -> str:
-    return "unknown time" if ts is None else ts.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+    return "unknown time" if ts is None else iso_time(ts, 3, sep=" ", zone=" UTC")
 
 
 def _bytes(value: int | None) -> str:
@@ -41,7 +36,10 @@ def render_summary(findings: Findings) -> str:
     others = findings.incidents[1:]
     if others:
         lines += ["", f"Other incidents ({len(others)}):"]
-        lines += [f"  {i.id} {i.cls} at {when(i.peak_ts)}: {safe(i.reason, 110)}" for i in others]
+        lines += [
+            f"  {i.id} {i.cls} at {when(i.peak_ts)}: {escape.terminal(i.reason, 110)}"
+            for i in others
+        ]
     lines += ["", *_gaps(findings), "", f"KV model: {findings.kv_model['statement']}"]
     rate = findings.decode_rate.get("statement")
     if rate:
@@ -54,7 +52,7 @@ def _headline(findings: Findings) -> str:
     span = ""
     if trace.start is not None and trace.end is not None:
         span = f", {when(trace.start)} to {when(trace.end)}"
-    nodes = ", ".join(safe(n) for n in trace.nodes)
+    nodes = ", ".join(escape.terminal(n) for n in trace.nodes)
     count = len(findings.incidents)
     return (
         f"oomtrace analyze: {count} incident{'s' if count != 1 else ''} on {nodes}{span} "
@@ -63,15 +61,17 @@ def _headline(findings: Findings) -> str:
 
 
 def _incident(incident: Incident) -> list[str]:
-    where = safe(incident.node) + (f" GPU {incident.device}" if incident.device is not None else "")
+    where = escape.terminal(incident.node) + (
+        f" GPU {incident.device}" if incident.device is not None else ""
+    )
     anchor = {
         "oom": "an out-of-memory error",
         "startup": "a startup refusal",
-        "spike": f"a spike of {safe(incident.anchor_series or '')}",
+        "spike": f"a spike of {escape.terminal(incident.anchor_series or '')}",
     }[incident.anchor]
     lines = [
         f"PRIMARY  {incident.cls} at {when(incident.peak_ts)} on {where} (anchored on {anchor})",
-        f"  why:       {safe(incident.reason)}",
+        f"  why:       {escape.terminal(incident.reason)}",
     ]
     kv_peak = incident.anchor == "spike" and (incident.anchor_series or "").startswith("kv_used")
     of_what = "KV pool" if kv_peak else "device memory"
@@ -148,8 +148,9 @@ def _table(culprits: tuple[Culprit, ...]) -> list[str]:
             notes.append("admitted in window")
         elif c.growth_tokens:
             notes.append(f"+{c.growth_tokens:,} tokens in window")
+        request = escape.terminal(c.request_id, ID_WIDTH)
         rows.append(
-            f"    {c.rank:>2}  {safe(c.request_id, ID_WIDTH):<{ID_WIDTH}}  {tokens:>16}  "
+            f"    {c.rank:>2}  {request:<{ID_WIDTH}}  {tokens:>16}  "
             f"{kv:>11}  {c.share:>6.1%}  {', '.join(notes)}"
         )
     return rows
@@ -204,7 +205,9 @@ def _folded(gaps: list[Gap]) -> list[tuple[str | None, str]]:
 
 def _gap_line(source: str | None, detail: str) -> str:
     if source is None:
-        return safe(detail, 120)
+        return escape.terminal(detail, 120)
     # Series name their source ``parser:path``: the file name is enough to read it by.
     short = PurePath(source.split(":", 1)[-1].replace("\\", "/")).name or source
-    return f"{safe(short, 40)}: {safe(detail.replace(f' ({source})', ''), 120)}"
+    return (
+        f"{escape.terminal(short, 40)}: {escape.terminal(detail.replace(f' ({source})', ''), 120)}"
+    )

@@ -1,5 +1,6 @@
-"""The terminal rendering: the verdict a person on call reads in thirty seconds, then every
-section's figures and tables (charts as their per-series summary; the HTML has the charts)."""
+"""``oomtrace report`` on a terminal: the verdict a person on call reads in thirty seconds, then
+every section's figures and tables (charts as their per-series summary; the HTML has the charts).
+The other formats of the same report are in :mod:`oomtrace.report`."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ def _wrap(text: str) -> list[str]:
     return [line.replace(_KEEP, " ") for line in lines]
 
 
-def render_text(report: Report) -> str:
+def render_report(report: Report) -> str:
+    """The report as terminal text (``oomtrace report --format text``)."""
     out: list[str] = [escape.terminal(report.title)]
     if report.subtitle:
         out.append(escape.terminal(report.subtitle))

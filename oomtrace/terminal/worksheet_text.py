@@ -1,27 +1,22 @@
-"""The worksheet for people (one line per quantity: label, value with its unit, the formula or
-assumption beside it) and for machines (a stable JSON document with sorted keys)."""
+"""``oomtrace budget`` on a terminal: one line per quantity (label, value with its unit, the
+formula or assumption beside it), then the assumptions, then the admission ledger. Request ids
+come from user files and are escaped (:func:`oomtrace.escape.terminal`). The JSON document is
+:mod:`oomtrace.budget.worksheet_json`."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
-from typing import Any
-
-from oomtrace.budget.kv import KVGroup, KVSpec
-from oomtrace.budget.layers import AttentionLayer, ModelArchitecture
+from oomtrace import escape
+from oomtrace.budget.kv import KVGroup
+from oomtrace.budget.layers import AttentionLayer
 from oomtrace.budget.ledger import Ledger
 from oomtrace.budget.vllm_reservation import EngineView
 from oomtrace.budget.worksheet import Worksheet
 from oomtrace.units import format_bytes
 
-SCHEMA = "oomtrace.budget/1"
 LEDGER_ROWS_SHOWN = 20
+# Request ids from user files are cut to this many characters.
+ID_WIDTH = 40
 _KIND_LABEL = {"full": "full", "sliding": "sliding", "chunked": "chunked", "mla": "MLA"}
-
-
-def escape(text: str, limit: int = 40) -> str:
-    """Request ids come from user files: show them printable and bounded."""
-    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-    return shown if len(shown) <= limit else shown[: limit - 1] + "…"
 
 
 def _b(value: int) -> str:
@@ -181,7 +176,7 @@ def _header(ws: Worksheet) -> list[str]:
     ]
 
 
-def render_text(ws: Worksheet, ledger: Ledger | None = None) -> str:
+def render_worksheet(ws: Worksheet, ledger: Ledger | None = None) -> str:
     """The worksheet as aligned text lines, then assumptions, then the ledger if any."""
     spec, w, r = ws.spec, ws.weights, ws.reserve
     tp = spec.tensor_parallel
@@ -211,7 +206,7 @@ def render_text(ws: Worksheet, ledger: Ledger | None = None) -> str:
         *_concurrency_lines(ws),
         *_engine_line(ws, ws.engine),
     ]
-    notes = assumptions(ws)
+    notes = ws.assumptions()
     if notes:
         lines += ["", "assumptions:", *(f"  - {note}" for note in notes)]
     if ledger is not None:
@@ -219,32 +214,19 @@ def render_text(ws: Worksheet, ledger: Ledger | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def assumptions(ws: Worksheet) -> list[str]:
-    notes: list[str] = []
-    notes += list(ws.arch.notes)
-    context = ws.arch.context_tokens
-    if context is not None and ws.contract.stored_tokens > context:
-        notes.append(
-            f"{ws.contract.stored_tokens:,} stored tokens exceed the model's context of "
-            f"{context:,}: the formula still applies, the model may not"
-        )
-    notes += list(ws.spec.assumptions)
-    return notes
-
-
 def render_ledger(ledger: Ledger) -> list[str]:
     rows = ledger.rows
     lines = [f"admission ledger: {ledger.source} ({rows.height} requests)"]
     lines += [
         f"  left out: {gap.count} {'row' if gap.count == 1 else 'rows'}, {gap.reason} "
-        f"(first: {escape(gap.example)})"
+        f"(first: {escape.terminal(gap.example, ID_WIDTH)})"
         for gap in ledger.gaps
     ]
     lines.append(
         f"  {'request':<24}{'input':>10}{'new':>10}{'reserved':>12}{'bytes':>14}  admitted"
     )
     lines += [
-        f"  {escape(row['request_id'], 23):<24}{row['input_tokens']:>10,}"
+        f"  {escape.terminal(row['request_id'], 23):<24}{row['input_tokens']:>10,}"
         f"{row['max_new_tokens']:>10,}{row['reserved_tokens']:>12,}"
         f"{format_bytes(row['reserved_bytes']):>14}  {'yes' if row['admitted'] else 'no'}"
         for row in rows.head(LEDGER_ROWS_SHOWN).iter_rows(named=True)
@@ -267,7 +249,7 @@ def render_ledger(ledger: Ledger) -> list[str]:
     never = ledger.never_fit
     if never.height:
         shown = ", ".join(
-            f"{escape(i)} ({format_bytes(b)})"
+            f"{escape.terminal(i, ID_WIDTH)} ({format_bytes(b)})"
             for i, b in zip(
                 never["request_id"].head(10), never["reserved_bytes"].head(10), strict=True
             )
@@ -277,83 +259,3 @@ def render_ledger(ledger: Ledger) -> list[str]:
     else:
         lines.append("  never fit alone: none")
     return lines
-
-
-def _model_json(arch: ModelArchitecture) -> dict[str, Any]:
-    return {
-        "name": arch.name,
-        "model_type": arch.model_type,
-        "family": arch.family,
-        "source": None if arch.source is None else str(arch.source),
-        "layers": arch.num_layers,
-        "dtype": arch.dtype,
-        "dtype_source": arch.dtype_source,
-        "context_tokens": arch.context_tokens,
-    }
-
-
-def _spec_json(spec: KVSpec) -> dict[str, Any]:
-    states = {"conv": spec.conv_state_dtype, "ssm": spec.ssm_state_dtype}
-    return {
-        "kv_cache_dtype": spec.kv_dtype,
-        "kv_element_bytes": spec.kv_element_bytes,
-        "kv_bytes_per_token": spec.kv_bytes_per_token,
-        "unbounded_kv_bytes_per_token": spec.unbounded_kv_bytes_per_token,
-        "state_bytes_per_sequence": spec.state_bytes_per_sequence,
-        "state_dtypes": states if spec.state_groups else None,
-        "kv_groups": [asdict(g) for g in spec.groups],
-        "state_groups": [asdict(g) for g in spec.state_groups],
-        "tensor_parallel": spec.tensor_parallel,
-    }
-
-
-def to_json(ws: Worksheet, ledger: Ledger | None = None) -> dict[str, Any]:
-    """The stable document behind ``--json`` (every figure in bytes or tokens)."""
-    w, target = ws.weights, ws.concurrency
-    concurrency = None
-    if target is not None:
-        shortfall = ws.concurrency_shortfall_bytes
-        concurrency = {"target": target, "fits": shortfall == 0, "shortfall_bytes": shortfall}
-    return {
-        "schema": SCHEMA,
-        "model": _model_json(ws.arch),
-        "device_bytes": ws.device_bytes,
-        "weights_bytes": w.per_gpu_bytes,
-        "weights_total_bytes": w.total_bytes,
-        "weights_basis": w.basis,
-        "weights_params": w.params,
-        "weights_dtype": w.dtype,
-        "weights_by_dtype": dict(w.by_dtype),
-        "reserve_bytes": ws.reserve.bytes,
-        "reserve_kind": ws.reserve.kind,
-        "reserve_basis": ws.reserve.basis,
-        "available_cache_bytes": ws.available_cache_bytes,
-        **_spec_json(ws.spec),
-        "stored_tokens_per_sequence": ws.contract.stored_tokens,
-        "max_input_tokens": ws.contract.max_input_tokens,
-        "max_new_tokens": ws.contract.max_new_tokens,
-        "block_size": ws.block_size,
-        "sequence_bytes": ws.sequence_bytes,
-        "max_sequences": ws.max_sequences,
-        "fits": ws.fits,
-        "concurrency": concurrency,
-        "vllm": asdict(ws.engine),
-        "assumptions": assumptions(ws),
-        "ledger": None if ledger is None else _ledger_json(ledger),
-    }
-
-
-def _ledger_json(ledger: Ledger) -> dict[str, Any]:
-    return {
-        "source": str(ledger.source),
-        "requests": ledger.rows.height,
-        "total_reserved_bytes": ledger.total_bytes,
-        "available_bytes": ledger.available_bytes,
-        "remaining_bytes": ledger.remaining_bytes,
-        "admitted_in_order": ledger.admitted,
-        "never_fit_alone": ledger.never_fit["request_id"].to_list(),
-        "left_out": [
-            {"reason": g.reason, "count": g.count, "example": g.example} for g in ledger.gaps
-        ],
-        "rows": ledger.rows.to_dicts(),
-    }
