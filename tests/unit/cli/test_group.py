@@ -37,20 +37,3 @@ def test_unknown_command_is_a_usage_error() -> None:
     )
     assert out.returncode == 2
     assert "No such command 'frobnicate'" in out.stderr
-
-
-def test_the_sources_table_counts_request_rows_as_request_events() -> None:
-    # GIVEN a log whose 296 requests gave 592 request rows (an arrival and an end each)
-    from oomtrace.terminal import sources_table
-    from oomtrace.diagnostics import SourceDiagnostics
-
-    source = SourceDiagnostics(
-        "vllm.log", "vllm-log", "n1", rows={"events": 6, "requests": 592, "samples": 0}
-    )
-
-    # WHEN `oomtrace ingest` / `inspect` list it
-    text = sources_table([source])
-
-    # THEN the rows are named as what they are, as in the report's inputs table (tables that
-    # gave nothing are left out)
-    assert text == "vllm.log  [vllm-log]  6 events, 592 request events"
