@@ -1,10 +1,11 @@
 """The canonical trace: three long tables and a manifest (schema version 1).
 
-Every parser and collector produces these tables; everything after them (timeline, attribution,
-replay, reports) reads only these. All timestamps are ``Datetime("ns", "UTC")``; memory is integer
-bytes; token counts are integers; a count the source does not state is null, never invented.
+Every parser and collector produces these tables; everything after them (analysis, replay,
+reports) reads only these (``docs/ARCHITECTURE.md`` draws where they sit in the pipeline). All
+timestamps are ``Datetime("ns", "UTC")``; memory is integer bytes; token counts are integers; a
+count the source does not state is null, never invented.
 
-Deviations from the first DESIGN.md sketch, deliberate:
+Three choices in their layout, deliberate:
 
 * every table carries ``source`` (the parser or sampler that produced the row), so that a finding
   can cite its evidence;

@@ -1,5 +1,5 @@
 """GPU memory budgets for serving a model: architecture from config.json, KV and state bytes,
-weights, the worksheet and the admission ledger (``reference/kv-math.md``).
+weights, the worksheet and the admission ledger (``docs/kv-math.md``).
 
 Names are loaded on first use, so that importing the CLI's option choices (``budget.dtypes``)
 does not load Polars.

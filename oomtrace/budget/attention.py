@@ -1,5 +1,5 @@
 """Standard attention layers (MHA/GQA/MQA) and which of them are full, sliding-window or
-chunked-local, by each family's convention (kv-math.md §2, §4, §6)."""
+chunked-local, by each family's convention (docs/kv-math.md §2, §4, §6)."""
 
 from __future__ import annotations
 
@@ -91,7 +91,7 @@ def _from_layer_types(
 
 
 def standard_kinds(view: ConfigView, model_type: str, n: int, notes: list[str]) -> Kinds:
-    """Which attention layers are full, sliding or chunked (kv-math.md §4)."""
+    """Which attention layers are full, sliding or chunked (docs/kv-math.md §4)."""
     if model_type in QWEN_TYPES and not view.flag("use_sliding_window"):
         if view.has("sliding_window") or view.has("layer_types"):
             notes.append("use_sliding_window is false: every layer keeps all tokens")

@@ -1,5 +1,5 @@
 """Recurrent and hybrid families: Jamba (Mamba-1), Mamba, Mamba-2, Nemotron-H, Falcon-H1 and
-Gated DeltaNet (Qwen3-Next, Qwen3.5), kv-math.md §5."""
+Gated DeltaNet (Qwen3-Next, Qwen3.5), docs/kv-math.md §5."""
 
 from __future__ import annotations
 

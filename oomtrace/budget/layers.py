@@ -1,6 +1,6 @@
 """What each cache-bearing layer of a model keeps per sequence, independent of dtype and of the
 engine: attention layers (full, sliding window, chunked local, MLA latent) and recurrent layers
-(Mamba-1, Mamba-2, Gated DeltaNet). See ``reference/kv-math.md``.
+(Mamba-1, Mamba-2, Gated DeltaNet). See ``docs/kv-math.md``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Which layers of a model keep what, family by family, from its config.json.
 
-Each family's rules are in ``reference/kv-math.md`` §2-§6 (checked against vLLM and transformers).
+Each family's rules are in ``docs/kv-math.md`` §2-§6 (checked against vLLM and transformers).
 A model this module does not understand is refused with the field that makes it different,
 never sized with the standard formula by default.
 """

@@ -1,5 +1,5 @@
 """vLLM's admission view: what the engine *reserves* per request, which can exceed what is
-resident (kv-math.md §1.3-§1.5, §1.7).
+resident (docs/kv-math.md §1.3-§1.5, §1.7).
 
 A sliding-window layer is reserved ``cdiv(min(W - 1 + T, L), B) + 1`` blocks (the window, one
 chunked-prefill step of T = max_num_batched_tokens tokens, and one block for misalignment);
@@ -7,7 +7,7 @@ a chunked layer ``cdiv(min(C + T, L), B)``; a recurrent layer one state page. Hy
 cut into groups of equal size, the last ones padded with empty slots, and every group is charged
 as many layers as the largest. Attention + Mamba hybrids use the older page-alignment rule
 (attention blocks raised until an attention page holds a Mamba state). These rules were read at
-the vLLM versions kv-math.md lists and change between releases: the view is labelled as such.
+the vLLM versions docs/kv-math.md lists and change between releases: the view is labelled as such.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """Metrics and GPU files as people export them after an outage: Prometheus ``query_range`` JSON,
-concatenated ``/metrics`` scrapes, nvidia-smi CSV (reference/formats.md §1.2, §3.1)."""
+concatenated ``/metrics`` scrapes, nvidia-smi CSV, in the formats ``oomtrace.ingest`` reads (where
+each is documented: ``docs/ARCHITECTURE.md``)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """vLLM's log as the server writes it: process prefix, level, ``MM-DD HH:MM:SS`` local time,
 ``[file:line]``, message; multi-line messages repeat the prefix on every line and join them with
 ``\\r\\n`` (vLLM's ``NewLineFormatter``); an optional outer prefix (docker compose ``-t``,
-journald) in front of every physical line. Formats: reference/formats.md §1.3 to §1.9.
+journald) in front of every physical line. Formats: vLLM's ``vllm/logger.py`` and
+``vllm/logging_utils/formatter.py``; ``docs/ARCHITECTURE.md`` says where they are documented.
 """
 
 from __future__ import annotations

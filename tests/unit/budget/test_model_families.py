@@ -1,5 +1,5 @@
 """Every attention/state family against real public config.json files (tests/data/configs, each
-with its SOURCE.md). Expected numbers are written out by hand from kv-math.md's rules, never
+with its SOURCE.md). Expected numbers are written out by hand from docs/kv-math.md's rules, never
 computed by the code under test. "seq(N)" below means one sequence of N stored tokens without
 block rounding (block_size=1)."""
 

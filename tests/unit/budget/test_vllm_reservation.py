@@ -1,4 +1,4 @@
-"""vLLM's admission view: the reservation per request, reproduced from kv-math.md §1.7's worked
+"""vLLM's admission view: the reservation per request, reproduced from docs/kv-math.md §1.7's worked
 examples (max_model_len 32,768, block size 16), with the arithmetic written out."""
 
 from __future__ import annotations
