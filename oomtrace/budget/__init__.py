@@ -7,8 +7,9 @@ does not load Polars.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from oomtrace import lazy
 
 if TYPE_CHECKING:
     from oomtrace.budget.architecture import load_architecture
@@ -47,8 +48,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'oomtrace.budget' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy.exports("oomtrace.budget", _EXPORTS)

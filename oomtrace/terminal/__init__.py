@@ -16,8 +16,9 @@ library package and below :mod:`oomtrace.cli` (``tests/unit/test_layers.py``).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from oomtrace import lazy
 
 if TYPE_CHECKING:
     from oomtrace.terminal.findings_text import render_summary
@@ -61,8 +62,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'oomtrace.terminal' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy.exports("oomtrace.terminal", _EXPORTS)

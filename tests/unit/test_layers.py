@@ -2,7 +2,7 @@
 
 From the bottom (``docs/ARCHITECTURE.md`` draws the pipeline they implement):
 
-1. ``oomtrace`` itself (the version), ``units``, ``errors``, ``schema``, ``isotime``,
+1. ``oomtrace`` itself (the version), ``units``, ``errors``, ``schema``, ``isotime``, ``lazy``,
    ``escape``: vocabulary every layer uses;
 2. ``trace``, ``diagnostics``: the canonical trace on disk and what each source could be read
    for;
@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "oomtrace"
 
 LAYERS: Final[tuple[frozenset[str], ...]] = (
-    frozenset({"oomtrace", "units", "errors", "schema", "isotime", "escape"}),
+    frozenset({"oomtrace", "units", "errors", "schema", "isotime", "escape", "lazy"}),
     frozenset({"trace", "diagnostics"}),
     frozenset({"ingest", "budget"}),
     frozenset({"analysis"}),
