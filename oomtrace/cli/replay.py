@@ -21,15 +21,17 @@ from oomtrace.cli._options import (
 if TYPE_CHECKING:
     from oomtrace.ingest import IngestOptions
 
-_POLICIES: Final = ("on-demand", "reserve")
-_TARGETS: Final = ("max-num-seqs", "max-num-batched-tokens", "kv-blocks")
+# oomtrace.replay's POLICIES and SEARCH_TARGETS, repeated so that --help does not load the compiled
+# simulator (tests/unit/cli/test_replay.py checks they are the same).
+POLICY_CHOICES: Final = ("on-demand", "reserve")
+TARGET_CHOICES: Final = ("max-num-seqs", "max-num-batched-tokens", "kv-blocks")
 
 
 @click.command("replay")
 @click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option(
     "--policy",
-    type=click.Choice(_POLICIES),
+    type=click.Choice(POLICY_CHOICES),
     default="on-demand",
     show_default=True,
     help="reserve: hold prompt + max_tokens at admission; on-demand: allocate as "
@@ -84,7 +86,7 @@ _TARGETS: Final = ("max-num-seqs", "max-num-batched-tokens", "kv-blocks")
 @click.option(
     "--search",
     "target",
-    type=click.Choice(_TARGETS),
+    type=click.Choice(TARGET_CHOICES),
     help="Find the largest "
     "max-num-seqs / max-num-batched-tokens, or the smallest kv-blocks, with no "
     "overflow and no preemption, and report its queueing cost.",
@@ -139,7 +141,7 @@ def command(
         return None if value is None else parse_bytes(value, what=flag)
 
     options = ReplayOptions(
-        policy=policy,  # type: ignore[arg-type]  # click.Choice(_POLICIES)
+        policy=policy,  # type: ignore[arg-type]  # click.Choice(POLICY_CHOICES)
         kv_blocks=kv_blocks,
         device_bytes=size(device_memory, "--device-memory"),
         weights_bytes=size(weights, "--weights"),
@@ -154,7 +156,7 @@ def command(
         max_waiting=max_waiting,
         decode_tokens_per_s=decode_tokens_per_s,
         prefill_tokens_per_s=prefill_tokens_per_s,
-        search=target,  # type: ignore[arg-type]  # click.Choice(_TARGETS)
+        search=target,  # type: ignore[arg-type]  # click.Choice(TARGET_CHOICES)
         calibrate=calibrate,
         node=ingest.node,
     )

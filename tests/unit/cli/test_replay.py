@@ -209,3 +209,11 @@ def test_device_memory_too_small_for_one_block_is_refused(tmp_path: Path) -> Non
         "oomtrace: error: --device-memory leaves 0 B after --weights and --reserve, less than "
         "one KV block (2,097,152 B); give more device memory or less weights/reserve\n"
     )
+
+
+def test_the_commands_choices_are_the_librarys() -> None:
+    from oomtrace.cli.replay import POLICY_CHOICES, TARGET_CHOICES
+    from oomtrace.replay import POLICIES, SEARCH_TARGETS
+
+    assert POLICY_CHOICES == POLICIES
+    assert TARGET_CHOICES == SEARCH_TARGETS
