@@ -73,7 +73,7 @@ def generate(path: Path, megabytes: int) -> None:
 
 def run_oomtrace(path: Path) -> int:
     from oomtrace.diagnostics import SourceDiagnostics
-    from oomtrace.ingest.base import ParseContext
+    from oomtrace.ingest.parser_api import ParseContext
     from oomtrace.ingest.sglang import PARSER
     from oomtrace.ingest.textio import InputFile
 

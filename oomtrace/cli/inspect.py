@@ -26,8 +26,7 @@ def command(
     """Show which parser recognises PATH, what it extracts (counts per table, the first rows)
     and the diagnostics."""
     from oomtrace.errors import UsageError
-    from oomtrace.ingest import inspect_path
-    from oomtrace.ingest.base import registry
+    from oomtrace.ingest import inspect_path, registry
     from oomtrace.terminal import render_formats, render_inspection
 
     if formats:

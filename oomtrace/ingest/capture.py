@@ -23,8 +23,9 @@ from collectors.columns import LogLines
 from collectors.segments import read_capture
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.errors import InputError
-from oomtrace.ingest.base import LineParser, ParseContext, ParseResult, registry
+from oomtrace.ingest.parser_api import LineParser, ParseContext, ParseResult
 from oomtrace.ingest.prometheus import parse_scrapes
+from oomtrace.ingest.registry import registry
 from oomtrace.ingest.textio import InputFile
 from oomtrace.schema import TS
 

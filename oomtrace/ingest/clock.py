@@ -31,7 +31,7 @@ from zoneinfo import ZoneInfo
 import polars as pl
 
 from oomtrace.diagnostics import SourceDiagnostics
-from oomtrace.ingest.base import ClockOptions
+from oomtrace.ingest.parser_api import ClockOptions
 
 TOLERANCE_S: Final = 5
 _DAY_S: Final = 86_400

@@ -37,7 +37,7 @@ import polars as pl
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.errors import InputError
 from oomtrace.ingest import prometheus_dialects as d
-from oomtrace.ingest.base import ParseContext, ParseResult
+from oomtrace.ingest.parser_api import ParseContext, ParseResult
 from oomtrace.ingest.prometheus_lines import parse_samples
 from oomtrace.ingest.prometheus_map import (
     ConfigInfo,

@@ -31,7 +31,7 @@ import polars as pl
 
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.ingest import prometheus_dialects as d
-from oomtrace.ingest.base import ParseResult
+from oomtrace.ingest.parser_api import ParseResult
 from oomtrace.schema import METRICS, TS, WHOLE_NUMBER_KINDS
 
 log = logging.getLogger(__name__)

@@ -27,7 +27,7 @@ from typing import Final
 import polars as pl
 
 from oomtrace.diagnostics import SourceDiagnostics
-from oomtrace.ingest.base import ParseContext, ParseResult
+from oomtrace.ingest.parser_api import ParseContext, ParseResult
 from oomtrace.ingest.textio import InputFile, first_line
 from oomtrace.ingest.timestamps import StampForms, line_stamps
 from oomtrace.ingest.torch_oom import OOM_SHAPES, PREFILTER, extract_ooms

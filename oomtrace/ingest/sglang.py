@@ -29,7 +29,7 @@ import polars as pl
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.ingest import sglang_extract as extract
 from oomtrace.ingest import sglang_patterns as pat
-from oomtrace.ingest.base import ParseContext, ParseResult
+from oomtrace.ingest.parser_api import ParseContext, ParseResult
 from oomtrace.ingest.textio import InputFile, first_line
 from oomtrace.ingest.timestamps import ISO, localize, naive, with_offset
 from oomtrace.ingest.torch_oom import OOM_SHAPES, PREFILTER, extract_ooms

@@ -32,7 +32,7 @@ import polars as pl
 
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.errors import InputError
-from oomtrace.ingest.base import ParseContext, ParseResult
+from oomtrace.ingest.parser_api import ParseContext, ParseResult
 from oomtrace.ingest.textio import InputFile
 from oomtrace.schema import TS
 from oomtrace.units import format_bytes

@@ -46,7 +46,6 @@ from typing import Final
 import polars as pl
 
 from oomtrace.diagnostics import SourceDiagnostics
-from oomtrace.ingest.base import ParseContext, ParseResult
 from oomtrace.ingest.clock import (
     ClockDecision,
     FullAnchor,
@@ -54,6 +53,7 @@ from oomtrace.ingest.clock import (
     decide,
     report_disagreement,
 )
+from oomtrace.ingest.parser_api import ParseContext, ParseResult
 from oomtrace.ingest.prefixes import ANSI, OUTER
 from oomtrace.ingest.textio import InputFile
 from oomtrace.ingest.vllm_extract import Extracted, extract, flags

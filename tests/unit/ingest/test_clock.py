@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.ingest import IngestOptions, ingest_paths
-from oomtrace.ingest.base import ClockOptions, ParseContext
 from oomtrace.ingest.clock import (
     combine,
     leap_calendar_day,
@@ -22,6 +21,7 @@ from oomtrace.ingest.clock import (
     report_disagreement,
     year_offsets,
 )
+from oomtrace.ingest.parser_api import ClockOptions, ParseContext
 from oomtrace.ingest.vllm import NO_TIME, PARSER
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "vllm"

@@ -18,8 +18,8 @@ from oomtrace.cli import cli
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.errors import InputError
 from oomtrace.ingest import IngestOptions, ingest_paths
-from oomtrace.ingest.base import ClockOptions, ParseContext
 from oomtrace.ingest.nvidia_smi import PARSER, parse_header
+from oomtrace.ingest.parser_api import ClockOptions, ParseContext
 from oomtrace.ingest.textio import InputFile
 from oomtrace.trace import Trace
 

@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.errors import InputError
-from oomtrace.ingest.base import ClockOptions, ParseContext
+from oomtrace.ingest.parser_api import ClockOptions, ParseContext
 from oomtrace.ingest.prometheus import PARSER
 from oomtrace.ingest.prometheus_dialects import LABELS, SERIES
 from oomtrace.ingest.prometheus_lines import PLAIN, parse_samples

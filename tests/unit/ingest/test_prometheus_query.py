@@ -19,7 +19,7 @@ from oomtrace.cli import cli
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.errors import InputError
 from oomtrace.ingest import IngestOptions, ingest_paths
-from oomtrace.ingest.base import ClockOptions, ParseContext
+from oomtrace.ingest.parser_api import ClockOptions, ParseContext
 from oomtrace.ingest.prometheus_query import PARSER
 from oomtrace.ingest.textio import InputFile
 from oomtrace.trace import Trace

@@ -20,7 +20,7 @@ from oomtrace.cli import cli
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.errors import InputError
 from oomtrace.ingest import IngestOptions, ingest_paths, sniff
-from oomtrace.ingest.base import ClockOptions, ParseContext
+from oomtrace.ingest.parser_api import ClockOptions, ParseContext
 from oomtrace.ingest.pytorch_log import PARSER
 from oomtrace.ingest.textio import InputFile
 from oomtrace.ingest.timestamps import line_stamps

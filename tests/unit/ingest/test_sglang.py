@@ -18,7 +18,8 @@ from polars.testing import assert_frame_equal
 from oomtrace.cli import cli
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.ingest import IngestOptions, ingest_paths, sniff
-from oomtrace.ingest.base import ParseContext, registry
+from oomtrace.ingest.parser_api import ParseContext
+from oomtrace.ingest.registry import registry
 from oomtrace.ingest.sglang import PARSER
 from oomtrace.ingest.textio import InputFile
 from oomtrace.trace import Trace

@@ -9,7 +9,7 @@ import pytest
 
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.ingest import sglang_patterns as pat
-from oomtrace.ingest.base import ParseContext, ParseResult
+from oomtrace.ingest.parser_api import ParseContext, ParseResult
 from oomtrace.ingest.sglang import PARSER
 from oomtrace.units import GiB
 

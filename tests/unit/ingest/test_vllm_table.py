@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 
 from oomtrace.diagnostics import SourceDiagnostics
-from oomtrace.ingest.base import ClockOptions, ParseContext, ParseResult
+from oomtrace.ingest.parser_api import ClockOptions, ParseContext, ParseResult
 from oomtrace.ingest.vllm import PARSER
 from oomtrace.ingest.vllm_patterns import (
     CONFIG_LINES,

@@ -1,42 +1,21 @@
-"""The parser plug point and the registry that holds built-in and third-party parsers alike.
+"""The parser plug point: what a parser is given and what it returns.
 
 A parser is any object with ``name``, ``description``, ``sniff`` and ``parse`` (the
-:class:`Parser` protocol). Built-ins are listed in :data:`BUILTIN_PARSERS` as ``module:attribute``
-strings and loaded on first use, exactly like extensions, which register through the
-``oomtrace.parsers`` entry-point group. Each engine's version-dependent patterns live in one table
-in its parser module, each with the sample that exercises it.
+:class:`Parser` protocol); :mod:`oomtrace.ingest.registry` holds them by name. Each engine's
+version-dependent patterns live in tables in its subpackage, each with the sample that
+exercises it.
 """
 
 from __future__ import annotations
 
-import importlib
-import logging
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import cache
-from importlib.metadata import entry_points
 from typing import Any, Protocol, runtime_checkable
 
 import polars as pl
 
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.ingest.textio import InputFile
-
-log = logging.getLogger(__name__)
-
-# module:attribute of every built-in parser, in sniffing tie-break order.
-BUILTIN_PARSERS: tuple[str, ...] = (
-    "oomtrace.ingest.capture:PARSER",
-    "oomtrace.ingest.vllm:PARSER",
-    "oomtrace.ingest.sglang:PARSER",
-    "oomtrace.ingest.torch_snapshot:PARSER",
-    "oomtrace.ingest.pytorch_log:PARSER",
-    "oomtrace.ingest.nvidia_smi:PARSER",
-    "oomtrace.ingest.prometheus:PARSER",
-    "oomtrace.ingest.prometheus_query:PARSER",
-)
-
-ENTRY_POINT_GROUP = "oomtrace.parsers"
 
 
 @dataclass(frozen=True)
@@ -107,32 +86,3 @@ class LineParser(Parser, Protocol):
     def parse_lines(
         self, lines: pl.DataFrame, ctx: ParseContext, diag: SourceDiagnostics
     ) -> ParseResult: ...
-
-
-@cache
-def registry() -> dict[str, Parser]:
-    """All parsers by name: built-ins first, then entry points (which may not shadow one)."""
-    found: dict[str, Parser] = {}
-    for spec in BUILTIN_PARSERS:
-        _add(found, _load(spec), spec)
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            _add(found, ep.load(), ep.value)
-        except Exception as err:  # noqa: BLE001 - a broken extension must not break ingest
-            log.warning("parser extension %s could not be loaded: %s", ep.value, err)
-    return found
-
-
-def _load(spec: str) -> object:
-    module, _, attribute = spec.partition(":")
-    return getattr(importlib.import_module(module), attribute)
-
-
-def _add(found: dict[str, Parser], parser: object, spec: str) -> None:
-    if not isinstance(parser, Parser):
-        log.warning("%s is not a parser (needs name, description, sniff, parse)", spec)
-        return
-    if parser.name in found:
-        log.warning("parser name %s from %s is already taken; ignored", parser.name, spec)
-        return
-    found[parser.name] = parser

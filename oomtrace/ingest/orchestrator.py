@@ -1,0 +1,115 @@
+"""Turn what a server left behind into one canonical trace.
+
+``ingest_paths`` sniffs each input's format (or takes ``--format``), runs its parser, and merges
+everything of one incident into one :class:`~oomtrace.trace.Trace`. ``load_any`` is what the
+analysis commands call: a trace directory is read as it is, anything else is ingested on the fly.
+
+A file named on the command line that no parser recognises is an error; one found inside a
+directory is recorded as a gap and skipped, so that a folder of mixed files still gives a trace.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from oomtrace.diagnostics import SourceDiagnostics
+from oomtrace.errors import InputError, UsageError
+from oomtrace.ingest.parser_api import ClockOptions, ParseContext, Parser
+from oomtrace.ingest.sniffing import Sniffed, expand_inputs, sniff, unrecognised
+from oomtrace.ingest.trace_merge import Parsed, merge
+from oomtrace.trace import Trace, is_trace_dir, read_trace
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class IngestOptions:
+    """``--format``, ``--node``, ``--year``, ``--tz``: the same for ingest, analyze, report."""
+
+    format: str | None = None
+    node: str | None = None
+    year: int | None = None
+    tz: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.tz is not None:
+            try:
+                ZoneInfo(self.tz)
+            except (ZoneInfoNotFoundError, ValueError) as err:
+                raise UsageError(
+                    f"--tz {self.tz!r}: unknown time zone; use an IANA name such as "
+                    "'Europe/Berlin', 'America/New_York' or 'UTC'"
+                ) from err
+        if self.year is not None and not 1970 <= self.year <= 2200:
+            raise UsageError(f"--year {self.year}: out of range; give the four-digit year")
+
+    @property
+    def clock(self) -> ClockOptions:
+        """What parsers are told about placing year-less or zone-less times."""
+        return ClockOptions(year=self.year, tz=self.tz)
+
+
+def load_any(
+    paths: Sequence[Path],
+    options: IngestOptions | None = None,
+    parsers: Mapping[str, Parser] | None = None,
+) -> Trace:
+    """A trace directory as it is, or the trace ingested from raw files and folders."""
+    paths = [Path(p) for p in paths]
+    if not paths:
+        raise UsageError("no input given; pass a trace directory or the files of the incident")
+    traces = [p for p in paths if is_trace_dir(p)]
+    if traces and len(paths) > 1:
+        raise UsageError(
+            f"{traces[0]} is a trace directory; analyse it alone, or pass only raw files"
+        )
+    if traces:
+        return read_trace(traces[0])
+    return ingest_paths(paths, options or IngestOptions(), parsers)
+
+
+def ingest_paths(
+    paths: Sequence[Path], options: IngestOptions, parsers: Mapping[str, Parser] | None = None
+) -> Trace:
+    """Parse every input and merge them into one trace. ``parsers`` defaults to the registry."""
+    sniffed = [sniff(s, explicit, options.format, parsers) for s, explicit in expand_inputs(paths)]
+    for item in sniffed:
+        if item.parser is None and item.explicit:
+            raise InputError(unrecognised(item))
+    results: list[Parsed] = []
+    skipped: list[SourceDiagnostics] = []
+    for item in sniffed:
+        if item.parser is None:
+            diag = SourceDiagnostics(item.source.name, "unrecognised", options.node or "")
+            diag.note(
+                f"no parser recognised this file (tried: {', '.join(item.tried)}); skipped",
+                lost=True,
+            )
+            skipped.append(diag)
+            continue
+        diag = SourceDiagnostics(item.source.name, item.parser.name, options.node or "")
+        ctx = ParseContext(clock=options.clock, mtime=item.source.mtime)
+        results.append((item.source, item.parser.parse(item.source, ctx, diag), diag))
+    if not results:
+        raise InputError(
+            f"{', '.join(str(p) for p in paths)}: no file that oomtrace can read; "
+            "pass the engine log, nvidia-smi CSV or metrics export, or --format"
+        )
+    return merge(results, skipped, options.node, options.clock)
+
+
+def inspect_path(
+    path: Path, options: IngestOptions, parsers: Mapping[str, Parser] | None = None
+) -> tuple[Sniffed, Trace]:
+    """Which parser recognises ``path`` and what it extracts (for ``oomtrace inspect``)."""
+    inputs = expand_inputs([path])
+    if len(inputs) != 1 or not inputs[0][1]:
+        raise UsageError(f"{path}: inspect takes one file; for a folder use `oomtrace ingest`")
+    item = sniff(inputs[0][0], True, options.format, parsers)
+    if item.parser is None:
+        raise InputError(unrecognised(item))
+    return item, ingest_paths([path], options, parsers)

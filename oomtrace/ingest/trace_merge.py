@@ -1,0 +1,196 @@
+"""Every input's parse result of one incident merged into one trace.
+
+Each table is conformed to the canonical schema, rows are labelled with the node and the source
+they came from, GPUs named only by UUID or bus id are placed on the device index another input
+states, and the manifest gathers what each source says about the engine, the model and its
+clock (the first statement of a key wins; a different later one is a note).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from oomtrace.diagnostics import SourceDiagnostics
+from oomtrace.ingest.parser_api import ClockOptions, ParseResult
+from oomtrace.ingest.textio import InputFile
+from oomtrace.schema import TABLES, TableName, conform
+from oomtrace.trace import Manifest, Trace
+
+# One input's contribution: the file, what its parser returned, and its diagnostics.
+Parsed = tuple[InputFile, ParseResult, SourceDiagnostics]
+
+
+def merge(
+    results: list[Parsed],
+    skipped: list[SourceDiagnostics],
+    node: str | None,
+    clock: ClockOptions,
+) -> Trace:
+    """One trace from the parsed inputs; ``skipped`` are the diagnostics of inputs no parser
+    read; ``node`` labels every row (default: from the inputs)."""
+    node = node or _default_node([(source, r) for source, r, _ in results])
+    manifest = Manifest(nodes=[node])
+    frames: dict[TableName, list[pl.DataFrame]] = {t: [] for t in TABLES}
+    devices = _device_index(results)
+    for input_file, result, diag in results:
+        diag.node = node
+        source = f"{diag.parser}:{input_file.name}"
+        conformed: list[pl.DataFrame] = []
+        for table in TABLES:
+            frame = getattr(result, table)
+            if frame is None or frame.height == 0:
+                diag.rows[table] = 0
+                continue
+            frame = _place_devices(frame, devices, diag)
+            frame = frame.with_columns(node=pl.lit(node), source=_source(frame, source))
+            frame = conform(table, frame, what=input_file.name)
+            diag.rows[table] = frame.height
+            frames[table].append(frame)
+            conformed.append(frame)
+        _time_range(diag, conformed)
+        _merge_dict(manifest.engine, result.engine, "engine", diag)
+        _merge_dict(manifest.model, result.model, "model", diag)
+        _merge_dict(manifest.engine_config, result.engine_config, "engine_config", diag)
+        diag.clock = source_clock(result.clock, clock)
+        # Sources may each place time their own way: the per-source record says how; the
+        # trace-level one keeps the first statement of each key without calling that a conflict.
+        for key, value in result.clock.items():
+            if value is not None:
+                manifest.clock.setdefault(key, value)
+        manifest.sources.append(diag)
+    for diag in skipped:
+        diag.node = node
+        manifest.sources.append(diag)
+    tables = {t: _in_time_order(pl.concat(frames[t])) if frames[t] else None for t in TABLES}
+    trace = Trace(manifest=manifest)
+    for table, frame in tables.items():
+        if frame is not None:
+            setattr(trace, table, frame)
+    return trace
+
+
+def _in_time_order(frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` sorted by ``ts``, ties in their order (one log's rows mostly come sorted: the
+    check costs a fraction of the sort)."""
+    if frame.get_column("ts").is_sorted():
+        return frame
+    return frame.sort("ts", maintain_order=True)
+
+
+def device_ref_key(ref: str) -> str:
+    """The form GPU identifiers are compared in: upper case, PCI domains widened to the 8 digits
+    nvidia-smi, NVML and DCGM print (sysfs and lspci print 4)."""
+    key = ref.strip().upper()
+    return "0000" + key if _SHORT_PCI.match(key) else key
+
+
+_SHORT_PCI = re.compile(r"^[0-9A-F]{4}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-9A-F]$")
+
+
+def _device_index(results: list[Parsed]) -> dict[str, int]:
+    found: dict[str, int] = {}
+    for _, result, diag in results:
+        for ref, index in result.device_index.items():
+            key = device_ref_key(ref)
+            if found.get(key, index) != index:
+                diag.note(f"GPU {ref} is device {index} here but {found[key]} elsewhere; kept it")
+                continue
+            found[key] = index
+    return found
+
+
+def _place_devices(
+    frame: pl.DataFrame, devices: dict[str, int], diag: SourceDiagnostics
+) -> pl.DataFrame:
+    """Resolve a ``device_ref`` column (GPU UUID or bus id) to the device index another input
+    of the incident states; rows no input places keep a null device, with a note."""
+    if "device_ref" not in frame.columns:
+        return frame
+    key = pl.col("device_ref").str.strip_chars().str.to_uppercase()
+    key = pl.when(key.str.contains(_SHORT_PCI.pattern)).then(pl.lit("0000") + key).otherwise(key)
+    placed = key.replace_strict(devices, default=None, return_dtype=pl.Int32)
+    if "device" in frame.columns:
+        placed = pl.coalesce(pl.col("device").cast(pl.Int32), placed)
+    frame = frame.with_columns(device=placed)
+    lost = frame.filter(pl.col("device").is_null() & pl.col("device_ref").is_not_null())
+    if lost.height:
+        refs = lost["device_ref"].unique().sort()
+        diag.note(
+            f"{lost.height:,} row(s) name their GPU only as {', '.join(refs.head(3))}"
+            f"{' ...' if refs.len() > 3 else ''}, which no input of this incident ties to a device "
+            "index; their device is unknown (add an `nvidia-smi --query-gpu=index,uuid,pci.bus_id "
+            "--format=csv` capture)",
+            lost=True,
+        )
+    return frame.drop("device_ref")
+
+
+def _source(frame: pl.DataFrame, base: str) -> pl.Expr:
+    if "source" not in frame.columns:
+        return pl.lit(base)
+    qualified = pl.concat_str(pl.lit(base + "#"), pl.col("source"))
+    return pl.when(pl.col("source").is_null()).then(pl.lit(base)).otherwise(qualified)
+
+
+def _default_node(items: list[tuple[InputFile, ParseResult]]) -> str:
+    for _, result in items:
+        if result.host:
+            return result.host
+    parents = {s.path.resolve().parent.name for s, _ in items}
+    if len(items) > 1 and len(parents) == 1 and next(iter(parents)):
+        return next(iter(parents))
+    return Path(items[0][0].name.removesuffix(".gz")).stem or "node"
+
+
+def source_clock(clock: Mapping[str, Any], options: ClockOptions) -> dict[str, Any]:
+    """One source's clock record in one vocabulary, whichever form its parser stated it in:
+    ``tz_source`` is ``option`` (``--tz``), ``default`` (no zone anywhere: read as UTC) or what
+    stated the times (``kubectl/docker timestamps``, ...); ``tz_assumed`` is true only for
+    ``default``. ``year_source`` likewise, where the year had to be chosen."""
+    out = {k: v for k, v in clock.items() if v is not None}
+    if not out:
+        return out
+    if "tz_source" not in out and "tz_assumed" in out:
+        if out["tz_assumed"]:
+            out["tz_source"] = "default"
+        elif options.tz is not None and out.get("tz") == options.tz:
+            out["tz_source"] = "option"
+        else:
+            out["tz_source"] = "the log"
+    if "tz_source" in out:
+        out["tz_assumed"] = out["tz_source"] == "default"
+    if "year_assumed" in out and "year_source" not in out:
+        out["year_source"] = "mtime" if out["year_assumed"] else "option"
+    return out
+
+
+def _merge_dict(
+    into: dict[str, Any], new: dict[str, Any], what: str, diag: SourceDiagnostics
+) -> None:
+    for key, value in new.items():
+        if value is None:
+            continue
+        if key in into and into[key] != value:
+            diag.note(f"{what}.{key} = {value!r} here disagrees with {into[key]!r}; kept the first")
+            continue
+        into[key] = value
+
+
+def _time_range(diag: SourceDiagnostics, frames: list[pl.DataFrame]) -> None:
+    stamps = [f["ts"] for f in frames if f.height]
+    if not stamps:
+        return
+    merged = pl.concat(stamps)
+    low, high = merged.min(), merged.max()
+    diag.first_ts = None if low is None else _iso(low)
+    diag.last_ts = None if high is None else _iso(high)
+
+
+def _iso(value: object) -> str:
+    text = value.isoformat() if hasattr(value, "isoformat") else str(value)
+    return text.replace("+00:00", "Z")
