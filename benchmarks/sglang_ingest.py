@@ -75,7 +75,7 @@ def run_oomtrace(path: Path) -> int:
     from oomtrace.diagnostics import SourceDiagnostics
     from oomtrace.ingest.parser_api import ParseContext
     from oomtrace.ingest.sglang import PARSER
-    from oomtrace.ingest.textio import InputFile
+    from oomtrace.ingest.text.input_file import InputFile
 
     result = PARSER.parse(
         InputFile(path, path.name), ParseContext(), SourceDiagnostics("b", "s", "n")

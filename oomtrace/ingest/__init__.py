@@ -27,7 +27,7 @@ from oomtrace.ingest.parser_api import (
 )
 from oomtrace.ingest.registry import BUILTIN_PARSERS, ENTRY_POINT_GROUP, registry
 from oomtrace.ingest.sniffing import Sniffed, expand_inputs, sniff
-from oomtrace.ingest.textio import InputFile
+from oomtrace.ingest.text.input_file import InputFile
 from oomtrace.ingest.trace_merge import device_ref_key, source_clock
 
 __all__ = [

@@ -26,7 +26,7 @@ from oomtrace.errors import InputError
 from oomtrace.ingest.parser_api import LineParser, ParseContext, ParseResult
 from oomtrace.ingest.prometheus import parse_scrapes
 from oomtrace.ingest.registry import registry
-from oomtrace.ingest.textio import InputFile
+from oomtrace.ingest.text.input_file import InputFile
 from oomtrace.schema import TS
 
 SEGMENT_GLOB: Final = "seg-*.oseg"

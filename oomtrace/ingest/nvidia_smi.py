@@ -35,7 +35,7 @@ import polars as pl
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.errors import InputError
 from oomtrace.ingest.parser_api import ParseContext, ParseResult
-from oomtrace.ingest.textio import InputFile, first_line
+from oomtrace.ingest.text.input_file import InputFile, first_line
 from oomtrace.units import bytes_expr
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 import polars as pl
 
 from oomtrace.diagnostics import SourceDiagnostics
-from oomtrace.ingest.textio import InputFile
+from oomtrace.ingest.text.input_file import InputFile
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ from oomtrace.ingest.prometheus_map import (
     to_result,
 )
 from oomtrace.ingest.prometheus_times import TIME_LINE, parse_times
-from oomtrace.ingest.textio import InputFile, first_line
+from oomtrace.ingest.text.input_file import InputFile, first_line
 from oomtrace.schema import TS
 
 log = logging.getLogger(__name__)

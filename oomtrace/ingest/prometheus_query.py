@@ -33,7 +33,7 @@ from oomtrace.ingest.prometheus_map import (
     seconds_to_ts,
     to_result,
 )
-from oomtrace.ingest.textio import InputFile
+from oomtrace.ingest.text.input_file import InputFile
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ export. Engine-specific parsers (vLLM, SGLang) handle their own logs, OOMs inclu
 for everything else, so it sniffs modestly and steps aside when an engine's line shapes appear.
 
 Each line's time is the first timestamp near its start in the forms of
-:mod:`oomtrace.ingest.timestamps`; lines without one (traceback frames, the message itself)
+:mod:`oomtrace.ingest.text.timestamps`; lines without one (traceback frames, the message itself)
 inherit the previous line's time, and lines before the first timestamp take that first one (with
 a note).
 
@@ -28,8 +28,8 @@ import polars as pl
 
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.ingest.parser_api import ParseContext, ParseResult
-from oomtrace.ingest.textio import InputFile, first_line
-from oomtrace.ingest.timestamps import StampForms, line_stamps
+from oomtrace.ingest.text.input_file import InputFile, first_line
+from oomtrace.ingest.text.timestamps import StampForms, line_stamps
 from oomtrace.ingest.torch_oom import OOM_SHAPES, PREFILTER, extract_ooms
 from oomtrace.schema import TS
 

@@ -30,8 +30,8 @@ from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.ingest import sglang_extract as extract
 from oomtrace.ingest import sglang_patterns as pat
 from oomtrace.ingest.parser_api import ParseContext, ParseResult
-from oomtrace.ingest.textio import InputFile, first_line
-from oomtrace.ingest.timestamps import ISO, localize, naive, with_offset
+from oomtrace.ingest.text.input_file import InputFile, first_line
+from oomtrace.ingest.text.timestamps import ISO, localize, naive, with_offset
 from oomtrace.ingest.torch_oom import OOM_SHAPES, PREFILTER, extract_ooms
 from oomtrace.schema import TS
 

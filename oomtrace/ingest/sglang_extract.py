@@ -11,7 +11,7 @@ import polars as pl
 
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.ingest import sglang_patterns as pat
-from oomtrace.ingest.textio import first_line
+from oomtrace.ingest.text.input_file import first_line
 from oomtrace.units import bytes_expr
 
 REPEAT_WINDOW_S: Final = 5

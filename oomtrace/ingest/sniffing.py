@@ -16,7 +16,7 @@ from oomtrace.ingest.capture import PARSER as _CAPTURE
 from oomtrace.ingest.capture import is_capture_dir
 from oomtrace.ingest.parser_api import Parser
 from oomtrace.ingest.registry import registry
-from oomtrace.ingest.textio import InputFile
+from oomtrace.ingest.text.input_file import InputFile
 
 SNIFF_THRESHOLD = 0.5
 CAPTURE_PARSER = _CAPTURE.name

@@ -33,7 +33,7 @@ import polars as pl
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.errors import InputError
 from oomtrace.ingest.parser_api import ParseContext, ParseResult
-from oomtrace.ingest.textio import InputFile
+from oomtrace.ingest.text.input_file import InputFile
 from oomtrace.schema import TS
 from oomtrace.units import format_bytes
 

@@ -17,7 +17,7 @@ import polars as pl
 
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.ingest.parser_api import ClockOptions, ParseResult
-from oomtrace.ingest.textio import InputFile
+from oomtrace.ingest.text.input_file import InputFile
 from oomtrace.schema import TABLES, TableName, conform
 from oomtrace.trace import Manifest, Trace
 

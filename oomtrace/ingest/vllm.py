@@ -28,9 +28,10 @@ sample, are in :mod:`oomtrace.ingest.vllm_patterns`):
 of a key wins; a later, different one (a restart) is a note.
 
 Outer prefixes (journald, kubectl, docker-compose, Slurm, Ray, process prefixes, ANSI codes) are
-read with the grammar of :mod:`oomtrace.ingest.prefixes`, fused with vLLM's own header into one
-pass (:mod:`.vllm_records`); times are placed by :mod:`oomtrace.ingest.clock`. The same record
-printed by several ranks at the same second counts once. Work is vectorised over chunks of
+read with the grammar of :mod:`oomtrace.ingest.text.outer_prefixes`, fused with vLLM's own
+header into one pass (:mod:`.vllm_records`); times are placed by
+:mod:`oomtrace.ingest.text.yearless_clock`. The same record printed by several ranks at the same
+second counts once. Work is vectorised over chunks of
 lines; see ``benchmarks/ingest_bench.py``.
 """
 
@@ -46,16 +47,16 @@ from typing import Final
 import polars as pl
 
 from oomtrace.diagnostics import SourceDiagnostics
-from oomtrace.ingest.clock import (
+from oomtrace.ingest.parser_api import ParseContext, ParseResult
+from oomtrace.ingest.text.input_file import InputFile
+from oomtrace.ingest.text.outer_prefixes import ANSI, OUTER
+from oomtrace.ingest.text.yearless_clock import (
     ClockDecision,
     FullAnchor,
     combine,
     decide,
     report_disagreement,
 )
-from oomtrace.ingest.parser_api import ParseContext, ParseResult
-from oomtrace.ingest.prefixes import ANSI, OUTER
-from oomtrace.ingest.textio import InputFile
 from oomtrace.ingest.vllm_extract import Extracted, extract, flags
 from oomtrace.ingest.vllm_finish import (
     PRINTED_TIME,

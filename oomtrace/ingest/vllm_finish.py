@@ -11,7 +11,7 @@ import polars as pl
 
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.errors import UnitError
-from oomtrace.ingest.clock import ClockDecision, placed_utc
+from oomtrace.ingest.text.yearless_clock import ClockDecision, placed_utc
 from oomtrace.ingest.torch_oom import REPEAT_WINDOW_S, extract_ooms
 from oomtrace.ingest.vllm_patterns import (
     EVENT_LINES,

@@ -15,7 +15,7 @@ from typing import Final
 
 import polars as pl
 
-from oomtrace.ingest.clock import month_day_expr
+from oomtrace.ingest.text.yearless_clock import month_day_expr
 from oomtrace.ingest.vllm_patterns import HEADER
 
 # Where the engine header starts (capture-free); confirmed by reading the window it points at.

@@ -13,7 +13,8 @@ shared step is a column of its own.
 
 A record keeps its time as printed (``_md`` = month*100+day, ``_tod`` = seconds of the day) and
 a year offset local to its chunk (``_yo``); ``_chunk`` says which chunk, so that
-:func:`oomtrace.ingest.clock.combine` can add each chunk's base once the whole file is read.
+:func:`oomtrace.ingest.text.yearless_clock.combine` can add each chunk's base once the whole
+file is read.
 Lines without a header of their own (traceback lines, prints) take the time of the record before
 them.
 """
@@ -28,13 +29,7 @@ from typing import Final
 
 import polars as pl
 
-from oomtrace.ingest.clock import (
-    ChunkYears,
-    FullAnchor,
-    printed_minus_full,
-    year_offsets,
-)
-from oomtrace.ingest.prefixes import (
+from oomtrace.ingest.text.outer_prefixes import (
     ANSI,
     REPEATED,
     REPEATED_LITERAL,
@@ -43,6 +38,12 @@ from oomtrace.ingest.prefixes import (
     outer_columns,
     outer_pattern,
     parse_iso,
+)
+from oomtrace.ingest.text.yearless_clock import (
+    ChunkYears,
+    FullAnchor,
+    printed_minus_full,
+    year_offsets,
 )
 from oomtrace.ingest.vllm_header import HEADER_AT, HEADER_FIELDS, read_header
 from oomtrace.ingest.vllm_patterns import GLUED

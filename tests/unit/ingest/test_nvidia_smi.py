@@ -20,7 +20,7 @@ from oomtrace.errors import InputError
 from oomtrace.ingest import IngestOptions, ingest_paths
 from oomtrace.ingest.nvidia_smi import PARSER, parse_header
 from oomtrace.ingest.parser_api import ClockOptions, ParseContext
-from oomtrace.ingest.textio import InputFile
+from oomtrace.ingest.text.input_file import InputFile
 from oomtrace.trace import Trace
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "nvidia_smi"

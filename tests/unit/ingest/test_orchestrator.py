@@ -13,7 +13,7 @@ from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.errors import InputError, UsageError
 from oomtrace.ingest import IngestOptions, ingest_paths, inspect_path, load_any
 from oomtrace.ingest.parser_api import ParseContext, Parser, ParseResult
-from oomtrace.ingest.textio import InputFile
+from oomtrace.ingest.text.input_file import InputFile
 from oomtrace.trace import write_trace
 
 

@@ -19,7 +19,7 @@ from oomtrace.ingest.parser_api import ClockOptions, ParseContext
 from oomtrace.ingest.prometheus import PARSER
 from oomtrace.ingest.prometheus_dialects import LABELS, SERIES
 from oomtrace.ingest.prometheus_lines import PLAIN, parse_samples
-from oomtrace.ingest.textio import InputFile
+from oomtrace.ingest.text.input_file import InputFile
 
 NAMES = sorted({s.name for s in SERIES})
 label_names = st.sampled_from([*LABELS, "le", "finished_reason", "moe_ep_rank", "x_1"])

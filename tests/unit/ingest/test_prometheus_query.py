@@ -21,7 +21,7 @@ from oomtrace.errors import InputError
 from oomtrace.ingest import IngestOptions, ingest_paths
 from oomtrace.ingest.parser_api import ClockOptions, ParseContext
 from oomtrace.ingest.prometheus_query import PARSER
-from oomtrace.ingest.textio import InputFile
+from oomtrace.ingest.text.input_file import InputFile
 from oomtrace.trace import Trace
 
 PROM = Path(__file__).resolve().parents[2] / "data" / "prometheus"

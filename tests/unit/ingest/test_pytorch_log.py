@@ -22,8 +22,8 @@ from oomtrace.errors import InputError
 from oomtrace.ingest import IngestOptions, ingest_paths, sniff
 from oomtrace.ingest.parser_api import ClockOptions, ParseContext
 from oomtrace.ingest.pytorch_log import PARSER
-from oomtrace.ingest.textio import InputFile
-from oomtrace.ingest.timestamps import line_stamps
+from oomtrace.ingest.text.input_file import InputFile
+from oomtrace.ingest.text.timestamps import line_stamps
 from oomtrace.trace import Trace
 from oomtrace.units import GiB, MiB
 

@@ -21,7 +21,7 @@ from oomtrace.ingest import IngestOptions, ingest_paths, sniff
 from oomtrace.ingest.parser_api import ParseContext
 from oomtrace.ingest.registry import registry
 from oomtrace.ingest.sglang import PARSER
-from oomtrace.ingest.textio import InputFile
+from oomtrace.ingest.text.input_file import InputFile
 from oomtrace.trace import Trace
 from oomtrace.units import GiB
 

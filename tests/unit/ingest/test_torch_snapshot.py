@@ -23,7 +23,7 @@ from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.errors import InputError
 from oomtrace.ingest import IngestOptions, ingest_paths
 from oomtrace.ingest.parser_api import ParseContext
-from oomtrace.ingest.textio import InputFile
+from oomtrace.ingest.text.input_file import InputFile
 from oomtrace.ingest.torch_snapshot import PARSER
 from oomtrace.trace import Trace
 from oomtrace.units import MiB

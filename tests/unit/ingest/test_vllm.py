@@ -27,7 +27,7 @@ from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.ingest import IngestOptions, ingest_paths
 from oomtrace.ingest.parser_api import ClockOptions, LineParser, ParseContext, ParseResult
 from oomtrace.ingest.registry import registry
-from oomtrace.ingest.textio import InputFile
+from oomtrace.ingest.text.input_file import InputFile
 from oomtrace.ingest.vllm import NO_HEADER, NOT_USED, PARSER, UVICORN_LINE
 from oomtrace.ingest.vllm_finish import RANK_REPEAT, STALE_STATS
 from oomtrace.schema import conform

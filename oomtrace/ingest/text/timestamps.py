@@ -23,7 +23,7 @@ from typing import Final
 
 import polars as pl
 
-from oomtrace.ingest.prefixes import ANSI
+from oomtrace.ingest.text.outer_prefixes import ANSI
 from oomtrace.schema import TS
 
 SEARCH_CHARS: Final = 100

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from oomtrace.diagnostics import SourceDiagnostics
-from oomtrace.ingest.textio import InputFile, decode_lines
+from oomtrace.ingest.text.input_file import InputFile, decode_lines
 
 
 def _diag() -> SourceDiagnostics:

@@ -14,17 +14,17 @@ from hypothesis import strategies as st
 
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.ingest import IngestOptions, ingest_paths
-from oomtrace.ingest.clock import (
+from oomtrace.ingest.parser_api import ClockOptions, ParseContext
+from oomtrace.ingest.text.yearless_clock import (
     combine,
     leap_calendar_day,
     printed_minus_full,
     report_disagreement,
     year_offsets,
 )
-from oomtrace.ingest.parser_api import ClockOptions, ParseContext
 from oomtrace.ingest.vllm import NO_TIME, PARSER
 
-DATA = Path(__file__).resolve().parents[2] / "data" / "vllm"
+DATA = Path(__file__).resolve().parents[3] / "data" / "vllm"
 
 
 def _stats(stamp: str, running: int = 1) -> str:

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
-from oomtrace.ingest.prefixes import detect_kinds, outer_pattern, strip_prefixes
+from oomtrace.ingest.text.outer_prefixes import detect_kinds, outer_pattern, strip_prefixes
 
 VLLM = "INFO 09-22 23:46:42 metrics.py:367] Avg prompt throughput: 1.0 tokens/s"
 CYAN, RESET = "\x1b[1;36m", "\x1b[0;0m"
