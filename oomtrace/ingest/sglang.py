@@ -32,7 +32,7 @@ from oomtrace.ingest import sglang_patterns as pat
 from oomtrace.ingest.parser_api import ParseContext, ParseResult
 from oomtrace.ingest.text.input_file import InputFile, first_line
 from oomtrace.ingest.text.timestamps import ISO, localize, naive, with_offset
-from oomtrace.ingest.torch_oom import OOM_SHAPES, PREFILTER, extract_ooms
+from oomtrace.ingest.torch.oom_text import OOM_SHAPES, PREFILTER, extract_ooms
 from oomtrace.schema import TS
 
 # A second or two between an outer (kubectl/docker) time and SGLang's own is normal buffering.

@@ -13,7 +13,7 @@ sample, are in :mod:`oomtrace.ingest.vllm_patterns`):
 * request lines -> the request table (ids only, never text; see :mod:`.vllm_requests`);
 * V0 preemption warnings -> ``preemption`` events and ``preemptions_total`` samples;
 * engine death lines -> one ``engine_dead`` event per death; PyTorch OOM text anywhere ->
-  ``oom`` events through :func:`oomtrace.ingest.torch_oom.extract_ooms`.
+  ``oom`` events through :func:`oomtrace.ingest.torch.oom_text.extract_ooms`.
 
 ``engine_config`` keys, where the log states them: ``num_gpu_blocks``, ``num_cpu_blocks``,
 ``block_size``, ``kv_cache_tokens``, ``max_concurrency``, ``max_concurrency_tokens``,

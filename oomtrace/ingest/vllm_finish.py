@@ -12,7 +12,7 @@ import polars as pl
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.errors import UnitError
 from oomtrace.ingest.text.yearless_clock import ClockDecision, placed_utc
-from oomtrace.ingest.torch_oom import REPEAT_WINDOW_S, extract_ooms
+from oomtrace.ingest.torch.oom_text import REPEAT_WINDOW_S, extract_ooms
 from oomtrace.ingest.vllm_patterns import (
     EVENT_LINES,
     FAMILY_ORDER,

@@ -21,13 +21,13 @@ from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.errors import InputError
 from oomtrace.ingest import IngestOptions, ingest_paths, sniff
 from oomtrace.ingest.parser_api import ClockOptions, ParseContext
-from oomtrace.ingest.pytorch_log import PARSER
 from oomtrace.ingest.text.input_file import InputFile
 from oomtrace.ingest.text.timestamps import line_stamps
+from oomtrace.ingest.torch.log_parser import PARSER
 from oomtrace.trace import Trace
 from oomtrace.units import GiB, MiB
 
-DATA = Path(__file__).resolve().parents[2] / "data" / "torch"
+DATA = Path(__file__).resolve().parents[3] / "data" / "torch"
 MTIME = datetime(2025, 1, 2, 8, 30, tzinfo=UTC)
 
 

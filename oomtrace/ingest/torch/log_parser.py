@@ -14,8 +14,8 @@ log is when the process last wrote, i.e. the crash. The order of events within t
 by the rows' order; their times are not invented. The note says so, and ``oomtrace inspect``
 shows it. Lines handed over without a file (``parse_lines``) use their arrival time instead.
 
-Besides :func:`~oomtrace.ingest.torch_oom.extract_ooms`, TGI's warm-up failure ``Not enough memory
-to handle max_total_tokens=N`` becomes a ``startup_kv_insufficient`` event.
+Besides :func:`~oomtrace.ingest.torch.oom_text.extract_ooms`, TGI's warm-up failure ``Not enough
+memory to handle max_total_tokens=N`` becomes a ``startup_kv_insufficient`` event.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.ingest.parser_api import ParseContext, ParseResult
 from oomtrace.ingest.text.input_file import InputFile, first_line
 from oomtrace.ingest.text.timestamps import StampForms, line_stamps
-from oomtrace.ingest.torch_oom import OOM_SHAPES, PREFILTER, extract_ooms
+from oomtrace.ingest.torch.oom_text import OOM_SHAPES, PREFILTER, extract_ooms
 from oomtrace.schema import TS
 
 CONFIDENCE: Final = 0.55

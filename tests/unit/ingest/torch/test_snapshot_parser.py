@@ -24,11 +24,11 @@ from oomtrace.errors import InputError
 from oomtrace.ingest import IngestOptions, ingest_paths
 from oomtrace.ingest.parser_api import ParseContext
 from oomtrace.ingest.text.input_file import InputFile
-from oomtrace.ingest.torch_snapshot import PARSER
+from oomtrace.ingest.torch.snapshot_parser import PARSER
 from oomtrace.trace import Trace
 from oomtrace.units import MiB
 
-DATA = Path(__file__).resolve().parents[2] / "data" / "torch"
+DATA = Path(__file__).resolve().parents[3] / "data" / "torch"
 MTIME = datetime(2025, 2, 1, 12, 0, tzinfo=UTC)
 T0_US = 1_738_411_200_000_000  # 2025-02-01 12:00:00 UTC
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oomtrace.ingest.torch_oom import extract_ooms
+from oomtrace.ingest.torch.oom_text import extract_ooms
 from oomtrace.schema import conform
 from oomtrace.units import GiB, MiB
 from tests.factories import at
