@@ -23,7 +23,7 @@ BUILTIN_PARSERS: tuple[str, ...] = (
     "oomtrace.ingest.sglang:PARSER",
     "oomtrace.ingest.torch.snapshot_parser:PARSER",
     "oomtrace.ingest.torch.log_parser:PARSER",
-    "oomtrace.ingest.nvidia_smi:PARSER",
+    "oomtrace.ingest.nvidia_smi.csv_parser:PARSER",
     "oomtrace.ingest.prometheus:PARSER",
     "oomtrace.ingest.prometheus_query:PARSER",
 )

@@ -12,18 +12,18 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from oomtrace.ingest.nvidia_smi.csv_parser import PARSER, parse_header
 from polars.testing import assert_frame_equal
 
 from oomtrace.cli import cli
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.errors import InputError
 from oomtrace.ingest import IngestOptions, ingest_paths
-from oomtrace.ingest.nvidia_smi import PARSER, parse_header
 from oomtrace.ingest.parser_api import ClockOptions, ParseContext
 from oomtrace.ingest.text.input_file import InputFile
 from oomtrace.trace import Trace
 
-DATA = Path(__file__).resolve().parents[2] / "data" / "nvidia_smi"
+DATA = Path(__file__).resolve().parents[3] / "data" / "nvidia_smi"
 MiB = 1 << 20
 GPU0 = "GPU-34319582-d595-d1c7-d1d2-179bcfa61660"
 
