@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 
 # module:attribute of every built-in parser, in sniffing tie-break order.
 BUILTIN_PARSERS: tuple[str, ...] = (
-    "oomtrace.ingest.capture:PARSER",
+    "oomtrace.ingest.capture.dir_parser:PARSER",
     "oomtrace.ingest.vllm:PARSER",
     "oomtrace.ingest.sglang:PARSER",
     "oomtrace.ingest.torch.snapshot_parser:PARSER",

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from oomtrace.errors import InputError, UsageError
-from oomtrace.ingest.capture import PARSER as _CAPTURE
-from oomtrace.ingest.capture import is_capture_dir
+from oomtrace.ingest.capture.dir_parser import PARSER as _CAPTURE
+from oomtrace.ingest.capture.dir_parser import is_capture_dir
 from oomtrace.ingest.parser_api import Parser
 from oomtrace.ingest.registry import registry
 from oomtrace.ingest.text.input_file import InputFile

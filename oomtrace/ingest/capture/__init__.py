@@ -1,0 +1,1 @@
+"""Collector capture directories (segments and keep files): :mod:`.dir_parser`."""
