@@ -30,8 +30,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.ingest import IngestOptions, ingest_paths
-from oomtrace.ingest.prometheus import parse_scrapes
-from oomtrace.ingest.prometheus_dialects import CACHE_CONFIG_INFO, WANTED_NAMES
+from oomtrace.ingest.prometheus.dialects import CACHE_CONFIG_INFO, WANTED_NAMES
+from oomtrace.ingest.prometheus.text_parser import parse_scrapes
 
 T0 = datetime(2025, 3, 14, 9, 0, tzinfo=UTC)
 LABELS = 'engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"'

@@ -24,8 +24,8 @@ BUILTIN_PARSERS: tuple[str, ...] = (
     "oomtrace.ingest.torch.snapshot_parser:PARSER",
     "oomtrace.ingest.torch.log_parser:PARSER",
     "oomtrace.ingest.nvidia_smi.csv_parser:PARSER",
-    "oomtrace.ingest.prometheus:PARSER",
-    "oomtrace.ingest.prometheus_query:PARSER",
+    "oomtrace.ingest.prometheus.text_parser:PARSER",
+    "oomtrace.ingest.prometheus.query_parser:PARSER",
 )
 
 ENTRY_POINT_GROUP = "oomtrace.parsers"

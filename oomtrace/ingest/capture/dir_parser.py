@@ -1,10 +1,10 @@
 """A collector capture directory (``oomtrace collect --out DIR``) as one ingest input.
 
-The segments are read by :func:`collectors.segments.read_capture` (standard library, the same
-reader the agent ships). Its canonical samples and events (NVML, the PyTorch hook, gaps) become
-frames directly; its Prometheus scrapes go through the same reader as a scrape file
-(:func:`oomtrace.ingest.prometheus.parse_scrapes`); its log lines go to whichever log parser
-recognises them, through :meth:`LineParser.parse_lines`, with each line's arrival time, which
+The segments are read by :func:`collectors.segments.read_capture` (standard library, the same reader
+the agent ships). Its canonical samples and events (NVML, the PyTorch hook, gaps) become frames
+directly; its Prometheus scrapes go through the same reader as a scrape file
+(:func:`oomtrace.ingest.prometheus.text_parser.parse_scrapes`); its log lines go to whichever log
+parser recognises them, through :meth:`LineParser.parse_lines`, with each line's arrival time, which
 fixes the year-less, second-resolution times engines print. Lines already in a file when the
 collector opened it (backlog) carry no arrival time: only an upper bound is known, so the parser
 uses the printed time for them.
@@ -24,7 +24,7 @@ from collectors.segments import read_capture
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.errors import InputError
 from oomtrace.ingest.parser_api import LineParser, ParseContext, ParseResult
-from oomtrace.ingest.prometheus import parse_scrapes
+from oomtrace.ingest.prometheus.text_parser import parse_scrapes
 from oomtrace.ingest.registry import registry
 from oomtrace.ingest.text.input_file import InputFile
 from oomtrace.schema import TS

@@ -12,13 +12,13 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from oomtrace.ingest.nvidia_smi.csv_parser import PARSER, parse_header
 from polars.testing import assert_frame_equal
 
 from oomtrace.cli import cli
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.errors import InputError
 from oomtrace.ingest import IngestOptions, ingest_paths
+from oomtrace.ingest.nvidia_smi.csv_parser import PARSER, parse_header
 from oomtrace.ingest.parser_api import ClockOptions, ParseContext
 from oomtrace.ingest.text.input_file import InputFile
 from oomtrace.trace import Trace

@@ -20,11 +20,11 @@ from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.errors import InputError
 from oomtrace.ingest import IngestOptions, ingest_paths
 from oomtrace.ingest.parser_api import ClockOptions, ParseContext
-from oomtrace.ingest.prometheus_query import PARSER
+from oomtrace.ingest.prometheus.query_parser import PARSER
 from oomtrace.ingest.text.input_file import InputFile
 from oomtrace.trace import Trace
 
-PROM = Path(__file__).resolve().parents[2] / "data" / "prometheus"
+PROM = Path(__file__).resolve().parents[3] / "data" / "prometheus"
 MiB = 1 << 20
 T0 = datetime(2025, 3, 14, 9, 0, tzinfo=UTC)
 

@@ -36,17 +36,17 @@ import polars as pl
 
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.errors import InputError
-from oomtrace.ingest import prometheus_dialects as d
 from oomtrace.ingest.parser_api import ParseContext, ParseResult
-from oomtrace.ingest.prometheus_lines import parse_samples
-from oomtrace.ingest.prometheus_map import (
+from oomtrace.ingest.prometheus import dialects as d
+from oomtrace.ingest.prometheus.canonical_map import (
     ConfigInfo,
     note_unmapped,
     raw_frame,
     seconds_to_ts,
     to_result,
 )
-from oomtrace.ingest.prometheus_times import TIME_LINE, parse_times
+from oomtrace.ingest.prometheus.sample_lines import parse_samples
+from oomtrace.ingest.prometheus.time_lines import TIME_LINE, parse_times
 from oomtrace.ingest.text.input_file import InputFile, first_line
 from oomtrace.schema import TS
 

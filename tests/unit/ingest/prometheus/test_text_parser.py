@@ -19,10 +19,10 @@ from oomtrace.cli import cli
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.errors import InputError
 from oomtrace.ingest import IngestOptions, ingest_paths
-from oomtrace.ingest.prometheus import PARSER, parse_scrapes
+from oomtrace.ingest.prometheus.text_parser import PARSER, parse_scrapes
 from oomtrace.trace import Trace
 
-DATA = Path(__file__).resolve().parents[2] / "data"
+DATA = Path(__file__).resolve().parents[3] / "data"
 PROM = DATA / "prometheus"
 MiB = 1 << 20
 MTIME = datetime(2025, 3, 14, 9, 30, tzinfo=UTC)

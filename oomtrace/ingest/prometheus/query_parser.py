@@ -7,9 +7,9 @@ too. A response with ``"status": "error"`` is reported with its error text: the 
 if nothing else in it is usable, otherwise noted. Warnings the server sent are noted.
 
 Series are mapped by their ``__name__`` through the same dialect table and mapping code as
-exposition text (:func:`oomtrace.ingest.prometheus_map.to_result`); a series without a name is
-the result of an expression (``rate(...)``, ``sum by``) and cannot be mapped: counted, with the
-remedy. JSON has no lines: the diagnostics count data points as lines.
+exposition text (:func:`oomtrace.ingest.prometheus.canonical_map.to_result`); a series without a
+name is the result of an expression (``rate(...)``, ``sum by``) and cannot be mapped: counted, with
+the remedy. JSON has no lines: the diagnostics count data points as lines.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ import polars as pl
 
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.errors import InputError
-from oomtrace.ingest import prometheus_dialects as d
 from oomtrace.ingest.parser_api import ParseContext, ParseResult
-from oomtrace.ingest.prometheus_map import (
+from oomtrace.ingest.prometheus import dialects as d
+from oomtrace.ingest.prometheus.canonical_map import (
     ConfigInfo,
     note_unmapped,
     raw_frame,

@@ -20,8 +20,8 @@ import polars as pl
 from prometheus_client.parser import text_string_to_metric_families
 
 from oomtrace.diagnostics import SourceDiagnostics
-from oomtrace.ingest import prometheus_dialects as d
-from oomtrace.ingest.prometheus_map import millis_to_ts, raw_frame, seconds_to_ts
+from oomtrace.ingest.prometheus import dialects as d
+from oomtrace.ingest.prometheus.canonical_map import millis_to_ts, raw_frame, seconds_to_ts
 
 log = logging.getLogger(__name__)
 

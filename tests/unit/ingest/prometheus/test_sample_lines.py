@@ -16,9 +16,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.errors import InputError
 from oomtrace.ingest.parser_api import ClockOptions, ParseContext
-from oomtrace.ingest.prometheus import PARSER
-from oomtrace.ingest.prometheus_dialects import LABELS, SERIES
-from oomtrace.ingest.prometheus_lines import PLAIN, parse_samples
+from oomtrace.ingest.prometheus.dialects import LABELS, SERIES
+from oomtrace.ingest.prometheus.sample_lines import PLAIN, parse_samples
+from oomtrace.ingest.prometheus.text_parser import PARSER
 from oomtrace.ingest.text.input_file import InputFile
 
 NAMES = sorted({s.name for s in SERIES})

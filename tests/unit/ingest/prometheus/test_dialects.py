@@ -7,8 +7,7 @@ from datetime import UTC, datetime
 import pytest
 
 from oomtrace.diagnostics import SourceDiagnostics
-from oomtrace.ingest.prometheus import parse_scrapes
-from oomtrace.ingest.prometheus_dialects import (
+from oomtrace.ingest.prometheus.dialects import (
     BY_NAME,
     CACHE_CONFIG_SAMPLE,
     FAMILIES,
@@ -16,6 +15,7 @@ from oomtrace.ingest.prometheus_dialects import (
     WANTED_NAMES,
     Series,
 )
+from oomtrace.ingest.prometheus.text_parser import parse_scrapes
 from oomtrace.schema import METRICS
 
 T0 = datetime(2025, 3, 14, 9, 0, tzinfo=UTC)

@@ -1,7 +1,7 @@
 """Raw Prometheus samples, however they were read, to canonical rows.
 
 Both readers (exposition text, query JSON) produce the same *raw* frame: ``ts``, ``name``,
-``value`` and one String column per label in :data:`~oomtrace.ingest.prometheus_dialects.LABELS`.
+``value`` and one String column per label in :data:`~oomtrace.ingest.prometheus.dialects.LABELS`.
 :func:`to_result` maps it through the dialect table in one pass of Polars expressions:
 
 * values that mean "nothing measured" are left out and counted: NaN (llama.cpp before the first
@@ -30,8 +30,8 @@ from typing import Any, Final
 import polars as pl
 
 from oomtrace.diagnostics import SourceDiagnostics
-from oomtrace.ingest import prometheus_dialects as d
 from oomtrace.ingest.parser_api import ParseResult
+from oomtrace.ingest.prometheus import dialects as d
 from oomtrace.schema import METRICS, TS, WHOLE_NUMBER_KINDS
 
 log = logging.getLogger(__name__)
