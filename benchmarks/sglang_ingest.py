@@ -74,7 +74,7 @@ def generate(path: Path, megabytes: int) -> None:
 def run_oomtrace(path: Path) -> int:
     from oomtrace.diagnostics import SourceDiagnostics
     from oomtrace.ingest.parser_api import ParseContext
-    from oomtrace.ingest.sglang import PARSER
+    from oomtrace.ingest.sglang.log_parser import PARSER
     from oomtrace.ingest.text.input_file import InputFile
 
     result = PARSER.parse(

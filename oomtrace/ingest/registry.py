@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 BUILTIN_PARSERS: tuple[str, ...] = (
     "oomtrace.ingest.capture.dir_parser:PARSER",
     "oomtrace.ingest.vllm:PARSER",
-    "oomtrace.ingest.sglang:PARSER",
+    "oomtrace.ingest.sglang.log_parser:PARSER",
     "oomtrace.ingest.torch.snapshot_parser:PARSER",
     "oomtrace.ingest.torch.log_parser:PARSER",
     "oomtrace.ingest.nvidia_smi.csv_parser:PARSER",

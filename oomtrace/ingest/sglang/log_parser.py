@@ -14,7 +14,7 @@ pool and the samples table has no rank column); the other ranks' batch lines are
 skipped. Retractions, KV-pool OOMs and deaths printed by several ranks count once. Startup
 figures are taken from the lowest rank (they are per GPU).
 
-Version-dependent patterns live in :mod:`oomtrace.ingest.sglang_patterns`.
+Version-dependent patterns live in :mod:`oomtrace.ingest.sglang.line_patterns`.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from typing import Any, Final
 import polars as pl
 
 from oomtrace.diagnostics import SourceDiagnostics
-from oomtrace.ingest import sglang_extract as extract
-from oomtrace.ingest import sglang_patterns as pat
 from oomtrace.ingest.parser_api import ParseContext, ParseResult
+from oomtrace.ingest.sglang import extract
+from oomtrace.ingest.sglang import line_patterns as pat
 from oomtrace.ingest.text.input_file import InputFile, first_line
 from oomtrace.ingest.text.timestamps import ISO, localize, naive, with_offset
 from oomtrace.ingest.torch.oom_text import OOM_SHAPES, PREFILTER, extract_ooms

@@ -8,9 +8,9 @@ import polars as pl
 import pytest
 
 from oomtrace.diagnostics import SourceDiagnostics
-from oomtrace.ingest import sglang_patterns as pat
 from oomtrace.ingest.parser_api import ParseContext, ParseResult
-from oomtrace.ingest.sglang import PARSER
+from oomtrace.ingest.sglang import line_patterns as pat
+from oomtrace.ingest.sglang.log_parser import PARSER
 from oomtrace.units import GiB
 
 

@@ -10,7 +10,7 @@ from typing import Any, Final
 import polars as pl
 
 from oomtrace.diagnostics import SourceDiagnostics
-from oomtrace.ingest import sglang_patterns as pat
+from oomtrace.ingest.sglang import line_patterns as pat
 from oomtrace.ingest.text.input_file import first_line
 from oomtrace.units import bytes_expr
 

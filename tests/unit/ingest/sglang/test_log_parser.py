@@ -20,12 +20,12 @@ from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.ingest import IngestOptions, ingest_paths, sniff
 from oomtrace.ingest.parser_api import ParseContext
 from oomtrace.ingest.registry import registry
-from oomtrace.ingest.sglang import PARSER
+from oomtrace.ingest.sglang.log_parser import PARSER
 from oomtrace.ingest.text.input_file import InputFile
 from oomtrace.trace import Trace
 from oomtrace.units import GiB
 
-DATA = Path(__file__).resolve().parents[2] / "data" / "sglang"
+DATA = Path(__file__).resolve().parents[3] / "data" / "sglang"
 
 
 def _ingest(tmp_path: Path, name: str, *, gz: bool = False, tz: str | None = None) -> Trace:
