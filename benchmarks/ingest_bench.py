@@ -6,8 +6,8 @@ token id lists; uvicorn access lines; stats every 10 s; now and then a worker tr
 PyTorch OOM message) of ``--size`` bytes in a temporary directory, then parses it twice in the
 same run, each in its own process so that each peak RSS is its own:
 
-* ``oomtrace``: :data:`oomtrace.ingest.vllm.PARSER` through ``ingest_paths`` (the real command
-  path, canonical tables and manifest included);
+* ``oomtrace``: :data:`oomtrace.ingest.vllm.log_parser.PARSER` through ``ingest_paths`` (the real
+  command path, canonical tables and manifest included);
 * ``baseline``: one Python ``re`` pass per line extracting the same fields (prefixes, header,
   stats values, request id / max_tokens / prompt token count, events, OOM sizes).
 

@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 # module:attribute of every built-in parser, in sniffing tie-break order.
 BUILTIN_PARSERS: tuple[str, ...] = (
     "oomtrace.ingest.capture.dir_parser:PARSER",
-    "oomtrace.ingest.vllm:PARSER",
+    "oomtrace.ingest.vllm.log_parser:PARSER",
     "oomtrace.ingest.sglang.log_parser:PARSER",
     "oomtrace.ingest.torch.snapshot_parser:PARSER",
     "oomtrace.ingest.torch.log_parser:PARSER",

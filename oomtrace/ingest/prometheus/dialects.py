@@ -1,7 +1,7 @@
 """Which Prometheus series mean what: every engine's exposed names by version, as data.
 
 One row per exposed sample name (reference/formats.md §1.2, §3.3, §4.1, §5, §6), each with the
-exposition line that exercises it; ``tests/unit/ingest/test_prometheus_dialects.py`` runs every
+exposition line that exercises it; ``tests/unit/ingest/prometheus/test_dialects.py`` runs every
 sample through the parser. A row whose ``metric`` is None is a family oomtrace knows and
 deliberately does not map (``why`` says why); a family in no row is counted as unmapped.
 

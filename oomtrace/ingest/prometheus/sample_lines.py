@@ -7,7 +7,7 @@ of lines a second, so six hours of 10 Hz scrapes would take minutes. The plain f
 backslash anywhere, labels ``name="value"`` separated by commas, a value, an optional integer
 timestamp) is therefore read with Polars regular expressions over whole chunks; a line in any
 other form (escapes, odd spacing, a value Polars cannot read) goes to prometheus_client, which
-parses it or refuses it (counted). ``tests/unit/ingest/test_prometheus_lines.py`` checks with
+parses it or refuses it (counted). ``tests/unit/ingest/prometheus/test_sample_lines.py`` checks with
 hypothesis that both paths give the same name, labels, value and timestamp.
 """
 

@@ -1,5 +1,5 @@
 """SGLang's log lines as data: version families, message kinds and batch-line fields, each with
-the sample that exercises it (``tests/unit/ingest/test_sglang_patterns.py`` runs every sample
+the sample that exercises it (``tests/unit/ingest/sglang/test_line_patterns.py`` runs every sample
 through the parser). Sources: reference/formats.md §4 (SGLang 0.3.6 ... 0.5.23 wheels) and the
 verbatim lines quoted there.
 

@@ -22,7 +22,7 @@ from oomtrace.ingest.text.yearless_clock import (
     report_disagreement,
     year_offsets,
 )
-from oomtrace.ingest.vllm import NO_TIME, PARSER
+from oomtrace.ingest.vllm.log_parser import NO_TIME, PARSER
 
 DATA = Path(__file__).resolve().parents[3] / "data" / "vllm"
 

@@ -1,10 +1,10 @@
 """Per-chunk reading of vLLM's request lines into request rows (still on the printed clock).
 
-Each entry of :data:`~oomtrace.ingest.vllm_patterns.REQUEST_LINES` looks only at the records
+Each entry of :data:`~oomtrace.ingest.vllm.line_patterns.REQUEST_LINES` looks only at the records
 whose lead it owns. Ids are captured from the head of the line (they sit at its start), except
 in the two shapes nearly every request line has, which are read without a capture to the same
-result (``tests/unit/ingest/test_vllm_chunks.py`` holds them to the capture); token id lists
-are counted, never kept. :mod:`oomtrace.ingest.vllm_requests` finishes the table once the whole
+result (``tests/unit/ingest/vllm/test_chunk_readers.py`` holds them to the capture); token id lists
+are counted, never kept. :mod:`oomtrace.ingest.vllm.request_table` finishes the table once the whole
 file is read.
 """
 
@@ -17,8 +17,8 @@ from typing import Final
 
 import polars as pl
 
-from oomtrace.ingest.vllm_patterns import PREEMPT, RECEIVED, REQUEST_LINES, Family
-from oomtrace.ingest.vllm_records import TIME_COLUMNS
+from oomtrace.ingest.vllm.line_patterns import PREEMPT, RECEIVED, REQUEST_LINES, Family
+from oomtrace.ingest.vllm.line_records import TIME_COLUMNS
 
 ID_HEAD: Final = 320
 RECEIVED_LEAD: Final = "Received request "

@@ -11,8 +11,7 @@ import pytest
 
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.ingest.parser_api import ClockOptions, ParseContext, ParseResult
-from oomtrace.ingest.vllm import PARSER
-from oomtrace.ingest.vllm_patterns import (
+from oomtrace.ingest.vllm.line_patterns import (
     CONFIG_LINES,
     EVENT_LINES,
     FAMILY_ORDER,
@@ -23,6 +22,7 @@ from oomtrace.ingest.vllm_patterns import (
     RequestLine,
     StatsForm,
 )
+from oomtrace.ingest.vllm.log_parser import PARSER
 
 HEADER = "INFO 03-04 05:06:07 [x.py:1] "
 

@@ -6,7 +6,7 @@ Speed notes (``benchmarks/ingest_bench.py``; a 24 MiB chunk holds about 80k line
 string operation costs some 20-100 ns per row whatever it does, a capturing regex several times
 that, so the cost is the number of operations per row. Every line gets three capture-free scans
 (where the header is, and the two literal sets); only candidate lines are parsed further; the
-header is read at fixed offsets (:mod:`.vllm_header`); the rare cases (colour codes past the
+header is read at fixed offsets (:mod:`.log_header`); the rare cases (colour codes past the
 prefix, Ray's repeat suffix, glued records) are found with one scan of the bodies and handled on
 those rows alone. Eager Polars computes a sub-expression used twice in one call twice, so a
 shared step is a column of its own.
@@ -45,8 +45,8 @@ from oomtrace.ingest.text.yearless_clock import (
     printed_minus_full,
     year_offsets,
 )
-from oomtrace.ingest.vllm_header import HEADER_AT, HEADER_FIELDS, read_header
-from oomtrace.ingest.vllm_patterns import GLUED
+from oomtrace.ingest.vllm.line_patterns import GLUED
+from oomtrace.ingest.vllm.log_header import HEADER_AT, HEADER_FIELDS, read_header
 from oomtrace.schema import TS
 
 TIME_COLUMNS: Final = (

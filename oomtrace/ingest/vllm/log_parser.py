@@ -1,7 +1,7 @@
 """The vLLM server log parser (``vllm-log``): every version family, V0 and V1.
 
 What it reads (reference/formats.md §1; the patterns, per version family and each with a real
-sample, are in :mod:`oomtrace.ingest.vllm_patterns`):
+sample, are in :mod:`oomtrace.ingest.vllm.line_patterns`):
 
 * periodic stats lines in all their forms -> samples ``requests_running``, ``requests_waiting``
   (V0 "Pending"), ``requests_swapped``, ``requests_deferred``, ``kv_usage_ratio`` (percent /
@@ -10,7 +10,7 @@ sample, are in :mod:`oomtrace.ingest.vllm_patterns`):
 * start-up lines -> ``engine_config`` (weights, profiling, KV budget, blocks, KV tokens,
   concurrency, CUDA graphs, engine arguments) and ``engine_start`` events; the KV-insufficient
   and no-KV refusals -> ``startup_kv_insufficient`` / ``startup_no_kv_memory`` events;
-* request lines -> the request table (ids only, never text; see :mod:`.vllm_requests`);
+* request lines -> the request table (ids only, never text; see :mod:`.request_table`);
 * V0 preemption warnings -> ``preemption`` events and ``preemptions_total`` samples;
 * engine death lines -> one ``engine_dead`` event per death; PyTorch OOM text anywhere ->
   ``oom`` events through :func:`oomtrace.ingest.torch.oom_text.extract_ooms`.
@@ -29,7 +29,7 @@ of a key wins; a later, different one (a restart) is a note.
 
 Outer prefixes (journald, kubectl, docker-compose, Slurm, Ray, process prefixes, ANSI codes) are
 read with the grammar of :mod:`oomtrace.ingest.text.outer_prefixes`, fused with vLLM's own
-header into one pass (:mod:`.vllm_records`); times are placed by
+header into one pass (:mod:`.line_records`); times are placed by
 :mod:`oomtrace.ingest.text.yearless_clock`. The same record printed by several ranks at the same
 second counts once. Work is vectorised over chunks of
 lines; see ``benchmarks/ingest_bench.py``.
@@ -57,8 +57,8 @@ from oomtrace.ingest.text.yearless_clock import (
     decide,
     report_disagreement,
 )
-from oomtrace.ingest.vllm_extract import Extracted, extract, flags
-from oomtrace.ingest.vllm_finish import (
+from oomtrace.ingest.vllm.extract import Extracted, extract, flags
+from oomtrace.ingest.vllm.file_tables import (
     PRINTED_TIME,
     Ledger,
     engine_config,
@@ -70,9 +70,9 @@ from oomtrace.ingest.vllm_finish import (
     version_family,
     with_ts,
 )
-from oomtrace.ingest.vllm_patterns import PRIVATE_MARKERS, SNIFF_MARKERS
-from oomtrace.ingest.vllm_records import ChunkInfo, build_records
-from oomtrace.ingest.vllm_requests import finish_requests
+from oomtrace.ingest.vllm.line_patterns import PRIVATE_MARKERS, SNIFF_MARKERS
+from oomtrace.ingest.vllm.line_records import ChunkInfo, build_records
+from oomtrace.ingest.vllm.request_table import finish_requests
 
 _SNIFF_HEADER: Final = re.compile(
     r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d \[?[^\s\]]+\.py:\d+\] "

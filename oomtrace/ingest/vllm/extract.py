@@ -16,7 +16,7 @@ from typing import Final, TypeVar
 
 import polars as pl
 
-from oomtrace.ingest.vllm_patterns import (
+from oomtrace.ingest.vllm.line_patterns import (
     CONFIG_LINES,
     EVENT_LINES,
     REQUEST_LINES,
@@ -28,13 +28,8 @@ from oomtrace.ingest.vllm_patterns import (
     EventLine,
     Family,
 )
-from oomtrace.ingest.vllm_records import FLAG_NAMES, TIME_COLUMNS
-from oomtrace.ingest.vllm_request_lines import (
-    ADDED_LEAD,
-    RECEIVED_LEAD,
-    group_names,
-    read_requests,
-)
+from oomtrace.ingest.vllm.line_records import FLAG_NAMES, TIME_COLUMNS
+from oomtrace.ingest.vllm.request_lines import ADDED_LEAD, RECEIVED_LEAD, group_names, read_requests
 
 L = TypeVar("L", ConfigLine, EventLine)
 
@@ -91,7 +86,7 @@ def owned(frame: pl.DataFrame) -> pl.DataFrame:
 
 def flags() -> dict[str, pl.Expr]:
     """Literal scans over raw lines that pick the candidate records (see
-    :func:`oomtrace.ingest.vllm_records.build_records`). Written as regex alternations: the
+    :func:`oomtrace.ingest.vllm.line_records.build_records`). Written as regex alternations: the
     regex engine's literal search is several times faster than ``str.contains_any`` here."""
     line = pl.col("line")
     return {"_lit": line.str.contains(_LITERAL_ALT), "_oom": line.str.contains(_OOM_ALT)}

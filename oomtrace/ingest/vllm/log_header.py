@@ -2,11 +2,11 @@
 outer prefixes: level, printed date and time, whether the file name is bracketed (0.8+), and
 its length (where the message starts).
 
-A standard header (ASCII file name, whole seconds: what vLLM prints) is confirmed by a
-capture-free match and read at the byte offsets its level's length fixes, with integer
-arithmetic on two 8-byte words; any other header is captured by
-:data:`~oomtrace.ingest.vllm_patterns.HEADER`. ``tests/unit/ingest/test_vllm_chunks.py`` holds
-the two readings to the same result on generated headers of every shape.
+A standard header (ASCII file name, whole seconds: what vLLM prints) is confirmed by a capture-free
+match and read at the byte offsets its level's length fixes, with integer arithmetic on two 8-byte
+words; any other header is captured by :data:`~oomtrace.ingest.vllm.line_patterns.HEADER`.
+``tests/unit/ingest/vllm/test_chunk_readers.py`` holds the two readings to the same result on
+generated headers of every shape.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Final
 import polars as pl
 
 from oomtrace.ingest.text.yearless_clock import month_day_expr
-from oomtrace.ingest.vllm_patterns import HEADER
+from oomtrace.ingest.vllm.line_patterns import HEADER
 
 # Where the engine header starts (capture-free); confirmed by reading the window it points at.
 HEADER_AT: Final = (

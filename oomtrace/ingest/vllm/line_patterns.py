@@ -1,7 +1,7 @@
 """vLLM's log lines, per version family, as data: each entry has the pattern, the version family
 it proves (a lower bound; ``None`` when it proves nothing), a real sample line (from
 reference/formats.md, which cites the release and source line of each) and what that sample
-must yield. ``tests/unit/ingest/test_vllm_table.py`` runs every sample through the parser.
+must yield. ``tests/unit/ingest/vllm/test_line_patterns.py`` runs every sample through the parser.
 
 Group names in ``pattern`` and ``extras`` are ``<key>__<conversion>``; conversions are
 :data:`Conversion`. vLLM prints "GB" for GiB in its early weight-loading line (the value is

@@ -13,12 +13,7 @@ from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.errors import UnitError
 from oomtrace.ingest.text.yearless_clock import ClockDecision, placed_utc
 from oomtrace.ingest.torch.oom_text import REPEAT_WINDOW_S, extract_ooms
-from oomtrace.ingest.vllm_patterns import (
-    EVENT_LINES,
-    FAMILY_ORDER,
-    PREEMPT_LOG_EVERY,
-    Family,
-)
+from oomtrace.ingest.vllm.line_patterns import EVENT_LINES, FAMILY_ORDER, PREEMPT_LOG_EVERY, Family
 from oomtrace.schema import TS
 from oomtrace.units import GiB, format_bytes, parse_bytes
 

@@ -28,13 +28,13 @@ from oomtrace.ingest import IngestOptions, ingest_paths
 from oomtrace.ingest.parser_api import ClockOptions, LineParser, ParseContext, ParseResult
 from oomtrace.ingest.registry import registry
 from oomtrace.ingest.text.input_file import InputFile
-from oomtrace.ingest.vllm import NO_HEADER, NOT_USED, PARSER, UVICORN_LINE
-from oomtrace.ingest.vllm_finish import RANK_REPEAT, STALE_STATS
+from oomtrace.ingest.vllm.file_tables import RANK_REPEAT, STALE_STATS
+from oomtrace.ingest.vllm.log_parser import NO_HEADER, NOT_USED, PARSER, UVICORN_LINE
 from oomtrace.schema import conform
 from oomtrace.trace import Trace
 from oomtrace.units import GiB, parse_bytes
 
-DATA = Path(__file__).resolve().parents[2] / "data" / "vllm"
+DATA = Path(__file__).resolve().parents[3] / "data" / "vllm"
 REQUESTS = {
     "ts": pl.Datetime("ns", "UTC"),
     "request_id": pl.String,
