@@ -17,19 +17,18 @@ from typing import Final, TypeVar
 import polars as pl
 
 from oomtrace.ingest.vllm.line_patterns import (
-    CONFIG_LINES,
     EVENT_LINES,
-    REQUEST_LINES,
     STATS,
     STATS_LITERAL,
     V0_PREFIX,
     V0_PREFIX_LITERAL,
-    ConfigLine,
     EventLine,
     Family,
 )
 from oomtrace.ingest.vllm.line_records import FLAG_NAMES, TIME_COLUMNS
 from oomtrace.ingest.vllm.request_lines import ADDED_LEAD, RECEIVED_LEAD, group_names, read_requests
+from oomtrace.ingest.vllm.request_patterns import REQUEST_LINES
+from oomtrace.ingest.vllm.startup_patterns import CONFIG_LINES, ConfigLine
 
 L = TypeVar("L", ConfigLine, EventLine)
 

@@ -17,8 +17,9 @@ from typing import Final
 
 import polars as pl
 
-from oomtrace.ingest.vllm.line_patterns import PREEMPT, RECEIVED, REQUEST_LINES, Family
+from oomtrace.ingest.vllm.line_patterns import PREEMPT, Family
 from oomtrace.ingest.vllm.line_records import TIME_COLUMNS
+from oomtrace.ingest.vllm.request_patterns import RECEIVED, REQUEST_LINES
 
 ID_HEAD: Final = 320
 RECEIVED_LEAD: Final = "Received request "

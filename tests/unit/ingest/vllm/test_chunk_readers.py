@@ -8,7 +8,6 @@ from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
 from oomtrace.ingest.vllm.extract import _REQUEST_KIND, Extracted, _route
-from oomtrace.ingest.vllm.line_patterns import RECEIVED, REQUEST_LINES
 from oomtrace.ingest.vllm.log_header import (
     HEADER_AT,
     HEADER_FIELDS,
@@ -17,6 +16,7 @@ from oomtrace.ingest.vllm.log_header import (
     read_header,
 )
 from oomtrace.ingest.vllm.request_lines import ID_HEAD, PARAMS_FIRST, _match_received, _with_id
+from oomtrace.ingest.vllm.request_patterns import RECEIVED, REQUEST_LINES
 
 
 def _buffer_bytes(column: pl.Series) -> int:

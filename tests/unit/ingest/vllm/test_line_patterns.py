@@ -12,17 +12,15 @@ import pytest
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.ingest.parser_api import ClockOptions, ParseContext, ParseResult
 from oomtrace.ingest.vllm.line_patterns import (
-    CONFIG_LINES,
     EVENT_LINES,
     FAMILY_ORDER,
-    REQUEST_LINES,
     STATS_FORMS,
-    ConfigLine,
     EventLine,
-    RequestLine,
     StatsForm,
 )
 from oomtrace.ingest.vllm.log_parser import PARSER
+from oomtrace.ingest.vllm.request_patterns import REQUEST_LINES, RequestLine
+from oomtrace.ingest.vllm.startup_patterns import CONFIG_LINES, ConfigLine
 
 HEADER = "INFO 03-04 05:06:07 [x.py:1] "
 
