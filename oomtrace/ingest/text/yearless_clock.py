@@ -237,10 +237,10 @@ def placed_utc(md: pl.Expr, tod: pl.Expr, offset: pl.Expr, decision: ClockDecisi
 
 
 def printed_minus_full(frame: pl.DataFrame, tz: str) -> pl.Series:
-    """Seconds by which each printed local time (``_md``, ``_tod``) runs ahead of its full
-    timestamp (``_full``), wrapped to the nearest year (so no year is needed): the disagreement
-    measure for :data:`TOLERANCE_S`."""
-    full = frame.get_column("_full")
+    """Seconds by which each printed local time (``printed_month_day``,
+    ``printed_second_of_day``) runs ahead of its full timestamp (``full_ts``), wrapped to the
+    nearest year (so no year is needed): the disagreement measure for :data:`TOLERANCE_S`."""
+    full = frame.get_column("full_ts")
     if tz == "UTC":
         # Straight from the epoch seconds: each calendar field read from a datetime converts it
         # to a civil date anew, five times over.
@@ -257,7 +257,9 @@ def printed_minus_full(frame: pl.DataFrame, tz: str) -> pl.Series:
                 + pl.lit(local.dt.second().cast(pl.Int64)),
             )
         ).to_series()
-    printed = frame.select(seconds_of_year(pl.col("_md"), pl.col("_tod"))).to_series()
+    printed = frame.select(
+        seconds_of_year(pl.col("printed_month_day"), pl.col("printed_second_of_day"))
+    ).to_series()
     diff = printed - full_soy
     year = 366 * _DAY_S
     return (

@@ -52,7 +52,7 @@ _REQUEST_KIND: Final = (
 
 @dataclass
 class Extracted:
-    """What one chunk yielded; ``used`` holds the ``_seq`` of every record put to use."""
+    """What one chunk yielded; ``used`` holds the ``record_seq`` of every record put to use."""
 
     stats: list[pl.DataFrame] = field(default_factory=list)
     config: list[pl.DataFrame] = field(default_factory=list)
@@ -88,23 +88,26 @@ def flags() -> dict[str, pl.Expr]:
     :func:`oomtrace.ingest.vllm.line_records.build_records`). Written as regex alternations: the
     regex engine's literal search is several times faster than ``str.contains_any`` here."""
     line = pl.col("line")
-    return {"_lit": line.str.contains(_LITERAL_ALT), "_oom": line.str.contains(_OOM_ALT)}
+    return {
+        "has_literal": line.str.contains(_LITERAL_ALT),
+        "may_be_oom": line.str.contains(_OOM_ALT),
+    }
 
 
 def extract(records: pl.DataFrame, out: Extracted) -> None:
     """Add one chunk's rows to ``out``."""
-    cand = records.select(*TIME_COLUMNS, "level", "body", *FLAG_NAMES, "_cand")
-    if not cand.get_column("_cand").all():
-        cand = cand.filter(pl.col("_cand"))
-    cand = cand.drop("_cand")
+    cand = records.select(*TIME_COLUMNS, "level", "body", *FLAG_NAMES, "is_candidate")
+    if not cand.get_column("is_candidate").all():
+        cand = cand.filter(pl.col("is_candidate"))
+    cand = cand.drop("is_candidate")
     if cand.height == 0:
         return
-    ooms = cand.filter(pl.col("_oom"))
+    ooms = cand.filter(pl.col("may_be_oom"))
     if ooms.height:
         out.ooms.append(ooms.select(*TIME_COLUMNS, "body"))
-        out.used.append(ooms.get_column("_seq"))
-    if not cand.get_column("_lit").all():
-        cand = cand.filter(pl.col("_lit"))
+        out.used.append(ooms.get_column("record_seq"))
+    if not cand.get_column("has_literal").all():
+        cand = cand.filter(pl.col("has_literal"))
     if cand.height == 0:
         return
     stats, by_req, others = _route(cand)
@@ -142,21 +145,23 @@ def _route(cand: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, pl.DataFrame], p
     if rest is None:
         return cand.clear(), by_req, cand.clear()
     rest = _classify(rest)
-    for req in rest.get_column("_req").drop_nulls().unique().to_list():
-        part = rest.filter(pl.col("_req") == req).drop("_req", "_stats")
+    for req in rest.get_column("request_lead").drop_nulls().unique().to_list():
+        part = rest.filter(pl.col("request_lead") == req).drop("request_lead", "is_stats")
         by_req[req] = pl.concat([by_req[req], part]) if req in by_req else part
-    stats = rest.filter(pl.col("_stats")).drop("_req", "_stats")
-    others = rest.filter(~pl.col("_stats") & pl.col("_req").is_null()).drop("_req", "_stats")
+    stats = rest.filter(pl.col("is_stats")).drop("request_lead", "is_stats")
+    others = rest.filter(~pl.col("is_stats") & pl.col("request_lead").is_null()).drop(
+        "request_lead", "is_stats"
+    )
     return stats, by_req, others
 
 
 def _classify(rows: pl.DataFrame) -> pl.DataFrame:
-    """``_stats`` and ``_req`` (the request lead) of each record, read by :data:`_REQUEST_KIND`
-    on the start of its body."""
+    """``is_stats`` and ``request_lead`` (the request lead) of each record, read by
+    :data:`_REQUEST_KIND` on the start of its body."""
     kind = pl.col("_g").struct.field
     return (
         rows.with_columns(_g=pl.col("body").str.head(48).str.extract_groups(_REQUEST_KIND))
-        .with_columns(_stats=kind("stats").is_not_null(), _req=kind("req"))
+        .with_columns(is_stats=kind("stats").is_not_null(), request_lead=kind("req"))
         .drop("_g")
     )
 
@@ -168,10 +173,10 @@ def _stats(rows: pl.DataFrame, out: Extracted) -> None:
     ok = parsed.filter(pl.col("running").is_not_null())
     bad = parsed.filter(pl.col("running").is_null())
     if bad.height:
-        out.unmatched.append(bad.get_column("_seq"))
+        out.unmatched.append(bad.get_column("record_seq"))
     if ok.height == 0:
         return
-    out.used.append(ok.get_column("_seq"))
+    out.used.append(ok.get_column("record_seq"))
     fields = [
         "engine", "engines", "prompt_tps", "gen_tps", "running", "swapped", "pending",
         "waiting", "deferred", "preemptions", "device", "kv_pct", "prefix_pct",
@@ -207,7 +212,7 @@ def _v0_prefix_rate(others: pl.DataFrame, out: Extracted) -> None:
         return
     rate = pl.col("body").str.extract(V0_PREFIX, 1).cast(pl.Float64)
     ok = rows.with_columns(prefix_pct=rate).filter(pl.col("prefix_pct").is_not_null())
-    out.used.append(ok.get_column("_seq"))
+    out.used.append(ok.get_column("record_seq"))
     out.stats.append(ok.select(*TIME_COLUMNS, "level", pl.col("prefix_pct").cast(pl.String)))
     out.evidence.add("v0")
 
@@ -236,7 +241,7 @@ def _hits(
         )
         if hit.height == 0:
             continue
-        out.used.append(hit.get_column("_seq"))
+        out.used.append(hit.get_column("record_seq"))
         if entry.family is not None:
             out.evidence.add(entry.family)
         yield entry, hit
@@ -265,7 +270,7 @@ def _config_rows(
         key=pl.lit(key),
         value=value.cast(pl.String),
         conv=pl.lit(conv),
-        line=pl.lit(name),
+        line_name=pl.lit(name),
     ).filter(pl.col("value").is_not_null())
 
 
@@ -279,6 +284,9 @@ def _events(others: pl.DataFrame, out: Extracted) -> None:
         )
         out.events.append(
             hit.select(
-                *TIME_COLUMNS, kind=pl.lit(entry.kind), name=pl.lit(entry.name), groups=encoded
+                *TIME_COLUMNS,
+                kind=pl.lit(entry.kind),
+                line_name=pl.lit(entry.name),
+                captures_json=encoded,
             )
         )

@@ -36,22 +36,36 @@ _METRICS: Final = {
 _GAUGES: Final = ("running", "waiting", "swapped", "deferred", "kv_pct", "prefix_pct")
 _DETAILS: Final = {e.name: e.detail for e in EVENT_LINES}
 # The printed-time fields a record keeps until the whole file decides the year.
-PRINTED_TIME: Final = ("_chunk", "_md", "_tod", "_yo", "outer_ts", "arrival_ts")
+PRINTED_TIME: Final = (
+    "chunk",
+    "printed_month_day",
+    "printed_second_of_day",
+    "year_offset",
+    "outer_ts",
+    "arrival_ts",
+)
 
 
 def with_ts(frame: pl.DataFrame, decision: ClockDecision, chunks: pl.DataFrame) -> pl.DataFrame:
     """Add ``ts``: the collector's arrival time, else the outer full timestamp, else the printed
-    time placed by ``decision``. ``chunks`` (``_chunk``, ``_base``, ``_cmd``, ``_ctod``,
-    ``_cyo``) gives each chunk's year-offset base and the printed time that lines before its
-    first timestamp inherit from the chunks before."""
-    frame = frame.join(chunks, on="_chunk", how="left", maintain_order="left").with_columns(
-        _md=pl.coalesce("_md", "_cmd"),
-        _tod=pl.coalesce("_tod", "_ctod"),
-        _yo=pl.coalesce(pl.col("_yo") + pl.col("_base"), "_cyo"),
+    time placed by ``decision``. ``chunks`` (``chunk``, ``year_offset_base``, ``carried_month_day``,
+    ``carried_second_of_day``, ``carried_year_offset``) gives each chunk's year-offset base and the
+    printed time that lines before its first timestamp inherit from the chunks before."""
+    frame = frame.join(chunks, on="chunk", how="left", maintain_order="left").with_columns(
+        printed_month_day=pl.coalesce("printed_month_day", "carried_month_day"),
+        printed_second_of_day=pl.coalesce("printed_second_of_day", "carried_second_of_day"),
+        year_offset=pl.coalesce(
+            pl.col("year_offset") + pl.col("year_offset_base"), "carried_year_offset"
+        ),
     )
-    printed = placed_utc(pl.col("_md"), pl.col("_tod"), pl.col("_yo"), decision)
+    printed = placed_utc(
+        pl.col("printed_month_day"),
+        pl.col("printed_second_of_day"),
+        pl.col("year_offset"),
+        decision,
+    )
     return frame.with_columns(ts=pl.coalesce("arrival_ts", "outer_ts", printed)).drop(
-        "_base", "_cmd", "_ctod", "_cyo"
+        "year_offset_base", "carried_month_day", "carried_second_of_day", "carried_year_offset"
     )
 
 
@@ -90,7 +104,7 @@ class Ledger:
             self.lost.setdefault(reason, []).append(seqs)
 
     def settle(self) -> None:
-        seen = pl.Series("_seq", [], dtype=pl.Int64)
+        seen = pl.Series("record_seq", [], dtype=pl.Int64)
         for reason, parts in self.lost.items():
             seqs = pl.concat(parts).unique()
             seqs = seqs.filter(~seqs.is_in(seen.implode()))
@@ -105,11 +119,13 @@ def drop_rank_repeats(frame: pl.DataFrame, keys: Iterable[str], ledger: Ledger) 
     workers, Ray actors, Slurm tasks) counts once; repeats within one process are kept."""
     if frame.height == 0:
         return frame
-    group = ["_md", "_tod", "_yo", *keys]
-    keep = pl.col("proc").eq_missing(pl.col("proc").first().over(group, order_by="_seq"))
+    group = ["printed_month_day", "printed_second_of_day", "year_offset", *keys]
+    keep = pl.col("proc").eq_missing(pl.col("proc").first().over(group, order_by="record_seq"))
     kept = frame.filter(keep)
-    dropped = frame.filter(~keep).get_column("_seq")
-    ledger.lose(RANK_REPEAT, dropped.filter(~dropped.is_in(kept.get_column("_seq").implode())))
+    dropped = frame.filter(~keep).get_column("record_seq")
+    ledger.lose(
+        RANK_REPEAT, dropped.filter(~dropped.is_in(kept.get_column("record_seq").implode()))
+    )
     return kept
 
 
@@ -118,7 +134,7 @@ def stats_samples(stats: pl.DataFrame, ledger: Ledger) -> pl.DataFrame:
     for column in ("engine", *_METRICS):
         if column not in stats.columns:
             stats = stats.with_columns(pl.lit(None, pl.String).alias(column))
-    stats = stats.sort("_seq").with_columns(
+    stats = stats.sort("record_seq").with_columns(
         pl.col(*_METRICS).cast(pl.Float64), pl.col("pending").cast(pl.Float64, strict=False)
     )
     stats = stats.with_columns(waiting=pl.coalesce("waiting", "pending"))
@@ -144,11 +160,12 @@ def _drop_stale(stats: pl.DataFrame, ledger: Ledger) -> pl.DataFrame:
     so those lines add nothing and may be stale."""
     is_stats = pl.col("running").is_not_null()
     same = pl.all_horizontal(
-        pl.col(c).eq_missing(pl.col(c).shift(1).over("engine", order_by="_seq")) for c in _GAUGES
+        pl.col(c).eq_missing(pl.col(c).shift(1).over("engine", order_by="record_seq"))
+        for c in _GAUGES
     )
     stale = (pl.col("level") == "DEBUG") & is_stats & same
     stale = stale.fill_null(value=False)
-    ledger.lose(STALE_STATS, stats.filter(stale).get_column("_seq"))
+    ledger.lose(STALE_STATS, stats.filter(stale).get_column("record_seq"))
     return stats.filter(~stale)
 
 
@@ -156,11 +173,13 @@ def event_rows(
     events: pl.DataFrame, config: dict[str, Any], ledger: Ledger
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Events from the event lines, and the ``preemptions_total`` samples of V0 warnings."""
-    events = drop_rank_repeats(events, ["kind", "name", "groups"], ledger).sort("_seq")
+    events = drop_rank_repeats(events, ["kind", "line_name", "captures_json"], ledger).sort(
+        "record_seq"
+    )
     rows: list[dict[str, Any]] = []
     totals: list[dict[str, Any]] = []
     for row in events.iter_rows(named=True):
-        groups = json.loads(row["groups"]) if row["groups"] else {}
+        groups = json.loads(row["captures_json"]) if row["captures_json"] else {}
         out = {"ts": row["ts"], "kind": row["kind"], "detail": _detail(row, groups, config)}
         out |= _bytes(groups)
         if row["kind"] == "startup_no_kv_memory":
@@ -194,7 +213,7 @@ def _detail(row: dict[str, Any], groups: dict[str, Any], config: dict[str, Any])
             f"cumulative preemptions: {groups.get('total')} (vLLM V0 logs only every "
             f"{PREEMPT_LOG_EVERY}th one)"
         )
-    template = str(_DETAILS.get(row["name"], row["name"]))
+    template = str(_DETAILS.get(row["line_name"], row["line_name"]))
     try:
         return str(template.format(**groups))
     except (KeyError, IndexError, ValueError):
@@ -308,13 +327,13 @@ def engine_config(rows: pl.DataFrame, ledger: Ledger) -> tuple[dict[str, Any], s
     config: dict[str, Any] = {}
     changed: dict[str, Any] = {}
     diag = ledger.diag
-    rows = drop_rank_repeats(rows, ["line", "key", "value"], ledger)
-    for row in rows.sort("_seq").iter_rows(named=True):
+    rows = drop_rank_repeats(rows, ["line_name", "key", "value"], ledger)
+    for row in rows.sort("record_seq").iter_rows(named=True):
         try:
             value = _convert(row["value"], row["conv"])
         except (ValueError, UnitError):
             diag.note(
-                f"{row['line']}: {row['key']} value {row['value']!r} did not parse", lost=True
+                f"{row['line_name']}: {row['key']} value {row['value']!r} did not parse", lost=True
             )
             continue
         key = row["key"]

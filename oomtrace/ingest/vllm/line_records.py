@@ -11,12 +11,11 @@ prefix, Ray's repeat suffix, glued records) are found with one scan of the bodie
 those rows alone. Eager Polars computes a sub-expression used twice in one call twice, so a
 shared step is a column of its own.
 
-A record keeps its time as printed (``_md`` = month*100+day, ``_tod`` = seconds of the day) and
-a year offset local to its chunk (``_yo``); ``_chunk`` says which chunk, so that
-:func:`oomtrace.ingest.text.yearless_clock.combine` can add each chunk's base once the whole
-file is read.
-Lines without a header of their own (traceback lines, prints) take the time of the record before
-them.
+A record keeps its time as printed (``printed_month_day`` = month*100+day, ``printed_second_of_day``
+= seconds of the day) and a year offset local to its chunk (``year_offset``); ``chunk`` says which
+chunk, so that :func:`oomtrace.ingest.text.yearless_clock.combine` can add each chunk's base once
+the whole file is read. Lines without a header of their own (traceback lines, prints) take the time
+of the record before them.
 """
 
 from __future__ import annotations
@@ -50,9 +49,10 @@ from oomtrace.ingest.vllm.log_header import HEADER_AT, HEADER_FIELDS, read_heade
 from oomtrace.schema import TS
 
 TIME_COLUMNS: Final = (
-    "_seq", "_chunk", "_md", "_tod", "_yo", "_hdr", "outer_ts", "arrival_ts", "proc", "repeat",
+    "record_seq", "chunk", "printed_month_day", "printed_second_of_day", "year_offset",
+    "has_header", "outer_ts", "arrival_ts", "proc", "repeat",
 )  # fmt: skip
-FLAG_NAMES: Final = ("_lit", "_oom")
+FLAG_NAMES: Final = ("has_literal", "may_be_oom")
 _LEVEL_TS: Final = HEADER_AT + " "
 _TS_ONLY: Final = frozenset({"timestamp", "process", "nested"})
 _UNUSUAL: Final = "\x1b|" + re.escape(REPEATED_LITERAL) + "|" + _LEVEL_TS
@@ -95,42 +95,50 @@ def build_records(
     """One chunk read: ``(records, rest, info)``.
 
     ``records`` are the lines that were parsed, in file order: :data:`TIME_COLUMNS`, ``line``,
-    ``level``, ``_br``, the boolean ``flags`` (expressions over the raw ``line``; a record is a
-    candidate, ``_cand``, when any is true) and, for candidates only, ``body`` (the text after
-    the header). ``rest`` (``_seq``, ``line``, ``_hdr``) are the lines nothing needed parsed,
-    kept only to be counted."""
+    ``level``, ``bracketed``, the boolean ``flags`` (expressions over the raw ``line``; a record is
+    a candidate, ``is_candidate``, when any is true) and, for candidates only, ``body`` (the text
+    after the header). ``rest`` (``record_seq``, ``line``, ``has_header``) are the lines nothing
+    needed parsed, kept only to be counted."""
     info = ChunkInfo()
     if "arrival_ts" not in lines.columns:
         lines = lines.with_columns(arrival_ts=pl.lit(None, TS))
     line = pl.col("line")
     frame = lines.with_columns(
-        _seq=pl.int_range(first_line, first_line + lines.height, dtype=pl.Int64) * 256,
-        _hpos=line.str.find(HEADER_AT),
+        record_seq=pl.int_range(first_line, first_line + lines.height, dtype=pl.Int64) * 256,
+        header_at=line.str.find(HEADER_AT),
         **flags,
-    ).with_columns(_cand=pl.any_horizontal(*flags))
+    ).with_columns(is_candidate=pl.any_horizontal(*flags))
     # A candidate without a header of its own (a traceback line) takes the time of the header
     # line before it, so then every header line of the chunk is parsed too.
-    headerless = frame.select((pl.col("_cand") & pl.col("_hpos").is_null()).any()).item()
-    parse = pl.col("_cand") | (pl.col("_hpos").is_not_null() if headerless else False)
-    rest = frame.filter(~parse).select("_seq", "line", _hdr=pl.col("_hpos").is_not_null())
-    records = _parse(frame.filter(parse)).drop("_hpos").with_columns(_body())
+    headerless = frame.select((pl.col("is_candidate") & pl.col("header_at").is_null()).any()).item()
+    parse = pl.col("is_candidate") | (pl.col("header_at").is_not_null() if headerless else False)
+    rest = frame.filter(~parse).select(
+        "record_seq", "line", has_header=pl.col("header_at").is_not_null()
+    )
+    records = _parse(frame.filter(parse)).drop("header_at").with_columns(_body())
     # Colour codes past the prefix, Ray's repeat suffix and glued records are all rare: one
     # scan of the candidate bodies finds the records that may have any of them, and only those
     # go through the steps that look for each.
-    unusual = pl.col("_cand") & pl.col("body").str.contains(_UNUSUAL).fill_null(value=False)
+    unusual = pl.col("is_candidate") & pl.col("body").str.contains(_UNUSUAL).fill_null(value=False)
     if records.select(unusual.any()).item():
         odd = _unusual(records.filter(unusual), flags, info)
         plain = records.filter(~unusual).with_columns(repeat=pl.lit(1, pl.Int32))
-        records = pl.concat([plain, odd.select(plain.columns)], how="vertical_relaxed").sort("_seq")
+        records = pl.concat([plain, odd.select(plain.columns)], how="vertical_relaxed").sort(
+            "record_seq"
+        )
     else:
         records = records.with_columns(repeat=pl.lit(1, pl.Int32))
-    records = _place(records.with_columns(_chunk=pl.lit(chunk, pl.Int32)), info, tz)
+    records = _place(records.with_columns(chunk=pl.lit(chunk, pl.Int32)), info, tz)
     _count(records, info)
     return records, rest, info
 
 
 def _body() -> pl.Expr:
-    return pl.when(pl.col("_cand")).then(pl.col("line").str.slice(pl.col("_lead"))).alias("body")
+    return (
+        pl.when(pl.col("is_candidate"))
+        .then(pl.col("line").str.slice(pl.col("body_start")))
+        .alias("body")
+    )
 
 
 def _unusual(frame: pl.DataFrame, flags: Mapping[str, pl.Expr], info: ChunkInfo) -> pl.DataFrame:
@@ -138,74 +146,80 @@ def _unusual(frame: pl.DataFrame, flags: Mapping[str, pl.Expr], info: ChunkInfo)
     each looked for in turn (cleaning colour codes can reveal the other two)."""
     frame = _cleanup_ansi(frame, flags)
     frame = _repeat_suffix(frame, info)
-    glued = pl.col("_cand") & pl.col("body").str.contains(_LEVEL_TS)
+    glued = pl.col("is_candidate") & pl.col("body").str.contains(_LEVEL_TS)
     if frame.select(glued.any()).item():
         frame = _split_glued(frame, info)
     return frame
 
 
 def _parse(frame: pl.DataFrame, kinds: frozenset[PrefixKind] | None = None) -> pl.DataFrame:
-    """Header fields, prefix fields, and ``_outer``/``_lead`` (prefix and prefix+header
+    """Header fields, prefix fields, and ``prefix_chars``/``body_start`` (prefix and prefix+header
     lengths in characters) for every row of ``frame``.
 
     The prefix kinds are detected on a sample; the full-prefix test that confirms each header
     checks every row, and rows it rejects are looked at again for kinds the sample missed."""
-    line, hpos = pl.col("line"), pl.col("_hpos")
+    line, hpos = pl.col("line"), pl.col("header_at")
     frame = frame.with_columns(
-        _pre=line.cast(pl.Binary).bin.head(hpos.fill_null(0)).cast(pl.String, strict=False)
+        prefix_text=line.cast(pl.Binary).bin.head(hpos.fill_null(0)).cast(pl.String, strict=False)
     )
     if kinds is None:
-        kinds = detect_kinds(_sample(frame), "_pre") | detect_kinds(
+        kinds = detect_kinds(_sample(frame), "prefix_text") | detect_kinds(
             frame.filter(hpos.is_null()), "line"
         )
     frame = frame.with_columns(
         _ok=hpos.is_not_null()
-        & ((hpos == 0) | pl.col("_pre").str.contains(_prefix_test(kinds)).fill_null(value=False)),
+        & (
+            (hpos == 0)
+            | pl.col("prefix_text").str.contains(_prefix_test(kinds)).fill_null(value=False)
+        ),
     )
     rejected = frame.filter((hpos > 0) & ~pl.col("_ok"))
     if rejected.height:
-        more = detect_kinds(rejected, "_pre") - kinds
+        more = detect_kinds(rejected, "prefix_text") - kinds
         if more:
-            return _parse(frame.drop("_pre", "_ok"), kinds | more)
-    frame = read_header(frame).with_columns(_hdr=pl.col("_ok") & pl.col("_hlen").is_not_null())
+            return _parse(frame.drop("prefix_text", "_ok"), kinds | more)
+    frame = read_header(frame).with_columns(
+        has_header=pl.col("_ok") & pl.col("header_chars").is_not_null()
+    )
     outer = _outer(frame, kinds)
-    header = pl.col("_hdr")
+    header = pl.col("has_header")
     return outer.with_columns(
-        _lead=pl.col("_outer") + pl.when(header).then(pl.col("_hlen")).otherwise(0),
-        level=pl.when(header).then(pl.col("_lvl")),
-        _br=header & pl.col("_brk"),
-        _md=pl.when(header).then(pl.col("_hmd")),
-        _tod=pl.when(header).then(pl.col("_htod")),
-    ).drop("_pre", "_ok", *HEADER_FIELDS)
+        body_start=pl.col("prefix_chars")
+        + pl.when(header).then(pl.col("header_chars")).otherwise(0),
+        level=pl.when(header).then(pl.col("header_level")),
+        bracketed=header & pl.col("header_bracketed"),
+        printed_month_day=pl.when(header).then(pl.col("header_month_day")),
+        printed_second_of_day=pl.when(header).then(pl.col("header_second_of_day")),
+    ).drop("prefix_text", "_ok", *HEADER_FIELDS)
 
 
 def _sample(frame: pl.DataFrame) -> pl.DataFrame:
-    """The first and last :data:`_SAMPLE` rows with a prefix before their header (``_pre``),
+    """The first and last :data:`_SAMPLE` rows with a prefix before their header (``prefix_text``),
     found near the ends of the chunk when they are there, so as not to filter all of it."""
-    prefixed = pl.col("_hpos") > 0
+    prefixed = pl.col("header_at") > 0
     near = 16 * _SAMPLE
     head = frame.head(near).filter(prefixed).head(_SAMPLE)
     tail = frame.tail(near).filter(prefixed).tail(_SAMPLE)
     if head.height < _SAMPLE or tail.height < _SAMPLE:
         every = frame.filter(prefixed)
         head, tail = every.head(_SAMPLE), every.tail(_SAMPLE)
-    return pl.concat([head.select("_pre"), tail.select("_pre")])
+    return pl.concat([head.select("prefix_text"), tail.select("prefix_text")])
 
 
 def _outer(frame: pl.DataFrame, kinds: frozenset[PrefixKind]) -> pl.DataFrame:
-    """``_outer``, ``outer_ts``, ``host``, ``proc``: from the prefix before a confirmed header
+    """``prefix_chars``, ``outer_ts``, ``host``, ``proc``: from the prefix before a confirmed header
     (cheaply when the chunk has only timestamps and process prefixes), else by matching the
     outer-prefix pattern at the start of the line (headerless lines: rare)."""
     if not kinds:
         return frame.with_columns(
-            _outer=pl.lit(0, pl.UInt32),
+            prefix_chars=pl.lit(0, pl.UInt32),
             outer_ts=pl.lit(None, TS),
             host=pl.lit(None, pl.String),
             proc=pl.lit(None, pl.String),
         )
     # The formulas for rows with a header run on every row; the few rows without one are
     # then read from the start of their line and written in place.
-    pre = pl.col("_pre")
+    pre = pl.col("prefix_text")
     if kinds <= _TS_ONLY:
         # Step by step: a sub-expression used twice in one call is computed twice.
         stamp, proc = pl.col("_st"), pl.col("_pr")
@@ -215,7 +229,7 @@ def _outer(frame: pl.DataFrame, kinds: frozenset[PrefixKind]) -> pl.DataFrame:
                 _pr=pre.str.slice(stamp.str.len_chars().fill_null(-1) + 1).str.strip_chars_end(" ")
             )
             .with_columns(
-                _outer=pre.str.len_chars(),
+                prefix_chars=pre.str.len_chars(),
                 outer_ts=parse_iso(stamp),
                 host=pl.lit(None, pl.String),
                 proc=pl.when(proc.str.len_bytes() > 0).then(proc),
@@ -226,11 +240,11 @@ def _outer(frame: pl.DataFrame, kinds: frozenset[PrefixKind]) -> pl.DataFrame:
         groups = pre.str.extract_groups("^(?P<outer>" + outer_pattern(kinds) + ")$")
         out = (
             frame.with_columns(_p=groups)
-            .with_columns(_outer=pre.str.len_chars(), **outer_columns(pl.col("_p"), kinds))
+            .with_columns(prefix_chars=pre.str.len_chars(), **outer_columns(pl.col("_p"), kinds))
             .drop("_p")
         )
-    out = out.with_columns(pl.col("_outer").cast(pl.UInt32))
-    without = (~frame.get_column("_hdr")).arg_true()
+    out = out.with_columns(pl.col("prefix_chars").cast(pl.UInt32))
+    without = (~frame.get_column("has_header")).arg_true()
     if without.len() == 0:
         return out
     groups = pl.col("line").str.extract_groups("^(?P<outer>" + outer_pattern(kinds) + ")")
@@ -238,7 +252,7 @@ def _outer(frame: pl.DataFrame, kinds: frozenset[PrefixKind]) -> pl.DataFrame:
         frame[without]
         .select(_p=groups)
         .select(
-            _outer=pl.col("_p").struct.field("outer").str.len_chars().cast(pl.UInt32),
+            prefix_chars=pl.col("_p").struct.field("outer").str.len_chars().cast(pl.UInt32),
             **outer_columns(pl.col("_p"), kinds),
         )
     )
@@ -250,23 +264,23 @@ def _outer(frame: pl.DataFrame, kinds: frozenset[PrefixKind]) -> pl.DataFrame:
 def _cleanup_ansi(frame: pl.DataFrame, flags: Mapping[str, pl.Expr]) -> pl.DataFrame:
     """Colour codes beyond the process prefix (a coloured level name, say): strip them from
     those candidate lines only and read them again."""
-    coloured = (pl.col("_cand") & pl.col("body").str.contains("\x1b", literal=True)).fill_null(
-        value=False
-    )
+    coloured = (
+        pl.col("is_candidate") & pl.col("body").str.contains("\x1b", literal=True)
+    ).fill_null(value=False)
     redo = frame.filter(coloured)
     if redo.height == 0:
         return frame
-    cleaned = redo.select("_seq", "arrival_ts", line=pl.col("line").str.replace_all(ANSI, ""))
-    cleaned = cleaned.with_columns(_hpos=pl.col("line").str.find(HEADER_AT), **flags)
-    cleaned = _parse(cleaned).drop("_hpos")
-    cleaned = cleaned.with_columns(_cand=pl.any_horizontal(*flags)).with_columns(_body())
+    cleaned = redo.select("record_seq", "arrival_ts", line=pl.col("line").str.replace_all(ANSI, ""))
+    cleaned = cleaned.with_columns(header_at=pl.col("line").str.find(HEADER_AT), **flags)
+    cleaned = _parse(cleaned).drop("header_at")
+    cleaned = cleaned.with_columns(is_candidate=pl.any_horizontal(*flags)).with_columns(_body())
     rest = frame.filter(~coloured)
-    return pl.concat([rest, cleaned.select(rest.columns)]).sort("_seq")
+    return pl.concat([rest, cleaned.select(rest.columns)]).sort("record_seq")
 
 
 def _repeat_suffix(frame: pl.DataFrame, info: ChunkInfo) -> pl.DataFrame:
     # The suffix pattern is anchored at the end of the body: only a body can hold it.
-    has = pl.col("_cand") & pl.col("body").str.contains(REPEATED_LITERAL, literal=True)
+    has = pl.col("is_candidate") & pl.col("body").str.contains(REPEATED_LITERAL, literal=True)
     if not frame.select(has.any()).item():
         return frame.with_columns(repeat=pl.lit(1, pl.Int32))
     frame = frame.with_columns(
@@ -282,7 +296,7 @@ def _repeat_suffix(frame: pl.DataFrame, info: ChunkInfo) -> pl.DataFrame:
 
 def _split_glued(frame: pl.DataFrame, info: ChunkInfo) -> pl.DataFrame:
     """Split records glued onto one line (``...hit rate: 0.0%INFO 07-28 06:41:19 [...]``)."""
-    glued = (pl.col("_cand") & pl.col("body").str.contains(_LEVEL_TS)).fill_null(value=False)
+    glued = (pl.col("is_candidate") & pl.col("body").str.contains(_LEVEL_TS)).fill_null(value=False)
     single = frame.filter(~glued)
     pieces = (
         frame.filter(glued)
@@ -290,48 +304,59 @@ def _split_glued(frame: pl.DataFrame, info: ChunkInfo) -> pl.DataFrame:
         .with_columns(_piece=pl.int_ranges(pl.col("body").list.len(), dtype=pl.Int64))
         .explode("body", "_piece")
         .filter(pl.col("body").str.len_bytes() > 0)
-        .with_columns(_seq=pl.col("_seq") + pl.col("_piece"))
+        .with_columns(record_seq=pl.col("record_seq") + pl.col("_piece"))
     )
     info.glued += int((pieces.get_column("_piece") > 0).sum())
     first = pieces.filter(pl.col("_piece") == 0).drop("_piece")
     rest = pieces.filter(pl.col("_piece") > 0)
     if rest.height:
-        inherited = rest.select("_seq", "arrival_ts", "outer_ts", "host", "repeat", "proc")
-        again = rest.select("_seq", *FLAG_NAMES, "_cand", line=pl.col("body"))
+        inherited = rest.select("record_seq", "arrival_ts", "outer_ts", "host", "repeat", "proc")
+        again = rest.select("record_seq", *FLAG_NAMES, "is_candidate", line=pl.col("body"))
         again = _parse(
-            again.with_columns(_hpos=pl.col("line").str.find(HEADER_AT)),
+            again.with_columns(header_at=pl.col("line").str.find(HEADER_AT)),
             frozenset(("process",)),
-        ).drop("_hpos")
-        again = again.with_columns(body=pl.col("line").str.slice(pl.col("_lead")))
-        again = again.drop("outer_ts", "host").join(inherited.rename({"proc": "_proc0"}), on="_seq")
+        ).drop("header_at")
+        again = again.with_columns(body=pl.col("line").str.slice(pl.col("body_start")))
+        again = again.drop("outer_ts", "host").join(
+            inherited.rename({"proc": "_proc0"}), on="record_seq"
+        )
         rest = again.with_columns(proc=pl.coalesce("proc", "_proc0")).drop("_proc0")
     columns = single.columns
     parts = [single, first.select(columns)]
     if rest.height:
         parts.append(rest.select(columns))
-    return pl.concat(parts, how="vertical_relaxed").sort("_seq")
+    return pl.concat(parts, how="vertical_relaxed").sort("record_seq")
 
 
 def _place(frame: pl.DataFrame, info: ChunkInfo, tz: str) -> pl.DataFrame:
     """Local year offsets, the full-time anchor, the printed-versus-full disagreement, then
     the printed time handed down to lines without a header of their own."""
-    offsets, info.years = year_offsets(frame.get_column("_md"), frame.get_column("_tod"))
-    frame = frame.with_columns(offsets.alias("_yo"))
+    offsets, info.years = year_offsets(
+        frame.get_column("printed_month_day"), frame.get_column("printed_second_of_day")
+    )
+    frame = frame.with_columns(offsets.alias("year_offset"))
     full = pl.coalesce(pl.col("arrival_ts"), pl.col("outer_ts"))
     # Rows with a year offset: those whose printed time exists and names a real month.
-    printed = frame.select("_md", "_tod", "_yo", full.alias("_full")).filter(
-        pl.col("_yo").is_not_null()
-    )
+    printed = frame.select(
+        "printed_month_day", "printed_second_of_day", "year_offset", full.alias("full_ts")
+    ).filter(pl.col("year_offset").is_not_null())
     info.timed_lines = printed.height
-    both = printed.filter(pl.col("_full").is_not_null())
+    both = printed.filter(pl.col("full_ts").is_not_null())
     if both.height:
         info.full_lines = both.height
         last = both.row(-1, named=True)
-        info.full_anchor = FullAnchor(last["_md"], last["_tod"], last["_yo"], last["_full"])
+        info.full_anchor = FullAnchor(
+            last["printed_month_day"],
+            last["printed_second_of_day"],
+            last["year_offset"],
+            last["full_ts"],
+        )
         for value, count in printed_minus_full(both, tz).value_counts().iter_rows():
             if value is not None:
                 info.disagreement[int(value)] = info.disagreement.get(int(value), 0) + int(count)
-    return frame.with_columns(pl.col("_md", "_tod", "_yo").forward_fill())
+    return frame.with_columns(
+        pl.col("printed_month_day", "printed_second_of_day", "year_offset").forward_fill()
+    )
 
 
 def _count(frame: pl.DataFrame, info: ChunkInfo) -> None:
@@ -339,4 +364,4 @@ def _count(frame: pl.DataFrame, info: ChunkInfo) -> None:
     if hosts.len():
         for host, count in hosts.value_counts().iter_rows():
             info.hosts[host] = info.hosts.get(host, 0) + int(count)
-    info.bracketed = int(frame.select(pl.col("_br").fill_null(value=False).sum()).item())
+    info.bracketed = int(frame.select(pl.col("bracketed").fill_null(value=False).sum()).item())

@@ -24,7 +24,13 @@ HEADER_AT: Final = (
 )
 # What read_header adds: length in characters (null: no header), level, bracket, month*100+day,
 # seconds of the day.
-HEADER_FIELDS: Final = ("_hlen", "_lvl", "_brk", "_hmd", "_htod")
+HEADER_FIELDS: Final = (
+    "header_chars",
+    "header_level",
+    "header_bracketed",
+    "header_month_day",
+    "header_second_of_day",
+)
 # The header must fit in this many characters from where it starts.
 HEADER_SLICE: Final = 96
 _HEADER_WHOLE: Final = "^(?P<hdr>" + HEADER.removeprefix("^") + ")"
@@ -35,23 +41,24 @@ _LEVEL_NAME: Final = {ord(level[0]): level for level in _LEVELS}
 
 
 def read_header(frame: pl.DataFrame) -> pl.DataFrame:
-    """``frame`` (``line``, ``_hpos`` where :data:`HEADER_AT` was found, ``_pre`` the text
-    before it, ``_seq``) with :data:`HEADER_FIELDS` of the header starting at ``_pre``'s end."""
-    text = pl.col("line").str.slice(pl.col("_pre").str.len_chars(), HEADER_SLICE)
-    frame = frame.with_columns(_hs=text).with_columns(
-        _simple=pl.col("_hs").str.contains(_SIMPLE_HEADER).fill_null(value=False)
+    """``frame`` (``line``, ``header_at`` where :data:`HEADER_AT` was found, ``prefix_text`` the
+    text before it, ``record_seq``) with :data:`HEADER_FIELDS` of the header starting at
+    ``prefix_text``'s end."""
+    text = pl.col("line").str.slice(pl.col("prefix_text").str.len_chars(), HEADER_SLICE)
+    frame = frame.with_columns(header_window=text).with_columns(
+        simple_header=pl.col("header_window").str.contains(_SIMPLE_HEADER).fill_null(value=False)
     )
-    captured = pl.col("_hpos").is_not_null() & ~pl.col("_simple")
+    captured = pl.col("header_at").is_not_null() & ~pl.col("simple_header")
     if not frame.select(captured.any()).item():
         return _simple_fields(frame)
     simple = _simple_fields(frame.filter(~captured))
     other = captured_fields(frame.filter(captured))
-    return pl.concat([simple, other.select(simple.columns)]).sort("_seq")
+    return pl.concat([simple, other.select(simple.columns)]).sort("record_seq")
 
 
 def _simple_fields(frame: pl.DataFrame) -> pl.DataFrame:
-    raw = pl.col("_hs").cast(pl.Binary)
-    simple = pl.col("_simple")
+    raw = pl.col("header_window").cast(pl.Binary)
+    simple = pl.col("simple_header")
     frame = frame.with_columns(_b=raw.bin.get(0, null_on_oob=True)).with_columns(
         _w=pl.col("_b").replace_strict(_LEVEL_WIDTH, default=None, return_dtype=pl.Int64)
     )
@@ -67,16 +74,18 @@ def _simple_fields(frame: pl.DataFrame) -> pl.DataFrame:
 
     return frame.with_columns(
         # An ASCII header: its length in bytes is its length in characters.
-        _hlen=pl.when(simple).then(pl.col("_hs").str.find("] ", literal=True) + 2).cast(pl.UInt32),
-        _lvl=pl.when(simple).then(
+        header_chars=pl.when(simple)
+        .then(pl.col("header_window").str.find("] ", literal=True) + 2)
+        .cast(pl.UInt32),
+        header_level=pl.when(simple).then(
             pl.col("_b").replace_strict(_LEVEL_NAME, default=None, return_dtype=pl.String)
         ),
-        _brk=(simple & (_byte(time, 7) == ord("["))).fill_null(value=False),
-        _hmd=pl.when(simple).then(two(date, 0) * 100 + two(date, 3)).cast(pl.Int32),
-        _htod=pl.when(simple)
+        header_bracketed=(simple & (_byte(time, 7) == ord("["))).fill_null(value=False),
+        header_month_day=pl.when(simple).then(two(date, 0) * 100 + two(date, 3)).cast(pl.Int32),
+        header_second_of_day=pl.when(simple)
         .then(two(date, 6) * 3600 + two(time, 1) * 60 + two(time, 4))
         .cast(pl.Int32),
-    ).drop("_hs", "_simple", "_b", "_w", "_d", "_t")
+    ).drop("header_window", "simple_header", "_b", "_w", "_d", "_t")
 
 
 def _byte(word: pl.Expr, at: int) -> pl.Expr:
@@ -85,18 +94,21 @@ def _byte(word: pl.Expr, at: int) -> pl.Expr:
 
 
 def captured_fields(frame: pl.DataFrame) -> pl.DataFrame:
-    """:data:`HEADER_FIELDS` by capturing HEADER on ``_hs``, the window after ``_pre``."""
-    frame = frame.with_columns(_h=pl.col("_hs").str.extract_groups(_HEADER_WHOLE))
+    """:data:`HEADER_FIELDS` by capturing HEADER on ``header_window``, the window after
+    ``prefix_text``."""
+    frame = frame.with_columns(_h=pl.col("header_window").str.extract_groups(_HEADER_WHOLE))
     h = pl.col("_h").struct.field
     md, hms = h("md"), h("hms")
     return frame.with_columns(
-        _hlen=h("hdr").str.len_chars().cast(pl.UInt32),
-        _lvl=h("level"),
-        _brk=h("br").is_not_null(),
-        _hmd=month_day_expr(md.str.head(2).cast(pl.Int32), md.str.tail(2).cast(pl.Int32)),
-        _htod=(
+        header_chars=h("hdr").str.len_chars().cast(pl.UInt32),
+        header_level=h("level"),
+        header_bracketed=h("br").is_not_null(),
+        header_month_day=month_day_expr(
+            md.str.head(2).cast(pl.Int32), md.str.tail(2).cast(pl.Int32)
+        ),
+        header_second_of_day=(
             hms.str.head(2).cast(pl.Int32) * 3600
             + hms.str.slice(3, 2).cast(pl.Int32) * 60
             + hms.str.tail(2).cast(pl.Int32)
         ),
-    ).drop("_hs", "_simple", "_h")
+    ).drop("header_window", "simple_header", "_h")

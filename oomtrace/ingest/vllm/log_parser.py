@@ -274,11 +274,11 @@ class _Run:
         return pl.DataFrame(
             rows,
             schema={
-                "_chunk": pl.Int32,
-                "_base": pl.Int32,
-                "_cmd": pl.Int32,
-                "_ctod": pl.Int32,
-                "_cyo": pl.Int32,
+                "chunk": pl.Int32,
+                "year_offset_base": pl.Int32,
+                "carried_month_day": pl.Int32,
+                "carried_second_of_day": pl.Int32,
+                "carried_year_offset": pl.Int32,
             },
             orient="row",
         )
@@ -312,7 +312,7 @@ class _Run:
                 frame = frame.with_columns(ts=pl.coalesce("_ts", "ts")).drop("_ts")
         if not frame.select(pl.col("ts").is_null().any()).item():
             return frame
-        ledger.lose(NO_TIME, frame.filter(pl.col("ts").is_null()).get_column("_seq"))
+        ledger.lose(NO_TIME, frame.filter(pl.col("ts").is_null()).get_column("record_seq"))
         return frame.filter(pl.col("ts").is_not_null())
 
     def _notes(self) -> None:
@@ -353,7 +353,7 @@ def _read_chunk(lines: pl.DataFrame, index: int, first_line: int, tz: str) -> _C
     out.unmatched.clear()
     out.requests = [settled(part) for part in out.requests]
     unused = pl.concat(
-        [records.filter(~pl.col("_seq").is_in(used.implode())).select(rest.columns), rest]
+        [records.filter(~pl.col("record_seq").is_in(used.implode())).select(rest.columns), rest]
     )
     return _Chunk(out, info, used.len(), _skips(unused, odd))
 
@@ -366,12 +366,12 @@ def _skips(unused: pl.DataFrame, odd: pl.Series) -> list[tuple[str, int, str]]:
     line = pl.col("line")
     unused = unused.with_row_index("_i")
     if odd.len():
-        unused = unused.with_columns(_odd=pl.col("_seq").is_in(odd.implode()))
+        unused = unused.with_columns(_odd=pl.col("record_seq").is_in(odd.implode()))
     else:
         unused = unused.with_columns(_odd=pl.lit(value=False))
     # Only lines without an engine header can be access lines, blank or headerless: the tests
     # for those run on them alone.
-    plain = pl.col("_odd") | pl.col("_hdr")
+    plain = pl.col("_odd") | pl.col("has_header")
     bare = unused.filter(~plain).with_columns(
         _reason=pl.when(line.str.contains(_UVICORN))
         .then(pl.lit(UVICORN_LINE))

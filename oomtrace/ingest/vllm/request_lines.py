@@ -27,13 +27,21 @@ ADDED_LEAD: Final = "Added request "
 PARAMS_FIRST: Final = r"^Received request \S+?: params: "
 # ``^Added request (?P<id>\S+)$``: a literal lead, then the id to the end of the line.
 _TAIL_ID: Final = re.compile(r"\^([A-Za-z ]+ )\(\?P<id>\\S\+\)\$")
-_REQUEST_TIME: Final = ("_seq", "_chunk", "_md", "_tod", "_yo", "outer_ts", "arrival_ts")
+_REQUEST_TIME: Final = (
+    "record_seq",
+    "chunk",
+    "printed_month_day",
+    "printed_second_of_day",
+    "year_offset",
+    "outer_ts",
+    "arrival_ts",
+)
 
 
 @dataclass
 class RequestLines:
     """What one chunk's request lines gave: request rows (one frame, in file order), the
-    ``_seq`` of the lines put to use, the version families they prove, preemption events."""
+    ``record_seq`` of the lines put to use, the version families they prove, preemption events."""
 
     rows: pl.DataFrame | None = None
     used: list[pl.Series] = field(default_factory=list)
@@ -64,7 +72,7 @@ def read_requests(by_req: dict[str, pl.DataFrame]) -> RequestLines:
             hit = hit.filter(pl.col("body").str.contains(entry.pattern))
         if hit.height == 0:
             continue
-        out.used.append(hit.get_column("_seq"))
+        out.used.append(hit.get_column("record_seq"))
         if entry.family is not None:
             out.families.add(entry.family)
         parts.append(_request_rows(hit, entry.event, entry.pattern))
@@ -73,7 +81,7 @@ def read_requests(by_req: dict[str, pl.DataFrame]) -> RequestLines:
     if parts:
         # One frame per chunk, in file order (the chunks' frames then concatenate sorted).
         rows = pl.concat(parts, how="diagonal_relaxed")
-        out.rows = rows.sort("_seq", maintain_order=True) if len(parts) > 1 else rows
+        out.rows = rows.sort("record_seq", maintain_order=True) if len(parts) > 1 else rows
     return out
 
 
@@ -89,20 +97,20 @@ def _request_rows(hit: pl.DataFrame, event: str, pattern: str) -> pl.DataFrame:
     names = group_names(pattern)
     frame = _with_id(hit, pattern)
     base: dict[str, pl.Expr] = {
-        "request_id": pl.col("_id").str.strip_suffix(".")
+        "request_id": pl.col("captured_id").str.strip_suffix(".")
         if "id" in names
         else pl.lit(None, pl.String),
         "event": pl.lit(event),
         "prompt_tokens": pl.lit(None, pl.Int64),
         "max_tokens": pl.lit(None, pl.Int64),
         "output_tokens": pl.lit(None, pl.Int64),
-        "_kind": pl.lit(event),
-        "_capped": pl.lit(value=False),
+        "line_kind": pl.lit(event),
+        "count_may_be_capped": pl.lit(value=False),
     }
     if event == "arrived":
         frame = _with_token_count(frame, "prompt_token_ids: [")
-        if "_pf" not in frame.columns:
-            frame = frame.with_columns(_pf=pl.col("body").str.contains(PARAMS_FIRST))
+        if "params_first" not in frame.columns:
+            frame = frame.with_columns(params_first=pl.col("body").str.contains(PARAMS_FIRST))
         frame = _with_max_tokens(frame)
         base |= _received()
     elif "ids" in names:
@@ -129,7 +137,7 @@ def _request_rows(hit: pl.DataFrame, event: str, pattern: str) -> pl.DataFrame:
 
 
 def _with_id(hit: pl.DataFrame, pattern: str) -> pl.DataFrame:
-    """``hit`` with ``_id``, the ``id`` group of ``pattern`` as a capture of the first
+    """``hit`` with ``captured_id``, the ``id`` group of ``pattern`` as a capture of the first
     :data:`ID_HEAD` characters gives it (the fields sit at the start; id lists and the V0
     counter sit at the end, so those patterns see the whole line, in ``_g``).
 
@@ -141,27 +149,27 @@ def _with_id(hit: pl.DataFrame, pattern: str) -> pl.DataFrame:
     tail = _TAIL_ID.fullmatch(pattern)
     if tail is not None:
         start = len(tail.group(1))
-        return hit.with_columns(_id=body.str.slice(start, ID_HEAD - start))
-    if "_id" in hit.columns:  # read already (RECEIVED)
+        return hit.with_columns(captured_id=body.str.slice(start, ID_HEAD - start))
+    if "captured_id" in hit.columns:  # read already (RECEIVED)
         return hit
     whole = "ids" in names or pattern == PREEMPT
     text = body if whole else body.str.head(ID_HEAD)
     frame = hit.with_columns(_g=text.str.extract_groups(pattern))
     if "id" in names:
-        frame = frame.with_columns(_id=pl.col("_g").struct.field("id"))
+        frame = frame.with_columns(captured_id=pl.col("_g").struct.field("id"))
     return frame
 
 
 def _match_received(rows: pl.DataFrame) -> pl.DataFrame:
-    """The rows that match :data:`RECEIVED`, with ``_id`` and ``_pf`` (the params come first),
-    read without a pattern: the lead, then an id that runs to the first colon and holds no
-    whitespace, then ``: prompt: `` or ``: params: ``. An id so long that the match would end
-    past :data:`ID_HEAD` bytes is captured as the table's pattern does it."""
+    """The rows that match :data:`RECEIVED`, with ``captured_id`` and ``params_first`` (the
+    params come first), read without a pattern: the lead, then an id that runs to the first
+    colon and holds no whitespace, then ``: prompt: `` or ``: params: ``. An id so long that the
+    match would end past :data:`ID_HEAD` bytes is captured as the table's pattern does it."""
     lead = len(RECEIVED_LEAD)
     body, colon, word = pl.col("body"), pl.col("_colon"), pl.col("_word")
     raw = body.cast(pl.Binary)
     frame = rows.with_columns(_colon=body.str.find(":", literal=True)).with_columns(
-        _id=raw.bin.slice(lead, colon - lead).cast(pl.String),
+        captured_id=raw.bin.slice(lead, colon - lead).cast(pl.String),
         _word=raw.bin.slice(colon, len(": params: ")),
     )
     frame = frame.filter(
@@ -169,29 +177,31 @@ def _match_received(rows: pl.DataFrame) -> pl.DataFrame:
             body.str.starts_with(RECEIVED_LEAD)
             & (colon > lead)
             & word.is_in([b": prompt: ", b": params: "])
-            & ~pl.col("_id").str.contains(r"\s")
+            & ~pl.col("captured_id").str.contains(r"\s")
         ).fill_null(value=False)
-    ).with_columns(_pf=word == b": params: ")
+    ).with_columns(params_first=word == b": params: ")
     long = colon + len(": params: ") > ID_HEAD
     if frame.select(long.any()).item():
         frame = frame.with_columns(
-            _id=pl.when(long).then(body.str.head(ID_HEAD).str.extract(RECEIVED, 1)).otherwise("_id")
+            captured_id=pl.when(long)
+            .then(body.str.head(ID_HEAD).str.extract(RECEIVED, 1))
+            .otherwise("captured_id")
         )
     return frame.drop("_colon", "_word")
 
 
 def _with_max_tokens(frame: pl.DataFrame) -> pl.DataFrame:
-    """``_max``: the ``max_tokens=N`` inside SamplingParams. The params come before the prompt
-    preview from 0.12 and after the prompt text before it: the first occurrence where the params
-    come first, else the last, never one inside the user's prompt."""
+    """``max_tokens_text``: the ``max_tokens=N`` inside SamplingParams. The params come before
+    the prompt preview from 0.12 and after the prompt text before it: the first occurrence where
+    the params come first, else the last, never one inside the user's prompt."""
     found = pl.col("_all").list
     frame = frame.with_columns(
         _all=pl.col("body").str.extract_all(r"(?-u:\b)max_tokens=(?:[0-9]+|None)")
     )
-    if frame.get_column("_pf").all():
-        return frame.with_columns(_max=found.first()).drop("_all")
+    if frame.get_column("params_first").all():
+        return frame.with_columns(max_tokens_text=found.first()).drop("_all")
     return frame.with_columns(
-        _max=pl.when(pl.col("_pf")).then(found.first()).otherwise(found.last())
+        max_tokens_text=pl.when(pl.col("params_first")).then(found.first()).otherwise(found.last())
     ).drop("_all")
 
 
@@ -200,27 +210,29 @@ def _received() -> dict[str, pl.Expr]:
     return {
         "max_tokens": pl.when(details)
         .then(None)
-        .otherwise(pl.col("_max").str.slice(11).cast(pl.Int64, strict=False)),
-        "prompt_tokens": pl.col("_count"),
-        "_kind": pl.when(details).then(pl.lit("details")).otherwise(pl.lit("arrived")),
-        "_capped": pl.col("_pf") & pl.col("_count").is_not_null(),
+        .otherwise(pl.col("max_tokens_text").str.slice(11).cast(pl.Int64, strict=False)),
+        "prompt_tokens": pl.col("token_count"),
+        "line_kind": pl.when(details).then(pl.lit("details")).otherwise(pl.lit("arrived")),
+        "count_may_be_capped": pl.col("params_first") & pl.col("token_count").is_not_null(),
     }
 
 
 def _with_token_count(frame: pl.DataFrame, key: str) -> pl.DataFrame:
-    """``_count``: the number of ids in the last ``key ... ]`` list in ``body``
+    """``token_count``: the number of ids in the last ``key ... ]`` list in ``body``
     (``prompt_token_ids: [1, 2]`` -> 2; null when there is none), or the count a collector kept
     when it redacted the list at capture (``prompt_token_ids: <2 token ids>``)."""
     marker = key.removesuffix("[") + "<"
     # Most request lines carry neither form: one scan rules both out.
     either = re.escape(key.removesuffix("[")) + r"[\[<]"
     if not frame.get_column("body").str.contains(either).any():
-        return frame.with_columns(_count=pl.lit(None, pl.Int64))
+        return frame.with_columns(token_count=pl.lit(None, pl.Int64))
     frame = _listed_count(frame, key)
     if not frame.get_column("body").str.contains(marker, literal=True).any():
         return frame
     stated = pl.col("body").str.extract(re.escape(marker) + r"([0-9]+) token ids>", 1)
-    return frame.with_columns(_count=pl.coalesce("_count", stated.cast(pl.Int64, strict=False)))
+    return frame.with_columns(
+        token_count=pl.coalesce("token_count", stated.cast(pl.Int64, strict=False))
+    )
 
 
 def _listed_count(frame: pl.DataFrame, key: str) -> pl.DataFrame:
@@ -229,7 +241,7 @@ def _listed_count(frame: pl.DataFrame, key: str) -> pl.DataFrame:
     times cheaper than a capturing regex over the list."""
     has = frame.get_column("body").str.contains(key, literal=True)
     if not has.any():
-        return frame.with_columns(_count=pl.lit(None, pl.Int64))
+        return frame.with_columns(token_count=pl.lit(None, pl.Int64))
     pieces = pl.col("body").str.split(key)
     frame = frame.with_columns(
         _listed=has & (pieces.list.len() > 1),
@@ -240,7 +252,7 @@ def _listed_count(frame: pl.DataFrame, key: str) -> pl.DataFrame:
         pl.when(ids.str.len_bytes() == 0).then(0).otherwise(ids.str.count_matches(",") + 1)
     ).cast(pl.Int64)
     valid = pl.col("_listed") & ids.str.contains(r"^[0-9, ]*$")
-    return frame.with_columns(_count=pl.when(valid).then(count)).drop("_listed", "_ids")
+    return frame.with_columns(token_count=pl.when(valid).then(count)).drop("_listed", "_ids")
 
 
 def _generated(g: pl.Expr) -> dict[str, pl.Expr]:
@@ -259,15 +271,18 @@ def _generated(g: pl.Expr) -> dict[str, pl.Expr]:
     finish = body.str.extract(r", finish_reason: (\w+)$", 1)
     return {
         "event": pl.when(finish == "abort").then(pl.lit("aborted")).otherwise(pl.lit("finished")),
-        "output_tokens": pl.coalesce(pl.col("_count"), summary.cast(pl.Int64)),
-        "_kind": kind,
+        "output_tokens": pl.coalesce(pl.col("token_count"), summary.cast(pl.Int64)),
+        "line_kind": kind,
     }
 
 
 def _preemption_events(hit: pl.DataFrame) -> pl.DataFrame:
     encoded = pl.col("body").str.extract_groups(PREEMPT).struct.json_encode()
     return hit.select(
-        *TIME_COLUMNS, kind=pl.lit("preemption"), name=pl.lit("preemption (V0)"), groups=encoded
+        *TIME_COLUMNS,
+        kind=pl.lit("preemption"),
+        line_name=pl.lit("preemption (V0)"),
+        captures_json=encoded,
     )
 
 

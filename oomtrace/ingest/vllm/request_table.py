@@ -40,10 +40,10 @@ def finish_requests(
         rows = rows.filter(named)
     if rows.height == 0:
         return rows.select(OUTPUT)
-    # One abort line can name several requests: their rows share a _seq, and _row keeps them
+    # One abort line can name several requests: their rows share a record_seq, and _row keeps them
     # in the order the line names them.
-    if not rows.get_column("_seq").is_sorted():
-        rows = rows.sort("_seq", maintain_order=True)
+    if not rows.get_column("record_seq").is_sorted():
+        rows = rows.sort("record_seq", maintain_order=True)
     rows = _join_internal_ids(rows.with_row_index("_row"))
     rows = _cap_truncated(rows, max_log_len, diag)
     rows = _merge_details(rows)
@@ -75,10 +75,10 @@ def _one_ending(rows: pl.DataFrame) -> pl.DataFrame:
     :data:`ENDING_WINDOW_S` is dropped. Later ones are kept (ids can be reused after a
     restart)."""
     ending = pl.col("event").is_in(["aborted", "rejected"])
-    endings = rows.filter(ending).select("_row", "_seq", "request_id", "event", "ts")
+    endings = rows.filter(ending).select("_row", "record_seq", "request_id", "event", "ts")
     if endings.height == 0:
         return rows
-    previous = pl.col("ts").shift(1).over("request_id", "event", order_by="_seq")
+    previous = pl.col("ts").shift(1).over("request_id", "event", order_by="record_seq")
     repeat = (pl.col("ts") - previous).dt.total_seconds() <= ENDING_WINDOW_S
     dropped = endings.filter(repeat.fill_null(value=False)).get_column("_row")
     if dropped.len() == 0:
@@ -87,7 +87,7 @@ def _one_ending(rows: pl.DataFrame) -> pl.DataFrame:
 
 
 def _join_internal_ids(rows: pl.DataFrame) -> pl.DataFrame:
-    named = pl.col("_kind").is_in(["arrived", "details"])
+    named = pl.col("line_kind").is_in(["arrived", "details"])
     # Only an id with the engine's suffix, that the request lines never named, can be an
     # internal one: the suffix test (anchored at the end) rules out most rows cheaply.
     suffixed = rows.filter(~named & pl.col("request_id").str.contains(_INTERNAL_SUFFIX))
@@ -101,13 +101,13 @@ def _join_internal_ids(rows: pl.DataFrame) -> pl.DataFrame:
     if unnamed.height == 0:
         return rows
     stripped = pl.col("request_id").str.replace(_INTERNAL_SUFFIX, "")
-    joined = unnamed.filter(stripped.is_in(known)).select("_row", _id=stripped)
+    joined = unnamed.filter(stripped.is_in(known)).select("_row", captured_id=stripped)
     if joined.height == 0:
         return rows
     return (
         rows.join(joined, on="_row", how="left", maintain_order="left")
-        .with_columns(request_id=pl.coalesce("_id", "request_id"))
-        .drop("_id")
+        .with_columns(request_id=pl.coalesce("captured_id", "request_id"))
+        .drop("captured_id")
     )
 
 
@@ -117,7 +117,9 @@ def _cap_truncated(
     caps: list[pl.Expr] = []
     if max_log_len is not None:
         caps.append(pl.col("prompt_tokens") >= max_log_len)
-    preview = pl.col("_capped") & (pl.col("prompt_tokens") >= (max_log_len or INFO_PREVIEW_IDS))
+    preview = pl.col("count_may_be_capped") & (
+        pl.col("prompt_tokens") >= (max_log_len or INFO_PREVIEW_IDS)
+    )
     caps.append(preview)
     cut = pl.any_horizontal(caps).fill_null(value=False)
     out_cut = (
@@ -141,57 +143,57 @@ def _cap_truncated(
 
 def _merge_details(rows: pl.DataFrame) -> pl.DataFrame:
     """DEBUG detail lines fill the counts of the INFO line of the same request."""
-    if not rows.select(pl.col("_kind").is_in(["details", "output_details"]).any()).item():
+    if not rows.select(pl.col("line_kind").is_in(["details", "output_details"]).any()).item():
         return rows
     details = (
-        rows.filter(pl.col("_kind") == "details")
+        rows.filter(pl.col("line_kind") == "details")
         .group_by("request_id", maintain_order=True)
         .agg(_dp=pl.col("prompt_tokens").first())
     )
     out_details = (
-        rows.filter(pl.col("_kind") == "output_details")
+        rows.filter(pl.col("line_kind") == "output_details")
         .group_by("request_id", maintain_order=True)
         .agg(_do=pl.col("output_tokens").first())
     )
-    arrived_ids = rows.filter(pl.col("_kind") == "arrived").get_column("request_id").implode()
-    finished_ids = rows.filter(pl.col("_kind") == "response").get_column("request_id").implode()
+    arrived_ids = rows.filter(pl.col("line_kind") == "arrived").get_column("request_id").implode()
+    finished_ids = rows.filter(pl.col("line_kind") == "response").get_column("request_id").implode()
     rows = rows.join(details, on="request_id", how="left", maintain_order="left").join(
         out_details, on="request_id", how="left", maintain_order="left"
     )
-    orphan_details = (pl.col("_kind") == "details") & ~pl.col("request_id").is_in(arrived_ids)
-    orphan_outputs = (pl.col("_kind") == "output_details") & ~pl.col("request_id").is_in(
+    orphan_details = (pl.col("line_kind") == "details") & ~pl.col("request_id").is_in(arrived_ids)
+    orphan_outputs = (pl.col("line_kind") == "output_details") & ~pl.col("request_id").is_in(
         finished_ids
     )
     return (
         rows.with_columns(
-            prompt_tokens=pl.when(pl.col("_kind") == "arrived")
+            prompt_tokens=pl.when(pl.col("line_kind") == "arrived")
             .then(pl.coalesce("_dp", "prompt_tokens"))
             .otherwise(pl.col("prompt_tokens")),
-            output_tokens=pl.when(pl.col("_kind") == "response")
+            output_tokens=pl.when(pl.col("line_kind") == "response")
             .then(pl.coalesce("output_tokens", "_do"))
             .otherwise(pl.col("output_tokens")),
-            _kind=pl.when(orphan_details)
+            line_kind=pl.when(orphan_details)
             .then(pl.lit("arrived"))
             .when(orphan_outputs)
             .then(pl.lit("response"))
-            .otherwise(pl.col("_kind")),
+            .otherwise(pl.col("line_kind")),
         )
-        .filter(~pl.col("_kind").is_in(["details", "output_details"]))
+        .filter(~pl.col("line_kind").is_in(["details", "output_details"]))
         .drop("_dp", "_do")
     )
 
 
 def _streams(rows: pl.DataFrame) -> pl.DataFrame:
     """Per-chunk streaming lines: cumulative output tokens; the first is ``first_token``."""
-    deltas = pl.col("_kind") == "delta"
+    deltas = pl.col("line_kind") == "delta"
     if not rows.select(deltas.any()).item():
         return rows
     tokens = pl.when(deltas).then(pl.col("output_tokens").fill_null(0)).otherwise(0)
-    first = pl.col("_seq").filter(deltas).min().over("request_id")
-    complete = (pl.col("_kind") == "complete") & deltas.any().over("request_id")
-    # rows are in file order (sorted by _seq), so the running sum follows the stream.
+    first = pl.col("record_seq").filter(deltas).min().over("request_id")
+    complete = (pl.col("line_kind") == "complete") & deltas.any().over("request_id")
+    # rows are in file order (sorted by record_seq), so the running sum follows the stream.
     return rows.with_columns(
-        event=pl.when(deltas & (pl.col("_seq") == first))
+        event=pl.when(deltas & (pl.col("record_seq") == first))
         .then(pl.lit("first_token"))
         .when(deltas)
         .then(pl.lit("progress"))

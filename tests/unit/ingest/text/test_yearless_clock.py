@@ -235,7 +235,11 @@ def test_printed_minus_full_from_epoch_seconds_equals_the_calendar_reading(
     # and dates before 1970 among them
     frame = pl.DataFrame(
         [(md, tod, ts.replace(tzinfo=UTC)) for md, tod, ts in rows],
-        schema={"_md": pl.Int32, "_tod": pl.Int32, "_full": pl.Datetime("ns", "UTC")},
+        schema={
+            "printed_month_day": pl.Int32,
+            "printed_second_of_day": pl.Int32,
+            "full_ts": pl.Datetime("ns", "UTC"),
+        },
         orient="row",
     )
     # WHEN compared under UTC (read from epoch seconds) and under a zone that equals UTC but

@@ -82,18 +82,22 @@ def test_headers_read_at_fixed_offsets_equal_the_captured_header(lines: list[str
     line = pl.col("line")
     frame = (
         pl.DataFrame({"line": lines})
-        .with_row_index("_seq")
-        .with_columns(_hpos=line.str.find(HEADER_AT))
+        .with_row_index("record_seq")
+        .with_columns(header_at=line.str.find(HEADER_AT))
         .with_columns(
-            _pre=line.cast(pl.Binary).bin.head(pl.col("_hpos").fill_null(0)).cast(pl.String)
+            prefix_text=line.cast(pl.Binary)
+            .bin.head(pl.col("header_at").fill_null(0))
+            .cast(pl.String)
         )
     )
     # WHEN the header is read (standard headers at fixed byte offsets)
-    fast = read_header(frame).select("_seq", *HEADER_FIELDS)
+    fast = read_header(frame).select("record_seq", *HEADER_FIELDS)
     # THEN every field equals what capturing the HEADER pattern gives
-    window = line.str.slice(pl.col("_pre").str.len_chars(), HEADER_SLICE)
-    captured = captured_fields(frame.with_columns(_hs=window, _simple=pl.lit(value=False)))
-    assert_frame_equal(fast, captured.select("_seq", *HEADER_FIELDS))
+    window = line.str.slice(pl.col("prefix_text").str.len_chars(), HEADER_SLICE)
+    captured = captured_fields(
+        frame.with_columns(header_window=window, simple_header=pl.lit(value=False))
+    )
+    assert_frame_equal(fast, captured.select("record_seq", *HEADER_FIELDS))
 
 
 _ID = st.one_of(
@@ -126,15 +130,15 @@ def test_received_lines_read_at_the_colon_equal_the_pattern_and_its_capture(
     # GIVEN "Received request" lines, some matching the table's pattern and some not (odd ids,
     # long ids, spaces, missing words, prompt or params first)
     body = pl.col("body")
-    rows = pl.DataFrame({"body": bodies}).with_row_index("_seq")
+    rows = pl.DataFrame({"body": bodies}).with_row_index("record_seq")
     # WHEN they are read without the pattern
-    fast = _match_received(rows).select("_seq", "_id", "_pf")
+    fast = _match_received(rows).select("record_seq", "captured_id", "params_first")
     # THEN the same rows match, with the id the capture gives over the head of the line, and
     # the same "params first"
     captured = rows.filter(body.str.contains(RECEIVED)).select(
-        "_seq",
-        _id=body.str.head(ID_HEAD).str.extract(RECEIVED, 1),
-        _pf=body.str.contains(PARAMS_FIRST),
+        "record_seq",
+        captured_id=body.str.head(ID_HEAD).str.extract(RECEIVED, 1),
+        params_first=body.str.contains(PARAMS_FIRST),
     )
     assert_frame_equal(fast, captured)
 
@@ -156,8 +160,8 @@ def test_ids_to_the_end_of_the_line_equal_the_captured_id(ids: list[str]) -> Non
         body.str.contains(pattern)
     )
     # WHEN the id is sliced off the line THEN it is what the capture gives
-    fast = _with_id(hit, pattern).select("_id")
-    captured = hit.select(_id=body.str.head(ID_HEAD).str.extract(pattern, 1))
+    fast = _with_id(hit, pattern).select("captured_id")
+    captured = hit.select(captured_id=body.str.head(ID_HEAD).str.extract(pattern, 1))
     assert_frame_equal(fast, captured)
 
 
@@ -188,28 +192,30 @@ def test_request_leads_told_by_literal_prefix_equal_the_classifier_pattern(
     bodies: list[str],
 ) -> None:
     # GIVEN candidate records of every kind
-    cand = pl.DataFrame({"body": bodies}).with_row_index("_seq")
+    cand = pl.DataFrame({"body": bodies}).with_row_index("record_seq")
     # WHEN they are routed
     stats, by_req, others = _route(cand)
     # THEN each lands where the classifier pattern puts it: stats, request (by lead), other
     routed = pl.concat(
         [
-            stats.select("_seq", _where=pl.lit("stats")),
-            *(part.select("_seq", _where=pl.lit(req)) for req, part in by_req.items()),
-            others.select("_seq", _where=pl.lit("other")),
+            stats.select("record_seq", _where=pl.lit("stats")),
+            *(part.select("record_seq", _where=pl.lit(req)) for req, part in by_req.items()),
+            others.select("record_seq", _where=pl.lit("other")),
         ]
     )
     kind = pl.col("_g").struct.field
     read = cand.with_columns(
         _g=pl.col("body").str.head(48).str.extract_groups(_REQUEST_KIND)
-    ).with_columns(_stats=kind("stats").is_not_null(), _req=kind("req"))
+    ).with_columns(is_stats=kind("stats").is_not_null(), request_lead=kind("req"))
     expected = pl.concat(
         [
-            read.filter("_stats").select("_seq", _where=pl.lit("stats")),
-            read.filter(pl.col("_req").is_not_null()).select("_seq", _where=pl.col("_req")),
-            read.filter(~pl.col("_stats") & pl.col("_req").is_null()).select(
-                "_seq", _where=pl.lit("other")
+            read.filter("is_stats").select("record_seq", _where=pl.lit("stats")),
+            read.filter(pl.col("request_lead").is_not_null()).select(
+                "record_seq", _where=pl.col("request_lead")
+            ),
+            read.filter(~pl.col("is_stats") & pl.col("request_lead").is_null()).select(
+                "record_seq", _where=pl.lit("other")
             ),
         ]
     )
-    assert_frame_equal(routed.sort("_seq", "_where"), expected.sort("_seq", "_where"))
+    assert_frame_equal(routed.sort("record_seq", "_where"), expected.sort("record_seq", "_where"))
