@@ -16,6 +16,14 @@ from typing import Final, TypeVar
 
 import polars as pl
 
+from oomtrace.ingest.frame_check import check_frame
+from oomtrace.ingest.vllm.frames import (
+    CONFIG_ROWS,
+    EVENT_ROWS,
+    OOM_ROWS,
+    STATS_FIELDS,
+    STATS_ROWS,
+)
 from oomtrace.ingest.vllm.line_patterns import (
     EVENT_LINES,
     STATS,
@@ -104,7 +112,7 @@ def extract(records: pl.DataFrame, out: Extracted) -> None:
         return
     ooms = cand.filter(pl.col("may_be_oom"))
     if ooms.height:
-        out.ooms.append(ooms.select(*TIME_COLUMNS, "body"))
+        out.ooms.append(check_frame(ooms.select(*TIME_COLUMNS, "body"), OOM_ROWS, "vLLM OOM rows"))
         out.used.append(ooms.get_column("record_seq"))
     if not cand.get_column("has_literal").all():
         cand = cand.filter(pl.col("has_literal"))
@@ -177,11 +185,8 @@ def _stats(rows: pl.DataFrame, out: Extracted) -> None:
     if ok.height == 0:
         return
     out.used.append(ok.get_column("record_seq"))
-    fields = [
-        "engine", "engines", "prompt_tps", "gen_tps", "running", "swapped", "pending",
-        "waiting", "deferred", "preemptions", "device", "kv_pct", "prefix_pct",
-    ]  # fmt: skip
-    out.stats.append(ok.select(*TIME_COLUMNS, "level", *fields))
+    stats = ok.select(*TIME_COLUMNS, "level", *STATS_FIELDS)
+    out.stats.append(check_frame(stats, STATS_ROWS, "vLLM stats rows"))
     out.evidence |= _stats_evidence(ok)
 
 
@@ -213,7 +218,15 @@ def _v0_prefix_rate(others: pl.DataFrame, out: Extracted) -> None:
     rate = pl.col("body").str.extract(V0_PREFIX, 1).cast(pl.Float64)
     ok = rows.with_columns(prefix_pct=rate).filter(pl.col("prefix_pct").is_not_null())
     out.used.append(ok.get_column("record_seq"))
-    out.stats.append(ok.select(*TIME_COLUMNS, "level", pl.col("prefix_pct").cast(pl.String)))
+    # The same rows as a stats line gives, every other field empty.
+    fields = [
+        pl.col(name).cast(pl.String)
+        if name == "prefix_pct"
+        else pl.lit(None, pl.String).alias(name)
+        for name in STATS_FIELDS
+    ]
+    stats = ok.select(*TIME_COLUMNS, "level", *fields)
+    out.stats.append(check_frame(stats, STATS_ROWS, "vLLM stats rows"))
     out.evidence.add("v0")
 
 
@@ -265,13 +278,14 @@ def _config(others: pl.DataFrame, out: Extracted) -> None:
 def _config_rows(
     frame: pl.DataFrame, value: pl.Expr, key: str, conv: str, name: str
 ) -> pl.DataFrame:
-    return frame.select(
+    rows = frame.select(
         *TIME_COLUMNS,
         key=pl.lit(key),
         value=value.cast(pl.String),
         conv=pl.lit(conv),
         line_name=pl.lit(name),
     ).filter(pl.col("value").is_not_null())
+    return check_frame(rows, CONFIG_ROWS, "vLLM start-up rows")
 
 
 def _events(others: pl.DataFrame, out: Extracted) -> None:
@@ -282,11 +296,10 @@ def _events(others: pl.DataFrame, out: Extracted) -> None:
             if groups
             else pl.lit("{}")
         )
-        out.events.append(
-            hit.select(
-                *TIME_COLUMNS,
-                kind=pl.lit(entry.kind),
-                line_name=pl.lit(entry.name),
-                captures_json=encoded,
-            )
+        rows = hit.select(
+            *TIME_COLUMNS,
+            kind=pl.lit(entry.kind),
+            line_name=pl.lit(entry.name),
+            captures_json=encoded,
         )
+        out.events.append(check_frame(rows, EVENT_ROWS, "vLLM event rows"))

@@ -11,8 +11,19 @@ import polars as pl
 
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.errors import UnitError
+from oomtrace.ingest.frame_check import check_frame
 from oomtrace.ingest.text.yearless_clock import ClockDecision, placed_utc
 from oomtrace.ingest.torch.oom_text import REPEAT_WINDOW_S, extract_ooms
+from oomtrace.ingest.vllm.frames import (
+    CHUNK_CARRY,
+    CONFIG_ROWS,
+    EVENT_ROWS,
+    OOM_ROWS,
+    PRINTED_TIME,
+    SETTLED_REQUEST_ROWS,
+    STATS_ROWS,
+    timed,
+)
 from oomtrace.ingest.vllm.line_patterns import EVENT_LINES, FAMILY_ORDER, PREEMPT_LOG_EVERY, Family
 from oomtrace.schema import TS
 from oomtrace.units import GiB, format_bytes, parse_bytes
@@ -35,15 +46,6 @@ _METRICS: Final = {
 }
 _GAUGES: Final = ("running", "waiting", "swapped", "deferred", "kv_pct", "prefix_pct")
 _DETAILS: Final = {e.name: e.detail for e in EVENT_LINES}
-# The printed-time fields a record keeps until the whole file decides the year.
-PRINTED_TIME: Final = (
-    "chunk",
-    "printed_month_day",
-    "printed_second_of_day",
-    "year_offset",
-    "outer_ts",
-    "arrival_ts",
-)
 
 
 def with_ts(frame: pl.DataFrame, decision: ClockDecision, chunks: pl.DataFrame) -> pl.DataFrame:
@@ -51,6 +53,7 @@ def with_ts(frame: pl.DataFrame, decision: ClockDecision, chunks: pl.DataFrame) 
     time placed by ``decision``. ``chunks`` (``chunk``, ``year_offset_base``, ``carried_month_day``,
     ``carried_second_of_day``, ``carried_year_offset``) gives each chunk's year-offset base and the
     printed time that lines before its first timestamp inherit from the chunks before."""
+    check_frame(chunks, CHUNK_CARRY, "vLLM chunk carry")
     frame = frame.join(chunks, on="chunk", how="left", maintain_order="left").with_columns(
         printed_month_day=pl.coalesce("printed_month_day", "carried_month_day"),
         printed_second_of_day=pl.coalesce("printed_second_of_day", "carried_second_of_day"),
@@ -76,7 +79,8 @@ def settled(requests: pl.DataFrame) -> pl.DataFrame:
     full = full_time(requests)
     if full is None:
         return requests
-    return requests.drop(PRINTED_TIME).with_columns(full.alias("ts"))
+    settled = requests.drop(PRINTED_TIME).with_columns(full.alias("ts"))
+    return check_frame(settled, SETTLED_REQUEST_ROWS, "vLLM settled request rows")
 
 
 def full_time(frame: pl.DataFrame) -> pl.Series | None:
@@ -131,9 +135,7 @@ def drop_rank_repeats(frame: pl.DataFrame, keys: Iterable[str], ledger: Ledger) 
 
 def stats_samples(stats: pl.DataFrame, ledger: Ledger) -> pl.DataFrame:
     """Samples from the periodic stats lines (and V0's separate prefix-cache line)."""
-    for column in ("engine", *_METRICS):
-        if column not in stats.columns:
-            stats = stats.with_columns(pl.lit(None, pl.String).alias(column))
+    check_frame(stats, timed(STATS_ROWS), "vLLM stats rows")
     stats = stats.sort("record_seq").with_columns(
         pl.col(*_METRICS).cast(pl.Float64), pl.col("pending").cast(pl.Float64, strict=False)
     )
@@ -173,6 +175,7 @@ def event_rows(
     events: pl.DataFrame, config: dict[str, Any], ledger: Ledger
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Events from the event lines, and the ``preemptions_total`` samples of V0 warnings."""
+    check_frame(events, timed(EVENT_ROWS), "vLLM event rows")
     events = drop_rank_repeats(events, ["kind", "line_name", "captures_json"], ledger).sort(
         "record_seq"
     )
@@ -289,6 +292,7 @@ def interval_preemptions(stats: pl.DataFrame) -> pl.DataFrame:
 
 def oom_rows(ooms: pl.DataFrame, ledger: Ledger) -> tuple[pl.DataFrame, pl.DataFrame]:
     """PyTorch OOM events and per-process samples (shared extractor, after rank de-dup)."""
+    check_frame(ooms, timed(OOM_ROWS), "vLLM OOM rows")
     ooms = drop_rank_repeats(ooms, ["body"], ledger)
     events, samples = extract_ooms(ooms.select("ts", text="body"))
     return _fold_wrappers(events), samples
@@ -324,6 +328,7 @@ def _fold_wrappers(events: pl.DataFrame) -> pl.DataFrame:
 def engine_config(rows: pl.DataFrame, ledger: Ledger) -> tuple[dict[str, Any], str | None]:
     """``engine_config`` from the startup rows (first statement of each key wins; a later,
     different statement is a note, e.g. after a restart), and the stated vLLM version."""
+    check_frame(rows, timed(CONFIG_ROWS), "vLLM start-up rows")
     config: dict[str, Any] = {}
     changed: dict[str, Any] = {}
     diag = ledger.diag

@@ -28,6 +28,7 @@ from typing import Final
 
 import polars as pl
 
+from oomtrace.ingest.frame_check import check_frame
 from oomtrace.ingest.text.outer_prefixes import (
     ANSI,
     REPEATED,
@@ -44,14 +45,12 @@ from oomtrace.ingest.text.yearless_clock import (
     printed_minus_full,
     year_offsets,
 )
+from oomtrace.ingest.vllm.frames import RECORD_TIME, RECORDS, UNPARSED_LINES
 from oomtrace.ingest.vllm.line_patterns import GLUED
 from oomtrace.ingest.vllm.log_header import HEADER_AT, HEADER_FIELDS, read_header
 from oomtrace.schema import TS
 
-TIME_COLUMNS: Final = (
-    "record_seq", "chunk", "printed_month_day", "printed_second_of_day", "year_offset",
-    "has_header", "outer_ts", "arrival_ts", "proc", "repeat",
-)  # fmt: skip
+TIME_COLUMNS: Final = tuple(RECORD_TIME)
 FLAG_NAMES: Final = ("has_literal", "may_be_oom")
 _LEVEL_TS: Final = HEADER_AT + " "
 _TS_ONLY: Final = frozenset({"timestamp", "process", "nested"})
@@ -94,7 +93,8 @@ def build_records(
 ) -> tuple[pl.DataFrame, pl.DataFrame, ChunkInfo]:
     """One chunk read: ``(records, rest, info)``.
 
-    ``records`` are the lines that were parsed, in file order: :data:`TIME_COLUMNS`, ``line``,
+    ``records`` (:data:`~.frames.RECORDS`) are the lines that were parsed, in file order: the
+    printed time (:data:`~.frames.RECORD_TIME`), ``line``,
     ``level``, ``bracketed``, the boolean ``flags`` (expressions over the raw ``line``; a record is
     a candidate, ``is_candidate``, when any is true) and, for candidates only, ``body`` (the text
     after the header). ``rest`` (``record_seq``, ``line``, ``has_header``) are the lines nothing
@@ -130,7 +130,11 @@ def build_records(
         records = records.with_columns(repeat=pl.lit(1, pl.Int32))
     records = _place(records.with_columns(chunk=pl.lit(chunk, pl.Int32)), info, tz)
     _count(records, info)
-    return records, rest, info
+    return (
+        check_frame(records, RECORDS, "vLLM records"),
+        check_frame(rest, UNPARSED_LINES, "vLLM unparsed lines"),
+        info,
+    )
 
 
 def _body() -> pl.Expr:

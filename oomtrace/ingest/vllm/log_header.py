@@ -15,22 +15,18 @@ from typing import Final
 
 import polars as pl
 
+from oomtrace.ingest.frame_check import check_frame
 from oomtrace.ingest.text.yearless_clock import month_day_expr
+from oomtrace.ingest.vllm.frames import HEADER_COLUMNS
 from oomtrace.ingest.vllm.line_patterns import HEADER
 
 # Where the engine header starts (capture-free); confirmed by reading the window it points at.
 HEADER_AT: Final = (
     r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) [0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}"
 )
-# What read_header adds: length in characters (null: no header), level, bracket, month*100+day,
-# seconds of the day.
-HEADER_FIELDS: Final = (
-    "header_chars",
-    "header_level",
-    "header_bracketed",
-    "header_month_day",
-    "header_second_of_day",
-)
+# What read_header adds (frames.HEADER_COLUMNS): length in characters (null: no header), level,
+# bracket, month*100+day, seconds of the day.
+HEADER_FIELDS: Final = tuple(HEADER_COLUMNS)
 # The header must fit in this many characters from where it starts.
 HEADER_SLICE: Final = 96
 _HEADER_WHOLE: Final = "^(?P<hdr>" + HEADER.removeprefix("^") + ")"
@@ -50,10 +46,12 @@ def read_header(frame: pl.DataFrame) -> pl.DataFrame:
     )
     captured = pl.col("header_at").is_not_null() & ~pl.col("simple_header")
     if not frame.select(captured.any()).item():
-        return _simple_fields(frame)
-    simple = _simple_fields(frame.filter(~captured))
-    other = captured_fields(frame.filter(captured))
-    return pl.concat([simple, other.select(simple.columns)]).sort("record_seq")
+        read = _simple_fields(frame)
+    else:
+        simple = _simple_fields(frame.filter(~captured))
+        other = captured_fields(frame.filter(captured))
+        read = pl.concat([simple, other.select(simple.columns)]).sort("record_seq")
+    return check_frame(read, HEADER_COLUMNS, "vLLM header fields", at_least=True)
 
 
 def _simple_fields(frame: pl.DataFrame) -> pl.DataFrame:

@@ -59,7 +59,6 @@ from oomtrace.ingest.text.yearless_clock import (
 )
 from oomtrace.ingest.vllm.extract import Extracted, extract, flags
 from oomtrace.ingest.vllm.file_tables import (
-    PRINTED_TIME,
     Ledger,
     engine_config,
     event_rows,
@@ -70,6 +69,7 @@ from oomtrace.ingest.vllm.file_tables import (
     version_family,
     with_ts,
 )
+from oomtrace.ingest.vllm.frames import CHUNK_CARRY, PRINTED_TIME
 from oomtrace.ingest.vllm.line_patterns import PRIVATE_MARKERS, SNIFF_MARKERS
 from oomtrace.ingest.vllm.line_records import ChunkInfo, build_records
 from oomtrace.ingest.vllm.request_table import finish_requests
@@ -271,17 +271,7 @@ class _Run:
             if info.years.last is not None:
                 md, tod, offset = info.years.last
                 carry = (md, tod, offset + base)
-        return pl.DataFrame(
-            rows,
-            schema={
-                "chunk": pl.Int32,
-                "year_offset_base": pl.Int32,
-                "carried_month_day": pl.Int32,
-                "carried_second_of_day": pl.Int32,
-                "carried_year_offset": pl.Int32,
-            },
-            orient="row",
-        )
+        return pl.DataFrame(rows, schema=CHUNK_CARRY, orient="row")
 
     def _timed_frame(
         self,

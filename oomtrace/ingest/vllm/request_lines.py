@@ -17,6 +17,8 @@ from typing import Final
 
 import polars as pl
 
+from oomtrace.ingest.frame_check import check_frame
+from oomtrace.ingest.vllm.frames import EVENT_ROWS, REQUEST_ROWS, REQUEST_TIME
 from oomtrace.ingest.vllm.line_patterns import PREEMPT, Family
 from oomtrace.ingest.vllm.line_records import TIME_COLUMNS
 from oomtrace.ingest.vllm.request_patterns import RECEIVED, REQUEST_LINES
@@ -27,15 +29,6 @@ ADDED_LEAD: Final = "Added request "
 PARAMS_FIRST: Final = r"^Received request \S+?: params: "
 # ``^Added request (?P<id>\S+)$``: a literal lead, then the id to the end of the line.
 _TAIL_ID: Final = re.compile(r"\^([A-Za-z ]+ )\(\?P<id>\\S\+\)\$")
-_REQUEST_TIME: Final = (
-    "record_seq",
-    "chunk",
-    "printed_month_day",
-    "printed_second_of_day",
-    "year_offset",
-    "outer_ts",
-    "arrival_ts",
-)
 
 
 @dataclass
@@ -81,7 +74,8 @@ def read_requests(by_req: dict[str, pl.DataFrame]) -> RequestLines:
     if parts:
         # One frame per chunk, in file order (the chunks' frames then concatenate sorted).
         rows = pl.concat(parts, how="diagonal_relaxed")
-        out.rows = rows.sort("record_seq", maintain_order=True) if len(parts) > 1 else rows
+        rows = rows.sort("record_seq", maintain_order=True) if len(parts) > 1 else rows
+        out.rows = check_frame(rows, REQUEST_ROWS, "vLLM request rows")
     return out
 
 
@@ -133,7 +127,7 @@ def _request_rows(hit: pl.DataFrame, event: str, pattern: str) -> pl.DataFrame:
         base |= _generated(g)
     # Requests are never de-duplicated across ranks (one API server prints them), so the
     # process key and repeat count are not kept: this table is the bulk of what accumulates.
-    return frame.select(*_REQUEST_TIME, **base)
+    return frame.select(*REQUEST_TIME, **base)
 
 
 def _with_id(hit: pl.DataFrame, pattern: str) -> pl.DataFrame:
@@ -278,12 +272,13 @@ def _generated(g: pl.Expr) -> dict[str, pl.Expr]:
 
 def _preemption_events(hit: pl.DataFrame) -> pl.DataFrame:
     encoded = pl.col("body").str.extract_groups(PREEMPT).struct.json_encode()
-    return hit.select(
+    rows = hit.select(
         *TIME_COLUMNS,
         kind=pl.lit("preemption"),
         line_name=pl.lit("preemption (V0)"),
         captures_json=encoded,
     )
+    return check_frame(rows, EVENT_ROWS, "vLLM event rows")
 
 
 @cache

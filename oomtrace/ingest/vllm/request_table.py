@@ -24,6 +24,8 @@ from typing import Final
 import polars as pl
 
 from oomtrace.diagnostics import SourceDiagnostics
+from oomtrace.ingest.frame_check import check_frame
+from oomtrace.ingest.vllm.frames import SETTLED_REQUEST_ROWS
 
 INFO_PREVIEW_IDS: Final = 512
 ENDING_WINDOW_S: Final = 60
@@ -35,6 +37,7 @@ def finish_requests(
     rows: pl.DataFrame, max_log_len: int | None, diag: SourceDiagnostics
 ) -> pl.DataFrame:
     """Canonical request rows (without node/source) from the extracted rows (with ``ts``)."""
+    check_frame(rows, SETTLED_REQUEST_ROWS, "vLLM request rows")
     named = pl.col("request_id").is_not_null() & (pl.col("request_id") != "")
     if not rows.select(named.all()).item():
         rows = rows.filter(named)
