@@ -10,7 +10,9 @@ from typing import Any, Final
 import polars as pl
 
 from oomtrace.diagnostics import SourceDiagnostics
+from oomtrace.ingest.frame_check import check_frame
 from oomtrace.ingest.sglang import line_patterns as pat
+from oomtrace.ingest.sglang.frames import BATCH_FIELDS, KIND_LINES, RETRACTIONS, STARTUP_FIELDS
 from oomtrace.ingest.text.input_file import first_line
 from oomtrace.units import bytes_expr
 
@@ -50,10 +52,11 @@ def batch_fields(batch: pl.DataFrame) -> pl.DataFrame:
     hybrid-pool fields in most logs, ``cache hit rate`` after 0.3) is not searched for: a literal
     scan costs a fraction of a capturing regex."""
     msg = pl.col("msg")
+    check_frame(batch, KIND_LINES, "SGLang batch lines")
     present = batch.select(
         msg.str.contains(f.key, literal=True).any().alias(f.name) for f in pat.FIELDS
     ).row(0, named=True)
-    return batch.select(
+    fields = batch.select(
         "ts",
         pl.col("ranks").fill_null(""),
         *[
@@ -65,11 +68,13 @@ def batch_fields(batch: pl.DataFrame) -> pl.DataFrame:
             for f in pat.FIELDS
         ],
     )
+    return check_frame(fields, BATCH_FIELDS, "SGLang batch fields")
 
 
 def batch_samples(batch: pl.DataFrame) -> pl.DataFrame:
     """Long samples from the kept batch lines (one rank). A hybrid model's usage is the fullest
     attention pool; its used tokens are the full-attention pool's."""
+    check_frame(batch, BATCH_FIELDS, "SGLang batch fields")
     columns: dict[str, pl.Expr] = {
         "kv_usage_ratio": pl.coalesce(
             pl.col("usage"), pl.max_horizontal(pl.col("full_usage"), pl.col("swa_usage"))
@@ -88,21 +93,24 @@ def batch_samples(batch: pl.DataFrame) -> pl.DataFrame:
 
 
 def retractions(frame: pl.DataFrame) -> pl.DataFrame:
-    return frame.select(
+    """The figures of the retraction lines (those that state a count)."""
+    check_frame(frame, KIND_LINES, "SGLang retraction lines")
+    msg = pl.col("msg")
+    rows = frame.select(
         "ts",
         pl.col("ranks").fill_null(""),
         "msg",
-        count=pl.col("msg").str.extract(r"#retracted_reqs: (\d+)", 1).cast(pl.Int64, strict=False),
-        aborted=pl.col("msg")
-        .str.extract(r"#aborted_retracted_reqs: (\d+)", 1)
-        .cast(pl.Int64, strict=False),
-        dp=pl.col("ranks").str.extract(r"DP(\d+)", 1),
-    ).drop_nulls("count")
+        retracted=msg.str.extract(r"#retracted_reqs: (\d+)", 1).cast(pl.Int64, strict=False),
+        aborted=msg.str.extract(r"#aborted_retracted_reqs: (\d+)", 1).cast(pl.Int64, strict=False),
+        dp_rank=pl.col("ranks").str.extract(r"DP(\d+)", 1),
+    ).drop_nulls("retracted")
+    return check_frame(rows, RETRACTIONS, "SGLang retractions")
 
 
 def _unique_retractions(frame: pl.DataFrame) -> pl.DataFrame:
+    check_frame(frame, RETRACTIONS, "SGLang retractions")
     # TP ranks of one scheduler print the same line (same ratio change): count it once.
-    return dedupe(frame.with_columns(pl.col("dp").fill_null("")), ["dp", "msg"])
+    return dedupe(frame.with_columns(pl.col("dp_rank").fill_null("")), ["dp_rank", "msg"])
 
 
 def retraction_events(frame: pl.DataFrame) -> pl.DataFrame:
@@ -118,7 +126,9 @@ def retraction_events(frame: pl.DataFrame) -> pl.DataFrame:
         kind=pl.lit("preemption"),
         detail=pl.concat_str(
             [
-                pl.format("SGLang retracted {} request(s): KV cache pool full", pl.col("count")),
+                pl.format(
+                    "SGLang retracted {} request(s): KV cache pool full", pl.col("retracted")
+                ),
                 aborted.fill_null(""),
                 rank.fill_null(""),
             ]
@@ -130,7 +140,7 @@ def retraction_samples(frame: pl.DataFrame) -> pl.DataFrame:
     if frame.height == 0:
         return pl.DataFrame()
     return _unique_retractions(frame).select(
-        "ts", metric=pl.lit("preemptions_in_interval"), value=pl.col("count").cast(pl.Float64)
+        "ts", metric=pl.lit("preemptions_in_interval"), value=pl.col("retracted").cast(pl.Float64)
     )
 
 
@@ -169,8 +179,9 @@ def dead_events(frame: pl.DataFrame) -> pl.DataFrame:
 def startup_fields(startup: pl.DataFrame) -> pl.DataFrame:
     if startup.height == 0:
         return pl.DataFrame()
+    check_frame(startup, KIND_LINES, "SGLang start-up lines")
     msg = pl.col("msg")
-    return startup.select(
+    fields = startup.select(
         "ts",
         "kind",
         pl.col("ranks").fill_null(""),
@@ -184,6 +195,7 @@ def startup_fields(startup: pl.DataFrame) -> pl.DataFrame:
         ],
         *[msg.str.extract(p, 1).alias(n) for n, p in pat.TEXT_FIELDS.items()],
     )
+    return check_frame(fields, STARTUP_FIELDS, "SGLang start-up fields")
 
 
 def start_events(startup: pl.DataFrame) -> pl.DataFrame:
@@ -228,6 +240,7 @@ def engine_config(startup: pl.DataFrame) -> tuple[dict[str, Any], dict[str, Any]
     several; a later start that states something else is a note, not a silent overwrite."""
     if startup.height == 0:
         return {}, {}, []
+    check_frame(startup, STARTUP_FIELDS, "SGLang start-up fields")
     ranked = startup.filter(pl.col("kind") != "server_args")
     lead = lead_tag(ranked["ranks"].unique().to_list())
     rows = startup.filter((pl.col("ranks") == lead) | (pl.col("kind") == "server_args")).sort("ts")

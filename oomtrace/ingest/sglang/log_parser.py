@@ -27,12 +27,15 @@ from typing import Any, Final
 import polars as pl
 
 from oomtrace.diagnostics import SourceDiagnostics
+from oomtrace.ingest.frame_check import check_frame
 from oomtrace.ingest.parser_api import ParseContext, ParseResult
 from oomtrace.ingest.sglang import extract
 from oomtrace.ingest.sglang import line_patterns as pat
+from oomtrace.ingest.sglang.frames import KIND_LINES
+from oomtrace.ingest.sglang.line_kinds import classify, split_prefix
 from oomtrace.ingest.text.input_file import InputFile, first_line
 from oomtrace.ingest.text.timestamps import ISO, localize, naive, with_offset
-from oomtrace.ingest.torch.oom_text import OOM_SHAPES, PREFILTER, extract_ooms
+from oomtrace.ingest.torch.oom_text import OOM_SHAPES, extract_ooms
 from oomtrace.schema import TS
 
 # A second or two between an outer (kubectl/docker) time and SGLang's own is normal buffering.
@@ -48,70 +51,8 @@ _SNIFF_MESSAGES = re.compile(
     r"KV Cache is allocated|max_total_num_tokens=|Capture cuda graph|Init torch distributed|"
     r"Memory pool end|The server is fired up|KV cache pool is full)"
 )
-_LINE_SCHEMA: Final[dict[str, pl.DataType]] = {
-    "line": pl.String(),
-    "ranks": pl.String(),
-    "msg": pl.String(),
-    "ts": TS,
-    "kind": pl.String(),
-}
-_KV_POOL_OOM_LITERAL: Final = " out of memory. Try to lower your batch size"
 _NOT_USED: Final = "SGLang line not used (not relevant to memory or admission)"
 _NO_PREFIX = "line without SGLang's [date time] prefix (traceback, continuation or other output)"
-
-
-def _split_prefix(lines: pl.Series) -> pl.DataFrame:
-    """``line`` split into ``outer``, ``stamp``, ``ms``, ``ranks`` and ``msg`` (null where the line
-    has no SGLang prefix).
-
-    The fast path locates the prefix with one capture-free regex search and cuts with slices,
-    several times faster than a capturing regex. Offsets from ``str.find`` count bytes while
-    slices count characters, so lines with non-ASCII text take the capturing regex instead.
-    """
-    line = pl.col("line")
-    frame = pl.DataFrame(lines).with_columns(
-        _ascii=(line.str.len_bytes() == line.str.len_chars()).fill_null(value=True)
-    )
-    fast = frame.filter("_ascii").with_columns(_pos=line.str.find(pat.PREFIX_FIND))
-    fast = fast.with_columns(_rest=line.str.slice(pl.col("_pos")))
-    fast = fast.with_columns(_close=pl.col("_rest").str.find("]", literal=True))
-    inside = pl.col("_rest").str.slice(20, pl.col("_close") - 20)
-    fast = fast.select(
-        "line",
-        outer=line.str.slice(0, pl.col("_pos")),
-        stamp=pl.col("_rest").str.slice(1, 19),
-        ms=pl.when(inside.str.starts_with(".")).then(inside.str.slice(1, 3)),
-        ranks=pl.when(inside.str.starts_with(".")).then(inside.str.slice(4)).otherwise(inside),
-        msg=pl.col("_rest").str.slice(pl.col("_close") + 2),
-    )
-    if fast.height == frame.height:
-        return fast
-    slow = frame.with_row_index("_i").filter(~pl.col("_ascii"))
-    slow = slow.with_columns(_p=line.str.extract_groups(pat.PREFIX)).unnest("_p")
-    merged = pl.concat(
-        [
-            fast.with_columns(_i=frame.with_row_index("_i").filter("_ascii")["_i"]),
-            slow.select("_i", *fast.columns),
-        ],
-        how="diagonal_relaxed",
-    )
-    return merged.sort("_i").select(fast.columns)
-
-
-def _classify() -> pl.Expr:
-    """Each line's candidate kind from cheap literal tests (the message's first words), else
-    ``torch_oom`` for any line that may hold a PyTorch OOM, else null. :func:`_validated` then
-    applies each kind's full pattern to its own lines only."""
-    line, msg = pl.col("line"), pl.col("msg")
-    choices = [
-        pl.when(line.str.contains(_KV_POOL_OOM_LITERAL, literal=True)).then(pl.lit("kv_pool_oom"))
-    ]
-    for kind in pat.KINDS:
-        if kind.starts:
-            cheap = pl.any_horizontal([msg.str.starts_with(word) for word in kind.starts])
-            choices.append(pl.when(cheap).then(pl.lit(kind.name)))
-    choices.append(pl.when(line.str.contains(PREFILTER)).then(pl.lit("torch_oom")))
-    return pl.coalesce(choices)
 
 
 @dataclass
@@ -138,7 +79,7 @@ class _Acc:
 
     def add(self, lines: pl.Series, arrival: pl.Series | None = None) -> None:
         frame = self._stamped(lines.alias("line"), arrival)
-        frame = frame.with_columns(kind=_classify())
+        frame = check_frame(frame.with_columns(kind=classify()), KIND_LINES, "SGLang lines")
         self._count_unused(frame)
         used = frame.filter(pl.col("kind").is_not_null())
         if used.height == 0:
@@ -155,7 +96,7 @@ class _Acc:
         self._dispatch(timed)
 
     def _stamped(self, lines: pl.Series, arrival: pl.Series | None) -> pl.DataFrame:
-        frame = _split_prefix(lines).with_columns(
+        frame = split_prefix(lines).with_columns(
             ranks=pl.col("ranks").str.strip_chars(),
             _own=pl.col("stamp").str.to_datetime("%Y-%m-%d %H:%M:%S", time_unit="ns", strict=False)
             + pl.duration(milliseconds=pl.col("ms").cast(pl.Int64, strict=False).fill_null(0)),
@@ -296,7 +237,7 @@ class _Acc:
         samples.append(retract_samples)
         oom_text = _concat([self._all("oom_text"), self._pending()])
         if oom_text is None:
-            oom_text = pl.DataFrame(schema=_LINE_SCHEMA)
+            oom_text = pl.DataFrame(schema=KIND_LINES)
         events.append(extract.kv_pool_oom_events(oom_text))
         torch_events, torch_samples = extract_ooms(oom_text.select("ts", text="line"))
         events.append(torch_events)

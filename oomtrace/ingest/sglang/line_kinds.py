@@ -1,0 +1,72 @@
+"""What each line of an SGLang log is: SGLang's ``[date time ranks]`` prefix split off the
+message (:func:`split_prefix`, giving :data:`~.frames.PREFIX_PARTS`), and the kind of message it
+may be, from cheap literal tests (:func:`classify`)."""
+
+from __future__ import annotations
+
+from typing import Final
+
+import polars as pl
+
+from oomtrace.ingest.frame_check import check_frame
+from oomtrace.ingest.sglang import line_patterns as pat
+from oomtrace.ingest.sglang.frames import PREFIX_PARTS
+from oomtrace.ingest.torch.oom_text import PREFILTER
+
+_KV_POOL_OOM_LITERAL: Final = " out of memory. Try to lower your batch size"
+
+
+def split_prefix(lines: pl.Series) -> pl.DataFrame:
+    """``line`` split into ``outer``, ``stamp``, ``ms``, ``ranks`` and ``msg`` (null where the line
+    has no SGLang prefix).
+
+    The fast path locates the prefix with one capture-free regex search and cuts with slices,
+    several times faster than a capturing regex. Offsets from ``str.find`` count bytes while
+    slices count characters, so lines with non-ASCII text take the capturing regex instead.
+    """
+    line = pl.col("line")
+    frame = pl.DataFrame(lines).with_columns(
+        _ascii=(line.str.len_bytes() == line.str.len_chars()).fill_null(value=True)
+    )
+    fast = frame.filter("_ascii").with_columns(_pos=line.str.find(pat.PREFIX_FIND))
+    fast = fast.with_columns(_rest=line.str.slice(pl.col("_pos")))
+    fast = fast.with_columns(_close=pl.col("_rest").str.find("]", literal=True))
+    inside = pl.col("_rest").str.slice(20, pl.col("_close") - 20)
+    fast = fast.select(
+        "line",
+        outer=line.str.slice(0, pl.col("_pos")),
+        stamp=pl.col("_rest").str.slice(1, 19),
+        ms=pl.when(inside.str.starts_with(".")).then(inside.str.slice(1, 3)),
+        ranks=pl.when(inside.str.starts_with(".")).then(inside.str.slice(4)).otherwise(inside),
+        msg=pl.col("_rest").str.slice(pl.col("_close") + 2),
+    )
+    if fast.height == frame.height:
+        return check_frame(fast, PREFIX_PARTS, "SGLang line prefixes")
+    slow = frame.with_row_index("_i").filter(~pl.col("_ascii"))
+    slow = slow.with_columns(_p=line.str.extract_groups(pat.PREFIX)).unnest("_p")
+    merged = pl.concat(
+        [
+            fast.with_columns(_i=frame.with_row_index("_i").filter("_ascii")["_i"]),
+            slow.select("_i", *fast.columns),
+        ],
+        how="diagonal_relaxed",
+    )
+    parts = merged.sort("_i").select(fast.columns)
+    return check_frame(parts, PREFIX_PARTS, "SGLang line prefixes")
+
+
+def classify() -> pl.Expr:
+    """Each line's candidate kind from cheap literal tests (the message's first words), else
+    ``torch_oom`` for any line that may hold a PyTorch OOM, else null.
+    :meth:`~.log_parser._Acc._validated` then applies each kind's full pattern to its own lines
+    only."""
+    line, msg = pl.col("line"), pl.col("msg")
+    choices = [
+        pl.when(line.str.contains(_KV_POOL_OOM_LITERAL, literal=True)).then(pl.lit("kv_pool_oom"))
+    ]
+    for kind in pat.KINDS:
+        if kind.starts:
+            cheap = pl.any_horizontal([msg.str.starts_with(word) for word in kind.starts])
+            choices.append(pl.when(cheap).then(pl.lit(kind.name)))
+    choices.append(pl.when(line.str.contains(PREFILTER)).then(pl.lit("torch_oom")))
+    return pl.coalesce(choices)
