@@ -30,14 +30,14 @@ from typing import Any, Final
 import polars as pl
 
 from oomtrace.diagnostics import SourceDiagnostics
+from oomtrace.ingest.frame_check import check_frame
 from oomtrace.ingest.parser_api import ParseResult
 from oomtrace.ingest.prometheus import dialects as d
-from oomtrace.schema import METRICS, TS, WHOLE_NUMBER_KINDS
+from oomtrace.ingest.prometheus.frames import RAW_SAMPLES
+from oomtrace.schema import METRICS, WHOLE_NUMBER_KINDS
 
 log = logging.getLogger(__name__)
 
-_RAW_COLUMNS: Final[dict[str, pl.DataType]] = {"ts": TS, "name": pl.String(), "value": pl.Float64()}
-RAW_SCHEMA: Final = pl.Schema({**_RAW_COLUMNS, **{label: pl.String() for label in d.LABELS}})
 XID = "DCGM_FI_DEV_XID_ERRORS"
 # DCGM "blank" sentinels: INT64 0x7ffffffffffffff0+, FP64 2^47+, INT32 0x7ffffff0+ (+0..15).
 _BLANKS: Final = ((9.2e18, float("inf")), (2.0**47, 2.0**47 + 16), (0x7FFFFFF0, 0x7FFFFFFF + 1))
@@ -88,7 +88,7 @@ def raw_frame(
     frame = pl.DataFrame({k: v for k, v in columns.items() if v is not None})
     return frame.with_columns(
         pl.lit(None, pl.String).alias(label) for label in d.LABELS if label not in frame.columns
-    ).select(RAW_SCHEMA.names())
+    ).select(RAW_SAMPLES.names())
 
 
 def note_unmapped(
@@ -123,6 +123,7 @@ def to_result(
     raw: pl.DataFrame, configs: Sequence[ConfigInfo], diag: SourceDiagnostics
 ) -> ParseResult:
     """Map raw samples of known families to canonical samples, events and engine config."""
+    check_frame(raw, RAW_SAMPLES, "Prometheus raw samples")
     result = ParseResult()
     table = pl.DataFrame(
         [(s.name, s.engine, s.metric, s.scale, s.priority, s.reason) for s in d.SERIES],

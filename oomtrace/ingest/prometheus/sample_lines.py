@@ -20,8 +20,10 @@ import polars as pl
 from prometheus_client.parser import text_string_to_metric_families
 
 from oomtrace.diagnostics import SourceDiagnostics
+from oomtrace.ingest.frame_check import check_frame
 from oomtrace.ingest.prometheus import dialects as d
 from oomtrace.ingest.prometheus.canonical_map import millis_to_ts, raw_frame, seconds_to_ts
+from oomtrace.ingest.prometheus.frames import PARSED_SAMPLES, SAMPLE_LINES
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +47,7 @@ def parse_samples(
 ) -> tuple[pl.DataFrame | None, list[ConfigRow]]:
     """Raw rows (``ts`` from the line's own timestamp or null, ``scrape``, ``key``) and the
     distinct ``cache_config_info`` samples, from sample lines with ``name`` and ``scrape``."""
+    check_frame(frame, SAMPLE_LINES, "Prometheus sample lines")
     frame = frame.with_columns(parts=pl.col("line").str.extract_groups(_TAIL)).unnest("parts")
     frame = frame.with_columns(number=pl.col("value").cast(pl.Float64, strict=False))
     plain = (
@@ -69,12 +72,13 @@ def parse_samples(
     if not parts:
         return None, config_rows
     raw = pl.concat(parts)
-    bad = raw.filter(pl.col("stamp_bad"))
+    bad = raw.filter(pl.col("stamp_out_of_range"))
     diag.skip(
         "sample timestamp outside 1970-2255", bad.height, bad["key"][0] if bad.height else None
     )
     diag.lines_recognised -= bad.height
-    return raw.filter(~pl.col("stamp_bad")).drop("stamp_bad"), config_rows
+    parsed = raw.filter(~pl.col("stamp_out_of_range")).drop("stamp_out_of_range")
+    return check_frame(parsed, PARSED_SAMPLES, "Prometheus parsed samples"), config_rows
 
 
 def _fast(frame: pl.DataFrame) -> pl.DataFrame:
@@ -101,7 +105,7 @@ def _fast(frame: pl.DataFrame) -> pl.DataFrame:
     base = frame.select(
         row=pl.int_range(pl.len(), dtype=pl.UInt32),
         ts=millis_to_ts(pl.col("stamp").cast(pl.Int64, strict=False)),
-        stamp_bad=pl.col("stamp").is_not_null(),
+        stamp_out_of_range=pl.col("stamp").is_not_null(),
         name="name",
         value="number",
         scrape="scrape",
@@ -114,8 +118,10 @@ def _fast(frame: pl.DataFrame) -> pl.DataFrame:
     )
     out = base.join(labels, on="row", how="left", maintain_order="left")
     missing = [pl.lit(None, pl.String).alias(lab) for lab in d.LABELS if lab not in out.columns]
-    out = out.with_columns(missing, stamp_bad=pl.col("stamp_bad") & pl.col("ts").is_null())
-    return out.select("ts", "name", "value", *d.LABELS, "scrape", "key", "stamp_bad")
+    out = out.with_columns(
+        missing, stamp_out_of_range=pl.col("stamp_out_of_range") & pl.col("ts").is_null()
+    )
+    return out.select("ts", "name", "value", *d.LABELS, "scrape", "key", "stamp_out_of_range")
 
 
 def _slow(
@@ -147,7 +153,7 @@ def _slow(
     return raw.with_columns(
         scrape=pl.Series([scrapes[j] for j in rows], dtype=pl.Int64),
         key=pl.Series(keys, dtype=pl.String),
-        stamp_bad=stamps.is_not_null() & pl.col("ts").is_null(),
+        stamp_out_of_range=stamps.is_not_null() & pl.col("ts").is_null(),
     ), configs
 
 

@@ -45,6 +45,7 @@ from oomtrace.ingest.prometheus.canonical_map import (
     seconds_to_ts,
     to_result,
 )
+from oomtrace.ingest.prometheus.frames import RAW_SAMPLES, SCRAPE_TIMES
 from oomtrace.ingest.prometheus.sample_lines import parse_samples
 from oomtrace.ingest.prometheus.time_lines import TIME_LINE, parse_times
 from oomtrace.ingest.text.input_file import InputFile, first_line
@@ -156,7 +157,7 @@ class _Reader:
         stamps = (
             pl.Series(times, dtype=pl.Int64).cast(pl.Datetime("ns")).dt.replace_time_zone("UTC")
         )
-        self.scrape_times.append(pl.DataFrame({"scrape": ids, "scrape_ts": stamps}))
+        self.scrape_times.append(pl.DataFrame({"scrape": ids, "scrape_ts": stamps}, SCRAPE_TIMES))
         self.scrapes += len(texts)
         lines = (
             pl.DataFrame({"scrape": ids, "line": texts})
@@ -221,7 +222,9 @@ class _Reader:
         if lines.height:
             when = parse_times(lines["time_text"], lines["line"], ctx.clock.tz, name, self.diag)
             shift = 0 if self.leading else 1  # a trailing time line closes the scrape before it
-            times = pl.DataFrame({"scrape": lines["scrape"] - shift, "scrape_ts": when})
+            times = pl.DataFrame(
+                {"scrape": lines["scrape"] - shift, "scrape_ts": when}, SCRAPE_TIMES
+            )
         result = self._finish(times, (name, ctx))
         if any(n.startswith("scrape times without a zone") for n in self.diag.notes):
             result.clock = {"tz": "UTC", "tz_assumed": True}
@@ -243,7 +246,7 @@ class _Reader:
         ]
         if raw is None:
             raw = raw_frame(pl.Series([], dtype=TS), [], [], [])
-        return to_result(raw.select(raw_frame_columns()), configs, self.diag)
+        return to_result(raw.select(RAW_SAMPLES.names()), configs, self.diag)
 
     def _untimed(
         self, raw: pl.DataFrame, times: pl.DataFrame, file: tuple[str, ParseContext] | None
@@ -282,12 +285,8 @@ class _Reader:
         self.diag.lines_recognised -= rows.height
 
 
-def raw_frame_columns() -> list[str]:
-    return ["ts", "name", "value", *d.LABELS]
-
-
 def _no_times() -> pl.DataFrame:
-    return pl.DataFrame(schema={"scrape": pl.Int64, "scrape_ts": TS})
+    return pl.DataFrame(schema=SCRAPE_TIMES)
 
 
 def _config_time(stamp: float | None, scrape: int, times: pl.DataFrame) -> datetime | None:
