@@ -214,7 +214,7 @@ def worker_naive(url: str, rate: float, seconds: float, out: Path) -> dict[str, 
     from prometheus_client.parser import text_string_to_metric_families
 
     sys.path.insert(0, str(ROOT))
-    from collectors.families import KEEP
+    from collectors.prometheus_families import KEEP
 
     interval, lateness, samples, errors = 1.0 / rate, [], 0, 0
     cpu0, wall0 = _usage(), time.monotonic()

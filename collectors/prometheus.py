@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from collectors import __version__
-from collectors.families import INFO, KEEP
+from collectors.prometheus_families import INFO, KEEP
 from collectors.schedule import SegmentSink
 
 logger = logging.getLogger(__name__)

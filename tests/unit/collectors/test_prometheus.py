@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from collectors.families import KEEP
 from collectors.prometheus import FetchError, PrometheusSource, filter_exposition
+from collectors.prometheus_families import KEEP
 from tests.unit.collectors.factories import MemorySink, vllm_metrics
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -72,7 +72,16 @@ def test_cache_config_info_is_kept_apart_from_the_per_scrape_text() -> None:
             {"vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:gpu_cache_usage_perc"},
         ),
         (DCGM, {"DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_XID_ERRORS"}),
-        (LLAMA_CPP, {"llamacpp:kv_cache_usage_ratio", "llamacpp:n_busy_slots_per_decode"}),
+        (
+            LLAMA_CPP,
+            {
+                "llamacpp:kv_cache_usage_ratio",
+                "llamacpp:n_busy_slots_per_decode",
+                # the throughput gauges ingest maps (a live capture dropped them once)
+                "llamacpp:prompt_tokens_seconds",
+                "llamacpp:predicted_tokens_seconds",
+            },
+        ),
         (TGI, {"tgi_queue_size", "tgi_request_failure"}),
     ],
     ids=["sglang", "vllm-early-v1", "dcgm-untyped", "llama.cpp", "tgi"],
