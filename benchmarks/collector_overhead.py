@@ -41,7 +41,8 @@ MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 
 def full_vllm_exposition() -> bytes:
     """vLLM 0.11 V1 ``/metrics`` after some traffic (names, labels and buckets as vLLM's
-    ``vllm/v1/metrics/loggers.py`` declares them; values made up), rendered by prometheus_client."""
+    ``vllm/v1/metrics/loggers.py`` declares them, docs/formats/prometheus.md; values made up),
+    rendered by prometheus_client."""
     from prometheus_client import (
         CollectorRegistry,
         Counter,

@@ -1,6 +1,6 @@
 """Metrics and GPU files as people export them after an outage: Prometheus ``query_range`` JSON,
-concatenated ``/metrics`` scrapes, nvidia-smi CSV, in the formats ``oomtrace.ingest`` reads (where
-each is documented: ``docs/ARCHITECTURE.md``)."""
+concatenated ``/metrics`` scrapes, nvidia-smi CSV, in the formats ``oomtrace.ingest`` reads
+(``docs/formats/prometheus.md``, ``docs/formats/nvidia-smi.md``)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """What a vLLM V1 API server prints about a simulated run: request lines and the periodic stats
 line, for the version families the samples use (vLLM's ``vllm/entrypoints/logger.py`` and
-``vllm/v1/metrics/loggers.py``; ``docs/ARCHITECTURE.md`` says where the formats are documented)."""
+``vllm/v1/metrics/loggers.py``; ``docs/formats/vllm.md``)."""
 
 from __future__ import annotations
 

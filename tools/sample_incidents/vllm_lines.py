@@ -1,8 +1,9 @@
 """vLLM's log as the server writes it: process prefix, level, ``MM-DD HH:MM:SS`` local time,
 ``[file:line]``, message; multi-line messages repeat the prefix on every line and join them with
-``\\r\\n`` (vLLM's ``NewLineFormatter``); an optional outer prefix (docker compose ``-t``,
-journald) in front of every physical line. Formats: vLLM's ``vllm/logger.py`` and
-``vllm/logging_utils/formatter.py``; ``docs/ARCHITECTURE.md`` says where they are documented.
+``\\r\\n`` (vLLM's ``NewLineFormatter``); an optional outer prefix (docker compose ``-t``, journald)
+in front of every physical line. Formats: vLLM's ``vllm/logger.py`` and
+``vllm/logging_utils/formatter.py`` (``docs/formats/vllm.md``,
+``docs/formats/log-prefixes-and-times.md``).
 """
 
 from __future__ import annotations

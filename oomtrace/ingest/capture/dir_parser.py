@@ -1,4 +1,5 @@
-"""A collector capture directory (``oomtrace collect --out DIR``) as one ingest input.
+"""A collector capture directory (``oomtrace collect --out DIR``) as one ingest input
+(``docs/formats/capture.md``; the segment format is ``collectors/FORMAT.md``).
 
 The segments are read by :func:`collectors.segments.read_capture` (standard library, the same reader
 the agent ships). Its canonical samples and events (NVML, the PyTorch hook, gaps) become frames

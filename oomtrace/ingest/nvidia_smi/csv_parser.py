@@ -1,5 +1,5 @@
 """nvidia-smi CSV: ``--query-gpu`` and ``--query-compute-apps`` captures, as loops and scripts
-leave them (reference/formats.md §3.1).
+leave them (``docs/formats/nvidia-smi.md``).
 
 What real files look like, and what this parser does about it:
 

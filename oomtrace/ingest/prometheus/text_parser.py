@@ -1,4 +1,5 @@
-"""Prometheus text exposition: one scrape, or many concatenated, and the collector's live scrapes.
+"""Prometheus text exposition: one scrape, or many concatenated, and the collector's live scrapes
+(``docs/formats/prometheus.md``).
 
 Live capture and files left behind go through one code path: :func:`parse_scrapes` takes
 ``(scrape time, exposition text)`` pairs (what the collector holds); a file is cut into scrapes

@@ -1,7 +1,7 @@
 """SGLang's log lines as data: version families, message kinds and batch-line fields, each with
 the sample that exercises it (``tests/unit/ingest/sglang/test_line_patterns.py`` runs every sample
-through the parser). Sources: reference/formats.md §4 (SGLang 0.3.6 ... 0.5.23 wheels) and the
-verbatim lines quoted there.
+through the parser). Sources: ``docs/formats/sglang.md`` (the SGLang source files and releases
+each form comes from) and the public logs the samples are taken from.
 
 Patterns apply to the *message*: the text after SGLang's ``[YYYY-MM-DD HH:MM:SS[.mmm][ DPn TPn
 ...]] `` prefix. Batch-line fields are extracted one by one (``key: value`` pairs), so their order,

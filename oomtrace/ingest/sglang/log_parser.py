@@ -1,5 +1,5 @@
 """SGLang server logs: scheduler batch lines, retractions, KV-pool OOMs, startup memory lines,
-request lines, and PyTorch OOMs anywhere in the log (reference/formats.md §4).
+request lines, and PyTorch OOMs anywhere in the log (``docs/formats/sglang.md``).
 
 Lines look like ``[2025-02-27 04:46:39 TP0] Decode batch. #running-req: 8, ...``: SGLang's own
 prefix carries the year and (with ``SGLANG_LOG_MS=1``) milliseconds, but no zone, so times are

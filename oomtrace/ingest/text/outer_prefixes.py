@@ -3,8 +3,8 @@
 Engine-neutral: any line parser (vLLM, SGLang) calls :func:`strip_prefixes` on a chunk of raw
 lines and gets back the engine's message plus what the prefixes said. A parser that reads its
 own header anyway can append that header to :data:`OUTER` and read both in one anchored pass
-(see :func:`outer_columns`). The prefixes, outermost first, each optional (reference/formats.md
-§0.2, §1.4):
+(see :func:`outer_columns`). The prefixes, outermost first, each optional (sources in
+``docs/formats/log-prefixes-and-times.md``):
 
 * journald ``Sep 22 23:46:42 host unit[pid]: `` (``-o short``/``short-precise``) or
   ``2024-09-22T23:46:42+0000 host unit[pid]: `` (``-o short-iso``): names the host; only the ISO

@@ -1,7 +1,8 @@
 """Placing year-less, zone-less engine timestamps in UTC.
 
-vLLM prints ``MM-DD HH:MM:SS`` in the server's local time, with no year and no zone (§0.1 of
-reference/formats.md). What places them, in order of authority:
+vLLM prints ``MM-DD HH:MM:SS`` in the server's local time, with no year and no zone
+(``docs/formats/log-prefixes-and-times.md``, "Year-less engine times"). What places them, in
+order of authority:
 
 1. a full timestamp on the same line (kubectl ``--timestamps``, ``docker logs -t``, journald
    ``short-iso``) or the collector's arrival time: it wins, gives sub-second resolution, and a

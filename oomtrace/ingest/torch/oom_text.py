@@ -2,7 +2,7 @@
 
 Shared by every log parser: give :func:`extract_ooms` the lines (already timestamped) and it
 returns one ``oom`` event per failing allocation plus a ``process_used_bytes`` sample for each
-process the message lists. The message layouts (reference/formats.md §2.1):
+process the message lists. The message layouts (``docs/formats/pytorch.md``):
 
 * ``old``: ``CUDA out of memory. Tried to allocate A (GPU d; T total capacity; X already
   allocated; F free; [L allowed; ]R reserved in total by PyTorch)`` (torch <= 2.0; very old

@@ -1,6 +1,6 @@
 """PyTorch CUDA memory snapshots (``torch.cuda.memory._dump_snapshot``): allocator trace events
 become exact ``torch_allocated_bytes`` / ``torch_reserved_bytes`` series, and the ``oom`` trace
-entry an ``oom`` event (reference/formats.md §2.4).
+entry an ``oom`` event (``docs/formats/pytorch.md``, "Memory snapshots").
 
 **Untrusted input.** A snapshot from a crashed server is a pickle, and unpickling can run code.
 The snapshot is plain data (dicts, lists, tuples, strings, numbers, booleans, None), which pickle

@@ -1,7 +1,7 @@
 """The vLLM server log parser (``vllm-log``): every version family, V0 and V1.
 
-What it reads (reference/formats.md §1; the patterns, per version family and each with a real
-sample, are in :mod:`oomtrace.ingest.vllm.line_patterns`):
+What it reads (``docs/formats/vllm.md``; the patterns, per version family and each with a real
+sample, are in :mod:`.line_patterns`, :mod:`.startup_patterns` and :mod:`.request_patterns`):
 
 * periodic stats lines in all their forms -> samples ``requests_running``, ``requests_waiting``
   (V0 "Pending"), ``requests_swapped``, ``requests_deferred``, ``kv_usage_ratio`` (percent /

@@ -64,7 +64,8 @@ def writer(directory: Path, **settings: Any) -> SegmentWriter:
     ).start()
 
 
-# vLLM V1 0.11 layout (as vllm/v1/metrics/loggers.py declares it; a generated sample), trimmed.
+# vLLM V1 0.11 layout (as vllm/v1/metrics/loggers.py declares it, docs/formats/prometheus.md; a
+# generated sample), trimmed.
 def vllm_metrics(
     *,
     running: int = 48,

@@ -72,7 +72,7 @@ def _notes(trace: Trace) -> list[str]:
 
 
 def test_vllm_current_layout_maps_gauges_and_cache_config(tmp_path: Path) -> None:
-    # GIVEN one scrape of vLLM 0.11 (generated layout from formats.md), no time in it
+    # GIVEN one scrape of vLLM 0.11 (generated layout, docs/formats/prometheus.md), no time in it
     trace = _ingest(_copy(tmp_path, "vllm_v1_0.11.prom"))
     # THEN the admission gauges map to the vocabulary, placed at the file's modification time
     assert_frame_equal(

@@ -1,6 +1,6 @@
 """vLLM server logs of every version family, behind every supervisor, become the canonical trace.
 
-The files in ``tests/data/vllm`` are written in the real formats (reference/formats.md §1), with
+The files in ``tests/data/vllm`` are written in the real formats (``docs/formats/vllm.md``), with
 their traps: colour codes, CRLF-joined records, glued records, idle DEBUG repeats, records
 repeated by tensor-parallel ranks, New Year inside the file, internal request ids, streamed
 outputs, start-up refusals, OOM tracebacks.
