@@ -10,13 +10,11 @@ from typing import Any, Final
 import polars as pl
 
 from oomtrace.diagnostics import SourceDiagnostics
-from oomtrace.errors import UnitError
 from oomtrace.ingest.frame_check import check_frame
 from oomtrace.ingest.text.yearless_clock import ClockDecision, placed_utc
 from oomtrace.ingest.torch.oom_text import REPEAT_WINDOW_S, extract_ooms
 from oomtrace.ingest.vllm.frames import (
     CHUNK_CARRY,
-    CONFIG_ROWS,
     EVENT_ROWS,
     OOM_ROWS,
     PRINTED_TIME,
@@ -24,9 +22,9 @@ from oomtrace.ingest.vllm.frames import (
     STATS_ROWS,
     timed,
 )
-from oomtrace.ingest.vllm.line_patterns import EVENT_LINES, FAMILY_ORDER, PREEMPT_LOG_EVERY, Family
+from oomtrace.ingest.vllm.line_patterns import EVENT_LINES, PREEMPT_LOG_EVERY
 from oomtrace.schema import TS
-from oomtrace.units import GiB, format_bytes, parse_bytes
+from oomtrace.units import parse_bytes
 
 RANK_REPEAT: Final = "repeated by another rank or process at the same second (counted once)"
 STALE_STATS: Final = "stats line repeated at DEBUG while idle (stale values)"
@@ -323,99 +321,3 @@ def _fold_wrappers(events: pl.DataFrame) -> pl.DataFrame:
     ).get_column("_n")
     kept = sizeless.filter(~pl.col("_n").is_in(told.implode())).drop("_n")
     return pl.concat([sized, kept]).sort("ts")
-
-
-def engine_config(rows: pl.DataFrame, ledger: Ledger) -> tuple[dict[str, Any], str | None]:
-    """``engine_config`` from the startup rows (first statement of each key wins; a later,
-    different statement is a note, e.g. after a restart), and the stated vLLM version."""
-    check_frame(rows, timed(CONFIG_ROWS), "vLLM start-up rows")
-    config: dict[str, Any] = {}
-    changed: dict[str, Any] = {}
-    diag = ledger.diag
-    rows = drop_rank_repeats(rows, ["line_name", "key", "value"], ledger)
-    for row in rows.sort("record_seq").iter_rows(named=True):
-        try:
-            value = _convert(row["value"], row["conv"])
-        except (ValueError, UnitError):
-            diag.note(
-                f"{row['line_name']}: {row['key']} value {row['value']!r} did not parse", lost=True
-            )
-            continue
-        key = row["key"]
-        if value is None:
-            continue
-        if key not in config:
-            config[key] = value
-        elif config[key] != value and key not in changed:
-            changed[key] = value
-    for key, value in changed.items():
-        if key in ("version", "engine_kind"):
-            continue
-        diag.note(
-            f"engine_config.{key}: a later line states {_show(key, value)} (the engine "
-            f"restarted or another rank differs); kept the first, {_show(key, config[key])}"
-        )
-    version = config.pop("version", None)
-    return config, None if version is None else str(version)
-
-
-def _convert(value: str, conv: str) -> Any:
-    text = value.strip()
-    if conv == "gib":
-        return parse_bytes(f"{text} GiB", allow_negative=True)
-    if conv == "gb_means_gib":
-        # vLLM prints "GB" for a value it computed as bytes / 2**30.
-        return parse_bytes(f"{text} GB", decimal_means_binary=True, allow_negative=True)
-    if conv == "int":
-        return int(text.replace(",", ""))
-    if conv == "float":
-        return float(text)
-    if conv == "bool":
-        return text == "True"
-    return None if text in ("None", "") else text
-
-
-def _show(key: str, value: Any) -> str:
-    if key.endswith("_bytes") and isinstance(value, int):
-        return format_bytes(value) if abs(value) >= GiB // 1024 else f"{value} B"
-    return repr(value)
-
-
-def version_family(
-    evidence: set[Family], version: str | None, engine_kind: str | None, bracketed: bool
-) -> str:
-    """The version family: V0 evidence wins (V0 could be forced up to 0.10); a stated version
-    places V1; otherwise the newest family the line shapes prove."""
-    v1 = {f for f in evidence if f != "v0"}
-    parsed = _version_tuple(version)
-    if "v0" in evidence or engine_kind == "V0":
-        return "v0"
-    if parsed is not None and engine_kind != "V1" and not v1 and parsed < (0, 8):
-        return "v0"
-    if parsed is not None:
-        return _family_of(parsed)
-    if v1:
-        return max(v1, key=FAMILY_ORDER.index)
-    # Un-bracketed file names are vLLM <= 0.7, where V0 was the default engine.
-    return "unknown" if bracketed else "v0"
-
-
-def _family_of(version: tuple[int, ...]) -> Family:
-    bounds: list[tuple[tuple[int, ...], Family]] = [
-        ((0, 30), "v1-0.30"), ((0, 20), "v1-0.20"), ((0, 12), "v1-0.12"), ((0, 8, 5), "v1-0.8.5"),
-    ]  # fmt: skip
-    for bound, family in bounds:
-        if version >= bound:
-            return family
-    return "v1-0.7"
-
-
-def _version_tuple(version: str | None) -> tuple[int, ...] | None:
-    """``"0.10.2.dev2+gf5635d62e"`` -> ``(0, 10, 2)``."""
-    parts: list[int] = []
-    for piece in (version or "").split(".")[:3]:
-        digits = piece[: next((i for i, ch in enumerate(piece) if not ch.isdigit()), len(piece))]
-        if not digits:
-            break
-        parts.append(int(digits))
-    return tuple(parts) if parts else None

@@ -60,19 +60,18 @@ from oomtrace.ingest.text.yearless_clock import (
 from oomtrace.ingest.vllm.extract import Extracted, extract, flags
 from oomtrace.ingest.vllm.file_tables import (
     Ledger,
-    engine_config,
     event_rows,
     interval_preemptions,
     oom_rows,
     settled,
     stats_samples,
-    version_family,
     with_ts,
 )
 from oomtrace.ingest.vllm.frames import CHUNK_CARRY, PRINTED_TIME
 from oomtrace.ingest.vllm.line_patterns import PRIVATE_MARKERS, SNIFF_MARKERS
 from oomtrace.ingest.vllm.line_records import ChunkInfo, build_records
 from oomtrace.ingest.vllm.request_table import finish_requests
+from oomtrace.ingest.vllm.startup_config import engine_config, version_family
 
 _SNIFF_HEADER: Final = re.compile(
     r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d \[?[^\s\]]+\.py:\d+\] "
