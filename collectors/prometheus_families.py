@@ -24,7 +24,8 @@ name comes from (engine source file and release) is written up in ``docs/formats
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final, Literal, Protocol
+from functools import partial
+from typing import Final, Literal
 
 Use = Literal["mapped", "event", "config", "known", "raw", "dropped"]
 Engine = Literal["vllm", "sglang", "tgi", "llamacpp", "dcgm"]
@@ -61,49 +62,32 @@ _SG = '{engine_type="unified",model_name="Qwen-32B",pp_rank="0",tp_rank="0"}'
 _DC = '{gpu="0",UUID="GPU-34319582-d595-d1c7-d1d2-179bcfa61660",device="nvidia0",Hostname="ub20-a100-k8s"}'  # noqa: E501
 
 
-class _Maker(Protocol):
-    def __call__(
-        self,
-        name: str,
-        use: Use,
-        metric: str | None = None,
-        versions: str = "",
-        *,
-        why: str = "",
-        sample: str = "",
-        priority: int = 0,
-        reason: str | None = None,
-    ) -> PrometheusFamily: ...
-
-
 _COUNTER = "a cumulative counter: kept for rates around an incident; no canonical metric"
 _PREFIX_COUNTER = "prefix-cache counter: kept for hit rates over a window; no canonical metric"
 _HISTOGRAM = "a histogram: most of a scrape's bytes, nothing about memory at an instant"
 _CONFIG_GAUGE = "a start-up setting exposed as a gauge: kept; engine_config has it from the log"
 
 
-def _engine_family(prefix: str, engine: Engine) -> _Maker:
-    def make(
-        name: str,
-        use: Use,
-        metric: str | None = None,
-        versions: str = "",
-        *,
-        why: str = "",
-        sample: str = "",
-        priority: int = 0,
-        reason: str | None = None,
-    ) -> PrometheusFamily:
-        return PrometheusFamily(
-            prefix + name, engine, use, metric, versions, why, sample, priority=priority,
-            reason=reason,
-        )  # fmt: skip
-
-    return make
+def _prefixed(
+    prefix: str,
+    engine: Engine,
+    name: str,
+    use: Use,
+    metric: str | None = None,
+    versions: str = "",
+    *,
+    why: str = "",
+    sample: str = "",
+    priority: int = 0,
+    reason: str | None = None,
+) -> PrometheusFamily:
+    return PrometheusFamily(
+        prefix + name, engine, use, metric, versions, why, sample, priority=priority, reason=reason
+    )
 
 
-_vllm = _engine_family("vllm:", "vllm")
-_sglang = _engine_family("sglang:", "sglang")
+_vllm = partial(_prefixed, "vllm:", "vllm")
+_sglang = partial(_prefixed, "sglang:", "sglang")
 
 
 FAMILIES: Final[tuple[PrometheusFamily, ...]] = (
