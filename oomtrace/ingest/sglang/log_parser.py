@@ -328,7 +328,7 @@ def _concat(frames: list[pl.DataFrame]) -> pl.DataFrame | None:
 
 
 class SGLangLogParser:
-    """The ``sglang-log`` format (also a :class:`~oomtrace.ingest.base.LineParser`)."""
+    """The ``sglang-log`` format (also a :class:`~oomtrace.ingest.parser_api.LineParser`)."""
 
     name = "sglang-log"
     description = "SGLang server log: batch lines, retractions, startup memory, requests, OOMs"
