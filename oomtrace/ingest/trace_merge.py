@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import polars as pl
 
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.ingest.parser_api import ClockOptions, ParseResult
 from oomtrace.ingest.text.input_file import InputFile
+from oomtrace.isotime import iso_time
 from oomtrace.schema import TABLES, TableName, conform
 from oomtrace.trace import Manifest, Trace
 
@@ -187,10 +189,5 @@ def _time_range(diag: SourceDiagnostics, frames: list[pl.DataFrame]) -> None:
         return
     merged = pl.concat(stamps)
     low, high = merged.min(), merged.max()
-    diag.first_ts = None if low is None else _iso(low)
-    diag.last_ts = None if high is None else _iso(high)
-
-
-def _iso(value: object) -> str:
-    text = value.isoformat() if hasattr(value, "isoformat") else str(value)
-    return text.replace("+00:00", "Z")
+    diag.first_ts = iso_time(cast("datetime | None", low), 6)
+    diag.last_ts = iso_time(cast("datetime | None", high), 6)

@@ -34,6 +34,7 @@ from oomtrace.ingest.frame_check import check_frame
 from oomtrace.ingest.parser_api import ParseResult
 from oomtrace.ingest.prometheus import dialects as d
 from oomtrace.ingest.prometheus.frames import RAW_SAMPLES
+from oomtrace.isotime import iso_time
 from oomtrace.schema import METRICS, WHOLE_NUMBER_KINDS
 
 log = logging.getLogger(__name__)
@@ -341,7 +342,7 @@ def _cache_config(configs: Sequence[ConfigInfo], diag: SourceDiagnostics) -> dic
             changed = sorted(
                 k for k in config.keys() | seen[0].keys() if config.get(k) != seen[0].get(k)
             )
-            when = info.ts.isoformat().replace("+00:00", "Z") if info.ts else "an unknown time"
+            when = iso_time(info.ts, 3) if info.ts else "an unknown time"
             diag.note(
                 f"{d.CACHE_CONFIG_INFO} differs at {when} ({', '.join(changed)}: "
                 + ", ".join(f"{seen[0].get(k)!r} -> {config.get(k)!r}" for k in changed[:3])

@@ -50,6 +50,7 @@ from oomtrace.ingest.prometheus.frames import RAW_SAMPLES, SCRAPE_TIMES
 from oomtrace.ingest.prometheus.sample_lines import parse_samples
 from oomtrace.ingest.prometheus.time_lines import TIME_LINE, parse_times
 from oomtrace.ingest.text.input_file import InputFile, first_line
+from oomtrace.isotime import iso_time
 from oomtrace.schema import TS
 
 log = logging.getLogger(__name__)
@@ -114,7 +115,7 @@ def parse_scrapes(
 
 def _epoch_ns(when: datetime) -> int:
     if when.tzinfo is None:
-        raise ValueError(f"scrape time {when.isoformat()} has no time zone; pass UTC")
+        raise ValueError(f"scrape time {iso_time(when, 6, zone='')} has no time zone; pass UTC")
     return (when - _EPOCH) // timedelta(microseconds=1) * 1000
 
 
@@ -264,7 +265,7 @@ class _Reader:
             return raw.filter(pl.col("ts").is_not_null())
         repeated = untimed.filter(pl.col("key").is_duplicated())
         if repeated.height == 0 and ctx.mtime is not None:
-            stamp = ctx.mtime.isoformat().replace("+00:00", "Z")
+            stamp = iso_time(ctx.mtime, 0)
             self.diag.note(
                 f"one scrape with no time: placed at the file's modification time {stamp} "
                 "(an assumption; `# oomtrace-scrape <time>` lines or the collector give real times)"

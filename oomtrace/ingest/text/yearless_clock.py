@@ -33,6 +33,7 @@ import polars as pl
 
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.ingest.parser_api import ClockOptions
+from oomtrace.isotime import iso_time
 
 TOLERANCE_S: Final = 5
 _DAY_S: Final = 86_400
@@ -206,7 +207,7 @@ def decide(
         diag.note(
             f"vLLM prints no year: placed the last line in {year} from the "
             f"{'file modification time' if mtime else 'current date'} "
-            f"({_iso(anchor)}); pass --year if that is wrong"
+            f"({iso_time(anchor, 0)}); pass --year if that is wrong"
         )
     if tz_source == "default":
         diag.note(
@@ -357,7 +358,3 @@ def _days_from_civil(year: pl.Expr, month: pl.Expr, day: pl.Expr) -> pl.Expr:
     doy = (153 * shifted + 2) // 5 + day - 1
     doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
     return era * 146_097 + doe - 719_468
-
-
-def _iso(value: datetime) -> str:
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -86,7 +86,7 @@ def test_files_of_one_incident_merge_into_one_trace(tmp_path: Path) -> None:
     metrics, crash = trace.manifest.sources
     assert metrics.skipped["not a usage line"].count == 1
     assert metrics.rows == {"events": 0, "requests": 0, "samples": 2}
-    assert metrics.first_ts == "2025-01-01T00:00:00Z"
+    assert metrics.first_ts == "2025-01-01T00:00:00.000000Z"
     assert crash.notes == ["engine_config.block_size = 32 here disagrees with 16; kept the first"]
 
 

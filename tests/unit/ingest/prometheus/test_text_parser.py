@@ -428,7 +428,7 @@ def test_cache_config_changes_are_noted_and_the_first_kept(tmp_path: Path) -> No
         "num_gpu_blocks": 27000,
     }
     assert (
-        "vllm:cache_config_info differs at 2025-03-14T09:05:00Z (kv_cache_tokens, "
+        "vllm:cache_config_info differs at 2025-03-14T09:05:00.000Z (kv_cache_tokens, "
         "num_gpu_blocks: 432000 -> 320000, 27000 -> 20000); engine_config keeps the first"
     ) in _notes(trace)
 
