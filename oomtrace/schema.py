@@ -1,4 +1,4 @@
-"""The canonical trace: three long tables and a manifest (schema version 1).
+"""The canonical trace: three long tables and a manifest (schema version 2).
 
 Every parser and collector produces these tables; everything after them (analysis, replay,
 reports) reads only these (``docs/ARCHITECTURE.md`` draws where they sit in the pipeline). All
@@ -13,7 +13,15 @@ Three choices in their layout, deliberate:
   per-process memory (NVML, nvidia-smi ``--query-compute-apps``, the PyTorch OOM "Process N has"
   clauses) is what tells foreign memory from the server's own;
 * ``samples.value`` is Float64 so that ratios and byte counts share one long column; values of
-  byte, token, block and count metrics are validated to be whole numbers.
+  byte, token, block and count metrics are validated to be whole numbers;
+* every table carries ``clock`` (:data:`CLOCK_STATES`), how far the row's ``ts`` can be trusted
+  against the other inputs of the incident: rows of an input whose year or zone could not be
+  aligned with the others (``unaligned``) keep the time they were read at but are not joined in
+  time with the rest, and rows of a log that prints no time and that nothing anchored
+  (``untimed``) have a null ``ts``, in the order of their input, after the timed rows
+  (``docs/formats/log-prefixes-and-times.md``, "Aligning the inputs of one incident").
+
+Version 2 added ``clock``; a version 1 trace is read with every row ``stated``.
 
 Validation happens at stage boundaries through :func:`conform`, which fails in one place with a
 column-level message.
@@ -28,9 +36,26 @@ import polars as pl
 
 from oomtrace.errors import SchemaError
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
+# Versions a trace directory may have been written in (version 1 has no ``clock`` column).
+READABLE_VERSIONS: Final = (1, 2)
 
 TS: Final = pl.Datetime("ns", "UTC")
+
+ClockState = Literal["stated", "assumed", "aligned", "anchored", "unaligned", "untimed"]
+# How a row's time was placed, in a person's words (the order is the Enum's).
+CLOCK_STATES: Final[Mapping[str, str]] = {
+    "stated": "as its input states it (a full time with its zone, or --year/--tz)",
+    "assumed": "as read under an assumption nothing else could check (zone UTC, year from the "
+    "file's modification time)",
+    "aligned": "its input's year or zone inferred from moments another input saw too",
+    "anchored": "its input prints no time: placed at the moment another input saw it",
+    "unaligned": "its input could not be aligned with the others: kept, not joined in time",
+    "untimed": "its input prints no time and nothing anchored it: ts is null",
+}
+CLOCK: Final = pl.Enum(list(CLOCK_STATES))
+# The states whose rows share one clock and are joined in time by the analysis.
+JOINED_CLOCKS: Final[tuple[str, ...]] = ("stated", "assumed", "aligned", "anchored")
 
 
 def _schema(columns: dict[str, Any]) -> pl.Schema:
@@ -56,6 +81,7 @@ SAMPLES: Final = _schema(
         "pid": pl.Int64,
         "metric": pl.String,
         "value": pl.Float64,
+        "clock": CLOCK,
     }
 )
 
@@ -70,6 +96,7 @@ REQUESTS: Final = _schema(
         "max_tokens": pl.Int64,
         "output_tokens": pl.Int64,
         "cached_tokens": pl.Int64,
+        "clock": CLOCK,
     }
 )
 
@@ -88,6 +115,7 @@ EVENTS: Final = _schema(
         "reserved_unallocated_bytes": pl.Int64,
         "process_bytes": pl.Int64,
         "detail": pl.String,
+        "clock": CLOCK,
     }
 )
 
@@ -97,7 +125,8 @@ SCHEMAS: Final[dict[TableName, pl.Schema]] = {
     "events": EVENTS,
 }
 
-# Columns that must never be null. Everything else is nullable: null means "not stated".
+# Columns that must never be null (``ts`` only where ``clock`` is ``untimed``). Everything else is
+# nullable: null means "not stated"; a frame without ``clock`` is given ``stated``.
 REQUIRED: Final[dict[TableName, tuple[str, ...]]] = {
     "samples": ("ts", "node", "source", "metric", "value"),
     "requests": ("ts", "node", "source", "request_id", "event"),
@@ -193,9 +222,9 @@ def empty(table: TableName) -> pl.DataFrame:
 def conform(table: TableName, frame: pl.DataFrame, *, what: str = "") -> pl.DataFrame:
     """Return ``frame`` with the table's columns, order and dtypes, or raise :class:`SchemaError`.
 
-    Missing nullable columns are added as nulls; extra columns are an error (a misspelt column
-    would otherwise vanish). Casts are strict: a value that does not fit is an error naming the
-    column, not a silent null.
+    Missing nullable columns are added as nulls (a missing ``clock`` as ``stated``); extra columns
+    are an error (a misspelt column would otherwise vanish). Casts are strict: a value that does
+    not fit is an error naming the column, not a silent null.
     """
     schema = SCHEMAS[table]
     where = f"{table} table" + (f" from {what}" if what else "")
@@ -208,7 +237,8 @@ def conform(table: TableName, frame: pl.DataFrame, *, what: str = "") -> pl.Data
     columns: list[pl.Expr] = []
     for name, dtype in schema.items():
         if name not in frame.columns:
-            columns.append(pl.lit(None, dtype=dtype).alias(name))
+            default = "stated" if name == "clock" else None
+            columns.append(pl.lit(default, dtype=dtype).alias(name))
             continue
         current = frame.schema[name]
         if current == dtype:
@@ -228,10 +258,18 @@ def conform(table: TableName, frame: pl.DataFrame, *, what: str = "") -> pl.Data
 
 
 def _check_values(table: TableName, frame: pl.DataFrame, where: str) -> None:
-    nulls = frame.select(pl.col(c).null_count() for c in REQUIRED[table]).row(0, named=True)
+    untimed = pl.col("clock") == "untimed"
+    checks = [
+        (pl.col(c).is_null() & ~untimed if c == "ts" else pl.col(c).is_null()).sum().alias(c)
+        for c in (*REQUIRED[table], "clock")
+    ]
+    nulls = frame.select(checks).row(0, named=True)
     for column, count in nulls.items():
         if count:
             raise SchemaError(f"{where}: column {column} has {count} null value(s)")
+    timed = frame.select((untimed & pl.col("ts").is_not_null()).sum()).item()
+    if timed:
+        raise SchemaError(f"{where}: {timed} row(s) have clock 'untimed' and a time")
     if table == "samples":
         _check_vocabulary(frame, "metric", METRICS, where)
         whole = [m for m, (kind, _) in METRICS.items() if kind in WHOLE_NUMBER_KINDS]

@@ -11,14 +11,22 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import polars as pl
 
 from oomtrace import __version__
 from oomtrace.diagnostics import SourceDiagnostics, clock_sentence
 from oomtrace.errors import InputError, SchemaError
-from oomtrace.schema import SCHEMA_VERSION, TABLES, TableName, conform, empty
+from oomtrace.schema import (
+    JOINED_CLOCKS,
+    READABLE_VERSIONS,
+    SCHEMA_VERSION,
+    TABLES,
+    TableName,
+    conform,
+    empty,
+)
 
 MANIFEST = "manifest.json"
 
@@ -59,13 +67,14 @@ class Manifest:
     @classmethod
     def from_json(cls, data: dict[str, Any], *, what: str = MANIFEST) -> Manifest:
         version = data.get("schema_version")
-        if version != SCHEMA_VERSION:
+        if version not in READABLE_VERSIONS:
             raise SchemaError(
                 f"{what}: schema version {version!r} is not {SCHEMA_VERSION}; re-run "
                 "`oomtrace ingest` on the original files with this version of oomtrace"
             )
         return cls(
-            schema_version=version,
+            # A version 1 trace is read as version 2 (its rows get clock ``stated``).
+            schema_version=SCHEMA_VERSION,
             nodes=list(data.get("nodes", [])),
             engine=dict(data.get("engine", {})),
             model=dict(data.get("model", {})),
@@ -84,6 +93,24 @@ def trace_clock_sentence(manifest: Manifest) -> str:
     return clock_sentence(manifest.clock)
 
 
+def set_aside(manifest: Manifest) -> list[SourceDiagnostics]:
+    """The sources whose rows (some or all) are not joined in time with the others: unaligned
+    inputs, and logs without times whose rows nothing anchored."""
+    return [s for s in manifest.sources if s.clock.get("status") in ("unaligned", "untimed")]
+
+
+FrameT = TypeVar("FrameT", pl.DataFrame, pl.LazyFrame)
+
+
+def in_time(frame: FrameT, manifest: Manifest) -> FrameT:
+    """The rows of ``frame`` that share one clock (``clock`` in
+    :data:`~oomtrace.schema.JOINED_CLOCKS`): what every analysis of time reads. The frame as it
+    is when the manifest sets nothing aside (the usual case costs nothing)."""
+    if not set_aside(manifest):
+        return frame
+    return frame.filter(pl.col("clock").is_in(JOINED_CLOCKS))
+
+
 @dataclass
 class Trace:
     """The canonical tables of one incident, already conformed to their schemas."""
@@ -96,6 +123,13 @@ class Trace:
     def table(self, name: TableName) -> pl.DataFrame:
         frame: pl.DataFrame = getattr(self, name)
         return frame
+
+    def in_time(self) -> Trace:
+        """The trace without the rows set aside from the timeline (see :func:`in_time`)."""
+        if not set_aside(self.manifest):
+            return self
+        samples, requests, events = (in_time(self.table(t), self.manifest) for t in TABLES)
+        return Trace(samples, requests, events, self.manifest)
 
 
 def write_trace(trace: Trace, out_dir: Path, *, overwrite: bool = False) -> None:

@@ -76,7 +76,7 @@ def test_a_manifest_of_another_schema_version_is_refused(tmp_path: Path) -> None
     data = json.loads(manifest.read_text())
     data["schema_version"] = 99
     manifest.write_text(json.dumps(data))
-    with pytest.raises(SchemaError, match="schema version 99 is not 1"):
+    with pytest.raises(SchemaError, match="schema version 99 is not 2"):
         read_trace(tmp_path / "t")
 
 

@@ -165,7 +165,7 @@ def test_the_oom_entry_becomes_an_event_with_the_allocator_state_at_that_moment(
     tmp_path: Path,
 ) -> None:
     trace = _ingest(write_snapshot(tmp_path / "oom.pickle", _snapshot()))
-    events = trace.events.drop("node", "source")
+    events = trace.events.drop("node", "source", "clock")
     expected = pl.DataFrame(
         {
             "ts": [datetime.fromtimestamp((T0_US + 300) / 1e6, tz=UTC)],
