@@ -27,6 +27,11 @@ from collectors.redact import redact_line
 from oomtrace.schema import ROW_NAMES
 
 EXAMPLE_CHARS = 160
+# The remedies a parser's note of a guessed zone or year names (and how such a note is found).
+ZONE_REMEDY: Final = "--tz"
+YEAR_REMEDY: Final = "--year"
+# How many pieces of evidence a clock sentence quotes (the manifest keeps them all).
+EVIDENCE_SHOWN: Final = 3
 
 
 # What a diagnostic tells a reader: how something was read, or that data is missing.
@@ -80,6 +85,14 @@ class SourceDiagnostics:
             self.notes.append(text)
         if lost and text not in self.lost:
             self.lost.append(text)
+
+    def drop_notes(self, containing: str) -> None:
+        """Withdraw the notes that contain ``containing`` (a guess settled later: a parser's note
+        of an assumed zone or year names its remedy, :data:`ZONE_REMEDY` or
+        :data:`YEAR_REMEDY`, and alignment withdraws it once the overlap with another input
+        settled it)."""
+        self.notes = [n for n in self.notes if containing not in n]
+        self.lost = [n for n in self.lost if containing not in n]
 
     def category(self, note: str) -> Category:
         """Whether one of :attr:`notes` tells of data left out (``gap``) or of how the source
@@ -158,6 +171,9 @@ _YEAR_GUESSED: Final = {
 def clock_sentence(clock: Mapping[str, Any], *, zone: bool = True, year: bool = True) -> str:
     """The clock record as a sentence ("" when it says nothing). ``zone`` / ``year`` False leave
     that half out (a note of the parser already says it)."""
+    status = clock.get("status")
+    if status in ("unaligned", "untimed", "anchored"):
+        return _set_apart(clock, str(status))
     parts = []
     tz, tz_source = clock.get("tz"), clock.get("tz_source")
     if tz_source is None and "tz_assumed" in clock:  # a record written before tz_source
@@ -168,6 +184,8 @@ def clock_sentence(clock: Mapping[str, Any], *, zone: bool = True, year: bool = 
         parts.append(f"local times read in {tz} (--tz)")
     elif zone and tz_source == "the log":
         parts.append(f"times read in {tz}")
+    elif zone and tz_source == "aligned":
+        parts.append(_aligned_zone(clock))
     elif zone and tz_source:
         parts.append(f"times from the {tz_source}, which state their zone")
     year_source = clock.get("year_source")
@@ -175,7 +193,74 @@ def clock_sentence(clock: Mapping[str, Any], *, zone: bool = True, year: bool = 
         parts.append(_year(clock, str(year_source), tz_source))
     elif year and clock.get("year") is not None:  # a record written before year_source
         parts.append(f"year {clock['year']}")
+    if status == "aligned" and parts:
+        parts.append(_agreement(clock))
     return "; ".join(parts)
+
+
+def _with(clock: Mapping[str, Any]) -> str:
+    names = [str(n) for n in clock.get("aligned_with") or []]
+    return ", ".join(names) or "the other inputs"
+
+
+def _aligned_zone(clock: Mapping[str, Any]) -> str:
+    offset = clock.get("utc_offset", "+00:00")
+    if clock.get("tz_assumed"):
+        return (
+            f"printed times {offset} from those of {_with(clock)}, inferred from the overlap; "
+            "that input's zone is itself assumed UTC (pass --tz ZONE)"
+        )
+    return f"printed times at UTC{offset}, inferred from {_with(clock)}"
+
+
+def _agreement(clock: Mapping[str, Any]) -> str:
+    evidence = [str(e) for e in clock.get("evidence") or []]
+    shown = "; ".join(evidence[:EVIDENCE_SHOWN])
+    more = len(evidence) - EVIDENCE_SHOWN
+    if more > 0:
+        shown += f"; {more} more in the manifest"
+    runner = clock.get("runner_up")
+    against = f"; the next best candidate, {runner}" if runner else ""
+    return (
+        f"{clock.get('agreement', 'weak')} agreement (score {clock.get('score', 0):.2f}"
+        f"{against}): {shown}"
+    )
+
+
+def _set_apart(clock: Mapping[str, Any], status: str) -> str:
+    if status == "unaligned":
+        return (
+            f"not aligned with {_with(clock)}: {clock.get('reason', 'no overlap')}; its rows "
+            f"are kept but not joined in time ({clock.get('remedy', 'pass --year / --tz')})"
+        )
+    anchors = [str(a) for a in clock.get("anchors") or []]
+    placed = "; ".join(anchors[:EVIDENCE_SHOWN])
+    if status == "anchored":
+        return f"the log prints no time; its rows are placed by anchors: {placed}"
+    untimed = clock.get("untimed_rows", 0)
+    text = f"the log prints no time; {untimed:,} of its rows stay un-timed ({clock.get('reason')})"
+    return text + (f"; anchored: {placed}" if placed else "")
+
+
+def clock_warning(source: SourceDiagnostics) -> str | None:
+    """One line for the top of ``ingest``, ``analyze`` and ``report`` when a source's rows are
+    set aside from the timeline (unaligned, or without a time), with the remedy; else None."""
+    clock = source.clock
+    status = clock.get("status")
+    name = source.name
+    if status == "unaligned":
+        return (
+            f"{name}: not aligned in time with {_with(clock)} ({clock.get('reason')}); its "
+            f"rows are kept but left out of the timeline: {clock.get('remedy')}"
+        )
+    if status == "untimed":
+        return (
+            f"{name}: prints no time and {clock.get('untimed_rows', 0):,} of its rows could not "
+            f"be anchored to another input ({clock.get('reason')}); they are kept un-timed and "
+            "left out of the timeline: add the incident's nvidia-smi or NVML samples, or a log "
+            "with times"
+        )
+    return None
 
 
 def _year(clock: Mapping[str, Any], source: str, tz_source: object) -> str:
@@ -185,6 +270,8 @@ def _year(clock: Mapping[str, Any], source: str, tz_source: object) -> str:
         which += f" (to {clock['year_last']})"
     if source == "option":
         return f"{which} from --year"
+    if source == "aligned":
+        return f"{which} inferred from {_with(clock)}"
     if source in _YEAR_GUESSED:
         return f"{which} from {_YEAR_GUESSED[source]} (pass --year if wrong)"
     if source == tz_source:

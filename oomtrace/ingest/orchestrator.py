@@ -18,6 +18,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.errors import InputError, UsageError
+from oomtrace.ingest.alignment import align
 from oomtrace.ingest.parser_api import ClockOptions, ParseContext, Parser
 from oomtrace.ingest.sniffing import Sniffed, expand_inputs, sniff, unrecognised
 from oomtrace.ingest.trace_merge import Parsed, merge
@@ -99,6 +100,9 @@ def ingest_paths(
             f"{', '.join(str(p) for p in paths)}: no file that oomtrace can read; "
             "pass the engine log, nvidia-smi CSV or metrics export, or --format"
         )
+    # Before merging: every input on one clock, or set apart (docs/formats/
+    # log-prefixes-and-times.md, "Aligning the inputs of one incident").
+    align(results, options.clock)
     return merge(results, skipped, options.node, options.clock)
 
 

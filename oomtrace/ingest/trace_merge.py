@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Final, cast
 
 import polars as pl
 
@@ -20,11 +20,19 @@ from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.ingest.parser_api import ClockOptions, ParseResult
 from oomtrace.ingest.text.input_file import InputFile
 from oomtrace.isotime import iso_time
-from oomtrace.schema import TABLES, TableName, conform
+from oomtrace.schema import CLOCK, TABLES, TableName, conform
 from oomtrace.trace import Manifest, Trace
 
 # One input's contribution: the file, what its parser returned, and its diagnostics.
 Parsed = tuple[InputFile, ParseResult, SourceDiagnostics]
+# Keys of a source's clock record that alignment wrote about that source alone (see
+# oomtrace.ingest.alignment): the trace-level record keeps the parsers' statements only.
+ALIGNMENT_KEYS: Final = frozenset(
+    {
+        "status", "aligned_with", "agreement", "score", "runner_up", "evidence", "reason",
+        "remedy", "anchors", "untimed_rows", "utc_offset",
+    }
+)  # fmt: skip
 
 
 def merge(
@@ -50,6 +58,11 @@ def merge(
                 continue
             frame = _place_devices(frame, devices, diag)
             frame = frame.with_columns(node=pl.lit(node), source=_source(frame, source))
+            if "clock" not in frame.columns:
+                # One clock for the whole input (alignment set it); an input without times
+                # comes with one per row (anchored or un-timed).
+                status = result.clock.get("status") or "stated"
+                frame = frame.with_columns(clock=pl.lit(status, CLOCK))
             frame = conform(table, frame, what=input_file.name)
             diag.rows[table] = frame.height
             frames[table].append(frame)
@@ -62,7 +75,7 @@ def merge(
         # Sources may each place time their own way: the per-source record says how; the
         # trace-level one keeps the first statement of each key without calling that a conflict.
         for key, value in result.clock.items():
-            if value is not None:
+            if value is not None and key not in ALIGNMENT_KEYS:
                 manifest.clock.setdefault(key, value)
         manifest.sources.append(diag)
     for diag in skipped:
@@ -77,11 +90,12 @@ def merge(
 
 
 def _in_time_order(frame: pl.DataFrame) -> pl.DataFrame:
-    """``frame`` sorted by ``ts``, ties in their order (one log's rows mostly come sorted: the
-    check costs a fraction of the sort)."""
-    if frame.get_column("ts").is_sorted():
+    """``frame`` sorted by ``ts``, ties in their order, un-timed rows last in their input's
+    order (one log's rows mostly come sorted: the check costs a fraction of the sort)."""
+    ts = frame.get_column("ts")
+    if not ts.has_nulls() and ts.is_sorted():
         return frame
-    return frame.sort("ts", maintain_order=True)
+    return frame.sort("ts", maintain_order=True, nulls_last=True)
 
 
 def device_ref_key(ref: str) -> str:
@@ -165,7 +179,8 @@ def source_clock(clock: Mapping[str, Any], options: ClockOptions) -> dict[str, A
         else:
             out["tz_source"] = "the log"
     if "tz_source" in out:
-        out["tz_assumed"] = out["tz_source"] == "default"
+        # Aligned relative to an input whose zone is itself assumed, the zone stays assumed.
+        out.setdefault("tz_assumed", out["tz_source"] == "default")
     if "year_assumed" in out and "year_source" not in out:
         out["year_source"] = "mtime" if out["year_assumed"] else "option"
     return out

@@ -218,8 +218,13 @@ def decide(
     end_year = base + last[2]
     if tracker.forward_steps:
         manifest["year_last"] = end_year
-        diag.note(f"the log crosses New Year: lines run from {base} into {end_year}")
+        diag.note(new_year_note(base, end_year))
     return ClockDecision(base, tz, manifest)
+
+
+def new_year_note(first: object, last: object) -> str:
+    """The note of a log that crosses New Year (its years may be moved by alignment later)."""
+    return f"the log crosses New Year: lines run from {first} into {last}"
 
 
 def placed_utc(md: pl.Expr, tod: pl.Expr, offset: pl.Expr, decision: ClockDecision) -> pl.Expr:

@@ -36,26 +36,42 @@ def _write_vllm(path: Path, *, prefix: bool) -> Path:
 
 
 def test_a_kubectl_prefixed_log_is_not_assumed_utc_beside_a_zoneless_csv(tmp_path: Path) -> None:
-    # GIVEN a vLLM log read through kubectl's RFC 3339 prefix and an nvidia-smi CSV with no zone
+    # GIVEN a vLLM log read through kubectl's RFC 3339 prefix and an nvidia-smi CSV with no zone,
+    # which saw nothing the log saw (two samples before the engine logged anything)
     log = _write_vllm(tmp_path / "vllm.log", prefix=True)
     (tmp_path / "gpu.csv").write_text(GPU_CSV, encoding="utf-8")
     # WHEN both are ingested together
     trace = ingest_paths([log, tmp_path / "gpu.csv"], IngestOptions())
-    # THEN each source states its own clock: only the CSV's zone is assumed
+    # THEN each source states its own clock: only the CSV's zone is assumed, and with nothing
+    # to align it by, it is set apart
     clocks = {s.name: s.clock for s in trace.manifest.sources}
     assert clocks["vllm.log"]["tz_assumed"] is False
     assert clocks["vllm.log"]["tz_source"] == "kubectl/docker timestamps"
-    assert clocks["gpu.csv"] == {"tz": "UTC", "tz_assumed": True, "tz_source": "default"}
-    # AND the analysis says so in one sentence for the log (the CSV's own note names --tz)
-    clock_gaps = [(g.source, g.detail) for g in manifest_gaps(trace.manifest) if g.kind == "clock"]
-    assert clock_gaps == [
+    assert clocks["vllm.log"]["status"] == "stated"
+    csv = clocks["gpu.csv"]
+    assert (csv["tz"], csv["tz_assumed"], csv["tz_source"]) == ("UTC", True, "default")
+    assert (csv["status"], csv["remedy"]) == ("unaligned", "pass --tz ZONE to place it")
+    # AND the analysis states the log's clock in one sentence, and sets the CSV apart with the
+    # remedy (a gap, not an assumption)
+    gaps = [(g.kind, g.source, g.detail) for g in manifest_gaps(trace.manifest)]
+    assert [g for g in gaps if g[0] in ("clock", "unaligned")] == [
         (
+            "clock",
             "vllm.log",
             (
                 "times from the kubectl/docker timestamps, which state their zone; "
                 "year from the same timestamps"
             ),
-        )
+        ),
+        (
+            "unaligned",
+            "gpu.csv",
+            (
+                "gpu.csv: not aligned in time with vllm.log (nothing was seen by both at the 1 "
+                "zone offset candidate where their times overlap); its rows are kept but left "
+                "out of the timeline: pass --tz ZONE to place it"
+            ),
+        ),
     ]
     # AND sources disagreeing on the clock is not a diagnostic
     assert not any("clock." in note for s in trace.manifest.sources for note in s.notes)
