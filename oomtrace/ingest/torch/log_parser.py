@@ -8,11 +8,12 @@ Each line's time is the first timestamp near its start in the forms of
 inherit the previous line's time, and lines before the first timestamp take that first one (with
 a note).
 
-**A log with no timestamp at all** (llama.cpp by default, many scripts' stdout) is accepted with
-one stated assumption: every event is placed at the file's modification time, which for a crash
-log is when the process last wrote, i.e. the crash. The order of events within the file is kept
-by the rows' order; their times are not invented. The note says so, and ``oomtrace inspect``
-shows it. Lines handed over without a file (``parse_lines``) use their arrival time instead.
+**A log with no timestamp at all** (llama.cpp by default, many scripts' stdout) keeps its order
+but gets no made-up time: its rows leave with a null ``ts`` and their line number (``order``),
+and :mod:`oomtrace.ingest.alignment.anchoring` places them where another input of the incident
+saw the same failure, or keeps them un-timed. (The file's modification time is no time of the
+incident once the file was copied or checked out.) Lines handed over without a file
+(``parse_lines``) use their arrival time instead.
 
 Besides :func:`~oomtrace.ingest.torch.oom_text.extract_ooms`, TGI's warm-up failure ``Not enough
 memory to handle max_total_tokens=N`` becomes a ``startup_kv_insufficient`` event.
@@ -27,6 +28,7 @@ from typing import Final
 import polars as pl
 
 from oomtrace.diagnostics import SourceDiagnostics
+from oomtrace.ingest.alignment.anchoring import ORDER
 from oomtrace.ingest.parser_api import ParseContext, ParseResult
 from oomtrace.ingest.text.input_file import InputFile, first_line
 from oomtrace.ingest.text.timestamps import StampForms, line_stamps
@@ -61,7 +63,7 @@ class PyTorchLogParser:
         acc = _Acc(ctx, diag)
         for chunk in source.line_chunks(diag):
             acc.add(chunk.lines)
-        return acc.finish(ctx.mtime)
+        return acc.finish(untimed_allowed=True)
 
     def parse_lines(
         self, lines: pl.DataFrame, ctx: ParseContext, diag: SourceDiagnostics
@@ -70,7 +72,7 @@ class PyTorchLogParser:
         acc = _Acc(ctx, diag)
         arrival = lines["arrival_ts"] if "arrival_ts" in lines.columns else None
         acc.add(lines["line"].cast(pl.String), arrival)
-        return acc.finish(None)
+        return acc.finish(untimed_allowed=False)
 
 
 class _Acc:
@@ -81,11 +83,17 @@ class _Acc:
         self.first_ts: datetime | None = None
         self.last_ts: datetime | None = None
         self.kept: list[pl.DataFrame] = []
+        self.lines_seen = 0
+        self.untimed = False
 
     def add(self, lines: pl.Series, arrival: pl.Series | None = None) -> None:
         stamps, forms = line_stamps(lines, self.tz, self.ctx.clock.year, self.ctx.mtime)
         self.forms += forms
-        frame = pl.DataFrame({"text": lines, "ts": stamps})
+        first = self.lines_seen + 1
+        self.lines_seen += lines.len()
+        frame = pl.DataFrame({"text": lines, "ts": stamps}).with_columns(
+            line=pl.int_range(first, first + lines.len(), dtype=pl.Int64)
+        )
         if arrival is not None:
             frame = frame.with_columns(ts=pl.coalesce("ts", arrival.cast(TS)))
         frame = frame.with_columns(pl.col("ts").forward_fill())
@@ -100,13 +108,13 @@ class _Acc:
         self.diag.skip(_NOT_RELEVANT, unused.height, first_line(unused["text"]))
         self.kept.append(frame.filter(keep))
 
-    def finish(self, mtime: datetime | None) -> ParseResult:
+    def finish(self, *, untimed_allowed: bool) -> ParseResult:
         kept = (
             pl.concat(self.kept)
             if self.kept
-            else pl.DataFrame(schema={"text": pl.String, "ts": TS})
+            else pl.DataFrame(schema={"text": pl.String, "ts": TS, "line": pl.Int64})
         )
-        kept = self._place(kept, mtime)
+        kept = self._place(kept, untimed_allowed)
         used = kept.filter(
             pl.col("text").str.contains(OOM_SHAPES) | pl.col("text").str.contains(_TGI_WARMUP)
         )
@@ -133,14 +141,19 @@ class _Acc:
             )
         )
         found = [f for f in (events, warmup) if f.height]
-        return ParseResult(
+        result = ParseResult(
             events=pl.concat(found, how="diagonal_relaxed") if found else None,
             samples=samples if samples.height else None,
             clock=self._clock(),
         )
+        if self.untimed:
+            result.events, result.samples = _untimed(result.events), _untimed(result.samples)
+        return result
 
-    def _place(self, kept: pl.DataFrame, mtime: datetime | None) -> pl.DataFrame:
-        """Lines before the first timestamp take it; a log with none takes the file's mtime."""
+    def _place(self, kept: pl.DataFrame, untimed_allowed: bool) -> pl.DataFrame:
+        """Lines before the first timestamp take it. In a log with none, each line stands at
+        its line number in seconds from the epoch, for the extraction's order and repeats only
+        (:func:`_untimed` turns it back into the line and a null time)."""
         missing = kept.filter(pl.col("ts").is_null()).height
         if not missing:
             return kept
@@ -150,13 +163,14 @@ class _Acc:
                 f"{missing} out-of-memory line(s) came before the first timestamp; placed at it"
             )
             return kept.with_columns(pl.col("ts").fill_null(pl.lit(first, TS)))
-        if mtime is not None:
+        if untimed_allowed:
+            self.untimed = True
             self.diag.note(
-                "this log has no timestamps: every event is placed at the file's modification "
-                f"time ({mtime:%Y-%m-%d %H:%M:%S} UTC, when the process last wrote); their order "
-                "in the file is kept, their times are not known"
+                "this log prints no time: its events keep their order and are placed only where "
+                "another input of the incident saw the same failure (the clock record says "
+                "where); the others stay without a time"
             )
-            return kept.with_columns(pl.col("ts").fill_null(pl.lit(mtime, TS)))
+            return kept.with_columns(ts=_line_instant(pl.col("line")))
         self.diag.skip(
             "out-of-memory line with no time (no timestamps, no file time)",
             missing,
@@ -181,6 +195,17 @@ class _Acc:
                     "(a date after it belongs to the year before); pass --year to set it"
                 )
         return clock
+
+
+def _line_instant(line: pl.Expr) -> pl.Expr:
+    return pl.from_epoch(line, time_unit="s").dt.replace_time_zone("UTC").cast(TS)
+
+
+def _untimed(frame: pl.DataFrame | None) -> pl.DataFrame | None:
+    """Rows of a log without times: the line they came from, and no time."""
+    if frame is None:
+        return None
+    return frame.with_columns(pl.col("ts").dt.epoch("s").alias(ORDER), ts=pl.lit(None, dtype=TS))
 
 
 PARSER: Final = PyTorchLogParser()

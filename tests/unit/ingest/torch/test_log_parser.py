@@ -1,5 +1,5 @@
-"""Any text log with PyTorch/CUDA OOM messages: each line's time in the common forms, or the
-file's modification time as a stated assumption when the log has none."""
+"""Any text log with PyTorch/CUDA OOM messages: each line's time in the common forms; a log
+with none keeps its order and gets no made-up time (the file's modification time is not one)."""
 
 from __future__ import annotations
 
@@ -81,21 +81,24 @@ def test_tgi_log_rfc3339_with_ansi_colours_and_its_warmup_failure(tmp_path: Path
     assert trace.manifest.clock == {}
 
 
-def test_llama_cpp_log_without_timestamps_is_placed_at_the_file_time(tmp_path: Path) -> None:
+def test_llama_cpp_log_without_timestamps_alone_stays_untimed_not_at_the_file_time(
+    tmp_path: Path,
+) -> None:
+    # GIVEN llama.cpp's default log (no time on any line), alone, its file time set
     trace = _ingest(tmp_path, "llama-server.log")
+    # THEN its OOM is kept with its figures but no time: nothing of the incident anchors it
     (row,) = trace.events.to_dicts()
-    assert row["ts"] == MTIME
+    assert (row["ts"], row["clock"]) == (None, "untimed")
+    assert row["ts"] != MTIME
     assert row["requested_bytes"] == round(13285.50 * MiB)
     assert row["free_bytes"] is None
     assert row["detail"] == "llama.cpp (ggml) cudaMalloc failed: out of memory"
     (diag,) = trace.manifest.sources
-    assert diag.notes == [
-        (
-            "this log has no timestamps: every event is placed at the file's modification time "
-            "(2025-01-02 08:30:00 UTC, when the process last wrote); their order in the file is "
-            "kept, their times are not known"
-        )
-    ]
+    assert diag.notes[0].startswith("this log prints no time: its events keep their order")
+    assert (diag.clock["status"], diag.clock["untimed_rows"]) == ("untimed", 1)
+    assert diag.clock["reason"] == (
+        "the log shows 1 failure and no timed input of the incident saw a memory release or an OOM"
+    )
 
 
 def test_journald_syslog_times_get_the_year_from_the_file_and_cross_new_year(
@@ -220,7 +223,7 @@ def test_cli_inspect_shows_the_stated_time_assumption(tmp_path: Path) -> None:
     assert (doc["parser"], doc["confidence"]) == ("pytorch-log", 0.55)
     assert doc["counts"] == {"events": 1, "requests": 0, "samples": 0}
     (source,) = doc["manifest"]["sources"]
-    assert source["notes"][0].startswith("this log has no timestamps: every event is placed at")
+    assert source["notes"][0].startswith("this log prints no time: its events keep their order")
 
 
 def test_cli_names_a_log_without_an_oom_and_the_remedy(tmp_path: Path) -> None:
