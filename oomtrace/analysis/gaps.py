@@ -17,7 +17,7 @@ from oomtrace.analysis.kvmodel import KVModel
 from oomtrace.analysis.observed_series import KV_METRICS
 from oomtrace.analysis.timeline import Timeline
 from oomtrace.analysis.trace_scan import TableFacts
-from oomtrace.diagnostics import source_clock_sentence
+from oomtrace.diagnostics import clock_warning, source_clock_sentence
 from oomtrace.trace import Manifest, trace_clock_sentence
 
 MAX_HOLES: Final = 20
@@ -42,7 +42,11 @@ def manifest_gaps(manifest: Manifest) -> list[Gap]:
         out += [Gap(_NOTE_KIND[source.category(n)], name, n) for n in source.notes]
         if source.lines_read and not source.lines_recognised:
             out.append(Gap("unrecognised_source", name, "no line of this source was recognised"))
-        if sentence := source_clock_sentence(source):
+        if warning := clock_warning(source):
+            # Set apart from the timeline: a gap, first in the summary (it replaces the clock
+            # sentence, which would say the same).
+            out.append(Gap(str(source.clock["status"]), name, warning))
+        elif sentence := source_clock_sentence(source):
             out.append(Gap("clock", name, sentence))
     if sentence := trace_clock_sentence(manifest):
         nodes = ", ".join(sorted(manifest.nodes)) or None

@@ -30,9 +30,10 @@ from oomtrace.analysis.samples import SampleView, read_samples
 from oomtrace.analysis.spikes import Spike, find_spikes
 from oomtrace.analysis.timeline import RESETS, Timeline, timeline_of
 from oomtrace.analysis.trace_scan import TableFacts, Tables, TraceScan, tables_of
+from oomtrace.diagnostics import clock_warning
 from oomtrace.errors import InputError
 from oomtrace.schema import TS
-from oomtrace.trace import Trace
+from oomtrace.trace import Trace, set_aside
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +42,11 @@ def tables_on_node(source: Trace | TraceScan, node: str | None) -> Tables:
     """The source's tables on ``node`` (all nodes when None). Raises :class:`InputError` when
     nothing can be analysed: no rows at all, or none on that node."""
     everything = tables_of(source, None)
+    if not any(_counts(everything)) and (apart := set_aside(source.manifest)):
+        raise InputError(
+            "nothing to analyse on one clock: "
+            + "; ".join(w for s in apart if (w := clock_warning(s)))
+        )
     if not any(_counts(everything)):
         raise InputError(
             "the trace holds no samples, requests or events: nothing to analyse; check that "

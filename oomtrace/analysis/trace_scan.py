@@ -25,7 +25,7 @@ import polars as pl
 
 from oomtrace.errors import OomtraceError
 from oomtrace.schema import SCHEMAS, TABLES, TableName, conform
-from oomtrace.trace import MANIFEST, Manifest, Trace, read_trace
+from oomtrace.trace import MANIFEST, Manifest, Trace, in_time, read_trace
 
 
 @dataclass(frozen=True)
@@ -142,6 +142,8 @@ class Tables:
 
 def tables_of(source: Trace | TraceScan, node: str | None) -> Tables:
     def keep(frame: FrameT) -> FrameT:
+        # Rows on one clock only: inputs that could not be aligned are not joined in time.
+        frame = in_time(frame, source.manifest)
         return frame if node is None else frame.filter(pl.col("node") == node)
 
     if isinstance(source, Trace):

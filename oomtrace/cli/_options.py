@@ -171,14 +171,16 @@ def ingest_options_named(format_flag: str) -> Decorator:
                 click.option(
                     "--year",
                     type=int,
-                    help="Year of year-less log timestamps (default: from the file's "
-                    "modification time).",
+                    help="Year of year-less log timestamps (default: inferred from another "
+                    "input of the incident that states its times, else the file's modification "
+                    "time).",
                 ),
                 click.option(
                     "--tz",
                     metavar="ZONE",
-                    help="IANA time zone of zone-less timestamps (default: UTC, recorded as "
-                    "assumed).",
+                    help="IANA time zone of zone-less timestamps (default: the offset inferred "
+                    "from another input of the incident that states its times, else UTC, "
+                    "recorded as assumed).",
                 ),
             ],
         )

@@ -32,12 +32,16 @@ def command(*, inputs: tuple[Path, ...], out_dir: Path, force: bool, ingest: Ing
     Formats are sniffed per file (gzip is read transparently); several files of one incident
     merge into one trace. Folders are read recursively.
     """
+    from oomtrace import escape
+    from oomtrace.diagnostics import clock_warning
     from oomtrace.ingest import ingest_paths
     from oomtrace.terminal import sources_table
-    from oomtrace.trace import write_trace
+    from oomtrace.trace import set_aside, write_trace
 
     trace = ingest_paths(list(inputs), ingest)
     write_trace(trace, out_dir, overwrite=force)
+    for source in set_aside(trace.manifest):
+        click.echo(f"WARNING  {escape.terminal(clock_warning(source) or source.name)}")
     click.echo(
         f"wrote {out_dir}: {trace.samples.height:,} samples, "
         f"{trace.requests.height:,} request events, {trace.events.height:,} events"

@@ -103,6 +103,7 @@ class ReplayRun:
 def run_replay(trace: Trace, options: ReplayOptions) -> ReplayRun:
     """Replay ``trace``'s traffic (on ``options.node``) under ``options``; raises
     :class:`~oomtrace.errors.UsageError` for options that cannot size a pool."""
+    trace = trace.in_time()  # rows on one clock only: inputs set apart are not replayed
     config = trace.manifest.engine_config
     bytes_per_token, note = _bytes_per_token(options, trace)
     block_size = options.block_size or _positive(config.get("block_size")) or DEFAULT_BLOCK_SIZE

@@ -16,6 +16,7 @@ from typing import Any
 
 import polars as pl
 
+from oomtrace.diagnostics import clock_warning
 from oomtrace.isotime import iso_time
 from oomtrace.report import chart_data, charts
 from oomtrace.report.document import REPORT_VERSION, Chart, Report, Section
@@ -26,7 +27,7 @@ from oomtrace.report.lanes import lanes_section
 from oomtrace.report.records import parse_time, table_from_mapping, table_from_records
 from oomtrace.report.verdict import build_verdict, incident_label
 from oomtrace.report.worksheet_section import budget_section
-from oomtrace.trace import Trace
+from oomtrace.trace import Trace, set_aside
 
 RECONCILIATION_ORDER = (
     "name",
@@ -82,7 +83,8 @@ class ReportInputs:
 
 def build_report(inputs: ReportInputs, options: ReportOptions | None = None) -> Report:
     options = options or ReportOptions()
-    findings, trace = inputs.findings, inputs.trace
+    # The charts and tables show the rows on one clock; inputs set apart are the alerts.
+    findings, trace = inputs.findings, inputs.trace.in_time()
     incidents = [i for i in findings.get("incidents") or [] if isinstance(i, Mapping)]
     primary = incidents[0] if incidents else None
     peaks = [
@@ -116,6 +118,7 @@ def build_report(inputs: ReportInputs, options: ReportOptions | None = None) -> 
             "engine": dict(sorted(trace.manifest.engine.items())),
             "model": dict(sorted(trace.manifest.model.items())),
         },
+        alerts=tuple(w for s in set_aside(trace.manifest) if (w := clock_warning(s))),
     )
 
 

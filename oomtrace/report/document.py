@@ -117,6 +117,10 @@ class Report:
     verdict: Verdict
     sections: tuple[Section, ...]
     meta: dict[str, Any] = field(default_factory=dict)
+    # What a reader must know before the verdict: inputs left out of the timeline because their
+    # times could not be aligned or anchored (oomtrace.diagnostics.clock_warning), with the
+    # remedy. Every format shows them first.
+    alerts: tuple[str, ...] = ()
 
     def section(self, key: str) -> Section:
         for section in self.sections:

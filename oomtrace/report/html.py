@@ -25,6 +25,7 @@ body{font:15px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:#
  margin:0 auto;max-width:1280px;padding:0 20px 40px}
 header{border-bottom:1px solid #ddd;margin-bottom:8px}
 h1{font-size:1.5em;margin:.8em 0 .1em}.sub{color:#555;margin:0 0 .6em}
+.alert{background:#fff4e5;border-left:4px solid #b35c00;padding:.4em .6em;margin:.4em 0}
 nav a{margin-right:1em;font-size:.9em}
 h2{font-size:1.2em;margin:1.6em 0 .4em;border-bottom:1px solid #eee}
 h3{font-size:1em;margin:1.2em 0 .3em}
@@ -76,6 +77,7 @@ def render_html(report: Report, *, script: str, versions: str = "") -> str:
         "<header>",
         f"<h1>{escape.html(report.title)}</h1>",
         f'<p class="sub">{escape.html(report.subtitle)}</p>' if report.subtitle else "",
+        *(f'<p class="alert">Warning: {escape.html(a)}</p>' for a in report.alerts),
         f'<nav><a href="#verdict">Verdict</a>{nav}</nav>',
         "</header>",
         _verdict(report),

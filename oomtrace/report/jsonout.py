@@ -32,6 +32,8 @@ def render_json(report: Report) -> str:
         },
         "sections": [_section(s) for s in report.sections],
     }
+    if report.alerts:
+        doc["alerts"] = list(report.alerts)
     return json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=True) + "\n"
 
 

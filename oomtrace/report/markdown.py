@@ -24,6 +24,8 @@ def render_markdown(
     out = [f"# {escape.markdown(report.title)}", ""]
     if report.subtitle:
         out += [f"*{escape.markdown(report.subtitle)}*", ""]
+    for alert in report.alerts:
+        out += [f"> **Warning:** {escape.markdown(alert)}", ""]
     verdict = report.verdict
     out += [
         f"## Verdict: {escape.markdown(verdict.headline)}",

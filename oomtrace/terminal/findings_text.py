@@ -14,6 +14,8 @@ from oomtrace.isotime import iso_time
 from oomtrace.units import format_bytes
 
 TOP_SHOWN: Final = 5
+# Gap kinds of inputs left out of the timeline (oomtrace.analysis.gaps.manifest_gaps).
+SET_APART_KINDS: Final = frozenset({"unaligned", "untimed"})
 GAPS_SHOWN: Final = 5
 ID_WIDTH: Final = 36
 
@@ -28,7 +30,7 @@ def _bytes(value: int | None) -> str:
 
 def render_summary(findings: Findings) -> str:
     """The whole summary as text (ends with a newline)."""
-    lines = [_headline(findings), ""]
+    lines = [_headline(findings), *_set_apart(findings), ""]
     if not findings.incidents:
         lines.append("No incident: no OOM event and no spike above the thresholds.")
     for incident in findings.incidents[:1]:
@@ -58,6 +60,16 @@ def _headline(findings: Findings) -> str:
         f"oomtrace analyze: {count} incident{'s' if count != 1 else ''} on {nodes}{span} "
         f"({trace.requests:,} requests, {trace.samples:,} samples, {trace.events:,} events)"
     )
+
+
+def _set_apart(findings: Findings) -> list[str]:
+    """Inputs left out of the timeline (their times could not be aligned or anchored), right
+    under the headline: what the findings do not rest on, and the remedy."""
+    return [
+        f"WARNING  {escape.terminal(gap.detail)}"
+        for gap in findings.gaps
+        if gap.kind in SET_APART_KINDS
+    ]
 
 
 def _incident(incident: Incident) -> list[str]:

@@ -32,6 +32,8 @@ def render_report(report: Report) -> str:
     if report.subtitle:
         out.append(escape.terminal(report.subtitle))
     out.append("=" * min(WIDTH, len(out[0])))
+    for alert in report.alerts:
+        out += ["", *_wrap(f"WARNING: {alert}")]
     verdict = report.verdict
     out += ["", f"VERDICT: {escape.terminal(verdict.headline)}", ""]
     out += _wrap(verdict.paragraph)
