@@ -138,6 +138,40 @@ def test_the_report_matches_its_golden_files(name: str) -> None:
     assert all(svg.startswith(b"<svg") for svg in markdown.assets.values())
 
 
+# What each sample's README once told the reader to pass: the server's zone and year, known from
+# the story. Alignment must find the same from the files alone.
+KNOWN_CLOCKS: dict[str, IngestOptions] = {
+    "sglang-retraction": IngestOptions(tz="Europe/Berlin"),
+    "vllm-foreign-process": IngestOptions(year=2025),
+    "vllm-startup-misfit": IngestOptions(year=2025),
+}
+
+
+@pytest.mark.parametrize("name", sorted(KNOWN_CLOCKS))
+def test_alignment_places_every_row_where_the_known_year_and_zone_do(name: str) -> None:
+    # GIVEN a sample whose log states no year or no zone, beside an input that states its times
+    folder = SAMPLES / name
+    # WHEN it is read without --year/--tz, and with the year and zone the story knows
+    inferred = load_any([folder], IngestOptions())
+    known = load_any([folder], KNOWN_CLOCKS[name])
+    # THEN every row of every table is at the same instant: nothing set apart, nothing moved
+    for table in ("samples", "requests", "events"):
+        assert inferred.table(table)["ts"].to_list() == known.table(table)["ts"].to_list(), table
+    statuses = {s.name: s.clock.get("status") for s in inferred.manifest.sources}
+    assert "aligned" in statuses.values(), statuses
+    assert set(statuses.values()) <= {"stated", "assumed", "aligned"}, statuses
+
+
+def test_no_sample_needs_year_or_tz() -> None:
+    # The facts of every sample are checked without clock options (expected.toml has none), and
+    # its README's commands pass none.
+    for name in NAMES:
+        assert "ingest" not in expected(name), name
+        readme = (SAMPLES / name / "README.md").read_text(encoding="utf-8")
+        commands = re.findall(r"```sh\n(.+?)\n```", readme, flags=re.DOTALL)
+        assert not any("--year" in c or "--tz" in c for c in commands), name
+
+
 def test_the_generator_writes_the_committed_files_byte_for_byte(tmp_path: Path) -> None:
     # GIVEN the committed sample folders, WHEN the generator writes them again elsewhere
     generate(tmp_path)
