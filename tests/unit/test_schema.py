@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from oomtrace.errors import SchemaError
-from oomtrace.schema import EVENTS, METRICS, REQUESTS, SAMPLES, TS, conform, empty
+from oomtrace.schema import CLOCK_STATES, EVENTS, METRICS, REQUESTS, SAMPLES, TS, conform, empty
 from tests.factories import T0, at, events, requests, samples
 
 
@@ -127,3 +127,22 @@ def test_factories_produce_conformed_tables() -> None:
 @given(st.sampled_from(sorted(METRICS)), st.integers(min_value=0, max_value=2**52))
 def test_whole_numbers_pass_for_every_metric(metric: str, value: int) -> None:
     assert samples({"ts": T0, "metric": metric, "value": float(value)}).height == 1
+
+
+def test_every_row_has_a_clock_stated_unless_said_otherwise() -> None:
+    # GIVEN rows built without a clock (a parser that never aligns, a test factory)
+    out = samples({"ts": at(0), "metric": "kv_usage_ratio", "value": 0.5})
+    # THEN they are on the stated clock, in the closed vocabulary
+    assert out["clock"].to_list() == ["stated"]
+    assert out.schema["clock"] == pl.Enum(list(CLOCK_STATES))
+    with pytest.raises(SchemaError, match="clock"):
+        events({"ts": at(0), "kind": "oom", "clock": "guessed"})
+
+
+def test_only_an_untimed_row_may_lack_a_time_and_an_untimed_row_has_none() -> None:
+    kept = events({"ts": None, "kind": "oom", "clock": "untimed"})
+    assert kept["ts"].to_list() == [None]
+    with pytest.raises(SchemaError, match="column ts has 1 null value"):
+        events({"ts": None, "kind": "oom", "clock": "unaligned"})
+    with pytest.raises(SchemaError, match="clock 'untimed' and a time"):
+        events({"ts": at(0), "kind": "oom", "clock": "untimed"})

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import duckdb
 import pandas as pd
+import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
@@ -78,6 +79,37 @@ def test_a_manifest_of_another_schema_version_is_refused(tmp_path: Path) -> None
     manifest.write_text(json.dumps(data))
     with pytest.raises(SchemaError, match="schema version 99 is not 2"):
         read_trace(tmp_path / "t")
+
+
+def test_a_version_1_trace_is_read_with_every_row_stated(tmp_path: Path) -> None:
+    # GIVEN a trace written before the clock column (schema version 1)
+    write_trace(_trace(), tmp_path / "t")
+    for name in ("samples", "requests", "events"):
+        file = tmp_path / "t" / f"{name}.parquet"
+        pl.read_parquet(file).drop("clock").write_parquet(file)
+    manifest = tmp_path / "t" / "manifest.json"
+    data = json.loads(manifest.read_text())
+    data["schema_version"] = 1
+    manifest.write_text(json.dumps(data))
+    # WHEN it is read THEN every row is on the stated clock, and it is written as version 2
+    back = read_trace(tmp_path / "t")
+    assert back.events["clock"].to_list() == ["stated"]
+    assert back.manifest.schema_version == 2
+
+
+def test_rows_set_apart_are_kept_but_not_in_time(tmp_path: Path) -> None:
+    # GIVEN a trace one of whose inputs could not be aligned
+    trace = _trace()
+    moved = events(
+        {"ts": at(2), "kind": "oom", "clock": "stated"},
+        {"ts": at(9), "kind": "engine_dead", "clock": "unaligned"},
+    )
+    diag = SourceDiagnostics("old.log", "vllm-log", "node-a", clock={"status": "unaligned"})
+    trace = Trace(trace.samples, trace.requests, moved, Manifest(sources=[diag]))
+    # THEN the trace keeps both rows, and in_time() only the one on the shared clock
+    write_trace(trace, tmp_path / "t")
+    assert read_trace(tmp_path / "t").events.height == 2
+    assert trace.in_time().events["kind"].to_list() == ["oom"]
 
 
 def test_manifest_is_deterministic(tmp_path: Path) -> None:
