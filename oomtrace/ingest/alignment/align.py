@@ -197,8 +197,8 @@ def _reason(item: _Input, inference: Inference, joined: list[_Input]) -> str:
     if inference.reason == "no_overlap":
         mine, ref = item.moments(), concat([i.moments() for i in joined])
         return (
-            f"its times as read ({iso_time(mine.first, 0)} to {iso_time(mine.last, 0)}) meet "
-            f"theirs ({iso_time(ref.first, 0)} to {iso_time(ref.last, 0)}) at no {what}"
+            f"read from {iso_time(mine.first, 0)} to {iso_time(mine.last, 0)}, it overlaps their "
+            f"{iso_time(ref.first, 0)} to {iso_time(ref.last, 0)} at no candidate {what}"
         )
     if inference.reason == "ambiguous" and inference.best and inference.runner_up:
         return (

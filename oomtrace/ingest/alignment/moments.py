@@ -182,14 +182,15 @@ def _two_decimals(value: pl.Expr) -> pl.Expr:
 
 
 def _process_points(samples: pl.DataFrame | None) -> pl.DataFrame:
-    """A process appearing in, or leaving, a sampled process table (not at its first or last
-    sample: a process already there when sampling began did not appear then)."""
+    """A process appearing in, or leaving, a sampled process table (not at the input's first or
+    last sample: a process already there when sampling began did not appear then). The input's
+    sampling times are those of all its samples: a query that finds no process prints no row."""
     if samples is None or "pid" not in samples.columns:
         return pl.DataFrame(schema=POINTS_SCHEMA).drop("source")
     procs = samples.filter((pl.col("metric") == "process_used_bytes") & pl.col("pid").is_not_null())
-    times = procs.get_column("ts").unique().sort()
-    if times.len() < MIN_PROCESS_SAMPLES:
+    if procs.get_column("ts").n_unique() < MIN_PROCESS_SAMPLES:
         return pl.DataFrame(schema=POINTS_SCHEMA).drop("source")
+    times = samples.get_column("ts").unique().sort()
     table = pl.DataFrame({"ts": times}).with_columns(
         prev=pl.col("ts").shift(1), next=pl.col("ts").shift(-1)
     )

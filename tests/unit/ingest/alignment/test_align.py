@@ -167,7 +167,7 @@ def test_inputs_that_meet_at_no_candidate_are_not_joined_and_every_command_says_
     # THEN the log is kept but flagged, with the reason and the remedy
     clock = _clock(trace, f"{tmp_path.name}/vllm.log")
     assert clock["status"] == "unaligned"
-    assert "at no year or zone offset" in str(clock["reason"])
+    assert "at no candidate year or zone offset" in str(clock["reason"])
     assert clock["remedy"] == "pass --year YEAR and/or --tz ZONE to place it"
     assert trace.requests.height == 0 or set(trace.samples["clock"].unique()) == {
         "unaligned",
