@@ -221,5 +221,4 @@ def _anchor(item: _Input, ref: Moments | None, names: list[str]) -> None:
         anchors=done.anchors,
         untimed_rows=done.untimed_rows,
         reason=done.reason if done.untimed_rows else None,
-        untimed=None,
     )

@@ -19,8 +19,9 @@ scored by what agrees at it:
 The best candidate is chosen when it scores at least 1 and the next best at most half as much;
 its agreement is ``strong`` when it scores 2 or more and the next best at most a quarter of
 that, else ``weak``. Windows are minutes wide at most and candidates a quarter hour apart, so a
-moment agrees with one candidate only. The cost grows with the input's moments times the
-candidates that overlap (a constant, a few hundred at most), never with the reference's size.
+moment agrees with one candidate only. The cost grows with the input's moments (its series
+thinned to :data:`SERIES_POINTS`) times the candidates that overlap (a constant, a few hundred at
+most), and with the logarithm of the reference's size, never with the product of the two.
 """
 
 from __future__ import annotations
