@@ -242,6 +242,9 @@ class Scheduler:
         self.kv_cache_manager.free(request.request_id)
         del self.requests[request.request_id]
 
+    def shutdown(self) -> None:
+        """Nothing of its own to release (vLLM's shuts down its connectors)."""
+
     def step(self) -> SchedulerOutput:
         output = self.schedule()
         self.update_from_output(output)

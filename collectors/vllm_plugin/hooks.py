@@ -6,7 +6,9 @@
 * ``Scheduler._free_request``: a finished request just before its blocks are freed;
 * ``Request.from_engine_core_request``: the API server's own id of a request
   (``EngineCoreRequest.external_req_id``, vLLM >= 0.11); without it the API id is the engine id
-  less the 8-hex-digit suffix the API server adds.
+  less the 8-hex-digit suffix the API server adds;
+* ``Scheduler.shutdown``: the engine core is stopping (``EngineCore.shutdown``); the recorder
+  writes what it holds and closes its segment, since the process may not reach ``atexit``.
 
 Each wrapper calls vLLM's own method first (or last, for the free hook) and passes its result
 and exceptions through untouched; the recording around it never raises. A hook this vLLM lacks
@@ -100,6 +102,7 @@ def install(settings: PluginSettings) -> dict[str, bool]:
         "schedule": _wrap(Scheduler, "schedule", _schedule_wrapper),
         "add_request": _wrap(Scheduler, "add_request", _admit_wrapper),
         "_free_request": _wrap(Scheduler, "_free_request", _release_wrapper),
+        "shutdown": _wrap(Scheduler, "shutdown", _shutdown_wrapper),
     }
     try:
         from vllm.v1.request import Request  # noqa: PLC0415
@@ -112,6 +115,7 @@ def install(settings: PluginSettings) -> dict[str, bool]:
         "add_request": "admissions come from the steps only (no prompt or max token counts)",
         "_free_request": "finished requests come from the steps only (no final lengths)",
         "from_engine_core_request": "API ids are the engine ids less their random suffix",
+        "shutdown": "the last half second before a stop may be lost",
     }
     for name, found in hooks.items():
         if not found:
@@ -177,6 +181,18 @@ def _release_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
         return original(self, request, *args, **kwargs)
 
     return _free_request
+
+
+def _shutdown_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
+    def shutdown(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            recorder = _Active.recorder
+            if recorder is not None and recorder.pid == os.getpid():
+                recorder.close("stop")
+
+    return shutdown
 
 
 def _wrap_classmethod(request_class: type) -> bool:

@@ -5,10 +5,10 @@ in-memory queue (:meth:`EngineRecorder.on_schedule`); it never encodes, never wa
 held by I/O and never touches the disk. When the queue is full the step is dropped and counted,
 the count goes into the capture as a ``drop`` record, and the next step carries a full snapshot
 so that the requests' blocks are exact again. A thread of the recorder drains the queue every
-``drain_interval_s``, turns captures into records (steps carry only the blocks that changed) and
-appends them to a :class:`collectors.writer.SegmentWriter`, which flushes and rotates crash-safe
-segments on its own thread and drops (and counts) rather than block when the disk is slow or
-full.
+``drain_interval_s`` (100 ms), turns captures into records (steps carry only the blocks that
+changed), appends them to a :class:`collectors.writer.SegmentWriter` and has it write them out
+(a killed engine core loses at most that interval); the writer rotates crash-safe segments and
+drops (and counts) rather than block when the disk is slow or full.
 
 Whatever goes wrong inside the recorder is logged once and never reaches vLLM: the engine keeps
 serving without its recorder rather than stop.
@@ -69,7 +69,6 @@ class EngineRecorder:
             **(info or {}),
         }
         self._queue: deque[Item] = deque()
-        self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.broken = False
@@ -105,7 +104,7 @@ class EngineRecorder:
         if self._stop.is_set():
             return
         self._stop.set()
-        self._wake.set()
+        self.broken = True  # later hook calls record nothing
         if self._thread is not None:
             self._thread.join(5.0)
         self._drain()
@@ -251,6 +250,9 @@ class EngineRecorder:
     def _run(self) -> None:
         while not self._stop.wait(self.settings.drain_interval_s):
             self._drain()
+            # write(2) now rather than at the writer's next flush: vLLM stops an engine core
+            # with SIGKILL moments after SIGTERM, and what is only buffered is lost
+            self.writer.flush()
             if self._clock_ns() - self._last_cost >= self.settings.cost_interval_s * 1e9:
                 self._write_cost()
 

@@ -124,10 +124,11 @@ def test_a_scheduling_run_is_recorded_step_by_step_with_exact_blocks(
     longs = [_submit(vllm, scheduler, [5] * 100, 120) for _ in range(3)]
     shorts = [_submit(vllm, scheduler, [6] * 20, 10) for _ in range(12)]
 
-    # WHEN the scheduler runs every request to its end
+    # WHEN the scheduler runs every request to its end, and the engine shuts down
     steps = _run(scheduler)
-    _close()
+    scheduler.shutdown()
     recs = _records(tmp_path)
+    assert recs[-1] == {"k": "close", "ts": recs[-1]["ts"], "why": "stop"}
 
     # THEN every admission names both ids and the lengths
     admitted = {r["api"]: r for r in recs if r["k"] == records.REQUEST}
@@ -276,6 +277,7 @@ def test_a_vllm_without_some_hooks_says_so_once_and_records_the_rest(
         "schedule": True,
         "add_request": False,
         "_free_request": False,
+        "shutdown": False,
         "from_engine_core_request": False,
     }
     bare = BareScheduler()
@@ -304,7 +306,7 @@ def test_missing_hooks_are_each_named_in_one_log_line(
         hooks.install(_settings(tmp_path))
         hooks.install(_settings(tmp_path))  # vLLM may load plugins twice: said once
     lines = sorted(r.getMessage() for r in caplog.records)
-    assert len(lines) == 3
+    assert len(lines) == 4
     assert any("no _free_request to hook" in line for line in lines)
     assert any("no add_request to hook" in line for line in lines)
     assert any("no from_engine_core_request to hook" in line for line in lines)
