@@ -81,6 +81,7 @@ class NewRequestData:
 class CachedRequestData:
     req_ids: list[str]
     resumed_req_ids: set[str]
+    new_block_ids: list[tuple[list[int], ...] | None]
 
 
 @dataclass
@@ -123,14 +124,16 @@ class KVCacheManager:
     def usage(self) -> float:
         return self.block_pool.get_usage()
 
-    def allocate(self, request_id: str, num_tokens: int) -> bool:
+    def allocate(self, request_id: str, num_tokens: int) -> list[int] | None:
+        """The blocks added (maybe none), or None when the pool cannot hold ``num_tokens``."""
         held = self.manager.req_to_blocks[request_id]
-        need = math.ceil(num_tokens / self.manager.block_size) - len(held)
+        need = max(math.ceil(num_tokens / self.manager.block_size) - len(held), 0)
         if need > self.block_pool.free:
-            return False
-        self.block_pool.free -= max(need, 0)
-        held.extend(range(max(need, 0)))
-        return True
+            return None
+        self.block_pool.free -= need
+        added = list(range(len(held), len(held) + need))
+        held.extend(added)
+        return added
 
     def free(self, request_id: str) -> None:
         self.block_pool.free += len(self.manager.req_to_blocks.pop(request_id, []))
@@ -166,6 +169,7 @@ class Scheduler:
     def schedule(self) -> SchedulerOutput:
         budget = self.max_num_batched_tokens
         scheduled: dict[str, int] = {}
+        added: dict[str, list[int]] = {}
         new: list[NewRequestData] = []
         resumed: set[str] = set()
         preempted: list[Request] = []
@@ -173,9 +177,11 @@ class Scheduler:
         while index < len(self.running) and budget > 0:
             request = self.running[index]
             tokens = min(budget, max(request.num_tokens - request.num_computed_tokens, 1))
-            while not self.kv_cache_manager.allocate(
-                request.request_id, request.num_computed_tokens + tokens
-            ):
+            while (
+                blocks := self.kv_cache_manager.allocate(
+                    request.request_id, request.num_computed_tokens + tokens
+                )
+            ) is None:
                 victim = self.running.pop()
                 self._preempt(victim)
                 preempted.append(victim)
@@ -183,6 +189,7 @@ class Scheduler:
                     break
             else:
                 scheduled[request.request_id] = tokens
+                added[request.request_id] = blocks
                 budget -= tokens
                 index += 1
                 continue
@@ -192,8 +199,10 @@ class Scheduler:
                 break
             request = self.waiting[0]
             tokens = min(budget, request.num_tokens - request.num_computed_tokens)
-            if not self.kv_cache_manager.allocate(request.request_id, tokens):
+            blocks = self.kv_cache_manager.allocate(request.request_id, tokens)
+            if blocks is None:
                 break
+            added[request.request_id] = blocks
             self.waiting.popleft()
             if request.status is RequestStatus.PREEMPTED:
                 resumed.add(request.request_id)
@@ -203,10 +212,12 @@ class Scheduler:
             self.running.append(request)
             scheduled[request.request_id] = tokens
             budget -= tokens
+        new_ids = {n.req_id for n in new}
+        cached = [r for r in scheduled if r not in new_ids]
         output = SchedulerOutput(
             scheduled_new_reqs=new,
             scheduled_cached_reqs=CachedRequestData(
-                [r for r in scheduled if r not in {n.req_id for n in new}], resumed
+                cached, resumed, [(added[r],) if added[r] else None for r in cached]
             ),
             num_scheduled_tokens=scheduled,
             total_num_scheduled_tokens=sum(scheduled.values()),

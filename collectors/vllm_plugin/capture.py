@@ -11,8 +11,9 @@ The fields read, as named in vLLM 0.32.0 (``vllm/v1/core/sched/output.py``,
 
 * ``SchedulerOutput.num_scheduled_tokens`` (engine id -> tokens this step),
   ``total_num_scheduled_tokens``, ``scheduled_new_reqs[].req_id``,
-  ``scheduled_cached_reqs.resumed_req_ids`` (before 0.11: ``resumed_from_preemption``, a list of
-  flags beside ``req_ids``), ``preempted_req_ids`` (absent before 0.10), ``finished_req_ids``;
+  ``scheduled_cached_reqs.req_ids`` with ``new_block_ids`` (None where no block was added) and
+  ``resumed_req_ids`` (before 0.11: ``resumed_from_preemption``, a list of flags beside
+  ``req_ids``), ``preempted_req_ids`` (absent before 0.10), ``finished_req_ids``;
 * ``Scheduler.get_request_counts()`` (running, waiting; else ``len(running)``,
   ``len(waiting)``), ``Scheduler.running[].request_id``;
 * ``Scheduler.kv_cache_manager.usage``, ``.block_pool.get_num_free_blocks()``,
@@ -31,6 +32,7 @@ import logging
 import os
 import re
 from collections.abc import Callable, Iterable
+from itertools import compress
 from typing import Any, NamedTuple
 
 from collectors.vllm_plugin.records import LOGGER_NAME
@@ -57,8 +59,8 @@ class Missing:
 
 class StepCapture(NamedTuple):
     """One scheduler step as the scheduler saw it. ``blocks`` holds the blocks of every request
-    scheduled in the step (the only ones whose allocation can have grown); ``idle`` the running
-    requests that were not scheduled; ``snapshot`` every running request as
+    that got new blocks in the step (:func:`grown_ids`); ``idle`` the running requests that were
+    not scheduled; ``snapshot`` every running request as
     ``(engine id, blocks, computed tokens, tokens, prompt tokens)`` when one was due."""
 
     ts: int
@@ -68,7 +70,8 @@ class StepCapture(NamedTuple):
     free_blocks: int | None
     usage: float | None
     total_tokens: int
-    scheduled: dict[str, int]
+    num_scheduled: int
+    scheduled: dict[str, int] | None  # None: every scheduled request got exactly one token
     blocks: dict[str, int]
     new: list[str]
     resumed: list[str]
@@ -131,6 +134,16 @@ def pool_state(scheduler: Any) -> tuple[int | None, float | None]:
     """(free blocks, usage fraction 0..1) of the KV pool."""
     manager = scheduler.kv_cache_manager
     return int(manager.block_pool.get_num_free_blocks()), float(manager.usage)
+
+
+def grown_ids(new: list[str], cached: Any, scheduled: Iterable[str]) -> list[str]:
+    """The requests whose blocks can have grown in this step: the new ones, and those whose
+    entry in ``CachedRequestData.new_block_ids`` is not None (vLLM lists the blocks it added;
+    a resumed request's are all of them). Without that field, every scheduled request."""
+    added = getattr(cached, "new_block_ids", None)
+    if added is None:
+        return list(scheduled)
+    return new + list(compress(cached.req_ids, added))
 
 
 def resumed_ids(cached: Any) -> list[str]:

@@ -182,9 +182,18 @@ class EngineRecorder:
 
     def _capture_step(self, scheduler: Any, output: Any) -> StepCapture:
         ts = self._clock_ns()
-        scheduled: dict[str, int] = dict(output.num_scheduled_tokens)
+        tokens = output.num_scheduled_tokens
+        total = int(output.total_num_scheduled_tokens)
+        # a pure decode step schedules one token per request: then the map need not be copied
+        scheduled = dict(tokens) if total != len(tokens) else None
+        new = [req.req_id for req in output.scheduled_new_reqs]
+        cached = output.scheduled_cached_reqs
         blocks_of = self._blocks_counter(scheduler)
-        blocks = {rid: blocks_of(rid) for rid in scheduled} if blocks_of is not None else {}
+        blocks = (
+            {rid: blocks_of(rid) for rid in capture.grown_ids(new, cached, tokens)}
+            if blocks_of is not None
+            else {}
+        )
         running, waiting = capture.request_counts(scheduler)
         try:
             free, usage = capture.pool_state(scheduler)
@@ -192,7 +201,7 @@ class EngineRecorder:
             free = usage = None
             self.missing(f"no KV block pool figures ({err})", "pool usage is not recorded")
         preempted = list(getattr(output, "preempted_req_ids", None) or ())
-        idle = capture.idle_ids(scheduler.running, scheduled) if len(scheduled) < running else []
+        idle = capture.idle_ids(scheduler.running, tokens) if len(tokens) < running else []
         snapshot = None
         if (
             self._snapshot_due
@@ -214,11 +223,12 @@ class EngineRecorder:
             waiting,
             free,
             usage,
-            int(output.total_num_scheduled_tokens),
+            total,
+            len(tokens),
             scheduled,
             blocks,
-            [new.req_id for new in output.scheduled_new_reqs],
-            capture.resumed_ids(output.scheduled_cached_reqs),
+            new,
+            capture.resumed_ids(cached),
             preempted,
             list(output.finished_req_ids),
             idle,
@@ -296,8 +306,8 @@ class EngineRecorder:
             rec["free"] = step.free_blocks
         if step.usage is not None:
             rec["use"] = round(step.usage, 6)
-        chunks = {rid: n for rid, n in step.scheduled.items() if n != 1}
-        rec["one"] = len(step.scheduled) - len(chunks)
+        chunks = {rid: n for rid, n in (step.scheduled or {}).items() if n != 1}
+        rec["one"] = step.num_scheduled - len(chunks)
         mirror = self._blocks
         if chunks:
             rec["sch"] = chunks

@@ -196,6 +196,7 @@ def send_load(
     long_shape: tuple[int, int] = (1500, 2000),
     short_shape: tuple[int, int] = (100, 64),
     planted: Sequence[int] = (),
+    stagger_s: float = 0.01,
 ) -> list[Sent]:
     """Send ``longs`` long and ``shorts`` short completions at once (longs first); each prompt is
     distinct random token ids (no prefix is shared), starting with ``planted``."""
@@ -241,7 +242,7 @@ def send_load(
     threads = [threading.Thread(target=one, args=shape) for shape in shapes]
     for thread in threads:
         thread.start()
-        time.sleep(0.01)  # arrival order: the long requests first
+        time.sleep(stagger_s)  # arrival order: the long requests first
     for thread in threads:
         thread.join()
     if errors:
