@@ -176,6 +176,25 @@ def test_the_ledger_in_every_snapshot_is_the_engines_own(recorded: Recorded) -> 
         assert sum(row[1] for row in snap["req"]) == POOL_BLOCKS - 1 - snap["free"]
 
 
+def test_the_steps_block_changes_replay_to_every_snapshot(recorded: Recorded) -> None:
+    # the steps carry only the blocks that changed: replayed from the first snapshot, they give
+    # at every later snapshot exactly what the KV cache manager held
+    held: dict[str, int] | None = None
+    checked = 0
+    for rec in recorded.records():
+        if rec["k"] == records.SNAPSHOT:
+            snap = {row[0]: row[1] for row in rec["req"]}
+            if held is not None:
+                assert held == snap, rec["n"]
+                checked += 1
+            held = snap
+        elif rec["k"] == records.STEP and held is not None:
+            for rid in [*rec.get("pre", {}), *rec.get("fin", [])]:
+                held.pop(rid, None)
+            held.update(rec.get("blk", {}))
+    assert checked > 10
+
+
 def test_collect_captured_metrics_and_the_log_beside_the_plugin(recorded: Recorded) -> None:
     recs = recorded.records()
     kinds = {r["k"] for r in recs}
