@@ -16,6 +16,7 @@ import math
 import time
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 
@@ -139,8 +140,46 @@ class KVCacheManager:
         self.block_pool.free += len(self.manager.req_to_blocks.pop(request_id, []))
 
 
+@dataclass
+class KVCacheSpec:
+    block_size: int
+    page_size_bytes: int
+
+
+@dataclass
+class KVCacheGroupSpec:
+    layer_names: list[str]
+    kv_cache_spec: KVCacheSpec
+
+
+@dataclass
+class KVCacheConfig:
+    num_blocks: int
+    kv_cache_groups: list[KVCacheGroupSpec]
+
+
+def vllm_config(block_size: int, num_blocks: int) -> Any:
+    """The parts of ``VllmConfig`` the plugin describes: what the engine runs with."""
+
+    def namespace(**values: Any) -> Any:
+        return type("Config", (), values)()
+
+    return namespace(
+        model_config=namespace(
+            model="tiny-llama", dtype="torch.float32", max_model_len=4096
+        ),
+        cache_config=namespace(
+            cache_dtype="auto", block_size=block_size, num_gpu_blocks=num_blocks,
+            enable_prefix_caching=True,
+        ),
+        scheduler_config=namespace(max_num_seqs=256, max_num_batched_tokens=2048),
+    )  # fmt: skip
+
+
 class Scheduler:
-    """FCFS with chunked prefill and recompute preemption, as vLLM's v1 scheduler."""
+    """FCFS with chunked prefill and recompute preemption, as vLLM's v1 scheduler. Its KV
+    cache is a tiny Llama's: 2 layers of blocks of ``block_size`` tokens, 4 bytes x 2 KV heads
+    x 32 dims x 2 (K and V) per token and layer."""
 
     def __init__(
         self,
@@ -151,6 +190,11 @@ class Scheduler:
         max_num_batched_tokens: int = 2048,
     ) -> None:
         self.kv_cache_manager = KVCacheManager(num_blocks, block_size)
+        page = block_size * 2 * 32 * 2 * 4
+        self.kv_cache_config = KVCacheConfig(
+            num_blocks, [KVCacheGroupSpec(["layers.0", "layers.1"], KVCacheSpec(block_size, page))]
+        )
+        self.vllm_config = vllm_config(block_size, num_blocks)
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.running: list[Request] = []
@@ -260,3 +304,49 @@ class Scheduler:
         output = self.schedule()
         self.update_from_output(output)
         return output
+
+
+def recorded_run(
+    directory: Path,
+    shapes: list[tuple[int, int]],
+    *,
+    num_blocks: int = 24,
+    block_size: int = 16,
+    settings: Any = None,
+) -> list[str]:
+    """Requests of ``(prompt, output)`` tokens through a scheduler recorded by the vLLM plugin's
+    recorder (its hooks' calls, made directly) into ``directory``; the API ids, in order."""
+    from collectors.vllm_plugin.hooks import _engine_description
+    from collectors.vllm_plugin.recorder import EngineRecorder
+    from collectors.vllm_plugin.settings import PluginSettings
+
+    recorder = EngineRecorder(
+        settings or PluginSettings(directory=directory, node="node-a", snapshot_interval_s=0.02)
+    ).start()
+
+    class Recorded(Scheduler):
+        def add_request(self, request: Request) -> None:
+            super().add_request(request)
+            recorder.on_admit(request, request.request_id.rsplit("-", 1)[0])
+
+        def _free_request(self, request: Request) -> None:
+            recorder.on_release(self, request)
+            super()._free_request(request)
+
+    scheduler = Recorded(num_blocks=num_blocks, block_size=block_size, max_num_batched_tokens=256)
+    recorder.describe(**_engine_description(scheduler))
+    api_ids = [f"cmpl-{i:04d}-0" for i in range(len(shapes))]
+    for api_id, (prompt, out) in zip(api_ids, shapes, strict=True):
+        scheduler.add_request(
+            Request(f"{api_id}-{abs(hash(api_id)) % 16**8:08x}", [5] * prompt, out)
+        )
+        time.sleep(0.001)
+    while scheduler.requests:
+        output = scheduler.schedule()
+        recorder.on_schedule(scheduler, output)
+        scheduler.update_from_output(output)
+        time.sleep(0.0005)  # steps a real engine's distance apart
+        recorder.flush()
+    recorder.on_schedule(scheduler, scheduler.schedule())  # the step reporting the last finish
+    recorder.close()
+    return api_ids

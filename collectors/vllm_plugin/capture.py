@@ -19,7 +19,8 @@ The fields read, as named in vLLM 0.32.0 (``vllm/v1/core/sched/output.py``,
 * ``Scheduler.kv_cache_manager.usage``, ``.block_pool.get_num_free_blocks()``,
   ``.block_pool.num_gpu_blocks`` and ``.coordinator.single_type_managers[].req_to_blocks``
   (engine id -> the blocks it holds, one manager per KV cache group);
-* ``Request.num_computed_tokens``, ``num_tokens``, ``num_prompt_tokens``, ``num_output_tokens``,
+* ``Scheduler.requests`` (engine id -> Request, running and waiting),
+  ``Request.num_computed_tokens``, ``num_tokens``, ``num_prompt_tokens``, ``num_output_tokens``,
   ``num_preemptions``, ``max_tokens``, ``arrival_time``, ``get_finished_reason()``.
 
 A field a vLLM version lacks is recorded as absent; the hook that needs it says so once in the
@@ -72,10 +73,10 @@ class StepCapture(NamedTuple):
     total_tokens: int
     num_scheduled: int
     scheduled: dict[str, int] | None  # None: every scheduled request got exactly one token
-    blocks: dict[str, int]
+    blocks: dict[str, tuple[int, int]]  # engine id -> (blocks, stored tokens)
     new: list[str]
     resumed: list[str]
-    preempted: list[str]
+    preempted: dict[str, int]  # engine id -> tokens it held (prompt + output so far)
     finished: list[str]
     idle: list[str]
     snapshot: list[tuple[str, int, int, int, int]] | None
@@ -120,6 +121,20 @@ def block_counter(scheduler: Any) -> Callable[[str], int]:
         # .get, not [...]: req_to_blocks is a defaultdict and must not grow from a lookup
         return lambda engine_id: len(table.get(engine_id, ()))
     return lambda engine_id: sum(len(t.get(engine_id, ())) for t in tables)
+
+
+def stored_tokens(requests: Any, engine_id: str) -> int:
+    """Tokens whose KV a request stores after the step was scheduled (``num_computed_tokens``
+    already counts the step's own), -1 when the scheduler no longer knows it."""
+    request = requests.get(engine_id)
+    return -1 if request is None else int(request.num_computed_tokens)
+
+
+def held_tokens(requests: Any, engine_id: str) -> int:
+    """What a preempted request held: vLLM resets its computed tokens to 0 on preemption, but
+    its tokens so far (prompt + output) are what was stored, -1 when unknown."""
+    request = requests.get(engine_id)
+    return -1 if request is None else int(request.num_tokens)
 
 
 def request_counts(scheduler: Any) -> tuple[int, int]:

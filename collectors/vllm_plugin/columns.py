@@ -6,7 +6,8 @@ the writing ``stream`` (one engine-core or API-server process: step numbers and 
 unique within it) and the segment's node. A request's blocks are rows of ``blocks``: one per
 change a step reported, and one per request in every snapshot (``snapshot`` true), so the state
 at any step is the latest row per request at or before it, where ``lifecycle`` has not released
-it since. Times are integer ns since the epoch, UTC.
+it since. A step's block row holds the request's stored (computed) tokens; a snapshot row its
+computed tokens, its tokens so far and its prompt. Times are integer ns since the epoch, UTC.
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ class StepColumns(_Columns):
 @dataclass
 class LifecycleColumns(_Columns):
     """One row per request event a step reported: ``new``, ``resumed``, ``preempted`` (with the
-    blocks it held just before), ``finished``, ``idle`` (running, not scheduled)."""
+    blocks and tokens it held just before), ``finished``, ``idle`` (running, not scheduled).
+    ``tokens`` is the step's scheduled tokens for the others, where not one."""
 
     ts_ns: list[int] = field(default_factory=list)
     node: list[str] = field(default_factory=list)
@@ -194,21 +196,21 @@ class VllmRecords:
                     ts_ns=ts, node=node, stream=stream, step=step, engine_id=str(rid),
                     event=event, blocks=None, tokens=chunks.get(rid),
                 )  # fmt: skip
-        for rid, held in rec.get("pre", {}).items():
+        for rid, (held, tokens) in rec.get("pre", {}).items():
             life._append(
                 ts_ns=ts, node=node, stream=stream, step=step, engine_id=str(rid),
-                event="preempted", blocks=int(held), tokens=None,
+                event="preempted", blocks=int(held), tokens=int(tokens) if tokens >= 0 else None,
             )  # fmt: skip
         for rid in rec.get("idle", ()):
             life._append(
                 ts_ns=ts, node=node, stream=stream, step=step, engine_id=str(rid),
                 event="idle", blocks=None, tokens=None,
             )  # fmt: skip
-        for rid, held in rec.get("blk", {}).items():
+        for rid, (held, stored) in rec.get("blk", {}).items():
             self.blocks._append(
                 ts_ns=ts, node=node, stream=stream, step=step, engine_id=str(rid),
-                blocks=int(held), computed_tokens=None, tokens=None, prompt_tokens=None,
-                snapshot=False,
+                blocks=int(held), computed_tokens=int(stored) if stored >= 0 else None,
+                tokens=None, prompt_tokens=None, snapshot=False,
             )  # fmt: skip
 
     def _snapshot(self, node: str, stream: str, ts: int, rec: Mapping[str, Any]) -> None:

@@ -189,8 +189,12 @@ class EngineRecorder:
         new = [req.req_id for req in output.scheduled_new_reqs]
         cached = output.scheduled_cached_reqs
         blocks_of = self._blocks_counter(scheduler)
+        requests = getattr(scheduler, "requests", None) or {}
         blocks = (
-            {rid: blocks_of(rid) for rid in capture.grown_ids(new, cached, tokens)}
+            {
+                rid: (blocks_of(rid), capture.stored_tokens(requests, rid))
+                for rid in capture.grown_ids(new, cached, tokens)
+            }
             if blocks_of is not None
             else {}
         )
@@ -200,7 +204,10 @@ class EngineRecorder:
         except AttributeError as err:
             free = usage = None
             self.missing(f"no KV block pool figures ({err})", "pool usage is not recorded")
-        preempted = list(getattr(output, "preempted_req_ids", None) or ())
+        preempted = {
+            rid: capture.held_tokens(requests, rid)
+            for rid in getattr(output, "preempted_req_ids", None) or ()
+        }
         idle = capture.idle_ids(scheduler.running, tokens) if len(tokens) < running else []
         snapshot = None
         if (
@@ -315,14 +322,18 @@ class EngineRecorder:
             if ids:
                 rec[key] = ids
         if step.preempted:
-            rec["pre"] = {rid: mirror.pop(rid, 0) for rid in step.preempted}
+            # [blocks it held, tokens it held]: vLLM has freed both by the time it reports
+            rec["pre"] = {rid: [mirror.pop(rid, 0), n] for rid, n in step.preempted.items()}
         if step.finished:
             rec["fin"] = step.finished
             for rid in step.finished:
                 mirror.pop(rid, None)
-        changed = {rid: n for rid, n in step.blocks.items() if mirror.get(rid) != n}
+        changed = {
+            rid: [n, stored] for rid, (n, stored) in step.blocks.items() if mirror.get(rid) != n
+        }
         if changed:
-            mirror.update(changed)
+            mirror.update((rid, pair[0]) for rid, pair in changed.items())
+            # [blocks, stored tokens]: a new block's worth of tokens reached
             rec["blk"] = changed
         self.writer.append(rec)
         if step.snapshot is not None:

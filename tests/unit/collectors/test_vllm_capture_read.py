@@ -10,7 +10,6 @@ from pathlib import Path
 from collectors.format import Header, encode
 from collectors.segments import read_capture
 from collectors.vllm_plugin import records
-from collectors.vllm_plugin.recorder import EngineRecorder
 from collectors.vllm_plugin.settings import PluginSettings
 from collectors.writer import WriterSettings
 from tests import vllm_fakes as fakes
@@ -23,29 +22,7 @@ def _run_recorded(directory: Path, *, segment_bytes: int = 64 << 20) -> None:
         writer=WriterSettings(max_segment_bytes=segment_bytes),
         snapshot_interval_s=0.0005,
     )
-    recorder = EngineRecorder(settings).start()
-
-    class Recorded(fakes.Scheduler):
-        """The calls the plugin's hooks make, made directly (tests/unit/collectors/
-        test_vllm_plugin.py covers the hooks themselves)."""
-
-        def add_request(self, request: fakes.Request) -> None:
-            super().add_request(request)
-            recorder.on_admit(request, request.request_id.rsplit("-", 1)[0])
-
-        def _free_request(self, request: fakes.Request) -> None:
-            recorder.on_release(self, request)
-            super()._free_request(request)
-
-    scheduler = Recorded(num_blocks=24, block_size=16, max_num_batched_tokens=256)
-    for i, (prompt, out) in enumerate([(100, 120)] * 3 + [(20, 10)] * 8):
-        scheduler.add_request(fakes.Request(f"cmpl-{i}-0-{i:08x}", [5] * prompt, out))
-    while scheduler.requests:
-        output = scheduler.schedule()
-        recorder.on_schedule(scheduler, output)
-        scheduler.update_from_output(output)
-        recorder.flush()  # small segments rotate at a flush
-    recorder.close()
+    fakes.recorded_run(directory, [(100, 120)] * 3 + [(20, 10)] * 8, settings=settings)
 
 
 def test_steps_lifecycle_and_blocks_read_back_in_order(tmp_path: Path) -> None:
@@ -61,7 +38,7 @@ def test_steps_lifecycle_and_blocks_read_back_in_order(tmp_path: Path) -> None:
     preempted = [b for e, b in zip(life["event"], life["blocks"], strict=True) if e == "preempted"]
     assert all(b > 0 for b in preempted)
     assert len(vllm.admitted) == 11
-    assert sorted(vllm.released.as_dict()["api_id"]) == sorted(f"cmpl-{i}-0" for i in range(11))
+    assert sorted(vllm.released.as_dict()["api_id"]) == [f"cmpl-{i:04d}-0" for i in range(11)]
     assert set(vllm.released.as_dict()["finish_reason"]) == {"length"}
     engine = next(iter(vllm.engines.values()))
     assert engine["record_version"] == records.RECORD_VERSION

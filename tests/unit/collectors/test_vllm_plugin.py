@@ -144,7 +144,9 @@ def test_a_scheduling_run_is_recorded_step_by_step_with_exact_blocks(
     assert set(finished) == set(admitted)
     preempted = [(rid, n) for r in step_recs for rid, n in r.get("pre", {}).items()]
     assert preempted, "the pool never ran dry"
-    assert all(n > 0 for _, n in preempted)
+    # each victim with the blocks and the tokens it held (blocks of 16 tokens: no more blocks
+    # than its tokens need; fewer when it was preempted before its prompt was all computed)
+    assert all(0 < blocks <= -(-tokens // 16) for _, (blocks, tokens) in preempted)
     by_engine = {r["id"]: r for r in finished.values()}
     per_request: dict[str, int] = {}
     for rid, _ in preempted:
@@ -163,7 +165,9 @@ def test_a_scheduling_run_is_recorded_step_by_step_with_exact_blocks(
                 running.pop(rid, None)
             for rid in rec.get("new", []) + rec.get("res", []):
                 running[rid] = 0
-            running.update(rec.get("blk", {}))
+            for rid, (blocks, stored) in rec.get("blk", {}).items():
+                assert blocks == -(-stored // 16)  # the tokens that made it need the block
+                running[rid] = blocks
             assert len(running) == rec["run"]
             assert sum(running.values()) == 23 - rec["free"]
         elif rec["k"] == records.SNAPSHOT:
