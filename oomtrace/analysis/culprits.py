@@ -53,11 +53,9 @@ def residents(
     summary = timeline.requests
     on_node = summary.filter(pl.col("node") == node)
     states_first_token = on_node["first_token_ts"].is_not_null().any()
-    # a source that states preemptions by request (a V0 log, the vLLM plugin) or admissions
-    # (the plugin: it would have stated a preemption too) makes a count of 0 a figure
-    states_preemptions = bool(
-        (on_node["preemptions"] > 0).any() or on_node["admitted_ts"].is_not_null().any()
-    )
+    # a source that names preempted requests (a V0 log, the vLLM plugin, which states every
+    # request's blocks and would have stated its preemption too) makes a count of 0 a figure
+    states_preemptions = bool((on_node["preemptions"] > 0).any()) or not timeline.blocks.is_empty()
     first = pl.col("first_token_ts")
     in_prefill = (
         pl.when(first.is_not_null())
@@ -107,10 +105,10 @@ def _engine_blocks(timeline: Timeline, now: pl.DataFrame, at: datetime) -> pl.Da
     admission, at every block it added, at every snapshot), its latest statement at ``at`` in
     the current residency replaces the blocks modelled from the tokens, and the bytes follow:
     the ledger is then the engine's own. ``blocks_basis`` says which it is."""
-    modelled = now.with_columns(blocks_basis=pl.lit("modelled"))
     stated = timeline.blocks
     if stated.is_empty() or now.is_empty():
-        return modelled
+        # no source states blocks: the basis column says nothing (the tokens' basis stands)
+        return now.with_columns(blocks_basis=pl.lit(None, pl.String))
     latest = (
         stated.filter(pl.col("rid").is_in(now["rid"].implode()) & (pl.col("ts") <= lit_ts(at)))
         .group_by("rid")

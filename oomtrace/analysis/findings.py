@@ -93,7 +93,8 @@ class Culprit:
     reason: str
     # times the engine preempted it in the trace (null: no source states preemptions by request)
     preemptions: int | None = None
-    # "engine": blocks as the engine itself stated them (the vLLM plugin); "modelled": from tokens
+    # "engine": blocks as the engine itself stated them (the vLLM plugin); "modelled": from
+    # tokens where the engine states blocks for other requests; null where no source states any
     blocks_basis: str | None = None
 
     def to_json(self) -> dict[str, Any]:
