@@ -108,7 +108,7 @@ def print_synthetic(result: dict[str, Any]) -> None:
 
 
 def real(output_tokens: int) -> dict[str, Any]:
-    from tests.integration import vllm_server as vs
+    from tools import vllm_server as vs
 
     env = vs.vllm_environment()
     results: dict[str, Any] = {}

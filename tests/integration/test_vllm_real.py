@@ -2,8 +2,9 @@
 attached the way a user attaches it: the plugin installed into the server's environment and
 pointed at the capture directory, ``oomtrace collect`` scraping ``/metrics`` and following the
 server's log into the same directory. Four long requests among forty short ones exhaust the
-pool; the test checks what was captured against what the client and the engine saw, with
-request logging on and off (the default since vLLM 0.11).
+pool; the test checks what was captured against what the client and the engine saw, and what
+``oomtrace analyze --json`` and ``oomtrace report`` make of it, with request logging on and off
+(the default since vLLM 0.11).
 
 About 3 minutes per run on 2 cores, plus 5 to 13 minutes to build the pinned vLLM environment
 the first time (``.ci/vllm-env``). Skipped, with the reason, only where vLLM cannot be built or
@@ -19,6 +20,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +28,8 @@ import pytest
 
 from collectors.format import decode
 from collectors.vllm_plugin import records
-from tests.integration.vllm_server import (
+from tests.unit.collectors.factories import wait_until
+from tools.vllm_server import (
     Sent,
     VllmServer,
     VllmUnavailableError,
@@ -35,7 +38,6 @@ from tests.integration.vllm_server import (
     server_environment,
     vllm_environment,
 )
-from tests.unit.collectors.factories import wait_until
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -214,3 +216,90 @@ def test_no_prompt_reaches_any_file_oomtrace_wrote(recorded: Recorded) -> None:
             data = path.read_bytes()
             assert not any(needle in data for needle in needles), path
     assert json.dumps(recorded.sent[0].client_id)  # the client did get ids back
+
+
+# --- what oomtrace makes of it --------------------------------------------------------------
+
+
+def _oomtrace(*args: str) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "oomtrace", *args], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+@pytest.fixture(scope="module")
+def analysed(recorded: Recorded) -> dict[str, Any]:
+    findings = json.loads(_oomtrace("analyze", str(recorded.capture), "--json").stdout)
+    out = recorded.workdir / "findings.json"
+    out.write_text(json.dumps(findings))
+    return dict(findings)
+
+
+def test_analyze_names_the_long_requests_first_with_the_engines_figures(
+    recorded: Recorded, analysed: dict[str, Any]
+) -> None:
+    incident = analysed["incidents"][0]
+    assert incident["class"] == "kv_exhaustion"
+    longs = {f"{s.client_id}-0" for s in recorded.sent if s.long}
+    named = [c["request_id"] for c in incident["culprits"]]
+    resident_longs = [r for r in named if r in longs]
+    # the long requests resident at the peak lead, every short one after them
+    assert len(resident_longs) >= 2
+    assert named[: len(resident_longs)] == resident_longs
+    for culprit in incident["culprits"][: len(resident_longs)]:
+        assert (culprit["basis"], culprit["blocks_basis"]) == ("exact", "engine")
+    assert analysed["kv_model"]["block_size"] == 128
+    assert analysed["kv_model"]["sources"]["block_size"] == "the vLLM plugin (engine core)"
+
+
+def test_preemptions_are_attributed_to_the_requests_that_suffered_them(
+    recorded: Recorded, analysed: dict[str, Any]
+) -> None:
+    recs = recorded.records()
+    names = {r["id"]: r["api"] for r in recs if r["k"] == records.REQUEST}
+    suffered: dict[str, int] = {}
+    for rec in recs:
+        if rec["k"] == records.STEP:
+            for rid in rec.get("pre", {}):
+                suffered[names[rid]] = suffered.get(names[rid], 0) + 1
+    incident = analysed["incidents"][0]
+    for row in [*incident["culprits"], *incident["ledger"]["rows"]]:
+        assert row["preemptions"] == suffered.get(row["request_id"], 0), row["request_id"]
+    # the requests the class's evidence cites (preemptions within a second of the peak) are
+    # ones the engine preempted
+    cited = [e["values"] for e in incident["evidence"] if e["table"] == "requests"]
+    assert all(v["event"] == "preempted" and v["request_id"] in suffered for v in cited)
+
+
+def test_the_ledger_at_the_spike_is_the_engines_running_set(
+    recorded: Recorded, analysed: dict[str, Any]
+) -> None:
+    ledger = analysed["incidents"][0]["ledger"]
+    at = datetime.fromisoformat(ledger["ts"])
+    at_us = round(at.timestamp() * 1e6)
+    steps = [r for r in recorded.records() if r["k"] == records.STEP]
+    step = max((s for s in steps if s["ts"] // 1000 <= at_us), key=lambda s: s["ts"])
+    assert ledger["resident_requests"] == step["run"]
+    used = sum(row["blocks"] for row in ledger["rows"])
+    assert used == POOL_BLOCKS - 1 - step["free"]
+
+
+def test_the_report_tells_it_and_nothing_of_a_prompt_is_on_disk(
+    recorded: Recorded, analysed: dict[str, Any]
+) -> None:
+    report = recorded.workdir / "report.md"
+    _oomtrace("report", str(recorded.capture), "-o", str(report), "--force")
+    text = report.read_text()
+    assert "KV cache pool exhausted" in text
+    top = analysed["incidents"][0]["culprits"][0]["request_id"]
+    assert top in text
+    trace = recorded.workdir / "trace"
+    _oomtrace("ingest", str(recorded.capture), "--out", str(trace), "--force")
+    needles = [sep.join(map(str, PLANTED[:3])).encode() for sep in (", ", ",", " ")]
+    written = [p for p in recorded.workdir.rglob("*") if p.is_file() and p.name != "vllm.log"]
+    assert len(written) > 5
+    for path in written:
+        data = path.read_bytes()
+        assert not any(needle in data for needle in needles), path

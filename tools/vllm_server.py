@@ -1,4 +1,5 @@
-"""A real vLLM server (CPU build, tiny dummy model, a pool that runs dry) for the real-engine test.
+"""A real vLLM server (CPU build, tiny dummy model, a pool that runs dry) for the real-engine test,
+the plugin benchmark and the recorded sample incident.
 
 * :func:`vllm_environment` runs ``.ci/vllm-env``: the pinned vLLM 0.32.0 environment, built
   outside the clone on first use (5 to 13 minutes) and reused while its pins are unchanged.
