@@ -25,12 +25,12 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 ENV_SCRIPT = ROOT / ".ci" / "vllm-env"
 
 # A tiny Llama served with random weights: no download, about 10 ms of CPU per token.
@@ -120,6 +120,7 @@ class VllmServer:
     port: int
     log_requests: bool
     extra_args: Sequence[str] = ()  # after the pool's arguments, so they override them
+    extra_env: Mapping[str, str] = field(default_factory=dict)
     process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -136,7 +137,7 @@ class VllmServer:
         command += self.extra_args
         if self.log_requests:
             command.append("--enable-log-requests")
-        env = {**os.environ, **OFFLINE_ENV}
+        env = {**os.environ, **OFFLINE_ENV, **self.extra_env}
         env.pop("VLLM_PLUGINS", None)
         env.pop("OOMTRACE_VLLM_DIR", None)
         if self.capture_dir is not None:
