@@ -34,10 +34,16 @@ class _Columns:
 
 
 @dataclass
-class StepColumns(_Columns):
+class _Keyed(_Columns):
+    """Every group's first columns: when, on which node, from which process's stream."""
+
     ts_ns: list[int] = field(default_factory=list)
     node: list[str] = field(default_factory=list)
     stream: list[str] = field(default_factory=list)
+
+
+@dataclass
+class StepColumns(_Keyed):
     step: list[int] = field(default_factory=list)
     running: list[int] = field(default_factory=list)
     waiting: list[int] = field(default_factory=list)
@@ -48,14 +54,11 @@ class StepColumns(_Columns):
 
 
 @dataclass
-class LifecycleColumns(_Columns):
+class LifecycleColumns(_Keyed):
     """One row per request event a step reported: ``new``, ``resumed``, ``preempted`` (with the
     blocks and tokens it held just before), ``finished``, ``idle`` (running, not scheduled).
     ``tokens`` is the step's scheduled tokens for the others, where not one."""
 
-    ts_ns: list[int] = field(default_factory=list)
-    node: list[str] = field(default_factory=list)
-    stream: list[str] = field(default_factory=list)
     step: list[int] = field(default_factory=list)
     engine_id: list[str] = field(default_factory=list)
     event: list[str] = field(default_factory=list)
@@ -64,10 +67,7 @@ class LifecycleColumns(_Columns):
 
 
 @dataclass
-class BlockColumns(_Columns):
-    ts_ns: list[int] = field(default_factory=list)
-    node: list[str] = field(default_factory=list)
-    stream: list[str] = field(default_factory=list)
+class BlockColumns(_Keyed):
     step: list[int] = field(default_factory=list)
     engine_id: list[str] = field(default_factory=list)
     blocks: list[int] = field(default_factory=list)
@@ -78,10 +78,7 @@ class BlockColumns(_Columns):
 
 
 @dataclass
-class SnapshotColumns(_Columns):
-    ts_ns: list[int] = field(default_factory=list)
-    node: list[str] = field(default_factory=list)
-    stream: list[str] = field(default_factory=list)
+class SnapshotColumns(_Keyed):
     step: list[int] = field(default_factory=list)
     running: list[int] = field(default_factory=list)
     waiting: list[int] = field(default_factory=list)
@@ -89,12 +86,9 @@ class SnapshotColumns(_Columns):
 
 
 @dataclass
-class RequestColumns(_Columns):
+class RequestColumns(_Keyed):
     """Admissions (``vllm_req``) and releases (``vllm_fin``) of the engine core, one row each."""
 
-    ts_ns: list[int] = field(default_factory=list)
-    node: list[str] = field(default_factory=list)
-    stream: list[str] = field(default_factory=list)
     engine_id: list[str] = field(default_factory=list)
     api_id: list[str] = field(default_factory=list)
     prompt_tokens: list[int | None] = field(default_factory=list)
@@ -107,12 +101,9 @@ class RequestColumns(_Columns):
 
 
 @dataclass
-class DoneColumns(_Columns):
+class DoneColumns(_Keyed):
     """The API server's figures of finished requests (``vllm_done``)."""
 
-    ts_ns: list[int] = field(default_factory=list)
-    node: list[str] = field(default_factory=list)
-    stream: list[str] = field(default_factory=list)
     api_id: list[str] = field(default_factory=list)
     finish_reason: list[str | None] = field(default_factory=list)
     prompt_tokens: list[int | None] = field(default_factory=list)

@@ -29,7 +29,6 @@ from collectors.vllm_plugin import capture, records
 from collectors.vllm_plugin.capture import Admission, Release, StepCapture
 from collectors.vllm_plugin.records import LOGGER_NAME
 from collectors.vllm_plugin.settings import PluginSettings
-from collectors.writer import SegmentWriter
 
 # a child of vLLM's logger: lines appear in the server's log, in its format and level
 logger = logging.getLogger(LOGGER_NAME)
@@ -51,15 +50,7 @@ class EngineRecorder:
         self.pid = os.getpid()
         self._clock_ns = clock_ns
         self.missing = capture.Missing()
-        self.writer = SegmentWriter(
-            settings.directory,
-            node=settings.node,
-            stream=f"vllm-{self.pid}",
-            writer=records.WRITER,
-            settings=settings.writer,
-            retention=settings.retention,
-            clock_ns=clock_ns,
-        )
+        self.writer = settings.writer_for(f"vllm-{self.pid}", clock_ns=clock_ns)
         self._info: dict[str, Any] = {
             "plugin": records.PLUGIN_NAME,
             "record_version": records.RECORD_VERSION,
@@ -299,18 +290,24 @@ class EngineRecorder:
             self._fail("a capture while writing it", err)
         self.drain_ns += time.thread_time_ns() - start
 
-    def _write_step(self, step: StepCapture) -> None:
+    @staticmethod
+    def _head(kind: str, step: StepCapture) -> Record:
+        """What a step and a snapshot record both state about the step."""
         rec: Record = {
-            "k": records.STEP,
+            "k": kind,
             "ts": step.ts,
             "src": records.ENGINE_SOURCE,
             "n": step.step,
             "run": step.running,
             "wait": step.waiting,
-            "tok": step.total_tokens,
         }
         if step.free_blocks is not None:
             rec["free"] = step.free_blocks
+        return rec
+
+    def _write_step(self, step: StepCapture) -> None:
+        rec = self._head(records.STEP, step)
+        rec["tok"] = step.total_tokens
         if step.usage is not None:
             rec["use"] = round(step.usage, 6)
         chunks = {rid: n for rid, n in (step.scheduled or {}).items() if n != 1}
@@ -342,18 +339,9 @@ class EngineRecorder:
     def _write_snapshot(self, step: StepCapture) -> None:
         rows = step.snapshot or []
         self._blocks = {row[0]: row[1] for row in rows}
-        snap: Record = {
-            "k": records.SNAPSHOT,
-            "ts": step.ts,
-            "src": records.ENGINE_SOURCE,
-            "n": step.step,
-            "run": step.running,
-            "wait": step.waiting,
-            # [engine id, blocks, computed tokens, tokens (prompt + output), prompt tokens]
-            "req": [list(row) for row in rows],
-        }
-        if step.free_blocks is not None:
-            snap["free"] = step.free_blocks
+        snap = self._head(records.SNAPSHOT, step)
+        # [engine id, blocks, computed tokens, tokens (prompt + output), prompt tokens]
+        snap["req"] = [list(row) for row in rows]
         # sticky: a new segment starts with the latest snapshot, so it can be read alone
         self.writer.set_sticky("snapshot", snap)
 

@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from collectors.config import ConfigError, parse_duration, parse_size
 from collectors.retention import RetentionPolicy
-from collectors.writer import WriterSettings
+from collectors.vllm_plugin.records import WRITER
+from collectors.writer import SegmentWriter, WriterSettings
 
 ENV_DIR = "OOMTRACE_VLLM_DIR"
 ENV_SNAPSHOT = "OOMTRACE_VLLM_SNAPSHOT_INTERVAL"
@@ -38,6 +40,20 @@ class PluginSettings:
     queue_max: int = 4096
     drain_interval_s: float = 0.1
     cost_interval_s: float = 10.0
+
+    def writer_for(
+        self, stream: str, *, clock_ns: Callable[[], int] = time.time_ns
+    ) -> SegmentWriter:
+        """A segment writer of one of the plugin's streams into the capture directory."""
+        return SegmentWriter(
+            self.directory,
+            node=self.node,
+            stream=stream,
+            writer=WRITER,
+            settings=self.writer,
+            retention=self.retention,
+            clock_ns=clock_ns,
+        )
 
 
 def settings_from_environment(environ: Mapping[str, str] | None = None) -> PluginSettings | None:

@@ -50,14 +50,7 @@ class OomtraceStatLogger(StatLoggerBase):  # type: ignore[misc]  # vLLM is untyp
             return
         if settings is None:
             return
-        writer = SegmentWriter(
-            settings.directory,
-            node=settings.node,
-            stream=f"vllm-api-{os.getpid()}-{engine_index}",
-            writer=records.WRITER,
-            settings=settings.writer,
-            retention=settings.retention,
-        )
+        writer = settings.writer_for(f"vllm-api-{os.getpid()}-{engine_index}")
         try:
             writer.start()
         except OSError as err:
