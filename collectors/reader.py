@@ -16,6 +16,8 @@ from typing import Any, Literal
 
 from collectors.columns import EventColumns, LogLines, PromScrapes, SampleColumns
 from collectors.format import FORMAT_VERSION, SUFFIX, DecodeError, Header, Record, decode
+from collectors.vllm_plugin import records as vllm_records
+from collectors.vllm_plugin.columns import VllmRecords
 
 DiagnosticKind = Literal[
     "torn_tail",
@@ -24,6 +26,7 @@ DiagnosticKind = Literal[
     "skipped_file",
     "dropped_records",
     "unresolved_repeat",
+    "newer_plugin",
 ]
 HEALTH_METRICS = {
     "up": "collector_up",
@@ -100,6 +103,8 @@ class CaptureReadResult:
     rotations: tuple[LogRotation, ...]
     infos: tuple[Info, ...]
     diagnostics: tuple[Diagnostic, ...]
+    # what the vLLM plugin recorded inside the engine (empty without it)
+    vllm: VllmRecords = field(default_factory=VllmRecords)
 
     @property
     def nodes(self) -> tuple[str, ...]:
@@ -118,6 +123,7 @@ class _Builder:
     diagnostics: list[Diagnostic] = field(default_factory=list)
     segments: list[SegmentInfo] = field(default_factory=list)
     seen_info: set[tuple[str, int, str]] = field(default_factory=set)
+    vllm: VllmRecords = field(default_factory=VllmRecords)
 
 
 def read_capture(directory: str | Path) -> CaptureReadResult:
@@ -152,6 +158,7 @@ def read_capture(directory: str | Path) -> CaptureReadResult:
         rotations=tuple(sorted(builder.rotations, key=lambda r: r.ts_ns)),
         infos=tuple(sorted(builder.infos.values(), key=lambda i: (i.ts_ns, i.source))),
         diagnostics=tuple(builder.diagnostics),
+        vllm=builder.vllm,
     )
 
 
@@ -193,6 +200,17 @@ def _read_segment(path: Path, out: _Builder) -> None:
     if state.corrupt:
         out.diagnostics.append(
             Diagnostic("corrupt_record", path.name, state.first_corrupt, state.corrupt)
+        )
+    if state.refused:
+        version, count = state.refused
+        out.diagnostics.append(
+            Diagnostic(
+                "newer_plugin",
+                path.name,
+                f"vLLM plugin records of version {version}, newer than this reader "
+                f"({vllm_records.RECORD_VERSION}): {count} skipped; upgrade oomtrace",
+                count,
+            )
         )
     for kind, count in sorted(state.unknown.items()):
         out.diagnostics.append(
@@ -245,6 +263,8 @@ class _SegmentState:
         self.last_ts: int | None = None
         self.closed = False
         self.last_text: dict[tuple[str, str], str] = {}
+        # (record version, records skipped) when the vLLM plugin wrote a layout we do not know
+        self.refused: tuple[int, int] | None = None
 
     def add(self, record: Record, out: _Builder) -> None:
         kind = record["k"]
@@ -333,19 +353,27 @@ def _on_health(state: _SegmentState, rec: Record, out: _Builder) -> None:
 
 
 def _on_info(state: _SegmentState, rec: Record, out: _Builder) -> None:
-    key = (state.header.node, rec["src"], rec["ts"], repr(sorted(rec["data"].items())))
-    out.infos[key] = Info(rec["ts"], state.header.node, rec["src"], rec["data"])
+    data = rec["data"]
+    key = (state.header.node, rec["src"], rec["ts"], repr(sorted(data.items())))
+    out.infos[key] = Info(rec["ts"], state.header.node, rec["src"], data)
+    if data.get("plugin") == vllm_records.PLUGIN_NAME:
+        version = int(data.get("record_version", 1))
+        if version > vllm_records.RECORD_VERSION:
+            state.refused = (version, 0)
+        elif rec["src"] == vllm_records.ENGINE_SOURCE:
+            out.vllm.engines[state.header.stream] = dict(data)
 
 
 def _on_drop(state: _SegmentState, rec: Record, out: _Builder) -> None:
-    out.diagnostics.append(
-        Diagnostic(
-            "dropped_records",
-            state.name,
-            "the writer dropped records (disk too slow or full)",
-            int(rec["n"]),
-        )
-    )
+    why = rec.get("why") or "the writer dropped records (disk too slow or full)"
+    out.diagnostics.append(Diagnostic("dropped_records", state.name, str(why), int(rec["n"])))
+
+
+def _on_vllm(state: _SegmentState, rec: Record, out: _Builder) -> None:
+    if state.refused is not None:
+        state.refused = (state.refused[0], state.refused[1] + 1)
+        return
+    out.vllm.add(state.header.node, state.header.stream, rec)
 
 
 def _on_nothing(state: _SegmentState, rec: Record, out: _Builder) -> None:
@@ -363,6 +391,7 @@ _HANDLERS = {
     "info": _on_info,
     "drop": _on_drop,
     "close": _on_nothing,
+    **dict.fromkeys(vllm_records.KINDS, _on_vllm),
 }
 
 

@@ -96,6 +96,10 @@ REQUESTS: Final = _schema(
         "max_tokens": pl.Int64,
         "output_tokens": pl.Int64,
         "cached_tokens": pl.Int64,
+        # KV blocks the engine itself says the request held at this event (the vLLM plugin);
+        # null where the source states none (every log). A trace written
+        # before it existed reads with the column null.
+        "kv_blocks": pl.Int64,
         "clock": CLOCK,
     }
 )
@@ -284,7 +288,9 @@ def _check_values(table: TableName, frame: pl.DataFrame, where: str) -> None:
             )
     elif table == "requests":
         _check_vocabulary(frame, "event", REQUEST_EVENTS, where)
-        _check_non_negative(frame, ["prompt_tokens", "max_tokens", "output_tokens"], where)
+        _check_non_negative(
+            frame, ["prompt_tokens", "max_tokens", "output_tokens", "kv_blocks"], where
+        )
     else:
         _check_vocabulary(frame, "kind", EVENT_KINDS, where)
         _check_non_negative(frame, [c for c in EVENTS if c.endswith("_bytes")], where)

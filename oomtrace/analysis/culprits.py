@@ -51,9 +51,11 @@ def residents(
         .agg(tokens_before=pl.col("tokens").sum())
     )
     summary = timeline.requests
-    states_first_token = (
-        summary.filter(pl.col("node") == node)["first_token_ts"].is_not_null().any()
-    )
+    on_node = summary.filter(pl.col("node") == node)
+    states_first_token = on_node["first_token_ts"].is_not_null().any()
+    # a source that names preempted requests (a V0 log, the vLLM plugin, which states every
+    # request's blocks and would have stated its preemption too) makes a count of 0 a figure
+    states_preemptions = bool((on_node["preemptions"] > 0).any()) or not timeline.blocks.is_empty()
     first = pl.col("first_token_ts")
     in_prefill = (
         pl.when(first.is_not_null())
@@ -72,15 +74,18 @@ def residents(
         "cached_tokens",
         "contract_tokens",
         "progress_stated",
+        "preemptions",
     )
     frame = (
-        now.join(before, on="rid", how="left")
+        _engine_blocks(timeline, now, peak_ts)
+        .join(before, on="rid", how="left")
         .with_columns(per_request(summary[c]).alias(c) for c in columns)
         .with_columns(
             growth_tokens=pl.col("tokens") - pl.col("tokens_before").fill_null(0),
             admitted_in_window=pl.col("start_ts") >= lit_ts(window_start),
             in_prefill=in_prefill,
             reserved_bytes=timeline.kv.bytes_expr(pl.col("contract_tokens")),
+            states_preemptions=pl.lit(states_preemptions),
         )
         .drop("sid", "rid")
     )
@@ -93,6 +98,42 @@ def residents(
         descending=[True, True, True, True, False],
         nulls_last=True,
     )
+
+
+def _engine_blocks(timeline: Timeline, now: pl.DataFrame, at: datetime) -> pl.DataFrame:
+    """Where the engine itself said what a resident request held (the vLLM plugin: at its
+    admission, at every block it added, at every snapshot), its latest statement at ``at`` in
+    the current residency replaces the blocks modelled from the tokens, and the bytes follow:
+    the ledger is then the engine's own. ``blocks_basis`` says which it is."""
+    stated = timeline.blocks
+    if stated.is_empty() or now.is_empty():
+        # no source states blocks: the basis column says nothing (the tokens' basis stands)
+        return now.with_columns(blocks_basis=pl.lit(None, pl.String))
+    latest = (
+        stated.filter(pl.col("rid").is_in(now["rid"].implode()) & (pl.col("ts") <= lit_ts(at)))
+        .group_by("rid")
+        .agg(pl.col("ts").last().alias("stated_ts"), pl.col("kv_blocks").last())
+    )
+    per_block = timeline.kv.bytes_per_block
+    in_residency = pl.col("stated_ts") >= pl.col("start_ts")
+    engine = pl.col("kv_blocks").is_not_null() & in_residency
+    return (
+        now.join(latest, on="rid", how="left")
+        .with_columns(
+            blocks=pl.when(engine).then(pl.col("kv_blocks")).otherwise(pl.col("blocks")),
+            bytes=pl.when(engine & pl.lit(per_block is not None))
+            .then(pl.col("kv_blocks") * (per_block or 0))
+            .otherwise(pl.col("bytes")),
+            blocks_basis=pl.when(engine).then(pl.lit("engine")).otherwise(pl.lit("modelled")),
+        )
+        .drop("stated_ts", "kv_blocks")
+    )
+
+
+def _preemptions(row: dict[str, Any]) -> int | None:
+    """Times the request was preempted, where the trace states preemptions by request (the
+    summary counts 0 for every request of a trace that never does: that is not a figure)."""
+    return row["preemptions"] if row.get("states_preemptions") else None
 
 
 def with_shares(frame: pl.DataFrame, observed_bytes: int | None) -> Residents:
@@ -210,6 +251,8 @@ def culprits(
                 admitted_in_window=bool(row["admitted_in_window"]),
                 in_prefill=row["in_prefill"],
                 reason=reason,
+                preemptions=_preemptions(row),
+                blocks_basis=row["blocks_basis"],
             )
         )
     return tuple(out)
@@ -242,6 +285,8 @@ def ledger(
             share=float(r["share"]),
             resident_since=r["start_ts"],
             resident_since_basis=r["start_basis"],
+            preemptions=_preemptions(r),
+            blocks_basis=r["blocks_basis"],
         )
         for r in frame.iter_rows(named=True)
     )

@@ -91,10 +91,17 @@ class Culprit:
     admitted_in_window: bool
     in_prefill: bool | None
     reason: str
+    # times the engine preempted it in the trace (null: no source states preemptions by request)
+    preemptions: int | None = None
+    # "engine": blocks as the engine itself stated them (the vLLM plugin); "modelled": from
+    # tokens where the engine states blocks for other requests; null where no source states any
+    blocks_basis: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "rank": self.rank,
+            "preemptions": self.preemptions,
+            "blocks_basis": self.blocks_basis,
             "request_id": self.request_id,
             "share": share(self.share),
             "tokens": self.tokens,
@@ -131,6 +138,8 @@ class LedgerRow:
     share: float
     resident_since: datetime | None
     resident_since_basis: str | None
+    preemptions: int | None = None
+    blocks_basis: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}

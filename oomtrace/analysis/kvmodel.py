@@ -6,24 +6,34 @@ Bytes per block come from one of two places, and the findings say which:
 
 * the model architecture (``oomtrace.budget.kv_spec``, from ``--config config.json``), which knows
   sliding windows, MLA and recurrent state: it plugs in through :class:`SequenceBytes`;
-* the engine's own startup statements in ``manifest.engine_config``: the memory it set aside for
-  the cache divided by the blocks (``available_kv_cache_bytes / num_gpu_blocks``) or by the token
-  slots (``available_kv_cache_bytes / kv_cache_tokens x block_size``) it carved from it.
+* the engine's own statements in ``manifest.engine_config``: the bytes of one block summed over
+  its KV cache groups (``kv_bytes_per_block``, from the vLLM plugin inside the engine), else the
+  memory it set aside for the cache divided by the blocks (``available_kv_cache_bytes /
+  num_gpu_blocks``) or by the token slots (``available_kv_cache_bytes / kv_cache_tokens x
+  block_size``) it carved from it.
+
+What the engine states about itself wins over defaults: the block size is the engine's own (the
+plugin), else its figures (``kv_cache_tokens / num_gpu_blocks``, e.g. 5,120 tokens in 40 blocks
+= 128, over a ``block_size`` argument that disagrees), else the argument, else a default.
+:attr:`KVModel.sources` says where each figure came from; ``engine_config["stated_by"]`` names
+the source of the keys an ingest parser took from somewhere better than the start-up lines.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import polars as pl
 
 from oomtrace.budget import KVSpec, kv_spec, load_architecture
+from oomtrace.budget.dtypes import KV_CACHE_DTYPES, canonical_model_dtype
 from oomtrace.trace import Manifest
 from oomtrace.units import GiB, format_bytes
 
-KVBasis = Literal["architecture", "engine_blocks", "engine_tokens", "none"]
+KVBasis = Literal["architecture", "engine_groups", "engine_blocks", "engine_tokens", "none"]
 
 DEFAULT_BLOCK_SIZE = 16  # vLLM's default; SGLang's pages are one token unless stated
 # vLLM prints "Available KV cache memory: %.2f GiB": the figure is rounded to 0.005 GiB.
@@ -70,6 +80,8 @@ class KVModel:
     pool_bytes: int | None
     statement: str
     notes: tuple[str, ...] = ()
+    # figure -> where it came from ("block_size", "pool_blocks", "bytes_per_block")
+    sources: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def has_bytes(self) -> bool:
@@ -98,6 +110,7 @@ class KVModel:
             "pool_bytes": self.pool_bytes,
             "statement": self.statement,
             "notes": list(self.notes),
+            "sources": dict(self.sources),
         }
 
 
@@ -123,25 +136,62 @@ class _Pool:
     tokens: int | None
     available: int | None
     notes: tuple[str, ...]
+    sources: Mapping[str, str]
+
+
+def stated_by(config: Mapping[str, Any], key: str, default: str) -> str:
+    """Where ``engine_config[key]`` came from (``engine_config["stated_by"]``), else ``default``."""
+    by = config.get("stated_by")
+    source = by.get(key) if isinstance(by, Mapping) else None
+    return source if isinstance(source, str) else default
+
+
+def _block_size(config: dict[str, Any], engine: str) -> tuple[int, bool, str, tuple[str, ...]]:
+    """(block size, stated, its source, notes): the engine's own, its figures, its argument, a
+    default, in that order (see the module docstring)."""
+    stated = _int(config, "block_size")
+    own = isinstance(config.get("stated_by"), Mapping) and "block_size" in config["stated_by"]
+    by = stated_by(config, "block_size", "the engine's arguments")
+    tokens, blocks = _int(config, "kv_cache_tokens"), _int(config, "num_gpu_blocks")
+    figures = tokens // blocks if tokens and blocks and tokens % blocks == 0 else None
+    if stated is not None and (own or figures in (None, stated)):
+        return stated, True, by, ()
+    if figures is not None and tokens and blocks:
+        source = f"the engine's figures: {tokens:,} tokens in {blocks:,} blocks"
+        notes: tuple[str, ...] = ()
+        if stated is not None:
+            notes = (f"{by} say block size {stated}, {source} say {figures}: used {figures}",)
+        return figures, True, source, notes
+    default = 1 if engine == "sglang" else DEFAULT_BLOCK_SIZE
+    why = "SGLang pages one token" if engine == "sglang" else "the vLLM default"
+    return (
+        default,
+        False,
+        f"assumed ({why})",
+        (f"block size not stated; assumed {default} ({why})",),
+    )
 
 
 def _pool(manifest: Manifest, samples: pl.DataFrame) -> _Pool:
     config = manifest.engine_config
-    stated_block = _int(config, "block_size")
     engine = str(manifest.engine.get("name", "")).lower()
-    block_size = stated_block or (1 if engine == "sglang" else DEFAULT_BLOCK_SIZE)
-    notes = []
-    if stated_block is None:
-        why = "SGLang pages one token" if engine == "sglang" else "the vLLM default"
-        notes.append(f"block size not stated; assumed {block_size} ({why})")
-    blocks = _int(config, "num_gpu_blocks") or _sample_max(samples, "kv_blocks_total")
+    block_size, block_stated, block_source, notes = _block_size(config, engine)
+    sources = {"block_size": block_source}
+    blocks = _int(config, "num_gpu_blocks")
+    if blocks is not None:
+        sources["pool_blocks"] = stated_by(config, "num_gpu_blocks", "the engine's start-up lines")
+    else:
+        blocks = _sample_max(samples, "kv_blocks_total")
+        if blocks is not None:
+            sources["pool_blocks"] = "the engine's metrics (kv_blocks_total)"
     tokens = _int(config, "kv_cache_tokens") or _sample_max(samples, "kv_tokens_total")
     if blocks is None and tokens is not None:
         blocks = tokens // block_size
+        sources["pool_blocks"] = f"{tokens:,} tokens of the KV cache in blocks of {block_size}"
     if tokens is None and blocks is not None:
         tokens = blocks * block_size
     available = _int(config, "available_kv_cache_bytes")
-    return _Pool(block_size, stated_block is not None, blocks, tokens, available, tuple(notes))
+    return _Pool(block_size, block_stated, blocks, tokens, available, notes, sources)
 
 
 def kv_model(
@@ -174,10 +224,11 @@ def kv_model(
             None,
             "no KV bytes model: figures are in tokens and blocks only",
             (*pool.notes, note),
+            pool.sources,
         )
     per_block, basis, statement = engine_model
     notes = pool.notes
-    if pool.available is not None:
+    if pool.available is not None and basis != "engine_groups":
         rounding = (
             "engines print the available KV memory rounded (vLLM and SGLang to 0.01 GiB): bytes "
             f"per block are within about ±{_PRINTED_GIB_ERROR / pool.available:.2%}"
@@ -195,6 +246,7 @@ def kv_model(
         pool.blocks * per_block if pool.blocks else pool.available,
         statement,
         notes,
+        {**pool.sources, "bytes_per_block": statement},
     )
 
 
@@ -233,11 +285,20 @@ def _architecture_model(
         pool_bytes,
         statement,
         notes,
+        {**pool.sources, "bytes_per_block": statement},
     )
 
 
 def _engine_block_bytes(config: dict[str, Any], pool: _Pool) -> tuple[int, KVBasis, str] | None:
     available, block_size = pool.available, pool.block_size
+    exact = _int(config, "kv_bytes_per_block")
+    if exact is not None:
+        by = stated_by(config, "kv_bytes_per_block", "the engine")
+        text = (
+            f"{by}: {format_bytes(exact)} per block of {block_size} tokens, summed over its KV "
+            "cache groups"
+        )
+        return exact, "engine_groups", text
     if available is None:
         return None
     stated_tokens = _int(config, "kv_cache_tokens")
@@ -272,9 +333,24 @@ def architecture_spec(
     a label saying where it came from. The tensor-parallel size defaults to the one the trace's
     engine stated (else 1). Raises :class:`~oomtrace.errors.ConfigError` for a config the budget
     module cannot read."""
-    stated = manifest.engine_config.get("tensor_parallel_size")
+    engine = manifest.engine_config
+    stated = engine.get("tensor_parallel_size")
     tp = tensor_parallel or (stated if isinstance(stated, int) and stated > 0 else 1)
     arch = load_architecture(config)
+    # The dtype the engine ran with (its start-up line, or the plugin) beats the config's
+    # torch_dtype: a server started with --dtype float32 stores 4-byte KV from a bfloat16 config.
+    ran = canonical_model_dtype(str(engine.get("dtype", "")))
+    dtype_note = ""
+    if ran is not None and ran != arch.dtype:
+        by = stated_by(engine, "dtype", "the engine's start-up lines")
+        dtype_note = f", dtype {ran} from {by} (config: {arch.dtype or 'not stated'})"
+        arch = replace(arch, dtype=ran, dtype_source=by)
+    if kv_cache_dtype == "auto":
+        ran_kv = str(engine.get("kv_cache_dtype", "auto"))
+        if ran_kv != "auto" and ran_kv in KV_CACHE_DTYPES:
+            kv_cache_dtype = ran_kv
+            by = stated_by(engine, "kv_cache_dtype", "the engine's start-up lines")
+            dtype_note += f", KV cache dtype {ran_kv} from {by}"
     spec = kv_spec(arch, kv_cache_dtype=kv_cache_dtype, tensor_parallel=tp)
-    label = f"architecture ({arch.name}, KV {spec.kv_dtype}, tensor parallel {tp})"
+    label = f"architecture ({arch.name}, KV {spec.kv_dtype}, tensor parallel {tp}{dtype_note})"
     return spec, label

@@ -46,7 +46,8 @@ _NULL: Final = np.iinfo(np.int64).min  # stands for "not stated" inside segmente
 
 class Lifecycle:
     """``keys``: ``node, request_id`` per request, row ``rid - 1``. ``events``: ``rid`` (sorted),
-    ``ts``, ``event`` (enum), ``rank`` and the stated counts, in ``(rid, ts, rank)`` order.
+    ``ts``, ``event`` (enum), ``rank`` and the stated counts (and ``kv_blocks`` where the trace
+    has the column), in ``(rid, ts, rank)`` order.
 
     The events are the largest table of a timeline build; :meth:`take_events` hands them over
     once, so that they are freed as soon as the taker is done with them."""
@@ -94,8 +95,12 @@ def lifecycle(
     lengths = grouped["_row"].list.len().to_numpy()
     order = grouped["_row"].explode()
     rid = np.repeat(np.arange(1, grouped.height + 1, dtype=np.uint32), lengths)
+    # kv_blocks: what the engine itself says a request held (the vLLM plugin); a trace written
+    # before the column existed has none
+    stated = ("kv_blocks",) if "kv_blocks" in frame.collect_schema().names() else ()
     columns = {
-        name: _column(frame, name, invalid).gather(order) for name in ("ts", "event", *_COUNTS)
+        name: _column(frame, name, invalid).gather(order)
+        for name in ("ts", "event", *_COUNTS, *stated)
     }
     ranks = pl.Series([RANK[e] for e in REQUEST_EVENTS], dtype=pl.Int8)
     events = pl.DataFrame(columns).select(
@@ -104,6 +109,7 @@ def lifecycle(
         "event",
         pl.lit(ranks).gather(pl.col("event").to_physical()).alias("rank"),
         *_COUNTS,
+        *stated,
     )
     if not _in_order(events):
         events = events.sort("rid", "ts", "rank", maintain_order=True)
@@ -126,7 +132,7 @@ def _column(frame: pl.LazyFrame, name: str, invalid: Callable[[], None]) -> pl.S
         if not column.is_in(list(REQUEST_EVENTS)).all():
             invalid()
         return column.cast(EVENT_TYPE)
-    if name in ("prompt_tokens", "max_tokens", "output_tokens") and (column < 0).any():
+    if name in ("prompt_tokens", "max_tokens", "output_tokens", "kv_blocks") and (column < 0).any():
         invalid()
     return column
 

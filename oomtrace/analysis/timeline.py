@@ -29,9 +29,9 @@ tokens, stated``); :attr:`Timeline.knots` adds the request's keys for readers.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 import polars as pl
 
@@ -61,6 +61,9 @@ __all__ = [
 
 Basis = Literal["exact", "modelled", "bounded"]
 
+_STATED_BLOCKS_COLUMNS: dict[str, Any] = {"rid": ID, "ts": TS, "kv_blocks": pl.Int64}
+STATED_BLOCKS: Final = pl.Schema(_STATED_BLOCKS_COLUMNS)
+
 OPENS: Final = ("admitted", "resumed")
 CLOSES: Final = ("preempted", "finished", "aborted")
 RESETS: Final = ("engine_dead", "engine_start")
@@ -84,6 +87,9 @@ class Timeline:
     points: pl.DataFrame
     rate: DecodeRate
     kv: KVModel
+    # ``rid, ts, kv_blocks``: the blocks the engine itself said a request held (the vLLM
+    # plugin), in ``(rid, ts)`` order; empty where no source states them
+    blocks: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=STATED_BLOCKS))
 
     @property
     def knots(self) -> pl.DataFrame:
@@ -147,13 +153,22 @@ def timeline_of(
     summary = summarize(life)
     if rate is None:
         rate = decode_rate(summary, samples)
-    ev = _classified(life.take_events(), summary)  # the events go once classified
+    events = life.take_events()
+    blocks = _stated_blocks(events)
+    ev = _classified(events, summary)  # the events go once classified
+    del events
     segments = infer_admissions(_segments(ev, summary, rate), summary, samples, resets)
     stated = _stated_knots(ev, segments)
     del ev
     segments = close_open_segments(segments, stated, summary, trace_end, resets, rate)
     points = model_knots(stated, segments, summary, rate, max_model_len)
-    return Timeline(summary, segments, points, rate, kv)
+    return Timeline(summary, segments, points, rate, kv, blocks)
+
+
+def _stated_blocks(events: pl.DataFrame) -> pl.DataFrame:
+    if "kv_blocks" not in events.columns:
+        return pl.DataFrame(schema=STATED_BLOCKS)
+    return events.filter(pl.col("kv_blocks").is_not_null()).select(STATED_BLOCKS.names())
 
 
 # Residency roles of events, as small integers (compared millions of times).

@@ -25,7 +25,7 @@ from oomtrace.report.fmt import value_text
 from oomtrace.report.gaps_section import gaps_section
 from oomtrace.report.lanes import lanes_section
 from oomtrace.report.records import parse_time, table_from_mapping, table_from_records
-from oomtrace.report.verdict import build_verdict, incident_label
+from oomtrace.report.verdict import build_verdict, incident_label, unstated
 from oomtrace.report.worksheet_section import budget_section
 from oomtrace.trace import Trace, set_aside
 
@@ -321,7 +321,9 @@ def _ledger_section(ledger: Any, kv_model: Any = None) -> Section:
     rest = {k: v for k, v in ledger.items() if k not in ("rows", "requests", "totals")}
     tables: list[tuple[str, Any]] = []
     if rows:
-        tables.append(("requests", table_from_records(rows, order=LEDGER_ORDER)))
+        tables.append(
+            ("requests", table_from_records(rows, order=LEDGER_ORDER, drop=unstated(rows)))
+        )
     if isinstance(totals, Mapping):
         tables.append(("totals", table_from_mapping({**totals, **rest})))
     elif rest:

@@ -86,10 +86,21 @@ def incident_label(incident_class: str) -> str:
     return CLASS_LABELS.get(incident_class, incident_class.replace("_", " "))
 
 
+# Columns only some sources can fill (the vLLM plugin states blocks and preemptions per
+# request): shown where a row has a value, left out where every row would say "not stated".
+ENGINE_STATED: Final = ("blocks_basis", "preemptions")
+
+
+def unstated(rows: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
+    """The :data:`ENGINE_STATED` columns no row of ``rows`` has a value for."""
+    return tuple(c for c in ENGINE_STATED if all(r.get(c) is None for r in rows))
+
+
 def culprit_table(culprits: Sequence[Mapping[str, Any]]) -> Table:
     ranked = [{"rank": i + 1, **c} for i, c in enumerate(culprits)]
     note = "" if ranked else "The analysis named no request."
-    return table_from_records(ranked, order=CULPRIT_ORDER, drop=CULPRIT_HIDDEN, note=note)
+    drop = (*CULPRIT_HIDDEN, *unstated(ranked))
+    return table_from_records(ranked, order=CULPRIT_ORDER, drop=drop, note=note)
 
 
 def build_verdict(incident: Mapping[str, Any] | None) -> Verdict:

@@ -10,7 +10,8 @@ a seeded generator and every clock is the simulation's, so a run writes the same
     python -m tools.sample_incidents --out DIR  # somewhere else
 
 Each incident's ``README.md`` (the story and the hand check) and ``expected.toml`` (the facts the
-analysis must find) are written by hand and never touched by the generator.
+analysis must find) are written by hand and never touched by the generator. The folders in
+:data:`RECORDED` were recorded from a real server instead (their own script says how).
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ MODULES: Final[tuple[ModuleType, ...]] = (
     sglang_retraction,
 )
 INCIDENTS: Final[dict[str, Callable[[Path], object]]] = {m.NAME: m.build for m in MODULES}
+# Recorded from a real server, not generated (tools/sample_incidents/vllm_cpu_recorded.py): the
+# generator leaves these folders alone and the byte-for-byte check skips them.
+RECORDED: Final = ("vllm-cpu-preemptions",)
 HAND_WRITTEN: Final = frozenset({"README.md", "expected.toml"})
 ROOT: Final = Path(__file__).resolve().parents[2] / "sample_logs"
 

@@ -24,6 +24,7 @@ from collectors.columns import LogLines
 from collectors.segments import read_capture
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.errors import InputError
+from oomtrace.ingest.capture.vllm_plugin import plugin_result, prefer_plugin
 from oomtrace.ingest.parser_api import LineParser, ParseContext, ParseResult
 from oomtrace.ingest.prometheus.text_parser import parse_scrapes
 from oomtrace.ingest.registry import registry
@@ -62,6 +63,7 @@ class CaptureParser:
             )
         for item in capture.diagnostics:
             diag.skip(item.kind.replace("_", " "), item.count, f"{item.file}: {item.detail}")
+        plugin = plugin_result(capture.vllm) if capture.vllm else None
         parts = [_canonical(capture.samples.as_dict(), capture.events.as_dict())]
         for scrapes in capture.prometheus.values():
             parts.append(parse_scrapes(zip(scrapes.ts_ns, scrapes.text, strict=True), diag))
@@ -77,6 +79,10 @@ class CaptureParser:
                 "the engine's peak statistics; see collectors/FORMAT.md)"
             )
         diag.lines_recognised += len(capture.samples) + len(capture.events)
+        diag.lines_recognised += len(capture.vllm.steps) + len(capture.vllm.admitted)
+        if plugin is not None:
+            # the engine's own account first: it wins where it speaks (prefer_plugin)
+            parts = prefer_plugin(parts, plugin, diag)
         merged = _combine(parts)
         merged.host = capture.nodes[0] if capture.nodes else None
         if len(capture.nodes) > 1:

@@ -196,6 +196,13 @@ CONFIG_LINES: Final[tuple[ConfigLine, ...]] = (
         "v1-0.20",
     ),
     ConfigLine(
+        "blocks override V1 (--num-gpu-blocks-override)", "Overriding num_gpu_blocks=",
+        r"^Overriding num_gpu_blocks=(?P<profiled_num_gpu_blocks__int>\d+) with "
+        r"num_gpu_blocks_override=(?P<num_gpu_blocks__int>\d+)",
+        "Overriding num_gpu_blocks=128 with num_gpu_blocks_override=40",
+        {"profiled_num_gpu_blocks": 128, "num_gpu_blocks": 40},
+    ),
+    ConfigLine(
         "concurrency 0.6.3 - 0.27", "Maximum concurrency for ",
         r"^Maximum concurrency for (?P<max_concurrency_tokens__int>[\d,]+) tokens per request: "
         r"(?P<max_concurrency__float>[\d.]+)x",

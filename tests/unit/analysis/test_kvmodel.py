@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import polars as pl
 from polars.testing import assert_series_equal
 
-from oomtrace.analysis.kvmodel import BlockBytes, KVModel, kv_model
+from oomtrace.analysis.kvmodel import BlockBytes, KVModel, architecture_spec, kv_model
 from oomtrace.schema import empty
 from oomtrace.trace import Manifest
 from oomtrace.units import GiB, KiB, MiB
@@ -102,3 +105,78 @@ def test_block_bytes_round_up_to_whole_blocks() -> None:
     spec = BlockBytes(1000)
     got = pl.select(spec.sequence_bytes_expr(pl.Series([0, 15, 16, 33]), 16)).to_series()
     assert_series_equal(got, pl.Series([0, 1000, 1000, 3000]), check_names=False)
+
+
+# --- what the engine states about itself wins ------------------------------------------------
+
+
+def test_the_block_size_comes_from_the_engines_figures_and_says_so() -> None:
+    # GIVEN vLLM 0.32.0's CPU build: "CPU KV cache size: 5,120 tokens" and the blocks override
+    # to 40 blocks; no block size argument (vLLM's default would be 16)
+    manifest = Manifest(
+        engine={"name": "vllm"}, engine_config={"kv_cache_tokens": 5120, "num_gpu_blocks": 40}
+    )
+    model = kv_model(manifest, empty("samples"))
+    assert (model.block_size, model.block_size_stated, model.pool_blocks) == (128, True, 40)
+    assert model.sources["block_size"] == "the engine's figures: 5,120 tokens in 40 blocks"
+    assert not any("assumed 16" in n for n in model.notes)
+
+
+def test_the_engines_figures_beat_a_block_size_argument_that_disagrees() -> None:
+    manifest = Manifest(
+        engine_config={"block_size": 16, "kv_cache_tokens": 5120, "num_gpu_blocks": 40}
+    )
+    model = kv_model(manifest, empty("samples"))
+    assert model.block_size == 128
+    assert any("arguments say block size 16" in n and "used 128" in n for n in model.notes)
+
+
+def test_the_plugins_figures_are_exact_and_named() -> None:
+    # GIVEN the vLLM plugin's engine description: blocks of 128 tokens of 128 KiB over 2 layers
+    plugin = "the vLLM plugin (engine core)"
+    manifest = Manifest(
+        engine_config={
+            "block_size": 128,
+            "num_gpu_blocks": 40,
+            "kv_bytes_per_block": 128 * KiB,
+            "available_kv_cache_bytes": round(0.02 * GiB),  # printed, rounded: not used
+            "stated_by": dict.fromkeys(
+                ("block_size", "num_gpu_blocks", "kv_bytes_per_block"), plugin
+            ),
+        }
+    )
+    model = kv_model(manifest, empty("samples"))
+    assert (model.basis, model.bytes_per_block, model.pool_bytes) == (
+        "engine_groups",
+        128 * KiB,
+        40 * 128 * KiB,
+    )
+    assert model.sources["block_size"] == model.sources["pool_blocks"] == plugin
+    assert model.sources["bytes_per_block"].startswith(plugin)
+    assert bytes_for(model, 1527) == [12 * 128 * KiB]
+
+
+def test_with_a_config_the_dtype_the_engine_ran_with_wins(tmp_path: Path) -> None:
+    # GIVEN a config.json saying bfloat16 and a server whose start-up said dtype float32
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(TINY_LLAMA))
+    ran = Manifest(
+        engine_config={"dtype": "float32", "kv_cache_tokens": 5120, "num_gpu_blocks": 40}
+    )
+    spec, label = architecture_spec(config, ran)
+    model = kv_model(ran, empty("samples"), spec=spec, spec_label=label)
+    # THEN a token is 2 layers x 2 (K, V) x 2 heads x 32 dims x 4 bytes = 1 KiB, not 512 B
+    assert model.bytes_per_token == 1024
+    assert model.bytes_per_block == 128 * KiB
+    assert "dtype float32 from the engine's start-up lines (config: bfloat16)" in label
+    # AND without the engine's statement the config's dtype is what there is
+    spec, _ = architecture_spec(config, Manifest())
+    assert kv_model(Manifest(), empty("samples"), spec=spec).bytes_per_token == 512
+
+
+TINY_LLAMA = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 128,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+    "intermediate_size": 256, "vocab_size": 32000, "max_position_embeddings": 4096,
+    "torch_dtype": "bfloat16",
+}  # fmt: skip

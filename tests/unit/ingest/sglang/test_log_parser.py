@@ -136,7 +136,7 @@ def test_v04_startup_lines_give_engine_config_in_bytes_of_gib(tmp_path: Path) ->
 
 def test_request_lines_give_ids_and_token_counts_never_text(tmp_path: Path) -> None:
     trace = _ingest(tmp_path, "v0.4-tp2.log")
-    requests = trace.requests.drop("node", "source", "clock")
+    requests = trace.requests.drop("node", "source", "kv_blocks", "clock")
     expected = pl.DataFrame(
         {
             "ts": [

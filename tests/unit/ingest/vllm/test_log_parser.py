@@ -228,6 +228,24 @@ def test_v1_newest_forms_device_names_aggregates_and_absent_prefix_cache() -> No
     }  # fmt: skip
 
 
+def test_v1_cpu_build_states_its_pool_dtype_and_suffixed_ids() -> None:
+    # vLLM 0.32.0's CPU build (written by the real server, tests/integration/test_vllm_real.py):
+    # "CPU KV cache size", the blocks override, request logging with the engine's suffixed ids,
+    # stats lines with "CPU KV cache usage" and no preemption figure
+    trace = _ingest("v1_0.32_cpu.log", year=2026)
+    config = trace.manifest.engine_config
+    assert (config["kv_cache_tokens"], config["num_gpu_blocks"]) == (5120, 40)
+    assert config["profiled_num_gpu_blocks"] == 128
+    assert (config["dtype"], config["kv_cache_dtype"]) == ("float32", "auto")
+    assert _series(trace, "kv_usage_ratio") == pytest.approx([0.974, 0.692])
+    assert _series(trace, "requests_waiting") == [41.0, 10.0]
+    assert not trace.samples.filter(pl.col("metric").str.starts_with("preemptions")).height
+    ids = trace.requests.get_column("request_id").unique().sort().to_list()
+    assert ids == [
+        "cmpl-8b5e01c6d51fdb92-0", "cmpl-a1a92b6a584b59f6-0", "cmpl-bfcb6f2745dbf17c-0"
+    ]  # fmt: skip
+
+
 # --- start-up refusals ------------------------------------------------------------------------
 
 
