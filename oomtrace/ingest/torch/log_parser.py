@@ -12,8 +12,10 @@ a note).
 but gets no made-up time: its rows leave with a null ``ts`` and their line number (``order``),
 and :mod:`oomtrace.ingest.alignment.anchoring` places them where another input of the incident
 saw the same failure, or keeps them un-timed. (The file's modification time is no time of the
-incident once the file was copied or checked out.) Lines handed over without a file
-(``parse_lines``) use their arrival time instead.
+incident once the file was copied or checked out.) llama.cpp's newer lines say how long after its
+start each came (:mod:`oomtrace.ingest.torch.llamacpp_log`): a duration, not a time, so such a
+log is one without times too. Lines handed over without a file (``parse_lines``) use their
+arrival time instead.
 
 Besides :func:`~oomtrace.ingest.torch.oom_text.extract_ooms`, TGI's warm-up failure ``Not enough
 memory to handle max_total_tokens=N`` becomes a ``startup_kv_insufficient`` event.
@@ -32,6 +34,7 @@ from oomtrace.ingest.alignment.anchoring import ORDER
 from oomtrace.ingest.parser_api import ParseContext, ParseResult
 from oomtrace.ingest.text.input_file import InputFile, first_line
 from oomtrace.ingest.text.timestamps import StampForms, line_stamps
+from oomtrace.ingest.torch import llamacpp_log
 from oomtrace.ingest.torch.oom_text import OOM_SHAPES, PREFILTER, extract_ooms
 from oomtrace.schema import TS
 
@@ -55,8 +58,11 @@ class PyTorchLogParser:
     description = "any text log with PyTorch/CUDA OOM messages (script stdout, TGI, llama.cpp)"
 
     def sniff(self, head: str, name: str) -> float:
-        if "\x00" in head or not _SNIFF_OOM.search(head):
+        if "\x00" in head:
             return 0.0
+        if not _SNIFF_OOM.search(head):
+            # llama.cpp's log is read for its allocation failures, which may come after the head
+            return CONFIDENCE if llamacpp_log.MARKERS.search(head) else 0.0
         return 0.2 if _ENGINE_SHAPES.search(head) else CONFIDENCE
 
     def parse(self, source: InputFile, ctx: ParseContext, diag: SourceDiagnostics) -> ParseResult:
@@ -85,6 +91,7 @@ class _Acc:
         self.kept: list[pl.DataFrame] = []
         self.lines_seen = 0
         self.untimed = False
+        self.durations = False
 
     def add(self, lines: pl.Series, arrival: pl.Series | None = None) -> None:
         stamps, forms = line_stamps(lines, self.tz, self.ctx.clock.year, self.ctx.mtime)
@@ -103,6 +110,7 @@ class _Acc:
         if known.len():
             self.first_ts = self.first_ts or known[0]
             self.last_ts = known[-1]
+        self.durations = self.durations or bool(lines.str.contains(llamacpp_log.RELATIVE).any())
         keep = pl.col("text").str.contains(_KEEP)
         unused = frame.filter(~keep)
         self.diag.skip(_NOT_RELEVANT, unused.height, first_line(unused["text"]))
@@ -170,6 +178,8 @@ class _Acc:
                 "another input of the incident saw the same failure (the clock record says "
                 "where); the others stay without a time"
             )
+            if self.durations:
+                self.diag.note(llamacpp_log.DURATIONS_NOTE)
             return kept.with_columns(ts=_line_instant(pl.col("line")))
         self.diag.skip(
             "out-of-memory line with no time (no timestamps, no file time)",

@@ -6,17 +6,25 @@ process the message lists. The message layouts (``docs/formats/pytorch.md``):
 
 * ``old``: ``CUDA out of memory. Tried to allocate A (GPU d; T total capacity; X already
   allocated; F free; [L allowed; ]R reserved in total by PyTorch)`` (torch <= 2.0; very old
-  builds end ``; C cached)``; other vendors reuse it, e.g. ``NPU ... current active;``);
+  builds end ``; C cached)``; ROCm builds say ``HIP``, other vendors reuse it, e.g. ``NPU ...
+  current active;``);
 * ``sentences``: ``CUDA out of memory. Tried to allocate A. GPU d has a total capacity of T of
   which F is free. [Process P has X memory in use. ]...[Including non-PyTorch memory, this
   process has X memory in use. ][L allowed; ]Of the allocated memory X is allocated by PyTorch,
   [with X allocated in private pools (e.g., CUDA Graphs), ]and U is reserved by PyTorch but
-  unallocated.`` (torch >= 2.1; 2.1 prints "capacty");
+  unallocated.`` (torch >= 2.1; 2.1 prints "capacty"; ROCm builds say ``HIP out of memory``);
+  the process clauses are read by :mod:`.oom_processes`;
+* ``fraction``: the ``cudaMallocAsync`` backend's six-line refusal, "Allocation on device d would
+  exceed allowed memory", read by :mod:`.oom_fraction`;
 * ``ggml``: llama.cpp's ``ggml_backend_cuda_buffer_type_alloc_buffer: allocating A MiB on device
   d: cudaMalloc failed: out of memory`` (the requested size and device only);
-* ``sizeless``: ``CUDA error: out of memory``, ``CUBLAS_STATUS_ALLOC_FAILED``,
-  ``CUDNN_STATUS_ALLOC_FAILED``, ``Tried to allocate more than 1EB memory``, the 2.14
-  ``preemptively rejected`` form: an ``oom`` event whose sizes are null, never 0.
+* ``sizeless``: ``CUDA error: out of memory``, ``HIP error: out of memory``,
+  ``CUBLAS_STATUS_ALLOC_FAILED``, ``CUDNN_STATUS_ALLOC_FAILED``, ``Tried to allocate more than 1EB
+  memory``, the 2.14 ``preemptively rejected`` form: an ``oom`` event whose sizes are null,
+  never 0.
+
+A memory fraction's limit (``L allowed``) is not the device's capacity: ``total_bytes`` stays the
+device total and the limit is told in the event's ``detail``.
 
 The same failure is often printed several times (the worker's traceback, then the engine's
 "Worker failed with error '...'" wrapper): identical messages for one device within
@@ -29,29 +37,37 @@ from typing import Final
 
 import polars as pl
 
+from oomtrace.ingest.torch import oom_fraction
+from oomtrace.ingest.torch.oom_processes import (
+    SIZE,
+    empty_samples,
+    process_samples,
+    with_processes,
+)
 from oomtrace.schema import empty
 from oomtrace.units import bytes_expr
 
 REPEAT_WINDOW_S: Final = 5
 
-_SIZE = r"([0-9.]+) ?(bytes|[KMGTP]iB)"
 _DEVICE_WORD = r"(?:GPU|NPU|XPU|HPU|MPS)"
+_VENDOR = r"(?:CUDA|HIP|NPU|XPU|HPU|MUSA)"
 
 _OLD: Final = (
-    r"(?:CUDA|NPU|XPU|HPU) out of memory\. Tried to allocate "
-    + _SIZE
+    _VENDOR
+    + r" out of memory\. Tried to allocate "
+    + SIZE
     + r" \("
     + _DEVICE_WORD
     + r" (\d+); "
-    + _SIZE
+    + SIZE
     + r" total capacity; "
-    + _SIZE
+    + SIZE
     + r" already allocated; (?:[0-9.]+ ?(?:bytes|[KMGTP]iB) current active; )?"
-    + _SIZE
+    + SIZE
     + r" free; (?:"
-    + _SIZE
+    + SIZE
     + r" allowed; )?(?:"
-    + _SIZE
+    + SIZE
     + r" reserved in total by PyTorch|"
     + r"[0-9.]+ ?(?:bytes|[KMGTP]iB) cached)"
 )
@@ -62,80 +78,109 @@ _OLD_NAMES: Final = [
 
 _NEW: Final = (
     r"out of memory\. Tried to allocate "
-    + _SIZE
+    + SIZE
     + r"\. "
     + _DEVICE_WORD
     + r" (\d+) has a total capac(?:i)?ty of "
-    + _SIZE
+    + SIZE
     + r" of which "
-    + _SIZE
+    + SIZE
     + r" is free\."
 )
 _NEW_NAMES: Final = ["req_n", "req_u", "device", "total_n", "total_u", "free_n", "free_u"]
-_SELF: Final = r"this process has " + _SIZE + r" memory in use"
-_ALLOCATED: Final = r"Of the allocated memory " + _SIZE + r" is allocated by PyTorch"
-_UNALLOCATED: Final = r"and " + _SIZE + r" is reserved by PyTorch but unallocated"
-_OTHERS: Final = r"Process (\d+) has ([0-9.]+ ?(?:bytes|[KMGTP]iB)) memory in use"
+_ALLOWED: Final = r"([0-9.]+ ?(?:bytes|[KMGTP]iB)) allowed; "
+_ALLOCATED: Final = r"Of the allocated memory " + SIZE + r" is allocated by PyTorch"
+_UNALLOCATED: Final = r"and " + SIZE + r" is reserved by PyTorch but unallocated"
 
-_SIZELESS: Final = (
-    r"CUDA error: out of memory|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED|"
+SIZELESS: Final = (
+    r"(?:CUDA|HIP) error: out of memory|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED|"
     r"Tried to allocate more than 1EB memory|Allocation was preemptively rejected|"
-    r"(?:CUDA|XPU|NPU) out of memory"
+    r"(?:CUDA|HIP|XPU|NPU) out of memory"
 )
 _GGML: Final = r"allocating ([0-9.]+) (MiB) on device (\d+): cudaMalloc failed: out of memory"
-# Cheap test that a line may hold an OOM; parsers use it to pick the lines worth keeping.
-PREFILTER: Final = r"out of memory|ALLOC_FAILED|preemptively rejected"
-# Any line that extract_ooms turns into an event matches this (used to count recognised lines).
-OOM_SHAPES: Final = "|".join(f"(?:{p})" for p in (_OLD, _NEW, _GGML, _SIZELESS))
+# Cheap test that a line may hold an OOM (or a line of a multi-line one); parsers use it to pick
+# the lines worth keeping.
+PREFILTER: Final = r"out of memory|ALLOC_FAILED|preemptively rejected|" + oom_fraction.PARTS
+# Any line that extract_ooms reads matches this (used to count recognised lines).
+OOM_SHAPES: Final = "|".join(
+    f"(?:{p})" for p in (_OLD, _NEW, oom_fraction.HEAD, oom_fraction.PARTS, _GGML, SIZELESS)
+)
 
 EVENT_COLUMNS: Final = [
-    "ts", "device", "kind", "requested_bytes", "total_bytes", "free_bytes", "allocated_bytes",
-    "reserved_unallocated_bytes", "process_bytes", "detail",
+    "ts", "device", "pid", "kind", "requested_bytes", "total_bytes", "free_bytes",
+    "allocated_bytes", "reserved_unallocated_bytes", "process_bytes", "detail",
 ]  # fmt: skip
 
 
 def extract_ooms(lines: pl.DataFrame, text: str = "text") -> tuple[pl.DataFrame, pl.DataFrame]:
-    """OOM events and per-process samples from ``lines`` (columns ``ts`` and ``text``).
+    """OOM events and per-process samples from ``lines`` (columns ``ts`` and ``text``, in file
+    order; an optional ``pid`` column is the pid of the process that printed each line, where
+    the parser knows it).
 
     Returns ``(events, samples)`` with canonical column names (without ``node``/``source``).
     Cost: one literal-ish scan of every line; the detailed patterns run only on the few lines
     that mention running out of memory.
     """
-    hits = lines.filter(pl.col(text).str.contains(PREFILTER)).select("ts", pl.col(text).alias("_t"))
+    keep = ["ts", pl.col(text).alias("_t")]
+    if "pid" in lines.columns:
+        keep.append(pl.col("pid").cast(pl.Int64, strict=False))
+    hits = lines.filter(pl.col(text).str.contains(PREFILTER)).select(keep)
     if hits.height == 0:
-        return _empty_events(), _empty_samples()
+        return _empty_events(), empty_samples()
+    hits = oom_fraction.stitch(hits)
+    # Only the sentences layout names the failing process; the line's pid helps name it there.
+    anonymous = hits.drop("pid", strict=False)
     found = [
-        _sized(hits, _OLD, _OLD_NAMES, "old"),
+        _sized(anonymous, _OLD, _OLD_NAMES, "old"),
         _sized(hits, _NEW, _NEW_NAMES, "sentences"),
-        _ggml(hits),
+        oom_fraction.refusals(anonymous),
+        _ggml(anonymous),
     ]
     sized = pl.concat([f for f in found if f is not None] or [hits.clear()], how="diagonal_relaxed")
     sizeless = (
-        hits.join(sized.select("_t").unique(), on="_t", how="anti")
-        .filter(pl.col("_t").str.contains(_SIZELESS))
+        anonymous.join(sized.select("_t").unique(), on="_t", how="anti")
+        .filter(pl.col("_t").str.contains(SIZELESS))
         .with_columns(
             _layout=pl.lit("sizeless"),
-            _what=pl.col("_t").str.extract("(" + _SIZELESS + ")", 1),
+            _what=pl.col("_t").str.extract("(" + SIZELESS + ")", 1),
             device=pl.col("_t")
             .str.extract(r"(?:GPU|device) (\d+)", 1)
             .cast(pl.Int32, strict=False),
         )
     )
-    events = pl.concat([sized, sizeless], how="diagonal_relaxed")
-    events = _dedupe(events)
-    samples = _process_samples(events)
-    detail = (
-        pl.when(pl.col("_layout") == "sizeless")
-        .then(pl.format("{} (no size stated)", pl.col("_what")))
-        .when(pl.col("_layout") == "ggml")
-        .then(pl.lit("llama.cpp (ggml) cudaMalloc failed: out of memory"))
-        .otherwise(pl.format("PyTorch OOM message ({} layout)", pl.col("_layout")))
-    )
-    events = events.with_columns(kind=pl.lit("oom"), detail=detail)
+    events = _dedupe(pl.concat([sized, sizeless], how="diagonal_relaxed"))
+    samples = process_samples(events)
+    events = events.with_columns(kind=pl.lit("oom"), detail=_detail(events))
     events = events.with_columns(
         pl.lit(None).alias(column) for column in EVENT_COLUMNS if column not in events.columns
     )
     return events.select(EVENT_COLUMNS).sort("ts"), samples
+
+
+def _detail(events: pl.DataFrame) -> pl.Expr:
+    layout = pl.col("_layout")
+    base = (
+        pl.when(layout == "sizeless")
+        .then(pl.format("{} (no size stated)", pl.col("_what")))
+        .when(layout == "ggml")
+        .then(pl.lit("llama.cpp (ggml) cudaMalloc failed: out of memory"))
+        .when(layout == "fraction")
+        .then(pl.lit("PyTorch cudaMallocAsync refusal: allocation would exceed allowed memory"))
+        .otherwise(pl.format("PyTorch OOM message ({} layout)", layout))
+    )
+    parts = [base]
+    rocm = pl.col("_t").str.contains(r"\bHIP (?:out of memory|error)")
+    parts.append(pl.when(rocm).then(pl.lit("; ROCm (HIP)")))
+    for column, words in (
+        ("_allowed", "; {} allowed by the process's memory fraction"),
+        ("_limit", "; {}"),
+        ("_who", "; {}"),
+    ):
+        if column in events.columns:
+            parts.append(
+                pl.when(pl.col(column).is_not_null()).then(pl.format(words, pl.col(column)))
+            )
+    return pl.concat_str(parts, ignore_nulls=True)
 
 
 def _sized(hits: pl.DataFrame, pattern: str, names: list[str], layout: str) -> pl.DataFrame | None:
@@ -151,24 +196,25 @@ def _sized(hits: pl.DataFrame, pattern: str, names: list[str], layout: str) -> p
         found = found.with_columns(
             allocated_bytes=size("alloc"),
             reserved_unallocated_bytes=(size("reserved") - size("alloc")).clip(lower_bound=0),
-            total_bytes=pl.coalesce(size("allowed"), size("total")),
+            total_bytes=size("total"),
+            _allowed=pl.concat_str(pl.col("allowed_n"), pl.lit(" "), pl.col("allowed_u")),
         )
     else:
         extra = [
             pl.col("_t").str.extract_groups(p).struct.rename_fields([f"{n}_n", f"{n}_u"])
-            for p, n in ((_SELF, "self"), (_ALLOCATED, "alloc"), (_UNALLOCATED, "unalloc"))
+            for p, n in ((_ALLOCATED, "alloc"), (_UNALLOCATED, "unalloc"))
         ]
         found = (
-            found.with_columns(_s=extra[0], _a=extra[1], _u=extra[2])
-            .unnest("_s", "_a", "_u")
+            found.with_columns(_a=extra[0], _u=extra[1])
+            .unnest("_a", "_u")
             .with_columns(
                 total_bytes=size("total"),
-                process_bytes=size("self"),
                 allocated_bytes=size("alloc"),
                 reserved_unallocated_bytes=size("unalloc"),
-                _others=pl.col("_t").str.extract_all(_OTHERS),
+                _allowed=pl.col("_t").str.extract(_ALLOWED, 1),
             )
         )
+        found = with_processes(found)
     return found.with_columns(
         _layout=pl.lit(layout),
         device=pl.col("device").cast(pl.Int32, strict=False),
@@ -201,35 +247,5 @@ def _dedupe(events: pl.DataFrame) -> pl.DataFrame:
     return events.filter(previous.is_null() | (gap > REPEAT_WINDOW_S))
 
 
-def _process_samples(events: pl.DataFrame) -> pl.DataFrame:
-    if "_others" not in events.columns:
-        return _empty_samples()
-    listed = (
-        events.select("ts", "device", "_others")
-        .explode("_others")
-        .drop_nulls("_others")
-        .with_columns(
-            _g=pl.col("_others").str.extract_groups(
-                r"Process (\d+) has ([0-9.]+) ?(bytes|[KMGTP]iB)"
-            )
-        )
-        .unnest("_g")
-    )
-    if listed.height == 0:
-        return _empty_samples()
-    names = listed.columns[-3:]
-    return listed.select(
-        "ts",
-        "device",
-        pid=pl.col(names[0]).cast(pl.Int64, strict=False),
-        metric=pl.lit("process_used_bytes"),
-        value=bytes_expr(pl.col(names[1]), pl.col(names[2])).cast(pl.Float64),
-    )
-
-
 def _empty_events() -> pl.DataFrame:
     return empty("events").select(EVENT_COLUMNS)
-
-
-def _empty_samples() -> pl.DataFrame:
-    return empty("samples").drop("node", "source")

@@ -91,7 +91,10 @@ def test_v04_kv_pool_oom_torch_oom_and_death_become_events(tmp_path: Path) -> No
             "oom",
             1,
             round(1.96 * GiB),
-            "PyTorch OOM message (sentences layout)",
+            (
+                "PyTorch OOM message (sentences layout); failing process: pid 3831601, the only "
+                "one listed holding PyTorch's reserved memory"
+            ),
         ),
         (
             _utc(2025, 3, 14, 2, 16, 17),

@@ -68,7 +68,10 @@ def test_tgi_log_rfc3339_with_ansi_colours_and_its_warmup_failure(tmp_path: Path
             datetime(2024, 12, 10, 21, 50, 1, 118870, tzinfo=UTC),
             "oom",
             round(1.95 * GiB),
-            "PyTorch OOM message (sentences layout)",
+            (
+                "PyTorch OOM message (sentences layout); failing process: pid 402, the only one "
+                "listed holding PyTorch's reserved memory"
+            ),
         ),
         (
             datetime(2024, 12, 10, 21, 50, 1, 203150, tzinfo=UTC),
@@ -77,6 +80,10 @@ def test_tgi_log_rfc3339_with_ansi_colours_and_its_warmup_failure(tmp_path: Path
             "TGI warm-up: not enough memory to handle max_total_tokens=4096",
         ),
     ]
+    # TGI's shard runs in a container: its own process is listed as "Process 402", and only it
+    # holds the 21.90 GiB + 262.51 MiB PyTorch had reserved
+    oom = trace.events.row(0, named=True)
+    assert (oom["pid"], oom["process_bytes"]) == (402, round(22.61 * GiB))
     assert trace.samples.select("pid", "metric").rows() == [(402, "process_used_bytes")]
     assert trace.manifest.clock == {}
 
@@ -235,3 +242,54 @@ def test_cli_names_a_log_without_an_oom_and_the_remedy(tmp_path: Path) -> None:
         "oomtrace: error: plain.log: no known format; no parser recognised it (tried: "
     )
     assert result.output.rstrip().endswith("pass --format")
+
+
+def test_llama_cpp_durations_since_start_are_no_time_of_day(tmp_path: Path) -> None:
+    # GIVEN llama.cpp's newer lines ("1.06.520.077 E ..."), its failure on device 1 of three
+    trace = _ingest(tmp_path, "llama-server-log-timestamps.log")
+    # THEN the failure keeps its device and size; a duration since start places nothing in time
+    (row,) = trace.events.to_dicts()
+    assert (row["ts"], row["clock"]) == (None, "untimed")
+    assert row["device"] == 1
+    assert row["requested_bytes"] == round(51748.72 * MiB)
+    (diag,) = trace.manifest.sources
+    assert diag.lines_recognised == 1
+    assert any("llama.cpp prints how long after its start" in n for n in diag.notes)
+
+
+def test_a_llama_cpp_log_is_recognised_before_its_failure_appears(tmp_path: Path) -> None:
+    path = tmp_path / "server.log"
+    path.write_text(
+        "0.00.131.872 I ggml_cuda_init: found 3 CUDA devices:\n"
+        + "0.00.902.114 I llama_model_loader: - kv   0: general.architecture str = llama\n" * 2000
+    )
+    chosen = sniff(InputFile(path, path.name), explicit=True)
+    assert chosen.parser is not None
+    assert chosen.parser.name == "pytorch-log"
+
+
+def test_tgi_warmup_panic_with_the_cudamallocasync_refusal(tmp_path: Path) -> None:
+    trace = _ingest(tmp_path, "tgi-warmup-panic.log")
+    (row,) = trace.events.to_dicts()
+    # the panic precedes the first timestamp in this excerpt, so it takes that one
+    assert row["ts"] == datetime(2023, 7, 7, 17, 55, 43, 805488, tzinfo=UTC)
+    assert (row["requested_bytes"], row["allocated_bytes"]) == (
+        round(4.83 * GiB),
+        round(16.08 * GiB),
+    )
+    assert (row["total_bytes"], row["free_bytes"]) == (round(22.20 * GiB), round(11.12 * MiB))
+    assert str(row["detail"]).endswith("limit 22.20 GiB (the memory fraction)")
+
+
+def test_the_refusal_printed_on_six_lines_is_one_event_and_all_its_lines_are_read(
+    tmp_path: Path,
+) -> None:
+    trace = _ingest(tmp_path, "fraction-refusal-lines.log")
+    (row,) = trace.events.to_dicts()
+    assert row["ts"] == datetime(2024, 6, 22, 15, 12, 27, 221000, tzinfo=UTC)
+    assert row["requested_bytes"] == 320 * MiB
+    assert row["total_bytes"] == round(23.69 * GiB)
+    assert str(row["detail"]).endswith("no memory fraction set, so CUDA itself refused")
+    (diag,) = trace.manifest.sources
+    assert diag.lines_recognised == 7
+    assert diag.lines_recognised + diag.lines_skipped == diag.lines_read == 9
