@@ -6,21 +6,24 @@ analysis commands call: a trace directory is read as it is, anything else is ing
 
 A file named on the command line that no parser recognises is an error; one found inside a
 directory is recorded as a gap and skipped, so that a folder of mixed files still gives a trace.
+The files of one series (a ``/metrics`` scrape per file) are read together as one source when
+their parser says they belong together (:class:`~oomtrace.ingest.parser_api.SeriesParser`).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.errors import InputError, UsageError
 from oomtrace.ingest.alignment import align
-from oomtrace.ingest.parser_api import ClockOptions, ParseContext, Parser
-from oomtrace.ingest.sniffing import Sniffed, expand_inputs, sniff, unrecognised
+from oomtrace.ingest.parser_api import ClockOptions, ParseContext, Parser, SeriesParser
+from oomtrace.ingest.sniffing import Sniffed, expand_inputs, series_name, sniff, unrecognised
+from oomtrace.ingest.text.input_file import InputFile
 from oomtrace.ingest.trace_merge import Parsed, merge
 from oomtrace.trace import Trace, is_trace_dir, read_trace
 
@@ -83,7 +86,7 @@ def ingest_paths(
             raise InputError(unrecognised(item))
     results: list[Parsed] = []
     skipped: list[SourceDiagnostics] = []
-    for item in sniffed:
+    for item, members in _series(sniffed):
         if item.parser is None:
             diag = SourceDiagnostics(item.source.name, "unrecognised", options.node or "")
             diag.note(
@@ -94,7 +97,11 @@ def ingest_paths(
             continue
         diag = SourceDiagnostics(item.source.name, item.parser.name, options.node or "")
         ctx = ParseContext(clock=options.clock, mtime=item.source.mtime)
-        results.append((item.source, item.parser.parse(item.source, ctx, diag), diag))
+        if len(members) > 1 and isinstance(item.parser, SeriesParser):
+            result = item.parser.parse_series(members, ctx, diag)
+        else:
+            result = item.parser.parse(item.source, ctx, diag)
+        results.append((item.source, result, diag))
     if not results:
         raise InputError(
             f"{', '.join(str(p) for p in paths)}: no file that oomtrace can read; "
@@ -104,6 +111,35 @@ def ingest_paths(
     # log-prefixes-and-times.md, "Aligning the inputs of one incident").
     align(results, options.clock)
     return merge(results, skipped, options.node, options.clock)
+
+
+def _series(sniffed: list[Sniffed]) -> list[tuple[Sniffed, list[InputFile]]]:
+    """Each input with the files it stands for: itself, or, for the first file of a series, every
+    file of it (named by the series' pattern); the series' other files are not listed again."""
+    keys: dict[int, tuple[str, str]] = {}
+    members: dict[tuple[str, str], list[InputFile]] = {}
+    for i, item in enumerate(sniffed):
+        parser = item.parser
+        if not isinstance(parser, SeriesParser) or not item.source.path.is_file():
+            continue
+        key = parser.series_key(item.source, item.source.head())
+        if key is not None:
+            keys[i] = (parser.name, key)
+            members.setdefault(keys[i], []).append(item.source)
+    out: list[tuple[Sniffed, list[InputFile]]] = []
+    seen: set[tuple[str, str]] = set()
+    for i, item in enumerate(sniffed):
+        group = members.get(keys[i], []) if i in keys else []
+        if len(group) < 2:
+            out.append((item, [item.source]))
+            continue
+        if keys[i] in seen:
+            continue
+        seen.add(keys[i])
+        ordered = sorted(group, key=lambda source: source.name)
+        name = series_name([source.name for source in ordered])
+        out.append((replace(item, source=InputFile(ordered[0].path, name)), ordered))
+    return out
 
 
 def inspect_path(

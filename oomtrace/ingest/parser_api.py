@@ -8,6 +8,7 @@ exercises it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
@@ -85,4 +86,20 @@ class LineParser(Parser, Protocol):
 
     def parse_lines(
         self, lines: pl.DataFrame, ctx: ParseContext, diag: SourceDiagnostics
+    ) -> ParseResult: ...
+
+
+@runtime_checkable
+class SeriesParser(Parser, Protocol):
+    """A format often saved one piece per file (``curl -s host:8000/metrics >
+    scrape-$(date +%s).txt``): the files of one series are read together, as one source, so
+    that what accumulates across them (a counter's increase) is one series'.
+
+    ``series_key`` names the series a file belongs to (None: it stands alone); files of one
+    parser with equal keys go to one ``parse_series`` call, in name order."""
+
+    def series_key(self, source: InputFile, head: str) -> str | None: ...
+
+    def parse_series(
+        self, sources: Sequence[InputFile], ctx: ParseContext, diag: SourceDiagnostics
     ) -> ParseResult: ...

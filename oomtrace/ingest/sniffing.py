@@ -7,6 +7,7 @@ the decompressed head of the file, or the one ``--format`` names.
 
 from __future__ import annotations
 
+import string
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -130,3 +131,20 @@ def unrecognised(item: Sniffed) -> str:
     binary = "\x00" in head
     what = "binary data" if binary else "no known format"
     return f"{item.source.name}: {what}; no parser recognised it (tried: {tried}); pass --format"
+
+
+def series_name(names: list[str]) -> str:
+    """One name for the files of a series: what their names share, ``*`` where they differ
+    (``metrics/scrape-*.txt``); digits next to the difference belong to it."""
+    prefix = _shared_start(names)
+    suffix = _shared_start([name[len(prefix) :][::-1] for name in names])[::-1]
+    return f"{prefix.rstrip(string.digits)}*{suffix.lstrip(string.digits)}"
+
+
+def _shared_start(texts: list[str]) -> str:
+    shared = 0
+    for chars in zip(*texts, strict=False):
+        if len(set(chars)) > 1:
+            break
+        shared += 1
+    return texts[0][:shared] if texts else ""

@@ -158,7 +158,9 @@ def _default_node(items: list[tuple[InputFile, ParseResult]]) -> str:
         if result.host:
             return result.host
     parents = {s.path.resolve().parent.name for s, _ in items}
-    if len(items) > 1 and len(parents) == 1 and next(iter(parents)):
+    # several inputs, or one series of files (named with a ``*``): their folder names the node
+    several = len(items) > 1 or "*" in Path(items[0][0].name).name
+    if several and len(parents) == 1 and next(iter(parents)):
         return next(iter(parents))
     return Path(items[0][0].name.removesuffix(".gz")).stem or "node"
 

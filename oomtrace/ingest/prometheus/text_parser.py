@@ -17,7 +17,13 @@ If the first non-blank line is a time line, each time line starts the scrape aft
 curl``); otherwise each one ends the scrape before it (``curl; date``), and lines after the last
 one have no time. A sample's own trailing timestamp (milliseconds) wins over its scrape's time.
 A file with no time at all is accepted only if it holds one scrape (no series twice): it is
-placed at the file's modification time, and a note says so. Several untimed scrapes are refused.
+placed at the time its name holds (``scrape-$(date +%s).txt``), else at its modification time,
+and a note says which. Several untimed scrapes in one file are refused.
+
+**One scrape per file.** The files of one series (same folder, same name but for its time, same
+engine: :meth:`PrometheusTextParser.series_key`) are read together as one source
+(:meth:`PrometheusTextParser.parse_series`), so that a counter's increase across the files is
+one series' increase (:mod:`.scrape_files`).
 
 Lines are classified with Polars over whole chunks; only the sample lines of families in the
 dialect table go through ``prometheus_client``'s parser (the rest, mostly histogram buckets,
@@ -29,14 +35,14 @@ from __future__ import annotations
 import logging
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Final
 
 import polars as pl
 
 from oomtrace.diagnostics import SourceDiagnostics
-from oomtrace.errors import InputError
 from oomtrace.ingest.parser_api import ParseContext, ParseResult
 from oomtrace.ingest.prometheus import dialects as d
 from oomtrace.ingest.prometheus.canonical_map import (
@@ -46,9 +52,16 @@ from oomtrace.ingest.prometheus.canonical_map import (
     seconds_to_ts,
     to_result,
 )
+from oomtrace.ingest.prometheus.file_names import series_pattern
 from oomtrace.ingest.prometheus.frames import RAW_SAMPLES, SCRAPE_TIMES
 from oomtrace.ingest.prometheus.sample_lines import parse_samples
-from oomtrace.ingest.prometheus.time_lines import TIME_LINE, parse_times
+from oomtrace.ingest.prometheus.scrape_files import (
+    ScrapeFile,
+    check_one_scrape,
+    note_placement,
+    scrape_times,
+)
+from oomtrace.ingest.prometheus.time_lines import TIME_LINE
 from oomtrace.ingest.text.input_file import InputFile, first_line
 from oomtrace.isotime import iso_time
 from oomtrace.schema import TS
@@ -63,6 +76,7 @@ _SNIFF_META: Final = re.compile(r"^# (?:HELP|TYPE) [a-zA-Z_:][a-zA-Z0-9_:]*", re
 _SNIFF_KNOWN: Final = re.compile(
     r"^(?:vllm:|sglang:|tgi_|llamacpp:|DCGM_FI_)[a-zA-Z0-9_:]*(?:\{[^\n]*\})? \S+", re.MULTILINE
 )
+_ENGINE_PREFIX: Final = re.compile(r"^(vllm:|sglang:|tgi_|llamacpp:|DCGM_FI_)", re.MULTILINE)
 
 
 class PrometheusTextParser:
@@ -79,10 +93,27 @@ class PrometheusTextParser:
         return 0.8 if _SNIFF_KNOWN.search(head) else 0.0
 
     def parse(self, source: InputFile, ctx: ParseContext, diag: SourceDiagnostics) -> ParseResult:
+        return self.parse_series([source], ctx, diag)
+
+    def series_key(self, source: InputFile, head: str) -> str | None:
+        """The series a file is one part of: its folder, its name with the time (else its last
+        number) replaced by ``*``, and the engine its metrics come from. None: no such name."""
+        pattern = series_pattern(source.name)
+        engine = _ENGINE_PREFIX.search(head)
+        if pattern is None or engine is None:
+            return None
+        return f"{Path(source.path).resolve().parent}|{pattern}|{engine.group(1)}"
+
+    def parse_series(
+        self, sources: Sequence[InputFile], ctx: ParseContext, diag: SourceDiagnostics
+    ) -> ParseResult:
+        """The files of one series (or one file) as one source, each scrape at its time."""
         reader = _Reader(diag)
-        for chunk in source.line_chunks(diag):
-            reader.feed_file_lines(chunk.lines)
-        return reader.finish_file(source.name, ctx)
+        for source in sources:
+            reader.begin_file(source.name, source.mtime if len(sources) > 1 else ctx.mtime)
+            for chunk in source.line_chunks(diag):
+                reader.feed_file_lines(chunk.lines)
+        return reader.finish_files(ctx)
 
 
 def parse_scrapes(
@@ -131,11 +162,18 @@ class _Reader:
         self.unmapped_example: str | None = None
         self.grouped: set[str] = set()
         self.scrapes = 0
-        self.time_lines: list[pl.DataFrame] = []
-        self.leading: bool | None = None
+        self.files: list[ScrapeFile] = []
         self.scrape_times: list[pl.DataFrame] = []
 
+    def begin_file(self, name: str, mtime: datetime | None) -> None:
+        """The lines fed from now on are a new file's; its scrape numbers start after the last
+        file's (one more for the untimed tail a trailing time line leaves)."""
+        if self.files:
+            self.scrapes += 1
+        self.files.append(ScrapeFile(name, mtime, self.scrapes))
+
     def feed_file_lines(self, lines: pl.Series) -> None:
+        file = self.files[-1]
         frame = pl.DataFrame({"line": lines}).with_columns(
             time_text=pl.coalesce(
                 pl.col("line").str.extract(r"^#\s*oomtrace-scrape\s+(\S.*?)\s*$", 1),
@@ -144,13 +182,13 @@ class _Reader:
         )
         is_time = pl.col("time_text").is_not_null()
         frame = frame.with_columns(scrape=is_time.cum_sum().cast(pl.Int64) + self.scrapes)
-        if self.leading is None:
+        if file.leading is None:
             first = frame.filter(pl.col("line").str.strip_chars() != "").head(1)
             if first.height:
-                self.leading = first["time_text"][0] is not None
+                file.leading = first["time_text"][0] is not None
         times = frame.filter(is_time)
         self.diag.lines_recognised += times.height
-        self.time_lines.append(times.select("scrape", "time_text", "line"))
+        file.time_lines.append(times.select("scrape", "time_text", "line"))
         self.scrapes += times.height
         self._feed(frame.filter(~is_time).select("line", "scrape"))
 
@@ -218,30 +256,32 @@ class _Reader:
         times = pl.concat(self.scrape_times) if self.scrape_times else _no_times()
         return self._finish(times, None)
 
-    def finish_file(self, name: str, ctx: ParseContext) -> ParseResult:
-        lines = pl.concat(self.time_lines) if self.time_lines else pl.DataFrame()
-        times = _no_times()
-        if lines.height:
-            when = parse_times(lines["time_text"], lines["line"], ctx.clock.tz, name, self.diag)
-            shift = 0 if self.leading else 1  # a trailing time line closes the scrape before it
-            times = pl.DataFrame(
-                {"scrape": lines["scrape"] - shift, "scrape_ts": when}, SCRAPE_TIMES
-            )
-        result = self._finish(times, (name, ctx))
-        if any(n.startswith("scrape times without a zone") for n in self.diag.notes):
+    def finish_files(self, ctx: ParseContext) -> ParseResult:
+        times, placement = scrape_times(self.files, ctx.clock.tz, self.diag)
+        result = self._finish(times, self.files)
+        note_placement(placement, len(self.files), self.diag)
+        timed_lines = any(f.timed for f in self.files)
+        zone_less = any(n.startswith("scrape times without a zone") for n in self.diag.notes)
+        if zone_less or placement.zone_assumed:
             result.clock = {"tz": "UTC", "tz_assumed": True}
-        elif ctx.clock.tz is not None and lines.height:
+        elif ctx.clock.tz is not None and (timed_lines or placement.by_name):
             result.clock = {"tz": ctx.clock.tz, "tz_assumed": False}
         return result
 
-    def _finish(self, times: pl.DataFrame, file: tuple[str, ParseContext] | None) -> ParseResult:
+    def _finish(self, times: pl.DataFrame, files: list[ScrapeFile] | None) -> ParseResult:
         note_unmapped(self.unmapped, self.unmapped_example, self.diag, self.grouped)
         raw = pl.concat(self.raw) if self.raw else None
         if raw is not None:
+            if files is not None:
+                check_one_scrape(raw, files)
             raw = raw.join(times, on="scrape", how="left").with_columns(
                 ts=pl.coalesce("ts", "scrape_ts")
             )
-            raw = self._untimed(raw, times, file)
+            self._drop(
+                "sample outside any timed scrape (before the first or after the last time line)",
+                raw.filter(pl.col("ts").is_null()),
+            )
+            raw = raw.filter(pl.col("ts").is_not_null())
         configs = [
             ConfigInfo(_config_time(stamp, scrape, times), labels)
             for scrape, stamp, labels in self.configs
@@ -249,37 +289,6 @@ class _Reader:
         if raw is None:
             raw = raw_frame(pl.Series([], dtype=TS), [], [], [])
         return to_result(raw.select(RAW_SAMPLES.names()), configs, self.diag)
-
-    def _untimed(
-        self, raw: pl.DataFrame, times: pl.DataFrame, file: tuple[str, ParseContext] | None
-    ) -> pl.DataFrame:
-        untimed = raw.filter(pl.col("ts").is_null())
-        if not untimed.height or file is None:
-            return raw
-        name, ctx = file
-        if times.height:
-            self._drop(
-                "sample outside any timed scrape (before the first or after the last time line)",
-                untimed,
-            )
-            return raw.filter(pl.col("ts").is_not_null())
-        repeated = untimed.filter(pl.col("key").is_duplicated())
-        if repeated.height == 0 and ctx.mtime is not None:
-            stamp = iso_time(ctx.mtime, 0)
-            self.diag.note(
-                f"one scrape with no time: placed at the file's modification time {stamp} "
-                "(an assumption; `# oomtrace-scrape <time>` lines or the collector give real times)"
-            )
-            return raw.with_columns(pl.col("ts").fill_null(pl.lit(ctx.mtime).cast(TS)))
-        if raw.height == untimed.height:
-            raise InputError(
-                f"{name}: several scrapes with no time (series {repeated['key'][0]} appears "
-                f"{int((untimed['key'] == repeated['key'][0]).sum())} times), so they cannot be "
-                "placed in time; put a line `# oomtrace-scrape <ISO time>` (e.g. from "
-                "`date -u +%FT%T.%3NZ`) before each scrape"
-            )
-        self._drop("sample of an untimed scrape", untimed)
-        return raw.filter(pl.col("ts").is_not_null())
 
     def _drop(self, reason: str, rows: pl.DataFrame) -> None:
         """Parsed (so counted as recognised) but unusable: moved to the skipped lines."""

@@ -280,7 +280,8 @@ def test_several_untimed_scrapes_are_refused(tmp_path: Path) -> None:
     assert str(err.value) == (
         'metrics.prom: several scrapes with no time (series vllm:num_requests_running{engine="0",'
         'model_name="m"} appears 2 times), so they cannot be placed in time; put a line '
-        "`# oomtrace-scrape <ISO time>` (e.g. from `date -u +%FT%T.%3NZ`) before each scrape"
+        "`# oomtrace-scrape <ISO time>` (e.g. from `date -u +%FT%T.%3NZ`) before each scrape, "
+        "or save one scrape per file"
     )
 
 
