@@ -227,6 +227,7 @@ _CONFIG: Final[dict[str, list[tuple[str, str]]]] = {
     "tensor_parallel_size": [("server_args", "tp_size")],
     "data_parallel_size": [("server_args", "dp_size")],
     "mem_fraction_static": [("server_args", "mem_fraction_static")],
+    "cache_dtype": [("kv_cache_allocated", "kv_dtype")],
 }
 _MODEL: Final = {
     "architecture": ("load_weight_end", "arch"),

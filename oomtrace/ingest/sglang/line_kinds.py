@@ -18,11 +18,14 @@ _KV_POOL_OOM_LITERAL: Final = " out of memory. Try to lower your batch size"
 
 def split_prefix(lines: pl.Series) -> pl.DataFrame:
     """``line`` split into ``outer``, ``stamp``, ``ms``, ``ranks`` and ``msg`` (null where the line
-    has no SGLang prefix).
+    has no SGLang prefix). ``stamp`` is ``YYYY-MM-DD HH:MM:SS``, or ``HH:MM:SS`` where the release
+    printed the time of day only.
 
     The fast path locates the prefix with one capture-free regex search and cuts with slices,
     several times faster than a capturing regex. Offsets from ``str.find`` count bytes while
     slices count characters, so lines with non-ASCII text take the capturing regex instead.
+    Lines without SGLang's prefix are then tried as Python ``logging`` lines
+    (:data:`~.line_patterns.PYTHON_LOGGING`).
     """
     line = pl.col("line")
     frame = pl.DataFrame(lines).with_columns(
@@ -30,29 +33,65 @@ def split_prefix(lines: pl.Series) -> pl.DataFrame:
     )
     fast = frame.filter("_ascii").with_columns(_pos=line.str.find(pat.PREFIX_FIND))
     fast = fast.with_columns(_rest=line.str.slice(pl.col("_pos")))
-    fast = fast.with_columns(_close=pl.col("_rest").str.find("]", literal=True))
-    inside = pl.col("_rest").str.slice(20, pl.col("_close") - 20)
+    # "[2025-02-27 04:46:39" has a date (its sixth character is "-"); "[04:46:39" does not
+    width = pl.when(pl.col("_rest").str.slice(5, 1) == "-").then(19).otherwise(8)
+    fast = fast.with_columns(_close=pl.col("_rest").str.find("]", literal=True), _w=width)
+    inside = pl.col("_rest").str.slice(pl.col("_w") + 1, pl.col("_close") - pl.col("_w") - 1)
     fast = fast.select(
         "line",
         outer=line.str.slice(0, pl.col("_pos")),
-        stamp=pl.col("_rest").str.slice(1, 19),
+        stamp=pl.col("_rest").str.slice(1, pl.col("_w")),
         ms=pl.when(inside.str.starts_with(".")).then(inside.str.slice(1, 3)),
         ranks=pl.when(inside.str.starts_with(".")).then(inside.str.slice(4)).otherwise(inside),
         msg=pl.col("_rest").str.slice(pl.col("_close") + 2),
     )
     if fast.height == frame.height:
-        return check_frame(fast, PREFIX_PARTS, "SGLang line prefixes")
-    slow = frame.with_row_index("_i").filter(~pl.col("_ascii"))
-    slow = slow.with_columns(_p=line.str.extract_groups(pat.PREFIX)).unnest("_p")
-    merged = pl.concat(
-        [
-            fast.with_columns(_i=frame.with_row_index("_i").filter("_ascii")["_i"]),
-            slow.select("_i", *fast.columns),
-        ],
-        how="diagonal_relaxed",
+        parts = fast
+    else:
+        slow = frame.with_row_index("_i").filter(~pl.col("_ascii"))
+        slow = slow.with_columns(_p=line.str.extract_groups(pat.PREFIX)).unnest("_p")
+        merged = pl.concat(
+            [
+                fast.with_columns(_i=frame.with_row_index("_i").filter("_ascii")["_i"]),
+                slow.select("_i", *fast.columns),
+            ],
+            how="diagonal_relaxed",
+        )
+        parts = merged.sort("_i").select(fast.columns)
+    return check_frame(_python_logging(parts), PREFIX_PARTS, "SGLang line prefixes")
+
+
+def _python_logging(parts: pl.DataFrame) -> pl.DataFrame:
+    """Lines without SGLang's prefix read as Python ``logging`` lines where they are ones."""
+    indexed = parts.with_row_index("_i")
+    # only the lines SGLang's prefix did not cut (tracebacks, other output) are looked at
+    bare = indexed.filter(pl.col("msg").is_null())
+    bare = bare.filter(pl.col("line").str.contains(r"\d{4}-\d{2}-\d{2}[ T]\d{2}:"))
+    if bare.height == 0:
+        return parts
+    found = (
+        bare.select("_i", _p=pl.col("line").str.extract_groups(pat.PYTHON_LOGGING))
+        .unnest("_p")
+        .filter(pl.col("msg").is_not_null())
     )
-    parts = merged.sort("_i").select(fast.columns)
-    return check_frame(parts, PREFIX_PARTS, "SGLang line prefixes")
+    if found.height == 0:
+        return parts
+    read = found.select(
+        "_i",
+        _outer=pl.col("outer"),
+        _stamp=pl.concat_str(pl.col("date"), pl.lit(" "), pl.col("time")),
+        _ms=pl.col("ms"),
+        _msg=pl.col("msg"),
+    )
+    joined = indexed.join(read, on="_i", how="left", maintain_order="left")
+    return joined.select(
+        "line",
+        outer=pl.when(pl.col("_msg").is_not_null()).then(pl.col("_outer")).otherwise("outer"),
+        stamp=pl.coalesce("stamp", "_stamp"),
+        ms=pl.coalesce("ms", "_ms"),
+        ranks="ranks",
+        msg=pl.coalesce("msg", "_msg"),
+    )
 
 
 def classify() -> pl.Expr:

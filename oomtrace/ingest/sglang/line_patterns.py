@@ -15,16 +15,30 @@ from dataclasses import dataclass
 from typing import Final
 
 # SGLang's own prefix, after any outer prefix (docker-compose, kubectl, Ray "(name pid=N)", ...).
+# Releases up to 0.3.x print the time of day only (``datefmt="%H:%M:%S"``): ``[11:19:46 TP0]``.
 PREFIX: Final = (
-    r"^(?<outer>.*?)\[(?<stamp>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})(?:\.(?<ms>\d{3}))?"
+    r"^(?<outer>.*?)\[(?<stamp>(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2})(?:\.(?<ms>\d{3}))?"
     r"(?<ranks>(?: [A-Z][A-Z_]*\d+)*)\] ?(?<msg>.*)$"
 )
-# Just the prefix, for sniffing (Python ``re``).
 # The same, capture-free, for locating the prefix fast (Polars ``str.find``).
 PREFIX_FIND: Final = (
-    r"\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d{3})?(?: [A-Z][A-Z_]*\d+)*\](?: |$)"
+    r"\[(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}(?:\.\d{3})?(?: [A-Z][A-Z_]*\d+)*\](?: |$)"
 )
-PREFIX_SNIFF: Final = r"\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d{3})?(?: [A-Z][A-Z_]*\d+)*\] "
+# Just the prefix, for sniffing (Python ``re``).
+PREFIX_SNIFF: Final = (
+    r"\[(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}(?:\.\d{3})?(?: [A-Z][A-Z_]*\d+)*\] "
+)
+# SGLang's lines under a logging configuration of the user's own (``SGLANG_LOGGING_CONFIG_PATH``,
+# or an application that embeds SGLang's engine): Python ``logging``'s ``asctime``
+# (``2026-06-07 10:59:32,625``), then the level and the logger's name in one of the usual
+# arrangements, then SGLang's message. A logger name must have a dot (``sglang.srt...``) so that a
+# message such as ``Receive: obj=...`` is never taken for one.
+_LEVEL: Final = r"\[?(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\]?"
+PYTHON_LOGGING: Final = (
+    r"^(?<outer>.*?)(?<date>\d{4}-\d{2}-\d{2})[ T](?<time>\d{2}:\d{2}:\d{2})[,.](?<ms>\d{3})\d*"
+    r"(?:\s*-)?\s+(?:" + _LEVEL + r"\s*[-:|]?\s+)?(?:(?:sglang[\w.]*|\w+(?:\.\w+)+|root|__main__)"
+    r"\s*(?:\[[^\]]*\])?\s*[-:|]\s+)?(?:" + _LEVEL + r"\s*[-:|]?\s+)?(?<msg>\S.*)$"
+)
 
 
 @dataclass(frozen=True)
@@ -131,8 +145,9 @@ KINDS: Final[tuple[Kind, ...]] = (
         starts=("Load weight end. ",),
     ),
     Kind(
+        # 0.5.x adds the pool's dtype first: "KV Cache is allocated. dtype: torch.bfloat16, ..."
         "kv_cache_allocated",
-        r"^KV Cache is allocated\. #tokens: \d+",
+        r"^KV Cache is allocated\. (?:dtype: [\w.]+, )?#tokens: \d+",
         "[2025-12-29 18:33:03 TP0] KV Cache is allocated. #tokens: 473854, K size: 2.71 GB, "
         "V size: 2.71 GB",
         starts=("KV Cache is allocated. ",),
@@ -254,6 +269,7 @@ INT_FIELDS: Final = {
 }
 TEXT_FIELDS: Final = {
     "arch": r"type=([A-Za-z0-9_]+)",
+    "kv_dtype": r"^KV Cache is allocated\. dtype: (?:torch\.)?(\w+)",
     "dtype": r"dtype=(torch\.[a-z0-9_]+)",
     "model_path": r"\(model_path='([^']*)'",
     "mem_fraction_static": r"mem_fraction_static=([0-9.]+)",

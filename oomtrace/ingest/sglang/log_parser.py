@@ -3,7 +3,11 @@ request lines, and PyTorch OOMs anywhere in the log (``docs/formats/sglang.md``)
 
 Lines look like ``[2025-02-27 04:46:39 TP0] Decode batch. #running-req: 8, ...``: SGLang's own
 prefix carries the year and (with ``SGLANG_LOG_MS=1``) milliseconds, but no zone, so times are
-read in ``--tz`` (UTC unless told; recorded as an assumption). Anything before the ``[`` is an
+read in ``--tz`` (UTC unless told; recorded as an assumption). Releases up to 0.3.x print the time
+of day only (``[11:19:46 TP0]``): the dates come from the file's modification time
+(:mod:`oomtrace.ingest.sglang.time_of_day`). Under a logging configuration of the user's own the
+lines are Python ``logging``'s (``2026-06-07 10:59:32,625 [INFO] sglang...: Decode batch, ...``)
+and are read alike. Anything before the ``[`` is an
 outer prefix (docker-compose, Ray ``(name pid=N)``, journald) and is ignored, except a full RFC
 3339 timestamp with a zone (``kubectl logs --timestamps``, ``docker logs -t``), which wins.
 Lines without SGLang's prefix (tracebacks, continuation lines) inherit the previous line's time.
@@ -29,7 +33,7 @@ import polars as pl
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.ingest.frame_check import check_frame
 from oomtrace.ingest.parser_api import ParseContext, ParseResult
-from oomtrace.ingest.sglang import extract
+from oomtrace.ingest.sglang import extract, time_of_day
 from oomtrace.ingest.sglang import line_patterns as pat
 from oomtrace.ingest.sglang.frames import KIND_LINES
 from oomtrace.ingest.sglang.line_kinds import classify, split_prefix
@@ -43,14 +47,20 @@ _OUTER_TOLERANCE_S: Final = 2.0
 _OUTER_ISO: Final = r"(?:^|[\s|])" + ISO
 _SNIFF_PREFIX = re.compile(pat.PREFIX_SNIFF)
 _SNIFF_RANKS = re.compile(
-    r"\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d{3})?(?: (?:DP|TP|PP|EP)\d+)+\] "
+    r"\[(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}(?:\.\d{3})?(?: (?:DP|TP|PP|EP)\d+)+\] "
 )
-_SNIFF_MESSAGES = re.compile(
-    pat.PREFIX_SNIFF
-    + r"(?:Decode batch|Prefill batch|server_args=ServerArgs\(|Load weight (?:begin|end)|"
+_MESSAGES = (
+    r"(?:Decode batch|Prefill batch|server_args=ServerArgs\(|Load weight (?:begin|end)|"
     r"KV Cache is allocated|max_total_num_tokens=|Capture cuda graph|Init torch distributed|"
     r"Memory pool end|The server is fired up|KV cache pool is full)"
 )
+_SNIFF_MESSAGES = re.compile(pat.PREFIX_SNIFF + _MESSAGES)
+# SGLang's messages under Python logging's own prefix (a logging configuration of the user's)
+_SNIFF_PYTHON_LOGGING = re.compile(
+    r"(?m)^.{0,40}\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}[,.]\d{3}\b.{0,80}?(?:sglang\S*[:\s-]+)"
+    + _MESSAGES
+)
+_SNIFF_TIME_ONLY = re.compile(time_of_day.TIME_ONLY)
 _NOT_USED: Final = "SGLang line not used (not relevant to memory or admission)"
 _NO_PREFIX = "line without SGLang's [date time] prefix (traceback, continuation or other output)"
 
@@ -61,6 +71,8 @@ class _Acc:
 
     ctx: ParseContext
     diag: SourceDiagnostics
+    day_clock: time_of_day.DayClock | None = None
+    midnights: int = 0
     last_ts: datetime | None = None
     own_stamps: int = 0
     outer_gap_s: float | None = None
@@ -96,9 +108,14 @@ class _Acc:
         self._dispatch(timed)
 
     def _stamped(self, lines: pl.Series, arrival: pl.Series | None) -> pl.DataFrame:
-        frame = split_prefix(lines).with_columns(
+        parts = split_prefix(lines)
+        dated = pl.col("stamp").str.to_datetime("%Y-%m-%d %H:%M:%S", time_unit="ns", strict=False)
+        if self.day_clock is not None:
+            tod = parts.select(time_of_day.seconds_of_day(pl.col("stamp"))).to_series()
+            dated = pl.coalesce(dated, pl.lit(self.day_clock.naive(tod)))
+        frame = parts.with_columns(
             ranks=pl.col("ranks").str.strip_chars(),
-            _own=pl.col("stamp").str.to_datetime("%Y-%m-%d %H:%M:%S", time_unit="ns", strict=False)
+            _own=dated
             + pl.duration(milliseconds=pl.col("ms").cast(pl.Int64, strict=False).fill_null(0)),
             # kubectl/docker put an RFC 3339 time first; on lines without SGLang's prefix too.
             _o=pl.coalesce("outer", pl.col("line").str.slice(0, 80)).str.extract_groups(_OUTER_ISO),
@@ -314,6 +331,13 @@ class _Acc:
             return {"tz": self.offset_note, "tz_assumed": False}
         if not self.own_stamps:
             return {}
+        if self.day_clock is not None:
+            self.diag.note(
+                "this SGLang release prints the time of day only ([HH:MM:SS TP0]): the dates are "
+                "placed from the file's modification time (the last line on its day, "
+                f"{self.midnights} midnight(s) passed before it); the order is kept, the day is "
+                "an assumption"
+            )
         if self.ctx.clock.tz is None:
             self.diag.note(
                 "SGLang prints local time without a zone; read as UTC (pass --tz with the "
@@ -339,7 +363,7 @@ class SGLangLogParser:
         lines = head.splitlines()[:400]
         prefixed = sum(1 for line in lines if _SNIFF_PREFIX.search(line))
         if not prefixed:
-            return 0.0
+            return 0.9 if _SNIFF_PYTHON_LOGGING.search(head) else 0.0
         if any(_SNIFF_MESSAGES.search(line) for line in lines):
             return 0.95
         # "[date time] message" alone is a common Python logging format; rank tags are SGLang's.
@@ -349,6 +373,10 @@ class SGLangLogParser:
 
     def parse(self, source: InputFile, ctx: ParseContext, diag: SourceDiagnostics) -> ParseResult:
         acc = _Acc(ctx, diag)
+        if ctx.mtime is not None and _SNIFF_TIME_ONLY.search(source.head()):
+            found = time_of_day.scan(source, ctx.mtime, acc.tz)
+            if found is not None:
+                acc.day_clock, acc.midnights = found
         for chunk in source.line_chunks(diag):
             acc.add(chunk.lines)
         return acc.finish()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import shutil
 from datetime import UTC, datetime
 from pathlib import Path
@@ -408,3 +409,81 @@ def test_non_ascii_outer_prefixes_keep_line_order_and_times() -> None:
     assert running["value"].to_list() == [1, 5, 0]
     assert result.events is not None
     assert result.events["ts"].to_list() == [_utc(2025, 1, 1, 0, 0, 5)]
+
+
+def test_time_of_day_only_prefix_takes_its_date_from_the_file(tmp_path: Path) -> None:
+    target = tmp_path / "v0.3.0-time-only.log"
+    shutil.copy(DATA / target.name, target)
+    written = datetime(2024, 10, 10, 16, 45, tzinfo=UTC).timestamp()
+    os.utime(target, (written, written))
+    trace = ingest_paths([target], IngestOptions())
+    usage = _metric(trace, "kv_usage_ratio")
+    assert usage["ts"][0] == _utc(2024, 10, 10, 16, 43, 29)
+    assert usage["value"].to_list() == [0.0, 0.04, 0.18, 0.33, 0.48, 0.62, 0.77]
+    assert _metric(trace, "requests_waiting")["value"].to_list()[-1] == 18
+    assert _metric(trace, "prefix_cache_hit_ratio")["value"].to_list()[1] == pytest.approx(0.0276)
+    (diag,) = trace.manifest.sources
+    assert any("prints the time of day only" in n for n in diag.notes)
+    assert trace.manifest.engine["version_family"] == "0.3"
+
+
+def test_time_of_day_only_log_across_midnight_and_written_before_its_last_time(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "old.log"
+    path.write_text(
+        "[23:59:58 TP0] Decode batch. #running-req: 2, #token: 4078, token usage: 0.50, gen "
+        "throughput (token/s): 447.31, #queue-req: 0\n"
+        "[00:00:03 TP0] Decode batch. #running-req: 1, #token: 3902, token usage: 0.60, gen "
+        "throughput (token/s): 333.97, #queue-req: 0\n"
+    )
+    # written at 00:00:05 on 2 March: the last line is that day's, the first the day before
+    written = datetime(2025, 3, 2, 0, 0, 5, tzinfo=UTC).timestamp()
+    os.utime(path, (written, written))
+    trace = ingest_paths([path], IngestOptions())
+    assert _metric(trace, "kv_usage_ratio")["ts"].to_list() == [
+        _utc(2025, 3, 1, 23, 59, 58),
+        _utc(2025, 3, 2, 0, 0, 3),
+    ]
+    # read in --tz: the file's time is 01:00:05 in Berlin, still 2 March there
+    berlin = ingest_paths([path], IngestOptions(tz="Europe/Berlin"))
+    assert _metric(berlin, "kv_usage_ratio")["ts"].to_list() == [
+        _utc(2025, 3, 1, 22, 59, 58),
+        _utc(2025, 3, 1, 23, 0, 3),
+    ]
+
+
+def test_python_logging_lines_of_a_users_configuration(tmp_path: Path) -> None:
+    trace = _ingest(tmp_path, "v0.5-python-logging.log")
+    assert _metric(trace, "kv_usage_ratio").rows() == [
+        (datetime(2026, 6, 7, 10, 59, 32, 625000, tzinfo=UTC), 0.08),
+        (datetime(2026, 6, 7, 10, 59, 32, 702000, tzinfo=UTC), 0.08),
+    ]
+    assert _metric(trace, "requests_running")["value"].to_list() == [32, 31]
+    assert _metric(trace, "preemptions_in_interval")["value"].to_list() == [3]
+    config = trace.manifest.engine_config
+    assert config["kv_cache_tokens"] == 159552
+    assert config["available_kv_cache_bytes"] == 2 * round(1.83 * GiB)
+    assert config["cache_dtype"] == "bfloat16"
+    assert config["model_weights_bytes"] == round(15.27 * GiB)
+    (diag,) = trace.manifest.sources
+    assert diag.lines_read == 7
+    assert diag.skipped["SGLang line not used (not relevant to memory or admission)"].count == 1
+    assert trace.manifest.clock["tz_assumed"] is True
+    sniffed = sniff(InputFile(tmp_path / "v0.5-python-logging.log", "x.log"), explicit=True)
+    assert sniffed.parser is not None
+    assert sniffed.parser.name == "sglang-log"
+
+
+def test_kv_line_with_its_dtype_and_one_kv_size(tmp_path: Path) -> None:
+    # Ascend/sglang CI, an EAGLE3 draft model: "dtype:" first, one KV size (MLA-style pool)
+    path = tmp_path / "ascend.log"
+    path.write_text(
+        "[2026-02-25 10:00:01 TP0] KV Cache is allocated. dtype: torch.bfloat16, #tokens: 76416, "
+        "KV size: 5.01 GB\n"
+    )
+    trace = ingest_paths([path], IngestOptions())
+    config = trace.manifest.engine_config
+    assert config["kv_cache_tokens"] == 76416
+    assert config["available_kv_cache_bytes"] == round(5.01 * GiB)
+    assert config["cache_dtype"] == "bfloat16"
