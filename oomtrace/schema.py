@@ -1,4 +1,4 @@
-"""The canonical trace: three long tables and a manifest (schema version 2).
+"""The canonical trace: three long tables and a manifest (schema version 3).
 
 Every parser and collector produces these tables; everything after them (analysis, replay,
 reports) reads only these (``docs/ARCHITECTURE.md`` draws where they sit in the pipeline). All
@@ -21,7 +21,16 @@ Three choices in their layout, deliberate:
   (``untimed``) have a null ``ts``, in the order of their input, after the timed rows
   (``docs/formats/log-prefixes-and-times.md``, "Aligning the inputs of one incident").
 
-Version 2 added ``clock``; a version 1 trace is read with every row ``stated``.
+Versions. A trace of an older version is read as a current one:
+
+* 1: the tables, columns and vocabularies as first published;
+* 2: ``clock`` added; a version 1 trace is read with every row ``stated``;
+* 3: words added to the vocabularies, nothing changed: event kind ``process`` (a process seen
+  holding device memory: ``pid``, ``device``, and its name as the source printed it in
+  ``detail``, one per process and name where a source first shows it; nvidia-smi's default table
+  and ``--query-compute-apps`` print names, the per-pid memory is in the ``process_used_bytes``
+  samples) and metric ``state_usage_ratio`` (a hybrid model's recurrent-state pool, SGLang's
+  Mamba slots, which is not KV cache). A version 2 trace is a valid version 3 trace.
 
 Validation happens at stage boundaries through :func:`conform`, which fails in one place with a
 column-level message.
@@ -36,9 +45,9 @@ import polars as pl
 
 from oomtrace.errors import SchemaError
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 # Versions a trace directory may have been written in (version 1 has no ``clock`` column).
-READABLE_VERSIONS: Final = (1, 2)
+READABLE_VERSIONS: Final = (1, 2, 3)
 
 TS: Final = pl.Datetime("ns", "UTC")
 
@@ -148,6 +157,10 @@ METRICS: Final[Mapping[str, tuple[MetricKind, str]]] = {
     "kv_tokens_used": ("tokens", "token slots of the KV pool in use"),
     "kv_tokens_total": ("tokens", "token slots in the KV pool"),
     "kv_tokens_max_seen": ("tokens", "largest sequence length the engine has seen (llama.cpp)"),
+    "state_usage_ratio": (
+        "ratio",
+        "share of a hybrid model's recurrent-state pool (Mamba slots) in use, 0 to 1; not KV",
+    ),
     # scheduler
     "requests_running": ("count", "requests resident in the running batch"),
     "requests_waiting": ("count", "requests queued for admission"),
@@ -215,6 +228,7 @@ EVENT_KINDS: Final[Mapping[str, str]] = {
     "xid": "an NVIDIA Xid error",
     "warning": "a warning worth showing beside the timeline",
     "source_gap": "a source could not be read for a while (collector health)",
+    "process": "a process seen holding device memory (pid, device; detail: its name)",
 }
 
 

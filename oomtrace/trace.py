@@ -68,12 +68,13 @@ class Manifest:
     def from_json(cls, data: dict[str, Any], *, what: str = MANIFEST) -> Manifest:
         version = data.get("schema_version")
         if version not in READABLE_VERSIONS:
+            readable = ", ".join(map(str, READABLE_VERSIONS))
             raise SchemaError(
-                f"{what}: schema version {version!r} is not {SCHEMA_VERSION}; re-run "
-                "`oomtrace ingest` on the original files with this version of oomtrace"
+                f"{what}: schema version {version!r} is not one this oomtrace reads ({readable}); "
+                "re-run `oomtrace ingest` on the original files with this version of oomtrace"
             )
         return cls(
-            # A version 1 trace is read as version 2 (its rows get clock ``stated``).
+            # An older trace is read as a current one (version 1's rows get clock ``stated``).
             schema_version=SCHEMA_VERSION,
             nodes=list(data.get("nodes", [])),
             engine=dict(data.get("engine", {})),

@@ -2,8 +2,9 @@
 
 Each table is conformed to the canonical schema, rows are labelled with the node and the source
 they came from, GPUs named only by UUID or bus id are placed on the device index another input
-states, and the manifest gathers what each source says about the engine, the model and its
-clock (the first statement of a key wins; a different later one is a note).
+states (or, where the incident's device-memory series show a single GPU, on that one: a node with
+one GPU has no other), and the manifest gathers what each source says about the engine, the model
+and its clock (the first statement of a key wins; a different later one is a note).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ def merge(
     manifest = Manifest(nodes=[node])
     frames: dict[TableName, list[pl.DataFrame]] = {t: [] for t in TABLES}
     devices = _device_index(results)
+    only = _only_device(results, devices)
     for input_file, result, diag in results:
         diag.node = node
         source = f"{diag.parser}:{input_file.name}"
@@ -56,7 +58,7 @@ def merge(
             if frame is None or frame.height == 0:
                 diag.rows[table] = 0
                 continue
-            frame = _place_devices(frame, devices, diag)
+            frame = _place_devices(frame, devices, diag, only)
             frame = frame.with_columns(node=pl.lit(node), source=_source(frame, source))
             if "clock" not in frame.columns:
                 # One clock for the whole input (alignment set it); an input without times
@@ -120,11 +122,34 @@ def _device_index(results: list[Parsed]) -> dict[str, int]:
     return found
 
 
+# Metrics whose series enumerate a node's GPUs (one series per GPU, whatever runs on it).
+_DEVICE_METRICS: Final = ("device_total_bytes", "device_used_bytes", "device_free_bytes")
+
+
+def _only_device(results: list[Parsed], devices: dict[str, int]) -> int | None:
+    """The device index, if the incident's GPU listings (device-memory series, identifiers tied
+    to indexes) show exactly one GPU."""
+    seen = set(devices.values())
+    for _, result, _ in results:
+        frame = result.samples
+        if frame is None or not {"device", "metric"} <= set(frame.columns):
+            continue
+        listed = frame.filter(pl.col("metric").is_in(_DEVICE_METRICS))["device"].drop_nulls()
+        seen.update(int(d) for d in listed.unique().to_list())
+    return next(iter(seen)) if len(seen) == 1 else None
+
+
+def _ref_kind(ref: str) -> str:
+    return "pci" if ":" in ref and not ref.upper().startswith(("GPU-", "MIG-")) else "uuid"
+
+
 def _place_devices(
-    frame: pl.DataFrame, devices: dict[str, int], diag: SourceDiagnostics
+    frame: pl.DataFrame, devices: dict[str, int], diag: SourceDiagnostics, only: int | None
 ) -> pl.DataFrame:
     """Resolve a ``device_ref`` column (GPU UUID or bus id) to the device index another input
-    of the incident states; rows no input places keep a null device, with a note."""
+    of the incident states; where none does but the incident shows a single GPU (``only``), a
+    single unplaced GPU is that one, unless an identifier of the same kind (UUID, bus id) is
+    known for it and differs; rows still unplaced keep a null device, with a note."""
     if "device_ref" not in frame.columns:
         return frame
     key = pl.col("device_ref").str.strip_chars().str.to_uppercase()
@@ -133,6 +158,17 @@ def _place_devices(
     if "device" in frame.columns:
         placed = pl.coalesce(pl.col("device").cast(pl.Int32), placed)
     frame = frame.with_columns(device=placed)
+    unplaced = pl.col("device").is_null() & pl.col("device_ref").is_not_null()
+    refs = frame.filter(unplaced)["device_ref"].unique()
+    known = {_ref_kind(ref) for ref, index in devices.items() if index == only}
+    if only is not None and refs.len() == 1 and _ref_kind(refs[0]) not in known:
+        frame = frame.with_columns(
+            device=pl.when(unplaced).then(pl.lit(only, pl.Int32)).otherwise(pl.col("device"))
+        )
+        diag.note(
+            f"GPU {refs[0]} is taken for device {only}: no input ties it to an index, and the "
+            f"incident's GPU listings show device {only} alone (a node with one GPU)"
+        )
     lost = frame.filter(pl.col("device").is_null() & pl.col("device_ref").is_not_null())
     if lost.height:
         refs = lost["device_ref"].unique().sort()

@@ -71,30 +71,38 @@ def test_reading_a_directory_without_a_manifest_says_how_to_make_one(tmp_path: P
         read_trace(tmp_path)
 
 
-def test_a_manifest_of_another_schema_version_is_refused(tmp_path: Path) -> None:
-    write_trace(_trace(), tmp_path / "t")
-    manifest = tmp_path / "t" / "manifest.json"
+def _written_as(version: int, folder: Path) -> Path:
+    """A trace whose manifest says it was written with schema ``version``."""
+    write_trace(_trace(), folder)
+    manifest = folder / "manifest.json"
     data = json.loads(manifest.read_text())
-    data["schema_version"] = 99
+    data["schema_version"] = version
     manifest.write_text(json.dumps(data))
-    with pytest.raises(SchemaError, match="schema version 99 is not 2"):
-        read_trace(tmp_path / "t")
+    return folder
+
+
+def test_a_manifest_of_another_schema_version_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(SchemaError, match=r"schema version 99 is not one this oomtrace reads"):
+        read_trace(_written_as(99, tmp_path / "t"))
 
 
 def test_a_version_1_trace_is_read_with_every_row_stated(tmp_path: Path) -> None:
     # GIVEN a trace written before the clock column (schema version 1)
-    write_trace(_trace(), tmp_path / "t")
+    folder = _written_as(1, tmp_path / "t")
     for name in ("samples", "requests", "events"):
-        file = tmp_path / "t" / f"{name}.parquet"
+        file = folder / f"{name}.parquet"
         pl.read_parquet(file).drop("clock").write_parquet(file)
-    manifest = tmp_path / "t" / "manifest.json"
-    data = json.loads(manifest.read_text())
-    data["schema_version"] = 1
-    manifest.write_text(json.dumps(data))
-    # WHEN it is read THEN every row is on the stated clock, and it is written as version 2
-    back = read_trace(tmp_path / "t")
+    # WHEN it is read THEN every row is on the stated clock, and it is written as the current one
+    back = read_trace(folder)
     assert back.events["clock"].to_list() == ["stated"]
-    assert back.manifest.schema_version == 2
+    assert back.manifest.schema_version == 3
+
+
+def test_a_version_2_trace_is_a_valid_version_3_trace(tmp_path: Path) -> None:
+    # version 3 only added words to the vocabularies (event kind process, state_usage_ratio)
+    back = read_trace(_written_as(2, tmp_path / "t"))
+    assert back.manifest.schema_version == 3
+    assert back.samples.height == _trace().samples.height
 
 
 def test_rows_set_apart_are_kept_but_not_in_time(tmp_path: Path) -> None:

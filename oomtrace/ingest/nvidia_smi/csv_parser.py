@@ -34,6 +34,8 @@ import polars as pl
 
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.errors import InputError
+from oomtrace.ingest.nvidia_smi.local_times import place_local_times
+from oomtrace.ingest.nvidia_smi.processes import process_events
 from oomtrace.ingest.parser_api import ParseContext, ParseResult
 from oomtrace.ingest.text.input_file import InputFile, first_line
 from oomtrace.units import bytes_expr
@@ -164,8 +166,15 @@ class NvidiaSmiCsvParser:
                 "(pass --tz ZONE with the capturing host's zone)"
             )
         if state.parts:
-            result.samples = _localise(pl.concat(state.parts, how="diagonal_relaxed"), tz, diag)
+            result.samples = place_local_times(
+                pl.concat(state.parts, how="diagonal_relaxed"), tz, diag
+            )
             _note_unplaced(result.samples, diag)
+        if state.names:
+            named = process_events(
+                place_local_times(pl.concat(state.names), tz, SourceDiagnostics("", "", ""))
+            )
+            result.events = named if named.height else None
         if state.pairs:
             result.device_index = _device_index(pl.concat(state.pairs), diag)
         return result
@@ -181,6 +190,7 @@ class _State:
         self.headerless_example: str | None = None
         self.timeless = 0
         self.parts: list[pl.DataFrame] = []
+        self.names: list[pl.DataFrame] = []
         self.pairs: list[pl.DataFrame] = []
         self.noted: set[str] = set()
 
@@ -252,6 +262,7 @@ def _read_rows(rows: pl.DataFrame, layout: Layout, state: _State, diag: SourceDi
     metrics = [f for f in layout.fields if f in MEMORY_FIELDS]
     cells = _memory_bytes(cells, metrics, layout, diag)
     ref_col = layout.column(ref_field) if ref_field else None
+    name_col = layout.column("process_name")
     device = pl.col(index_col).cast(pl.Int32, strict=False) if index_col else None
     pid = pl.col(pid_col).cast(pl.Int64, strict=False) if pid_col else None
     wide = cells.select(
@@ -262,6 +273,9 @@ def _read_rows(rows: pl.DataFrame, layout: Layout, state: _State, diag: SourceDi
         (pl.lit(None, pl.Int64) if pid is None else pid).alias("pid"),
         *(pl.col(MEMORY_FIELDS[f]) for f in metrics),
     )
+    if name_col and pid_col:  # the names, whatever their memory (kept even where it is [N/A])
+        names = cells.select(pl.col(name_col).alias("name"))
+        state.names.append(wide.select("n", "local", "device", "device_ref", "pid").hstack(names))
     if index_col and ref_field:
         state.pairs.append(wide.select("device_ref", "device").drop_nulls().unique())
     if not metrics:
@@ -336,30 +350,6 @@ def _note_layout(layout: Layout, state: _State, diag: SourceDiagnostics) -> None
             "(query gpu_uuid as well)",
             lost=True,
         )
-
-
-def _localise(frame: pl.DataFrame, tz: str, diag: SourceDiagnostics) -> pl.DataFrame:
-    """Place local wall-clock times in ``tz``. In the repeated hour of a DST fall-back, rows after
-    the clock went back (in file order) take the later instant, so a loop's time never runs
-    backwards; rows in a spring-forward gap do not exist in ``tz`` and are left out."""
-    frame = frame.sort("n")
-    local = pl.col("local")
-    earliest = local.dt.replace_time_zone(tz, ambiguous="earliest", non_existent="null")
-    latest = local.dt.replace_time_zone(tz, ambiguous="latest", non_existent="null")
-    went_back = (local.diff() < pl.duration(seconds=0)).fill_null(value=False).cum_sum() > 0
-    frame = frame.with_columns(
-        ts=pl.when((earliest != latest) & went_back).then(latest).otherwise(earliest)
-    )
-    gap = frame.filter(pl.col("ts").is_null())
-    if gap.height:
-        diag.note(
-            f"{gap.height:,} value(s) carry a local time that does not exist in {tz} (the "
-            "hour skipped by a DST change); left out",
-            lost=True,
-        )
-    return frame.filter(pl.col("ts").is_not_null()).select(
-        pl.col("ts").dt.convert_time_zone("UTC"), "device", "device_ref", "pid", "metric", "value"
-    )
 
 
 def _note_unplaced(samples: pl.DataFrame, diag: SourceDiagnostics) -> None:

@@ -214,11 +214,12 @@ FIELDS: Final[tuple[Field, ...]] = (
     Field("running", r"#running-req: (\d+)", "requests_running", "#running-req: 31", 31),
     Field("queued", r"#queue-req: (\d+)", "requests_waiting", "#queue-req: 12279", 12279),
     # "token usage" is a 0-1 fraction of the KV pool. Hybrid models print one per pool; the
-    # parser takes the fullest of the attention pools, as SGLang's own token_usage gauge does.
-    # Mamba state ("mamba usage") is not KV cache and is left out.
+    # parser takes the fullest of the attention pools for the KV usage. Mamba state ("mamba
+    # usage", slots of the recurrent-state pool) is not KV cache: it is its own metric.
     Field("usage", r"(?:^|, )token usage: ([0-9.]+)", None, ", token usage: 0.93", 0.93),
     Field("full_usage", r"full token usage: ([0-9.]+)", None, "full token usage: 0.74", 0.74),
     Field("swa_usage", r"swa token usage: ([0-9.]+)", None, "swa token usage: 0.81", 0.81),
+    Field("mamba_usage", r"mamba usage: ([0-9.]+)", "state_usage_ratio", "mamba usage: 0.80", 0.80),
     Field("tokens", r", #token: (\d+)", None, ", #token: 55006", 55006),
     Field("full_tokens", r"#full token: (\d+)", None, "#full token: 350592", 350592),
     Field(

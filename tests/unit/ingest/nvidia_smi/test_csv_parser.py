@@ -319,3 +319,56 @@ def test_arbitrary_bytes_only_ever_raise_the_refusal(
     except InputError as err:
         message = str(err)
     assert not message or "header line" in message or "no timestamp column" in message
+
+
+def test_compute_apps_name_their_processes_in_process_events(tmp_path: Path) -> None:
+    trace = _ingest(tmp_path, "compute_apps.csv", "query_gpu_loop.csv")
+    names = trace.events.filter(pl.col("kind") == "process").sort("pid")
+    # one event per process and name, at its first row; the foreign process is named even
+    # though its memory was [N/A], its comma-holding path kept whole
+    assert names.select("device", "pid", "detail").rows() == [
+        (0, 3858903, "VLLM::EngineCore"),
+        (1, 3880364, "/opt/tools/render, v2/bin/python"),
+    ]
+    assert names["ts"].to_list() == [_at("2025-03-14 10:00:00.110")] * 2
+
+
+def test_a_uuid_nothing_ties_is_the_only_gpu_the_incident_shows(tmp_path: Path) -> None:
+    # GIVEN compute-apps rows naming one GPU by UUID, and a query-gpu loop that lists one GPU by
+    # index only (no uuid column): the node has one GPU, so the UUID can only be that one
+    apps = tmp_path / "apps.csv"
+    apps.write_text(
+        "timestamp, gpu_uuid, pid, process_name, used_gpu_memory [MiB]\n"
+        f"2025/03/14 10:00:00.110, {GPU0}, 3858903, VLLM::EngineCore, 72190 MiB\n"
+    )
+    gpu = tmp_path / "gpu.csv"
+    gpu.write_text(
+        "timestamp, index, memory.used [MiB], memory.total [MiB]\n"
+        "2025/03/14 10:00:00.100, 0, 73000 MiB, 81559 MiB\n"
+    )
+    trace = ingest_paths([apps, gpu], IngestOptions())
+    procs = trace.samples.filter(pl.col("metric") == "process_used_bytes")
+    assert procs["device"].to_list() == [0]
+    notes = next(s for s in trace.manifest.sources if s.name == "apps.csv").notes
+    assert any(n.startswith(f"GPU {GPU0} is taken for device 0") for n in notes)
+    # WHEN the listing shows two GPUs THEN the UUID stays unplaced, with the remedy
+    gpu.write_text(gpu.read_text() + "2025/03/14 10:00:00.100, 1, 10 MiB, 81559 MiB\n")
+    two = ingest_paths([apps, gpu], IngestOptions())
+    assert two.samples.filter(pl.col("metric") == "process_used_bytes")["device"].to_list() == [
+        None
+    ]
+
+
+def test_a_uuid_other_than_the_one_gpus_own_is_not_placed_on_it(tmp_path: Path) -> None:
+    apps = tmp_path / "apps.csv"
+    apps.write_text(
+        "timestamp, gpu_uuid, pid, used_gpu_memory [MiB]\n"
+        "2025/03/14 10:00:00.110, GPU-ffffffff-0000-0000-0000-000000000000, 41, 100 MiB\n"
+    )
+    gpu = tmp_path / "gpu.csv"
+    gpu.write_text(
+        "timestamp, index, uuid, memory.used [MiB]\n"
+        f"2025/03/14 10:00:00.100, 0, {GPU0}, 73000 MiB\n"
+    )
+    trace = ingest_paths([apps, gpu], IngestOptions())
+    assert trace.samples.filter(pl.col("pid") == 41)["device"].to_list() == [None]

@@ -216,6 +216,11 @@ def test_v055_hybrid_pools_milliseconds_and_newest_retraction(tmp_path: Path) ->
         ),
     )
     assert _metric(trace, "kv_tokens_used")["value"].to_list() == [350592, 360000, 330000]
+    # the Mamba slots are their own pool: its usage is state_usage_ratio, never KV usage
+    assert _metric(trace, "state_usage_ratio").rows() == [
+        (datetime(2026, 7, 4, 5, 1, 30, 118000, tzinfo=UTC), 0.80),
+        (datetime(2026, 7, 4, 5, 1, 33, 250000, tzinfo=UTC), 0.80),
+    ]
     assert _metric(trace, "prompt_throughput_tokens_per_s")["value"].to_list() == [2114.79]
     assert _metric(trace, "preemptions_in_interval")["value"].to_list() == [2]
     config = trace.manifest.engine_config

@@ -1,0 +1,52 @@
+"""The lines of nvidia-smi's default table, as data (``docs/formats/nvidia-smi.md``).
+
+What plain ``nvidia-smi`` prints, in the layouts of driver 450 to 580 (the columns widened in
+530 and again in 570; older drivers have no ``GI``/``CI`` columns in the process table):
+
+* a time line in the C locale's ``date`` format (``Sun Mar 29 20:25:44 2026``), local time;
+* the header box: ``| NVIDIA-SMI 535.247.01   Driver Version: ...   CUDA Version: 12.2 |``;
+* per GPU, a row ``|   4  NVIDIA A100-SXM4-40GB   On  | 00000000:C2:00.0 Off |   0 |`` (index,
+  name, persistence mode or the Windows driver model, bus id) and, on the next line, memory used
+  and total in the middle cell, ``|  39346MiB / 40960MiB |`` (``Not Supported`` on unified-memory
+  GPUs such as GB10);
+* the process table: ``|    4   N/A  N/A   3380462   C   VLLM::EngineCore   39336MiB |``
+  (GPU, GPU and compute instance, pid, type, name, memory; the name is cut to ``...`` and its last
+  characters when long, the memory to ``...`` when it does not fit its column, ``N/A`` under
+  Windows' display driver model).
+
+Pasted tables are often indented (Markdown), so leading blanks are allowed everywhere.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# A time line: what `date` prints in the C locale (nvidia-smi prints it above the table).
+TIME: Final = (
+    r"^\s*((?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +"
+    r"\d{1,2} \d{2}:\d{2}:\d{2} \d{4})\s*$"
+)
+TIME_FORMAT: Final = "%a %b %e %H:%M:%S %Y"
+HEADER: Final = r"^\s*\|\s*NVIDIA-SMI \d+\.\d+"
+# The GPU row: index, name, persistence mode (or WDDM/TCC on Windows), bus id.
+GPU_ROW: Final = (
+    r"^\s*\|\s+(?<index>\d+)\s+(?<name>\S.*?)\s+(?:On|Off|WDDM|TCC)\s*\|\s*"
+    r"(?<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s+(?:On|Off)\s*\|"
+)
+# The line under a GPU row: memory used and total in the middle cell, or a state.
+MEMORY_ROW: Final = (
+    r"^\s*\|[^|]*\|\s*(?:(?<used>\d+)MiB\s*/\s*(?<total>\d+)MiB|(?<state>[A-Za-z][^|]*?))\s*\|"
+)
+# A process row: GPU, [GI, CI,] pid, type, name, memory (MiB, N/A, or cut to "...").
+PROCESS_ROW: Final = (
+    r"^\s*\|\s+(?<gpu>\d+)\s+(?:(?:N/A|\d+)\s+(?:N/A|\d+)\s+)?(?<pid>\d+)\s+"
+    r"(?<type>C\+G|M\+C|C|G|M)\s+(?<name>\S.*?)\s+(?<memory>\d+MiB|N/A|\S*\.\.\.)\s*\|\s*$"
+)
+NO_PROCESSES: Final = r"^\s*\|\s*No running processes found\s*\|\s*$"
+# Frame, column headings and the rest of the box: the table's structure, no figures.
+FRAME: Final = (
+    r"^\s*(?:[+|][-=+| ]*[+|]|\|\s*(?:(?:GPU|Fan|ID)\b|Processes:|MIG devices:).*\||"
+    r"\|[\s|]*(?:MIG M\.|Usage|BAR1-Usage|ECC|Disabled|Enabled|N/A|\d+)[\s|]*.*\|)\s*$"
+)
+SNIFF_TABLE: Final = r"(?m)^\s*\|\s*NVIDIA-SMI \d+\.\d+\s+Driver Version:"
+SNIFF_PROCESSES: Final = r"(?m)^\s*\|\s+GPU\s+(?:GI\s+CI\s+)?PID\s+Type\s+Process name"

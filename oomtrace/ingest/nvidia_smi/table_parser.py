@@ -1,0 +1,284 @@
+"""nvidia-smi's default table, as people paste it into bug reports (``docs/formats/nvidia-smi.md``).
+
+Each table is one snapshot: per GPU its memory used and total (``device_used_bytes``,
+``device_total_bytes``; MiB, so exact), per process its memory (``process_used_bytes`` with its
+pid) and its name (a ``process`` event, :mod:`.processes`). The GPUs' bus ids tie their indexes
+to the bus ids other inputs name them by (``--query-compute-apps`` with ``gpu_bus_id``).
+
+Time: the line nvidia-smi prints above each table (``Sun Mar 29 20:25:44 2026``, local time,
+read in ``--tz``, UTC otherwise, recorded as assumed). A table without it is placed at the file's
+modification time when it is the file's only table, with a note; of several tables without times
+only the last is kept there (the others are counted as left out): their order is known, their
+times are not. Line patterns: :mod:`.table_lines`.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Final
+
+import polars as pl
+
+from oomtrace.diagnostics import SourceDiagnostics
+from oomtrace.ingest.nvidia_smi import table_lines as tl
+from oomtrace.ingest.nvidia_smi.processes import process_events
+from oomtrace.ingest.parser_api import ParseContext, ParseResult
+from oomtrace.ingest.text.input_file import InputFile, first_line
+from oomtrace.ingest.text.timestamps import localize
+from oomtrace.isotime import iso_time
+from oomtrace.schema import TS
+from oomtrace.units import MiB
+
+CONFIDENCE: Final = 0.85
+# A table inside other output (an engine log, a PyTorch traceback): any parser of that output is
+# more sure, and the table goes to whichever claims the file.
+INSIDE_OTHER_TEXT: Final = 0.5
+_AROUND_A_TABLE: Final = 5
+_SNIFF_TABLE = re.compile(tl.SNIFF_TABLE)
+_TABLE_LINE = re.compile(r"^\s*[|+]|" + tl.TIME)
+_SNIFF_PROCESSES = re.compile(tl.SNIFF_PROCESSES)
+_KINDS: Final = {
+    "time": tl.TIME,
+    "header": tl.HEADER,
+    "gpu": tl.GPU_ROW,
+    "process": tl.PROCESS_ROW,
+    "none": tl.NO_PROCESSES,
+}
+
+
+class NvidiaSmiTableParser:
+    """The ``nvidia-smi-table`` format: ``nvidia-smi``'s default output, one table or many."""
+
+    name = "nvidia-smi-table"
+    description = "nvidia-smi's default table: GPU memory and the process list"
+
+    def sniff(self, head: str, name: str) -> float:
+        if "\x00" in head:
+            return 0.0
+        if not (_SNIFF_TABLE.search(head) or _SNIFF_PROCESSES.search(head)):
+            return 0.0
+        lines = [line for line in head.splitlines()[:400] if line.strip()]
+        table = sum(1 for line in lines if _TABLE_LINE.match(line))
+        # a shell prompt or a remark around the table is fine; a log around it is not
+        other = len(lines) - table
+        return CONFIDENCE if other <= _AROUND_A_TABLE else INSIDE_OTHER_TEXT
+
+    def parse(self, source: InputFile, ctx: ParseContext, diag: SourceDiagnostics) -> ParseResult:
+        chunks = [_classify(chunk.lines, chunk.first_line) for chunk in source.line_chunks(diag)]
+        lines = pl.concat(chunks) if chunks else _classify(pl.Series([], dtype=pl.String), 1)
+        return _Table(lines, ctx, diag).result()
+
+
+def _classify(lines: pl.Series, first: int) -> pl.DataFrame:
+    line = pl.col("line")
+    kind = pl.lit(None, pl.String)
+    for name, pattern in reversed(_KINDS.items()):
+        kind = pl.when(line.str.contains(pattern)).then(pl.lit(name)).otherwise(kind)
+    return (
+        pl.DataFrame({"line": lines})
+        .with_row_index("n", offset=first)
+        .with_columns(pl.col("n").cast(pl.Int64), kind=kind)
+    )
+
+
+class _Table:
+    def __init__(self, lines: pl.DataFrame, ctx: ParseContext, diag: SourceDiagnostics) -> None:
+        self.ctx, self.diag = ctx, diag
+        self.tz = ctx.clock.tz or "UTC"
+        # A snapshot starts at each header box; the time line above a header is its time.
+        header = pl.col("kind") == "header"
+        self.lines = lines.with_columns(
+            snapshot=header.cum_sum().cast(pl.Int64) + (pl.col("kind") == "time").cast(pl.Int64)
+        )
+        self.used = 0
+        self._memory_lines = pl.Series([], dtype=pl.Int64)
+
+    def result(self) -> ParseResult:
+        times = self._times()
+        gpus = self._gpus()
+        processes = self._processes()
+        self._count_rest()
+        placed, kept = self._place(times, gpus, processes)
+        samples = [f for f in (placed["gpus"], placed["processes"]) if f.height]
+        result = ParseResult(
+            samples=pl.concat(samples, how="diagonal_relaxed") if samples else None,
+            events=process_events(kept) if kept.height else None,
+            device_index=dict(gpus.select("bus", "device").unique().drop_nulls().iter_rows()),
+        )
+        if times.height:
+            result.clock = {"tz": self.tz, "tz_assumed": self.ctx.clock.tz is None}
+            if self.ctx.clock.tz is None:
+                self.diag.note(
+                    "nvidia-smi prints its time without a zone; read as UTC (pass --tz ZONE with "
+                    "the host's zone)"
+                )
+        return result
+
+    def _times(self) -> pl.DataFrame:
+        rows = self.lines.filter(pl.col("kind") == "time")
+        self.used += rows.height
+        naive = (
+            pl.col("line")
+            .str.extract(tl.TIME, 1)
+            .str.replace_all(r"\s+", " ")
+            .str.to_datetime(tl.TIME_FORMAT, strict=False, time_unit="ns")
+        )
+        return rows.select("snapshot", ts=localize(naive, self.tz)).drop_nulls("ts")
+
+    def _gpus(self) -> pl.DataFrame:
+        """Each GPU row with the memory line right under it."""
+        self.used += self.lines.filter(pl.col("kind") == "header").height
+        rows = self.lines.filter(pl.col("kind") == "gpu")
+        gpus = rows.select("n", "snapshot", g=pl.col("line").str.extract_groups(tl.GPU_ROW)).unnest(
+            "g"
+        )
+        memory = (
+            self.lines.filter(pl.col("n").is_in((gpus["n"] + 1).implode()))
+            .select("n", m=pl.col("line").str.extract_groups(tl.MEMORY_ROW))
+            .unnest("m")
+            .with_columns(pl.col("n") - 1)
+        )
+        joined = gpus.join(memory, on="n", how="left", maintain_order="left").select(
+            "n",
+            "snapshot",
+            device=pl.col("index").cast(pl.Int32, strict=False),
+            bus="bus",
+            used=pl.col("used").cast(pl.Int64, strict=False) * MiB,
+            total=pl.col("total").cast(pl.Int64, strict=False) * MiB,
+            state="state",
+        )
+        self.used += joined.height + memory.height
+        states = joined.filter(pl.col("total").is_null())
+        if states.height:
+            shown = states["state"].drop_nulls().unique().sort().to_list()
+            self.diag.note(
+                f"{states.height} GPU row(s) state no memory figures ({', '.join(shown) or '?'},"
+                " e.g. unified memory); their device memory is unknown",
+                lost=True,
+            )
+        self._memory_lines = memory["n"] + 1
+        return joined
+
+    def _processes(self) -> pl.DataFrame:
+        rows = self.lines.filter(pl.col("kind") == "process")
+        found = rows.select(
+            "n", "snapshot", p=pl.col("line").str.extract_groups(tl.PROCESS_ROW)
+        ).unnest("p")
+        memory = pl.col("memory")
+        procs = found.select(
+            "n",
+            "snapshot",
+            device=pl.col("gpu").cast(pl.Int32, strict=False),
+            pid=pl.col("pid").cast(pl.Int64, strict=False),
+            name=pl.col("name").str.strip_chars(),
+            used=pl.when(memory.str.ends_with("MiB"))
+            .then(memory.str.strip_suffix("MiB").cast(pl.Int64, strict=False) * MiB)
+            .otherwise(None),
+            cut=memory.str.ends_with("..."),
+        )
+        self.used += procs.height + self.lines.filter(pl.col("kind") == "none").height
+        cut = procs.filter(pl.col("cut"))
+        if cut.height:
+            self.diag.note(
+                f'{cut.height} process row(s) show their memory cut short ("...": the figure '
+                "did not fit its column); their memory is left out, their pid and name kept",
+                lost=True,
+            )
+        na = procs.filter(pl.col("used").is_null() & ~pl.col("cut"))
+        if na.height:
+            self.diag.note(
+                f"{na.height} process row(s) state no memory (N/A, e.g. under Windows' display "
+                "driver); their memory is unknown",
+                lost=True,
+            )
+        return procs
+
+    def _count_rest(self) -> None:
+        self.diag.lines_recognised += self.used
+        rest = self.lines.filter(
+            pl.col("kind").is_null() & ~pl.col("n").is_in(self._memory_lines.implode())
+        )
+        frame = rest.filter(pl.col("line").str.contains(tl.FRAME))
+        self.diag.skip(
+            "table frame or column heading (no figures)", frame.height, first_line(frame["line"])
+        )
+        blank = rest.filter(pl.col("line").str.strip_chars() == "")
+        self.diag.skip("blank line", blank.height, "")
+        other = rest.filter(
+            ~pl.col("line").str.contains(tl.FRAME) & (pl.col("line").str.strip_chars() != "")
+        )
+        self.diag.skip("not part of an nvidia-smi table", other.height, first_line(other["line"]))
+
+    def _place(
+        self, times: pl.DataFrame, gpus: pl.DataFrame, processes: pl.DataFrame
+    ) -> tuple[dict[str, pl.DataFrame], pl.DataFrame]:
+        """Each snapshot at its time (its own, or the file's modification time for a lone
+        untimed one); rows of snapshots that cannot be placed are left out, counted."""
+        snapshots = pl.concat([gpus.select("snapshot"), processes.select("snapshot")]).unique()
+        timed = snapshots.join(times.unique("snapshot", keep="last"), on="snapshot", how="left")
+        untimed = timed.filter(pl.col("ts").is_null())["snapshot"].sort()
+        if untimed.len():
+            timed = self._untimed(timed, untimed, times.height > 0)
+        gpu_rows = gpus.join(timed, on="snapshot", how="inner")
+        proc_rows = processes.join(timed, on="snapshot", how="inner")
+        # a GPU row and the memory line under it are two lines
+        lines = pl.len() + pl.col("total").is_not_null().sum() + pl.col("state").is_not_null().sum()
+        gone = gpus.select(lines).item() - gpu_rows.select(lines).item()
+        lost = gone + processes.height - proc_rows.height
+        if lost:
+            self.diag.lines_recognised -= lost
+            self.diag.skip("row of a table with no time", lost, None)
+        device_rows = gpu_rows.filter(pl.col("total").is_not_null()).unpivot(
+            on=["used", "total"], index=["ts", "device"], variable_name="what", value_name="v"
+        )
+        placed = {
+            "gpus": device_rows.select(
+                pl.col("ts").cast(TS),
+                "device",
+                metric=pl.when(pl.col("what") == "used")
+                .then(pl.lit("device_used_bytes"))
+                .otherwise(pl.lit("device_total_bytes")),
+                value=pl.col("v").cast(pl.Float64),
+            ),
+            "processes": proc_rows.filter(pl.col("used").is_not_null()).select(
+                pl.col("ts").cast(TS),
+                "device",
+                "pid",
+                metric=pl.lit("process_used_bytes"),
+                value=pl.col("used").cast(pl.Float64),
+            ),
+        }
+        kept = proc_rows.select(
+            pl.col("ts").cast(TS), "device", "pid", "name", device_ref=pl.lit(None, pl.String)
+        )
+        return placed, kept
+
+    def _untimed(self, timed: pl.DataFrame, untimed: pl.Series, any_timed: bool) -> pl.DataFrame:
+        mtime: datetime | None = self.ctx.mtime
+        if any_timed or mtime is None:
+            self.diag.note(
+                f"{untimed.len()} table(s) without nvidia-smi's time line cannot be placed in "
+                "time; left out",
+                lost=True,
+            )
+            return timed.filter(pl.col("ts").is_not_null())
+        last = untimed[-1]
+        if untimed.len() > 1:
+            self.diag.note(
+                f"{untimed.len()} tables without nvidia-smi's time line: only the last is kept, "
+                f"at the file's modification time ({iso_time(mtime, 0)}); the others are left "
+                "out (their order is known, their times are not)",
+                lost=True,
+            )
+        else:
+            self.diag.note(
+                "the table has no time line: placed at the file's modification time "
+                f"({iso_time(mtime, 0)}, when it was written); an assumption"
+            )
+        return timed.with_columns(
+            ts=pl.when(pl.col("snapshot") == last).then(pl.lit(mtime, TS)).otherwise("ts")
+        ).filter(pl.col("ts").is_not_null())
+
+
+PARSER: Final = NvidiaSmiTableParser()

@@ -1,0 +1,156 @@
+"""nvidia-smi's default table, as pasted into bug reports: per-GPU memory used and total, the
+process table with pids, names and memory, the time line above it, and the GPUs' bus ids."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from datetime import UTC, datetime
+from pathlib import Path
+
+import polars as pl
+
+from oomtrace.ingest import IngestOptions, ingest_paths, sniff
+from oomtrace.ingest.nvidia_smi.table_parser import PARSER
+from oomtrace.ingest.text.input_file import InputFile
+from oomtrace.trace import Trace
+
+DATA = Path(__file__).resolve().parents[3] / "data" / "nvidia_smi"
+MiB = 1 << 20
+MTIME = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
+TABLE_535 = (DATA / "table-535-five-gpus.txt").read_text()
+
+
+def _copy(tmp_path: Path, name: str) -> Path:
+    target = tmp_path / name
+    shutil.copy(DATA / name, target)
+    os.utime(target, (MTIME.timestamp(), MTIME.timestamp()))
+    return target
+
+
+def _write(tmp_path: Path, text: str, name: str = "smi.txt") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    os.utime(path, (MTIME.timestamp(), MTIME.timestamp()))
+    return path
+
+
+def _ingest(*paths: Path, **options: object) -> Trace:
+    return ingest_paths(list(paths), IngestOptions(**options))  # type: ignore[arg-type]
+
+
+def _rows(trace: Trace, metric: str) -> list[tuple[object, ...]]:
+    frame = trace.samples.filter(pl.col("metric") == metric).sort("device", "pid")
+    return frame.select("device", "pid", "value").rows()
+
+
+def _names(trace: Trace) -> list[tuple[object, ...]]:
+    events = trace.events.filter(pl.col("kind") == "process").sort("device", "pid")
+    return events.select("device", "pid", "detail").rows()
+
+
+def test_five_gpus_and_the_vllm_engine_on_gpu_4(tmp_path: Path) -> None:
+    trace = _ingest(_copy(tmp_path, "table-535-five-gpus.txt"))
+    assert set(trace.samples["ts"]) == {datetime(2026, 6, 25, 17, 26, 53, tzinfo=UTC)}
+    assert _rows(trace, "device_total_bytes") == [
+        (0, None, 40960.0 * MiB),
+        (1, None, 40960.0 * MiB),
+        (2, None, 40960.0 * MiB),
+        (3, None, 4096.0 * MiB),
+        (4, None, 40960.0 * MiB),
+    ]
+    assert [r[2] for r in _rows(trace, "device_used_bytes")] == [0, 0, 0, MiB, 39346.0 * MiB]
+    assert _rows(trace, "process_used_bytes") == [(4, 3380462, 39336.0 * MiB)]
+    assert _names(trace) == [(4, 3380462, "VLLM::EngineCore")]
+    (diag,) = trace.manifest.sources
+    assert diag.parser == "nvidia-smi-table"
+    assert diag.lines_read == 36 == diag.lines_recognised + diag.lines_skipped
+    assert diag.lines_recognised == 13  # time, header, 5 GPU rows, 5 memory lines, 1 process
+    assert diag.clock["tz_assumed"] is True
+    berlin = _ingest(_copy(tmp_path, "table-535-five-gpus.txt"), tz="Europe/Berlin")
+    assert set(berlin.samples["ts"]) == {datetime(2026, 6, 25, 15, 26, 53, tzinfo=UTC)}
+
+
+def test_unified_memory_gpu_states_no_memory_but_its_processes_do(tmp_path: Path) -> None:
+    trace = _ingest(_copy(tmp_path, "table-580-gb10.txt"))
+    assert _rows(trace, "device_used_bytes") == []
+    assert _rows(trace, "process_used_bytes") == [
+        (0, 2804, 179.0 * MiB),
+        (0, 3060, 48.0 * MiB),
+        (0, 2283430, 61383.0 * MiB),
+    ]
+    assert _names(trace) == [
+        (0, 2804, "/usr/lib/xorg/Xorg"),
+        (0, 3060, "/usr/bin/gnome-shell"),
+        (0, 2283430, "VLLM::EngineCore"),
+    ]
+    (diag,) = trace.manifest.sources
+    assert any("Not Supported" in n for n in diag.lost)
+
+
+def test_an_indented_paste_without_a_time_line_is_placed_at_the_file_time(
+    tmp_path: Path,
+) -> None:
+    trace = _ingest(_copy(tmp_path, "table-450-indented.txt"))
+    assert set(trace.samples["ts"]) == {MTIME}
+    assert _rows(trace, "device_used_bytes") == [(0, None, 476.0 * MiB)]
+    assert _names(trace)[2] == (0, 10163, "build/bin/cbnMD")
+    (diag,) = trace.manifest.sources
+    assert any("placed at the file's modification time" in n for n in diag.notes)
+    assert diag.lines_read == diag.lines_recognised + diag.lines_skipped
+
+
+def test_a_memory_figure_cut_short_is_left_out_but_the_process_is_named(
+    tmp_path: Path,
+) -> None:
+    # an H200 (143771MiB) table: the process memory did not fit its column
+    trace = _ingest(_copy(tmp_path, "table-570-cut-memory.txt"))
+    assert _rows(trace, "process_used_bytes") == []
+    assert _names(trace) == [(0, 1117159, "VLLM::EngineCore")]
+    assert _rows(trace, "device_total_bytes") == [(0, None, 143771.0 * MiB)]
+    assert any("cut short" in n for n in trace.manifest.sources[0].lost)
+
+
+def test_a_loop_of_tables_is_a_series_and_untimed_tables_are_not_invented(
+    tmp_path: Path,
+) -> None:
+    later = TABLE_535.replace("Thu Jun 25 17:26:53 2026", "Thu Jun 25 17:26:58 2026").replace(
+        "39336MiB", "40100MiB"
+    )
+    trace = _ingest(_write(tmp_path, TABLE_535 + later))
+    assert trace.samples.filter(pl.col("pid") == 3380462).select("ts", "value").rows() == [
+        (datetime(2026, 6, 25, 17, 26, 53, tzinfo=UTC), 39336.0 * MiB),
+        (datetime(2026, 6, 25, 17, 26, 58, tzinfo=UTC), 40100.0 * MiB),
+    ]
+    assert _names(trace) == [(4, 3380462, "VLLM::EngineCore")]  # named once
+    untimed = TABLE_535.split("\n", 1)[1]
+    two = _ingest(_write(tmp_path, untimed + untimed.replace("39336MiB", "40100MiB"), "two.txt"))
+    assert two.samples.filter(pl.col("pid") == 3380462)["value"].to_list() == [40100.0 * MiB]
+    (diag,) = two.manifest.sources
+    assert any("only the last is kept" in n for n in diag.lost)
+    assert diag.skipped["row of a table with no time"].count == 11
+
+
+def test_a_table_ties_bus_ids_to_indexes_for_compute_apps_rows(tmp_path: Path) -> None:
+    table = _copy(tmp_path, "table-535-five-gpus.txt")
+    apps = _write(
+        tmp_path,
+        "timestamp, gpu_bus_id, pid, process_name, used_gpu_memory [MiB]\n"
+        "2026/06/25 17:26:54.100, 00000000:C2:00.0, 3380462, VLLM::EngineCore, 39336 MiB\n",
+        "apps.csv",
+    )
+    trace = _ingest(table, apps)
+    rows = trace.samples.filter(pl.col("source").str.contains("apps.csv"))
+    assert rows.select("device", "pid").rows() == [(4, 3380462)]
+    names = trace.events.filter(pl.col("source").str.contains("apps.csv"))
+    assert names.select("device", "pid", "detail").rows() == [(4, 3380462, "VLLM::EngineCore")]
+
+
+def test_sniffing_steps_aside_for_a_table_inside_other_output(tmp_path: Path) -> None:
+    table = _copy(tmp_path, "table-535-five-gpus.txt")
+    assert PARSER.sniff(InputFile(table, table.name).head(), table.name) == 0.85
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+    pasted = _write(tmp_path, "Traceback (most recent call last):\n" * 30 + oom + TABLE_535)
+    chosen = sniff(InputFile(pasted, pasted.name), explicit=True)
+    assert chosen.parser is not None
+    assert chosen.parser.name == "pytorch-log"
