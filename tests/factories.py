@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -30,3 +33,16 @@ def requests(*rows: dict[str, Any]) -> pl.DataFrame:
 def events(*rows: dict[str, Any]) -> pl.DataFrame:
     base = {"node": "node-a", "source": "test", "device": 0}
     return conform("events", pl.DataFrame([{**base, **r} for r in rows]))
+
+
+def file_at(
+    path: Path, mtime: datetime, *, text: str | None = None, copy_of: Path | None = None
+) -> Path:
+    """``path`` written with ``text`` (or copied from ``copy_of``), last modified at ``mtime``:
+    parsers read that time as when a file was written."""
+    if copy_of is not None:
+        shutil.copy(copy_of, path)
+    else:
+        path.write_text(text or "")
+    os.utime(path, (mtime.timestamp(), mtime.timestamp()))
+    return path

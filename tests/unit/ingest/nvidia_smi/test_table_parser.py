@@ -3,8 +3,6 @@ process table with pids, names and memory, the time line above it, and the GPUs'
 
 from __future__ import annotations
 
-import os
-import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -14,6 +12,7 @@ from oomtrace.ingest import IngestOptions, ingest_paths, sniff
 from oomtrace.ingest.nvidia_smi.table_parser import PARSER
 from oomtrace.ingest.text.input_file import InputFile
 from oomtrace.trace import Trace
+from tests.factories import file_at
 
 DATA = Path(__file__).resolve().parents[3] / "data" / "nvidia_smi"
 MiB = 1 << 20
@@ -22,17 +21,11 @@ TABLE_535 = (DATA / "table-535-five-gpus.txt").read_text()
 
 
 def _copy(tmp_path: Path, name: str) -> Path:
-    target = tmp_path / name
-    shutil.copy(DATA / name, target)
-    os.utime(target, (MTIME.timestamp(), MTIME.timestamp()))
-    return target
+    return file_at(tmp_path / name, MTIME, copy_of=DATA / name)
 
 
 def _write(tmp_path: Path, text: str, name: str = "smi.txt") -> Path:
-    path = tmp_path / name
-    path.write_text(text)
-    os.utime(path, (MTIME.timestamp(), MTIME.timestamp()))
-    return path
+    return file_at(tmp_path / name, MTIME, text=text)
 
 
 def _ingest(*paths: Path, **options: object) -> Trace:

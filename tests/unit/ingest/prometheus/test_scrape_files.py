@@ -14,6 +14,7 @@ from oomtrace.ingest import IngestOptions, ingest_paths
 from oomtrace.ingest.prometheus.file_names import series_pattern, time_in_name
 from oomtrace.ingest.sniffing import series_name
 from oomtrace.trace import Trace
+from tests.factories import file_at
 
 MTIME = datetime(2025, 3, 14, 9, 30, tzinfo=UTC)
 SCRAPE = (
@@ -26,10 +27,7 @@ DCGM = 'DCGM_FI_DEV_FB_USED{{gpu="0",UUID="GPU-1"}} {n}\n'
 
 def _write(folder: Path, name: str, text: str) -> Path:
     folder.mkdir(exist_ok=True)
-    path = folder / name
-    path.write_text(text)
-    os.utime(path, (MTIME.timestamp(), MTIME.timestamp()))
-    return path
+    return file_at(folder / name, MTIME, text=text)
 
 
 def _ingest(*paths: Path, **options: object) -> Trace:

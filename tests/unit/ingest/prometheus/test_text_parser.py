@@ -21,6 +21,7 @@ from oomtrace.errors import InputError
 from oomtrace.ingest import IngestOptions, ingest_paths
 from oomtrace.ingest.prometheus.text_parser import PARSER, parse_scrapes
 from oomtrace.trace import Trace
+from tests.factories import file_at
 
 DATA = Path(__file__).resolve().parents[3] / "data"
 PROM = DATA / "prometheus"
@@ -30,17 +31,11 @@ T0 = datetime(2025, 3, 14, 9, 0, tzinfo=UTC)
 
 
 def _copy(tmp_path: Path, name: str, folder: Path = PROM) -> Path:
-    target = tmp_path / name
-    shutil.copy(folder / name, target)
-    os.utime(target, (MTIME.timestamp(), MTIME.timestamp()))
-    return target
+    return file_at(tmp_path / name, MTIME, copy_of=folder / name)
 
 
 def _write(tmp_path: Path, text: str, name: str = "metrics.prom") -> Path:
-    path = tmp_path / name
-    path.write_text(text)
-    os.utime(path, (MTIME.timestamp(), MTIME.timestamp()))
-    return path
+    return file_at(tmp_path / name, MTIME, text=text)
 
 
 def _ingest(*paths: Path, **options: object) -> Trace:
