@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from oomtrace.ingest.alignment.anchoring import ORDER
+
 
 def process_events(rows: pl.DataFrame) -> pl.DataFrame:
     """``rows`` (``ts``, ``device``, ``device_ref``, ``pid``, ``name``) to ``process`` events."""
@@ -20,11 +22,14 @@ def process_events(rows: pl.DataFrame) -> pl.DataFrame:
         return pl.DataFrame()
     key = ["pid", "device", "device_ref", "name"]
     first = named.sort("ts", maintain_order=True).unique(key, keep="first", maintain_order=True)
+    # rows of a paste without times carry their line (``order``) instead of a time
+    order = [c for c in first.columns if c == ORDER]
     return first.select(
         "ts",
         pl.col("device").cast(pl.Int32),
         "device_ref",
         pl.col("pid").cast(pl.Int64),
+        *order,
         kind=pl.lit("process"),
         detail=pl.col("name"),
     )

@@ -6,27 +6,26 @@ pid) and its name (a ``process`` event, :mod:`.processes`). The GPUs' bus ids ti
 to the bus ids other inputs name them by (``--query-compute-apps`` with ``gpu_bus_id``).
 
 Time: the line nvidia-smi prints above each table (``Sun Mar 29 20:25:44 2026``, local time,
-read in ``--tz``, UTC otherwise, recorded as assumed). A table without it is placed at the file's
-modification time when it is the file's only table, with a note; of several tables without times
-only the last is kept there (the others are counted as left out): their order is known, their
-times are not. Line patterns: :mod:`.table_lines`.
+read in ``--tz``, UTC otherwise, recorded as assumed; alignment may then correct the zone). A
+paste without it keeps its rows in file order with no made-up time (``clock`` ``untimed``); in a
+file whose other tables have time lines, a table without one is left out, counted. Line patterns:
+:mod:`.table_lines`.
 """
 
 from __future__ import annotations
 
 import re
-from datetime import datetime
 from typing import Final
 
 import polars as pl
 
 from oomtrace.diagnostics import SourceDiagnostics
+from oomtrace.ingest.alignment.anchoring import ORDER
 from oomtrace.ingest.nvidia_smi import table_lines as tl
 from oomtrace.ingest.nvidia_smi.processes import process_events
 from oomtrace.ingest.parser_api import ParseContext, ParseResult
 from oomtrace.ingest.text.input_file import InputFile, first_line
 from oomtrace.ingest.text.timestamps import localize
-from oomtrace.isotime import iso_time
 from oomtrace.schema import TS
 from oomtrace.units import MiB
 
@@ -213,13 +212,24 @@ class _Table:
     def _place(
         self, times: pl.DataFrame, gpus: pl.DataFrame, processes: pl.DataFrame
     ) -> tuple[dict[str, pl.DataFrame], pl.DataFrame]:
-        """Each snapshot at its time (its own, or the file's modification time for a lone
-        untimed one); rows of snapshots that cannot be placed are left out, counted."""
+        """Each snapshot at its time. A file of tables without time lines keeps its rows with no
+        time, in file order (``order``: their line), for alignment to anchor or leave un-timed;
+        in a file that has time lines, a table without one is left out, counted."""
         snapshots = pl.concat([gpus.select("snapshot"), processes.select("snapshot")]).unique()
         timed = snapshots.join(times.unique("snapshot", keep="last"), on="snapshot", how="left")
-        untimed = timed.filter(pl.col("ts").is_null())["snapshot"].sort()
-        if untimed.len():
-            timed = self._untimed(timed, untimed, times.height > 0)
+        untimed = timed.filter(pl.col("ts").is_null()).height
+        if untimed and times.height:
+            self.diag.note(
+                f"{untimed} table(s) without nvidia-smi's time line, among tables with one, "
+                "cannot be placed in time; left out",
+                lost=True,
+            )
+            timed = timed.filter(pl.col("ts").is_not_null())
+        elif untimed:
+            self.diag.note(
+                "the table has no time line: its rows keep their order and no made-up time (a "
+                "table shows no failure another input could anchor it to)"
+            )
         gpu_rows = gpus.join(timed, on="snapshot", how="inner")
         proc_rows = processes.join(timed, on="snapshot", how="inner")
         # a GPU row and the memory line under it are two lines
@@ -229,13 +239,15 @@ class _Table:
         if lost:
             self.diag.lines_recognised -= lost
             self.diag.skip("row of a table with no time", lost, None)
+        order = [pl.col("n").alias(ORDER)] if untimed and not times.height else []
         device_rows = gpu_rows.filter(pl.col("total").is_not_null()).unpivot(
-            on=["used", "total"], index=["ts", "device"], variable_name="what", value_name="v"
+            on=["used", "total"], index=["ts", "device", "n"], variable_name="what", value_name="v"
         )
         placed = {
             "gpus": device_rows.select(
                 pl.col("ts").cast(TS),
                 "device",
+                *order,
                 metric=pl.when(pl.col("what") == "used")
                 .then(pl.lit("device_used_bytes"))
                 .otherwise(pl.lit("device_total_bytes")),
@@ -245,40 +257,20 @@ class _Table:
                 pl.col("ts").cast(TS),
                 "device",
                 "pid",
+                *order,
                 metric=pl.lit("process_used_bytes"),
                 value=pl.col("used").cast(pl.Float64),
             ),
         }
         kept = proc_rows.select(
-            pl.col("ts").cast(TS), "device", "pid", "name", device_ref=pl.lit(None, pl.String)
+            pl.col("ts").cast(TS),
+            "device",
+            "pid",
+            "name",
+            *order,
+            device_ref=pl.lit(None, pl.String),
         )
         return placed, kept
-
-    def _untimed(self, timed: pl.DataFrame, untimed: pl.Series, any_timed: bool) -> pl.DataFrame:
-        mtime: datetime | None = self.ctx.mtime
-        if any_timed or mtime is None:
-            self.diag.note(
-                f"{untimed.len()} table(s) without nvidia-smi's time line cannot be placed in "
-                "time; left out",
-                lost=True,
-            )
-            return timed.filter(pl.col("ts").is_not_null())
-        last = untimed[-1]
-        if untimed.len() > 1:
-            self.diag.note(
-                f"{untimed.len()} tables without nvidia-smi's time line: only the last is kept, "
-                f"at the file's modification time ({iso_time(mtime, 0)}); the others are left "
-                "out (their order is known, their times are not)",
-                lost=True,
-            )
-        else:
-            self.diag.note(
-                "the table has no time line: placed at the file's modification time "
-                f"({iso_time(mtime, 0)}, when it was written); an assumption"
-            )
-        return timed.with_columns(
-            ts=pl.when(pl.col("snapshot") == last).then(pl.lit(mtime, TS)).otherwise("ts")
-        ).filter(pl.col("ts").is_not_null())
 
 
 PARSER: Final = NvidiaSmiTableParser()

@@ -331,6 +331,12 @@ class _Acc:
             return {"tz": self.offset_note, "tz_assumed": False}
         if not self.own_stamps:
             return {}
+        if self.ctx.clock.tz is None:
+            self.diag.note(
+                "SGLang prints local time without a zone; read as UTC (pass --tz with the "
+                "server's zone)"
+            )
+        clock: dict[str, Any] = {"tz": self.tz, "tz_assumed": self.ctx.clock.tz is None}
         if self.day_clock is not None:
             self.diag.note(
                 "this SGLang release prints the time of day only ([HH:MM:SS TP0]): the dates are "
@@ -338,12 +344,12 @@ class _Acc:
                 f"{self.midnights} midnight(s) passed before it); the order is kept, the day is "
                 "an assumption"
             )
-        if self.ctx.clock.tz is None:
-            self.diag.note(
-                "SGLang prints local time without a zone; read as UTC (pass --tz with the "
-                "server's zone)"
+            # the date, year included, is a guess: alignment may move it like a year-less log's
+            given = self.ctx.clock.year is not None
+            clock.update(
+                year=self.day_clock.first_day.year, year_source="option" if given else "mtime"
             )
-        return {"tz": self.tz, "tz_assumed": self.ctx.clock.tz is None}
+        return clock
 
 
 def _concat(frames: list[pl.DataFrame]) -> pl.DataFrame | None:
@@ -374,7 +380,7 @@ class SGLangLogParser:
     def parse(self, source: InputFile, ctx: ParseContext, diag: SourceDiagnostics) -> ParseResult:
         acc = _Acc(ctx, diag)
         if ctx.mtime is not None and _SNIFF_TIME_ONLY.search(source.head()):
-            found = time_of_day.scan(source, ctx.mtime, acc.tz)
+            found = time_of_day.scan(source, ctx.mtime, acc.tz, ctx.clock.year)
             if found is not None:
                 acc.day_clock, acc.midnights = found
         for chunk in source.line_chunks(diag):

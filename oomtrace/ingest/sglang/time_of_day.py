@@ -71,9 +71,12 @@ class DayClock:
         ).to_series()
 
 
-def scan(source: InputFile, mtime: datetime, tz: str) -> tuple[DayClock, int] | None:
+def scan(
+    source: InputFile, mtime: datetime, tz: str, year: int | None = None
+) -> tuple[DayClock, int] | None:
     """A clock for ``source`` if its lines carry time-only prefixes: the first line's date, from
-    ``mtime`` and the midnights the file passes; and how many midnights that is. None otherwise."""
+    ``mtime`` and the midnights the file passes (in ``year`` where ``--year`` gives it); and how
+    many midnights that is. None otherwise."""
     midnights = 0
     last: int | None = None
     scratch = SourceDiagnostics(source.name, "sglang-log", "")  # the real read counts the lines
@@ -102,4 +105,10 @@ def scan(source: InputFile, mtime: datetime, tz: str) -> tuple[DayClock, int] | 
     written = mtime.astimezone(ZoneInfo(tz))
     written_tod = written.hour * 3600 + written.minute * 60 + written.second
     last_day = written.date() - timedelta(days=1 if last > written_tod + _TOLERANCE_S else 0)
-    return DayClock(last_day - timedelta(days=midnights)), midnights
+    first_day = last_day - timedelta(days=midnights)
+    if year is not None and year != first_day.year:
+        try:
+            first_day = first_day.replace(year=year)
+        except ValueError:  # 29 February in a year without one
+            first_day = first_day.replace(year=year, day=28)
+    return DayClock(first_day), midnights

@@ -81,15 +81,18 @@ def test_unified_memory_gpu_states_no_memory_but_its_processes_do(tmp_path: Path
     assert any("Not Supported" in n for n in diag.lost)
 
 
-def test_an_indented_paste_without_a_time_line_is_placed_at_the_file_time(
+def test_an_indented_paste_without_a_time_line_keeps_its_figures_and_no_made_up_time(
     tmp_path: Path,
 ) -> None:
     trace = _ingest(_copy(tmp_path, "table-450-indented.txt"))
-    assert set(trace.samples["ts"]) == {MTIME}
+    # the figures are kept, un-timed (the file's modification time is no time of the incident)
+    assert set(trace.samples["ts"]) == {None}
+    assert set(trace.samples["clock"]) == {"untimed"}
     assert _rows(trace, "device_used_bytes") == [(0, None, 476.0 * MiB)]
     assert _names(trace)[2] == (0, 10163, "build/bin/cbnMD")
     (diag,) = trace.manifest.sources
-    assert any("placed at the file's modification time" in n for n in diag.notes)
+    assert any("no made-up time" in n for n in diag.notes)
+    assert diag.clock["status"] == "untimed"
     assert diag.lines_read == diag.lines_recognised + diag.lines_skipped
 
 
@@ -116,12 +119,17 @@ def test_a_loop_of_tables_is_a_series_and_untimed_tables_are_not_invented(
         (datetime(2026, 6, 25, 17, 26, 58, tzinfo=UTC), 40100.0 * MiB),
     ]
     assert _names(trace) == [(4, 3380462, "VLLM::EngineCore")]  # named once
+    # a table without its time line among tables with one is left out, counted
     untimed = TABLE_535.split("\n", 1)[1]
-    two = _ingest(_write(tmp_path, untimed + untimed.replace("39336MiB", "40100MiB"), "two.txt"))
-    assert two.samples.filter(pl.col("pid") == 3380462)["value"].to_list() == [40100.0 * MiB]
-    (diag,) = two.manifest.sources
-    assert any("only the last is kept" in n for n in diag.lost)
+    mixed = _ingest(_write(tmp_path, untimed.replace("39336MiB", "40100MiB") + TABLE_535, "m.txt"))
+    assert mixed.samples.filter(pl.col("pid") == 3380462)["value"].to_list() == [39336.0 * MiB]
+    (diag,) = mixed.manifest.sources
+    assert any("among tables with one" in n for n in diag.lost)
     assert diag.skipped["row of a table with no time"].count == 11
+    # tables without any time line keep their order, and no time
+    two = _ingest(_write(tmp_path, untimed + untimed.replace("39336MiB", "40100MiB"), "two.txt"))
+    engine = two.samples.filter(pl.col("pid") == 3380462)
+    assert engine.select("ts", "value").rows() == [(None, 39336.0 * MiB), (None, 40100.0 * MiB)]
 
 
 def test_a_table_ties_bus_ids_to_indexes_for_compute_apps_rows(tmp_path: Path) -> None:

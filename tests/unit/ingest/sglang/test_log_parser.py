@@ -492,3 +492,14 @@ def test_kv_line_with_its_dtype_and_one_kv_size(tmp_path: Path) -> None:
     assert config["kv_cache_tokens"] == 76416
     assert config["available_kv_cache_bytes"] == round(5.01 * GiB)
     assert config["cache_dtype"] == "bfloat16"
+
+
+def test_time_of_day_only_log_takes_the_year_given(tmp_path: Path) -> None:
+    target = tmp_path / "v0.3.0-time-only.log"
+    shutil.copy(DATA / target.name, target)
+    written = datetime(2024, 10, 10, 16, 45, tzinfo=UTC).timestamp()
+    os.utime(target, (written, written))
+    trace = ingest_paths([target], IngestOptions(year=2025))
+    assert _metric(trace, "kv_usage_ratio")["ts"][0] == _utc(2025, 10, 10, 16, 43, 29)
+    clock = trace.manifest.sources[0].clock
+    assert (clock["year"], clock["year_source"]) == (2025, "option")
