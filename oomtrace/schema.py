@@ -24,7 +24,8 @@ Three choices in their layout, deliberate:
 Versions. A trace of an older version is read as a current one:
 
 * 1: the tables, columns and vocabularies as first published;
-* 2: ``clock`` added; a version 1 trace is read with every row ``stated``;
+* 2: ``clock`` added (and later, as a nullable column, ``requests.kv_blocks``); a version 1
+  trace is read with every row ``stated``;
 * 3: words added to the vocabularies, nothing changed: event kind ``process`` (a process seen
   holding device memory: ``pid``, ``device``, and its name as the source printed it in
   ``detail``, one per process and name where a source first shows it; nvidia-smi's default table
