@@ -82,7 +82,6 @@ def _ns(frame: pl.DataFrame) -> list[tuple[int, float]]:
     return frame.select(pl.col("ts").dt.epoch("ns"), "value").rows()
 
 
-@pytest.mark.slow
 def test_a_capture_directory_ingests_scrapes_and_log_lines_with_arrival_times(
     tmp_path: Path,
 ) -> None:

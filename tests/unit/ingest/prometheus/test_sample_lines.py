@@ -92,6 +92,7 @@ def _parse(path: Path) -> SourceDiagnostics:
     return diag
 
 
+@pytest.mark.slow
 @settings(max_examples=80, deadline=None)
 @given(
     body=st.lists(
