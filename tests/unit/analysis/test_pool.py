@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import polars as pl
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
@@ -75,32 +76,12 @@ def stored_tokens(rows: list[dict[str, Any]], nodes: tuple[str, ...], at_s: floa
     return int(got["stored_tokens"].item())
 
 
-@settings(max_examples=40, deadline=None)
-@given(rows=two_nodes(), probes=st.lists(st.integers(-5, 110), min_size=1, max_size=6))
-# Found by Hypothesis: node a holds 191.5 tokens at 19 s (r2 decoding since 0 s at 10 tokens/s,
-# r0 half-way through 3 tokens). Its open requests' end counts were divided by a constant in a
-# frame of one row (alone: exact) or of three (beside node b's two open requests: Polars
-# multiplies by the reciprocal), one bit apart, and the half token rounded 191 or 192.
-@example(
-    rows=[
-        ev(17, "r0", "admitted", "a", prompt_tokens=0),
-        ev(21, "r0", "finished", "a", output_tokens=3),
-        ev(0, "r1", "admitted", "a", prompt_tokens=0),
-        ev(0, "r1", "finished", "a", output_tokens=1),
-        ev(0, "r2", "admitted", "a", prompt_tokens=0),
-        ev(0, "r3", "admitted", "b", prompt_tokens=0),
-        ev(0, "r4", "admitted", "b", prompt_tokens=0),
-    ],
-    probes=[19],
-)
-def test_each_nodes_pool_is_the_pool_of_its_requests_alone(
-    rows: list[dict[str, Any]], probes: list[int]
-) -> None:
-    # GIVEN requests on two nodes, WHEN the pool is read on both at the same instants
+def assert_each_node_alone(rows: list[dict[str, Any]], probes: list[int]) -> None:
+    """Read on two nodes at the same instants, each node's figures are those of a sweep over
+    that node's requests only."""
     both = timeline(rows, ("a", "b"))
     times = pl.concat([probe(n, p) for p in probes for n in ("a", "b")])
     got = pool_at(pool_breakpoints(both), times, has_bytes=True)
-    # THEN each node's figures are those of a sweep over that node's requests only
     for node in ("a", "b"):
         mine = [r for r in rows if r["node"] == node]
         on_node = times.filter(pl.col("node") == node)
@@ -112,6 +93,38 @@ def test_each_nodes_pool_is_the_pool_of_its_requests_alone(
         assert_frame_equal(got.filter(pl.col("node") == node), alone)
 
 
+# Found by Hypothesis: node a holds 191.5 tokens at 19 s (r2 decoding since 0 s at 10 tokens/s,
+# r0 half-way through 3 tokens).
+OPEN_ELSEWHERE: Final = [
+    ev(17, "r0", "admitted", "a", prompt_tokens=0),
+    ev(21, "r0", "finished", "a", output_tokens=3),
+    ev(0, "r1", "admitted", "a", prompt_tokens=0),
+    ev(0, "r1", "finished", "a", output_tokens=1),
+    ev(0, "r2", "admitted", "a", prompt_tokens=0),
+    ev(0, "r3", "admitted", "b", prompt_tokens=0),
+    ev(0, "r4", "admitted", "b", prompt_tokens=0),
+]
+
+
+@pytest.mark.slow
+@settings(max_examples=40, deadline=None)
+@given(rows=two_nodes(), probes=st.lists(st.integers(-5, 110), min_size=1, max_size=6))
+@example(rows=OPEN_ELSEWHERE, probes=[19])
+def test_each_nodes_pool_is_the_pool_of_its_requests_alone(
+    rows: list[dict[str, Any]], probes: list[int]
+) -> None:
+    assert_each_node_alone(rows, probes)
+
+
+def test_a_nodes_pool_does_not_depend_on_how_many_requests_other_nodes_leave_open() -> None:
+    # GIVEN node a's half token at 19 s, beside node b's two requests still open at the end.
+    # Open requests' end counts were divided by a constant in a frame of one row (node a alone:
+    # exact) or of three (beside node b: Polars multiplies by the reciprocal), one bit apart,
+    # and the half token rounded to 191 or 192.
+    # THEN node a reads the same beside node b as alone
+    assert_each_node_alone(OPEN_ELSEWHERE, [19])
+
+
 def test_a_half_token_rounds_the_same_whenever_another_node_starts() -> None:
     # GIVEN node a's request growing 5 tokens over 6 s: 2.5 tokens at 23 s, a tie that the
     # last bit decides. Time used to be seconds since the first knot of ALL nodes, so node b
@@ -121,8 +134,8 @@ def test_a_half_token_rounds_the_same_whenever_another_node_starts() -> None:
         ev(26, "x", "finished", "a", output_tokens=5),
     ]
     alone = stored_tokens(a, ("a",), 23)
-    # WHEN node b starts at any second before node a
-    for start in range(20):
+    # WHEN node b starts at those seconds, or with node a
+    for start in (1, 12, 16, 20):
         b = [
             ev(start, "y", "admitted", "b", prompt_tokens=1),
             ev(start + 1, "y", "finished", "b", output_tokens=1),
