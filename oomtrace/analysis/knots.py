@@ -74,7 +74,10 @@ def close_open_segments(
     spent = pl.lit(None, dtype=TS)
     if rate.tokens_per_s:
         room = (pl.col("contract_tokens") - pl.col("last_tokens")).clip(lower_bound=0)
-        nanoseconds = (room / rate.tokens_per_s * NS_PER_S).cast(pl.Int64)
+        # a product with a constant, never a quotient by one: Polars divides by multiplying with
+        # the reciprocal except on a one-row column, so a request's figures would depend on how
+        # many others share the frame (see oomtrace.analysis.pool)
+        nanoseconds = (room * (NS_PER_S / rate.tokens_per_s)).cast(pl.Int64)
         spent = pl.when(pl.col("decodes")).then(
             pl.col("anchor") + pl.duration(nanoseconds=nanoseconds)
         )
@@ -129,10 +132,11 @@ def model_knots(
         cap = cap.fill_null(float(max_model_len))
     # A statement above the contract wins (the contract was misread or not enforced).
     cap = pl.when(cap.is_not_null()).then(pl.max_horizontal(cap, pl.col("last_tokens")))
-    span_s = (pl.col("end_ts") - pl.col("last_ts")).dt.total_nanoseconds() / NS_PER_S
+    # products with constants, never quotients (see close_open_segments)
+    span_s = (pl.col("end_ts") - pl.col("last_ts")).dt.total_nanoseconds() * (1 / NS_PER_S)
     if rate.tokens_per_s:
         room = (cap - pl.col("last_tokens")).clip(lower_bound=0)
-        reach_s = pl.when(pl.col("decodes")).then(room / rate.tokens_per_s)
+        reach_s = pl.when(pl.col("decodes")).then(room * (1 / rate.tokens_per_s))
         speed = pl.when(pl.col("decodes")).then(rate.tokens_per_s).otherwise(0.0)
         grown = pl.col("last_tokens") + speed * span_s
         end_tokens = pl.min_horizontal(grown, cap.fill_null(float("inf")))

@@ -1,10 +1,19 @@
 """Pool-level series by a sweep over the timeline's knots: never a samples x requests product.
 
 Every segment's stored tokens are piecewise linear between its knots. At each knot the pool's
-level changes by a jump (``Δlevel``) and its slope by ``Δslope``; after cumulative sums per node,
-``L``, ``S`` and ``C = Σ Δslope·t_knot``, the pool at any time ``t`` is ``L + S·t - C`` taken as of
-the last knot at or before ``t``. Evaluating at N sample times is one as-of join: the cost grows
-with knots plus samples, never with their product.
+level changes by a jump (``Δlevel``) and its slope by ``Δslope``. Per node, in time order, the
+slope after each knot is the cumulative sum of ``Δslope``, and the level after it the cumulative
+sum of ``Δlevel + slope·Δt`` (``Δt`` in whole nanoseconds since the knot before); the pool at any
+time ``t`` is ``level + slope·(t - t_knot)`` as of the last knot at or before ``t``. Evaluating at
+N sample times is one as-of join: the cost grows with knots plus samples, never with their
+product.
+
+A node's figures depend on its own knots alone, to the last bit: time enters only as integer
+nanoseconds between two of the node's own instants (never as seconds since a start shared by all
+nodes, which would round differently as other nodes start earlier or later), and no column is
+divided by a constant (Polars multiplies by the reciprocal instead, except on a one-row column,
+so the last bit would depend on how many rows a frame has). A modelled level that is exactly
+half a token would otherwise round up beside one node's rows and down beside another's.
 
 Quantities swept: resident requests, stored tokens, KV bytes (whole blocks at each knot, linear in
 between; without a bytes model, KV blocks instead), and the contract bytes (every resident request
@@ -13,21 +22,20 @@ uniform blocks, KV blocks are KV bytes over bytes per block.
 
 Memory: a day of traffic has millions of knots. The sweep puts them in time order once (a
 permutation) and builds each cumulative column on its own, and the breakpoints keep only the
-sums (``t`` is recomputed from ``ts``); values are evaluated where they are read.
+sums; values are evaluated where they are read.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Final
 
 import polars as pl
 
 from oomtrace.analysis import grouped as g
 from oomtrace.analysis.grouped import per_request
-from oomtrace.analysis.timeline import NS_PER_S, Timeline
+from oomtrace.analysis.timeline import Timeline
 from oomtrace.schema import TS
 
 POOL_COLUMNS: Final = (
@@ -39,13 +47,8 @@ POOL_COLUMNS: Final = (
 )
 
 
-def _seconds(ts: pl.Expr, t0: datetime) -> pl.Expr:
-    return (ts - pl.lit(t0, dtype=TS)).dt.total_nanoseconds().cast(pl.Float64) / NS_PER_S
-
-
-def _reference(timeline: Timeline) -> datetime:
-    first = timeline.points["ts"].min()
-    return first if isinstance(first, datetime) else datetime(2000, 1, 1, tzinfo=None)
+def _nanoseconds(later: pl.Expr, earlier: pl.Expr) -> pl.Expr:
+    return (later - earlier).dt.total_nanoseconds()
 
 
 def _quantities(timeline: Timeline) -> tuple[str, str]:
@@ -55,12 +58,10 @@ def _quantities(timeline: Timeline) -> tuple[str, str]:
 @dataclass(frozen=True)
 class Breakpoints:
     """The pool's state after each change, per node: ``nodes`` maps a node to its frame of
-    ``ts`` (distinct, sorted) and the cumulative sums ``L_q, S_q, C_q`` of each quantity, ``R``
-    (resident requests) and ``K`` (contract bytes). ``t`` of a breakpoint is its ``ts`` in
-    seconds after ``t0``."""
+    ``ts`` (distinct, sorted) and, after that instant, each quantity's ``level_q`` and
+    ``slope_q`` (per nanosecond), ``resident`` (requests) and ``contract`` (bytes)."""
 
     nodes: dict[str, pl.DataFrame]
-    t0: datetime
     has_bytes: bool
     bytes_per_block: int | None
 
@@ -78,7 +79,7 @@ class Breakpoints:
     def evaluated(self, node: str, columns: tuple[str, ...] = POOL_COLUMNS) -> pl.DataFrame:
         """``ts`` and the chosen :data:`POOL_COLUMNS` at every breakpoint of ``node``."""
         frame = self.nodes[node]
-        values = _evaluate(_seconds(pl.col("ts"), self.t0), frame.columns, self.bytes_per_block)
+        values = _evaluate(None, frame.columns, self.bytes_per_block)
         blocks = _blocks(frame.columns, self.bytes_per_block) if "kv_blocks" in columns else []
         if blocks:
             columns = (*columns, "kv_bytes")
@@ -93,28 +94,26 @@ class Breakpoints:
 
 
 def empty_breakpoints(timeline: Timeline) -> Breakpoints:
-    return Breakpoints({}, datetime(2000, 1, 1), timeline.kv.has_bytes, timeline.kv.bytes_per_block)
+    return Breakpoints({}, timeline.kv.has_bytes, timeline.kv.bytes_per_block)
 
 
 def knot_deltas(timeline: Timeline) -> pl.DataFrame:
-    """Per knot: the jumps of level and slope of each quantity, and of the resident count.
-    Knots are sorted by segment (``sid``) and time; each segment's first knot adds it, its last
-    removes it."""
+    """Per knot: the jumps of level and slope (per nanosecond) of each quantity, and of the
+    resident count. Knots are sorted by segment (``sid``) and time; each segment's first knot adds
+    it, its last removes it."""
     kv = timeline.kv
-    t0 = _reference(timeline)
     second = kv.bytes_expr if kv.has_bytes else kv.blocks_expr
     quantities = _quantities(timeline)
     knots = timeline.points.select(
         "sid",
         "rid",
         "ts",
-        t=_seconds(pl.col("ts"), t0),
         tokens=pl.col("tokens").fill_null(0.0),
         **{quantities[1]: second(pl.col("tokens")).cast(pl.Float64).fill_null(0.0)},
     )
     first, last = g.is_first("sid"), g.is_last("sid")
-    dt_next = g.following(pl.col("t"), "sid") - pl.col("t")
-    dt_prev = pl.col("t") - g.prev(pl.col("t"), "sid")
+    dt_next = _nanoseconds(g.following(pl.col("ts"), "sid"), pl.col("ts"))
+    dt_prev = _nanoseconds(pl.col("ts"), g.prev(pl.col("ts"), "sid"))
     knots = knots.with_columns(
         (
             pl.when(last | (dt_next <= 0))
@@ -140,7 +139,6 @@ def knot_deltas(timeline: Timeline) -> pl.DataFrame:
     return knots.with_columns(*out, d_resident=step).select(
         "rid",
         "ts",
-        "t",
         *[c for q in quantities for c in (f"dl_{q}", f"ds_{q}")],
         "d_resident",
         d_contract=pl.col("d_resident") * per_request(contract),
@@ -160,55 +158,63 @@ def pool_breakpoints(timeline: Timeline) -> Breakpoints:
         mine = deltas if len(names) == 1 else deltas.filter(per_request(nodes) == node)
         frames[node] = _sweep(mine, _quantities(timeline))
     del deltas
-    return Breakpoints(
-        frames, _reference(timeline), timeline.kv.has_bytes, timeline.kv.bytes_per_block
-    )
+    return Breakpoints(frames, timeline.kv.has_bytes, timeline.kv.bytes_per_block)
 
 
 def _sweep(deltas: pl.DataFrame, quantities: tuple[str, str]) -> pl.DataFrame:
     """One node's deltas in time order, summed: one permutation, then each cumulative column on
-    its own (a day of knots is millions of rows; a sort of the whole frame would copy it all)."""
-    order = deltas["ts"].arg_sort()
+    its own (a day of knots is millions of rows; a sort of the whole frame would copy it all).
+    Knots at one instant keep their order (a stable sort), so the sums run in the same order
+    whatever other nodes hold."""
+    order = deltas.select(pl.arg_sort_by("ts", maintain_order=True)).to_series()
     ts = deltas["ts"].gather(order)
     # Several knots at one instant: the state after the last of them is the state then.
     keep = ts.ne_missing(ts.shift(-1))
+    since_previous = ts.diff().dt.total_nanoseconds().fill_null(0)
     columns: dict[str, pl.Series] = {"ts": ts.filter(keep)}
-    sums: list[tuple[str, pl.Expr]] = []
+
+    def summed(column: str) -> pl.Series:
+        return deltas[column].gather(order).cum_sum()
+
     for q in quantities:
-        sums += [
-            (f"L_{q}", pl.col(f"dl_{q}")),
-            (f"S_{q}", pl.col(f"ds_{q}")),
-            (f"C_{q}", pl.col(f"ds_{q}") * pl.col("t")),
-        ]
-    sums += [("R", pl.col("d_resident")), ("K", pl.col("d_contract"))]
-    for name, expr in sums:
-        step = deltas.select(expr).to_series().gather(order)
-        columns[name] = step.cum_sum().filter(keep).alias(name)
+        slope = summed(f"ds_{q}")
+        # the level after a knot: the one after the knot before, moved along its slope, plus
+        # this knot's jump
+        moved = slope.shift(1, fill_value=0.0) * since_previous
+        level = (deltas[f"dl_{q}"].gather(order) + moved).cum_sum()
+        columns[f"level_{q}"] = level.filter(keep)
+        columns[f"slope_{q}"] = slope.filter(keep)
+    columns["resident"] = summed("d_resident").filter(keep)
+    columns["contract"] = summed("d_contract").filter(keep)
     return pl.DataFrame(columns)
 
 
 def _evaluate(
-    t: pl.Expr,
+    elapsed: pl.Expr | None,
     columns: list[str],
     per_block: int | None,
     sum_of: Callable[[str], pl.Expr] = pl.col,
 ) -> list[pl.Expr]:
-    """The pool columns at ``t`` from the sums (``sum_of`` gives each sum's expression); KV
-    blocks from the ``kv_bytes`` column, so they come in a second step where there are bytes."""
+    """The pool columns ``elapsed`` nanoseconds after a breakpoint (``None``: at it) from its
+    sums (``sum_of`` gives each sum's expression); KV blocks from the ``kv_bytes`` column, so they
+    come in a second step where there are bytes."""
 
     def at(q: str) -> pl.Expr:
-        value = sum_of(f"L_{q}") + sum_of(f"S_{q}") * t - sum_of(f"C_{q}")
+        value = sum_of(f"level_{q}")
+        if elapsed is not None:
+            value = value + sum_of(f"slope_{q}") * elapsed
         return value.clip(lower_bound=0.0).round(0).cast(pl.Int64)
 
     none = pl.lit(None, dtype=pl.Int64)
-    if "L_bytes" in columns:
-        kv_bytes, contract = at("bytes"), sum_of("K").round(0).cast(pl.Int64)
+    bytes_swept = "level_bytes" in columns
+    if bytes_swept:
+        kv_bytes, contract = at("bytes"), sum_of("contract").round(0).cast(pl.Int64)
     else:
         kv_bytes, contract = none, none
     return [
-        sum_of("R").round(0).cast(pl.Int64).alias("resident_requests"),
+        sum_of("resident").round(0).cast(pl.Int64).alias("resident_requests"),
         at("tokens").alias("stored_tokens"),
-        (none if "L_bytes" in columns else at("blocks")).alias("kv_blocks"),
+        (none if bytes_swept else at("blocks")).alias("kv_blocks"),
         kv_bytes.alias("kv_bytes"),
         contract.alias("contract_bytes"),
     ]
@@ -216,9 +222,13 @@ def _evaluate(
 
 def _blocks(columns: list[str], per_block: int | None) -> list[pl.Expr]:
     """KV blocks from KV bytes, with uniform blocks (the second step of :func:`_evaluate`)."""
-    if "L_bytes" not in columns or not per_block:
+    if "level_bytes" not in columns or not per_block:
         return []
-    return [(pl.col("kv_bytes") / per_block).round(0).cast(pl.Int64).alias("kv_blocks")]
+    # In integers (half to even, as Polars rounds): a float quotient by a constant would take
+    # its last bit from the frame's length (see the module's docstring).
+    whole, rest = pl.col("kv_bytes") // per_block, 2 * (pl.col("kv_bytes") % per_block)
+    up = (rest > per_block) | ((rest == per_block) & (whole % 2 == 1))
+    return [(whole + up.cast(pl.Int64)).alias("kv_blocks")]
 
 
 def pool_at(breakpoints: Breakpoints, at: pl.DataFrame, *, has_bytes: bool) -> pl.DataFrame:
@@ -252,19 +262,19 @@ def _at_node(breakpoints: Breakpoints, node: str, mine: pl.DataFrame) -> pl.Data
     sums = breakpoints.sums()
     index = state.select(_bp_ts="ts").with_row_index("_bp")
     joined = mine.join_asof(index, left_on="_ts", right_on="_bp_ts", strategy="backward")
-    bp_t = _seconds(pl.col("_bp_ts"), breakpoints.t0)
-    elapsed = (pl.col("_ts") - pl.col("_bp_ts")).dt.total_nanoseconds() / NS_PER_S
 
     def gathered(column: str) -> pl.Expr:  # inline: no column of sums per sample is kept
         return pl.lit(state[column]).gather(pl.col("_bp")).fill_null(0.0)
 
     per_block = breakpoints.bytes_per_block
-    # t once as a column: inline, every quantity would recompute it from the timestamps.
+    # The time since the breakpoint once as a column: inline, every quantity would recompute it
+    # from the timestamps. Before the first breakpoint the sums are zero and so is the time.
+    elapsed = _nanoseconds(pl.col("_ts"), pl.col("_bp_ts")).fill_null(0)
     return (
-        joined.with_columns(_t=(bp_t + elapsed).fill_null(0.0))
-        .with_columns(_evaluate(pl.col("_t"), sums, per_block, gathered))
+        joined.with_columns(_elapsed=elapsed)
+        .with_columns(_evaluate(pl.col("_elapsed"), sums, per_block, gathered))
         .with_columns(_blocks(sums, per_block))
-        .drop("_bp", "_bp_ts", "_t")
+        .drop("_bp", "_bp_ts", "_elapsed")
     )
 
 

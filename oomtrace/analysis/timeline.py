@@ -275,8 +275,9 @@ def _segments(ev: pl.DataFrame, summary: pl.DataFrame, rate: DecodeRate) -> pl.D
     # previous event (the arrival, an upper bound), or, with nothing before, output/rate earlier.
     back = pl.duration(nanoseconds=0)
     if rate.tokens_per_s:
-        seconds = pl.col("end_output").fill_null(0) / rate.tokens_per_s
-        back = pl.duration(nanoseconds=(seconds * NS_PER_S).cast(pl.Int64))
+        # a product with a constant, never a quotient (see oomtrace.analysis.pool)
+        nanoseconds = pl.col("end_output").fill_null(0) * (NS_PER_S / rate.tokens_per_s)
+        back = pl.duration(nanoseconds=nanoseconds.cast(pl.Int64))
     start_ts = (
         pl.when(pl.col("first_role") != CLOSE)
         .then(pl.col("first_ts"))

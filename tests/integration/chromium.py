@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tests.waiting import HANG_S
+
 FLAGS = (
     "--headless",
     "--no-sandbox",
@@ -50,7 +52,7 @@ class ChromiumError(RuntimeError):
 class Chromium:
     """One browser process with a fresh profile; use as a context manager."""
 
-    def __init__(self, executable: str, *, timeout_s: float = 30.0) -> None:
+    def __init__(self, executable: str, *, timeout_s: float = HANG_S) -> None:
         self.timeout_s = timeout_s
         self.profile = tempfile.mkdtemp(prefix="oomtrace-chromium-")
         # a file, not a pipe: Chromium's chatter must never fill a pipe and stall the browser
@@ -124,7 +126,9 @@ class Chromium:
         result: dict[str, Any] = reply.get("result", {})
         return result
 
-    def wait_for_event(self, method: str, session: str, timeout_s: float) -> dict[str, Any]:
+    def wait_for_event(
+        self, method: str, session: str, timeout_s: float = HANG_S
+    ) -> dict[str, Any]:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             with self._lock:
@@ -164,7 +168,7 @@ class Chromium:
             raise ChromiumError(f"evaluate failed: {result['exceptionDetails']}")
         return result["result"].get("value")
 
-    def wait_until(self, session: str, expression: str, timeout_s: float) -> Any:
+    def wait_until(self, session: str, expression: str, timeout_s: float = HANG_S) -> Any:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             value = self.evaluate(session, expression)

@@ -8,20 +8,38 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 import polars as pl
 import pytest
 
+from collectors.reader import CaptureReadResult
+from collectors.segments import read_capture
 from oomtrace.errors import InputError
 from oomtrace.ingest import IngestOptions, ingest_paths
-from tests.unit.collectors.factories import Reply, metrics_server, vllm_metrics, wait_until
+from tests.unit.collectors.factories import (
+    Reply,
+    killed_at_exit,
+    metrics_server,
+    vllm_metrics,
+    wait_for_capture,
+)
+from tests.waiting import HANG_S, wait_until
 
 SGLANG = "[{t}] Decode batch, #running-req: {n}, #token: {tok}, token usage: {u:.2f}, cuda graph: True, gen throughput (token/s): 100.00, #queue-req: 0\n"  # noqa: E501
 
 
-def _capture(tmp_path: Path) -> tuple[Path, int]:
+@dataclass(frozen=True)
+class Captured:
+    out: Path
+    log: Path
+    written_ns: int  # just before the 97 % line was appended
+    seen_ns: int  # once it and a 98 % scrape were on disk
+
+
+def _capture(tmp_path: Path) -> Captured:
     spiked = threading.Event()
 
     def reply(n: int) -> Reply:
@@ -30,43 +48,64 @@ def _capture(tmp_path: Path) -> tuple[Path, int]:
     log, out = tmp_path / "sglang.log", tmp_path / "capture"
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S")
     log.write_text(SGLANG.format(t=stamp, n=4, tok=1000, u=0.1))
+
+    def on_disk(capture: CaptureReadResult) -> bool:
+        lines = capture.logs.get(str(log))
+        scrapes = capture.prometheus.get(server.url)
+        return (
+            lines is not None
+            and len(lines.text) == 2
+            and scrapes is not None
+            and any("kv_cache_usage_perc" in t and " 0.98" in t for t in scrapes.text)
+        )
+
     with metrics_server(reply) as server:
         command = [sys.executable, "-m", "collectors", "--prometheus", server.url, "--log",
                    str(log), "--out", str(out), "--prometheus-interval", "50ms",
                    "--log-interval", "50ms"]  # fmt: skip
-        process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
-        assert wait_until(lambda: len(server.served) >= 5, timeout_s=10.0)
-        spike_ns = time.time_ns()
-        spiked.set()
-        with log.open("a") as f:
+        with killed_at_exit(subprocess.Popen(command, stderr=subprocess.PIPE, text=True)) as agent:
+            assert wait_until(lambda: len(server.served) >= 5)
+            spiked.set()
             stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S")
-            f.write(SGLANG.format(t=stamp, n=40, tok=90000, u=0.97))
-        time.sleep(0.5)
-        process.send_signal(signal.SIGTERM)
-        process.communicate(timeout=10)
-    assert process.returncode == 0
-    return out, spike_ns
+            written_ns = time.time_ns()
+            with log.open("a") as f:
+                f.write(SGLANG.format(t=stamp, n=40, tok=90000, u=0.97))
+            wait_for_capture(out, on_disk)
+            seen_ns = time.time_ns()
+            agent.send_signal(signal.SIGTERM)
+            agent.communicate(timeout=HANG_S)
+    assert agent.returncode == 0
+    return Captured(out, log, written_ns, seen_ns)
 
 
-@pytest.mark.slow
+def _ns(frame: pl.DataFrame) -> list[tuple[int, float]]:
+    return frame.select(pl.col("ts").dt.epoch("ns"), "value").rows()
+
+
 def test_a_capture_directory_ingests_scrapes_and_log_lines_with_arrival_times(
     tmp_path: Path,
 ) -> None:
-    out, spike_ns = _capture(tmp_path)
-    trace = ingest_paths([out], IngestOptions())
+    captured = _capture(tmp_path)
+    trace = ingest_paths([captured.out], IngestOptions())
     (source,) = trace.manifest.sources
     assert source.parser == "collector-capture"
-    kv = trace.samples.filter(pl.col("metric") == "kv_usage_ratio")
+    # every scrape is a KV usage row at the time the collector stamped it
+    kv = trace.samples.filter(pl.col("metric") == "kv_usage_ratio").sort("ts")
     scraped = kv.filter(pl.col("source").str.contains("collector.prometheus"))
-    assert scraped.filter(pl.col("value") == 0.98).height > 0
-    first_high = scraped.filter(pl.col("value") == 0.98)["ts"].min()
-    assert isinstance(first_high, datetime)
-    assert abs(first_high.timestamp() * 1e9 - spike_ns) < 0.5e9
+    (scrapes,) = read_capture(captured.out).prometheus.values()
+    stamped = [ts for ts, info in zip(scrapes.ts_ns, scrapes.info, strict=True) if not info]
+    assert [ts for ts, _ in _ns(scraped)] == stamped
+    # low until the spike, high after it
+    values = [value for _, value in _ns(scraped)]
+    assert values == sorted(values)
+    assert set(values) == {0.2, 0.98}
+    # the log lines are read with the SGLang parser, at their arrival: the high one after it
+    # was written and before the test saw it on disk (sub-second, not the printed second)
     logged = kv.filter(pl.col("source").str.contains("collector.log"))
     assert logged["value"].to_list() == [0.1, 0.97]
-    # the log line's time is its arrival (sub-second), not the printed whole second
-    high_line = logged.filter(pl.col("value") == 0.97)["ts"][0]
-    assert abs(high_line.timestamp() * 1e9 - spike_ns) < 0.5e9
+    (high_line,) = [ts for ts, value in _ns(logged) if value == 0.97]
+    assert captured.written_ns <= high_line <= captured.seen_ns
+    assert high_line % 1_000_000_000 != 0
     assert any("read with sglang-log" in n for n in source.notes)
 
 

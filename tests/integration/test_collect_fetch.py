@@ -7,11 +7,12 @@ import pytest
 
 from collectors.prometheus import FetchError, HttpFetcher
 from tests.unit.collectors.factories import Reply, metrics_server, vllm_metrics
+from tests.waiting import HANG_S
 
 
 def test_scrapes_reuse_one_connection() -> None:
     with metrics_server(lambda n: Reply(body=vllm_metrics().encode())) as server:
-        fetcher = HttpFetcher(server.url, timeout_s=1.0, max_bytes=1 << 20)
+        fetcher = HttpFetcher(server.url, timeout_s=HANG_S, max_bytes=1 << 20)
         bodies = [fetcher.fetch() for _ in range(5)]
         fetcher.close()
     assert bodies == [vllm_metrics().encode()] * 5
@@ -19,7 +20,8 @@ def test_scrapes_reuse_one_connection() -> None:
 
 
 def test_a_body_trickling_in_is_cut_at_the_deadline_not_at_each_read() -> None:
-    # GIVEN a server that sends 100 bytes every 50 ms: no single read ever times out
+    # GIVEN a server that sends 100 bytes every 50 ms: no single read times out, the whole takes
+    # over a second (a loaded machine only makes it longer)
     body = vllm_metrics().encode()
     with metrics_server(lambda n: Reply(body=body, trickle_s=0.05)) as server:
         fetcher = HttpFetcher(server.url, timeout_s=0.3, max_bytes=1 << 20)
@@ -31,14 +33,14 @@ def test_a_body_trickling_in_is_cut_at_the_deadline_not_at_each_read() -> None:
 def test_a_response_over_the_cap_is_refused(content_length: bool) -> None:
     reply = Reply(body=b"x" * 5000, content_length=content_length)
     with metrics_server(lambda n: reply) as server:
-        fetcher = HttpFetcher(server.url, timeout_s=1.0, max_bytes=1000)
+        fetcher = HttpFetcher(server.url, timeout_s=HANG_S, max_bytes=1000)
         with pytest.raises(FetchError, match="over the 1000 byte cap"):
             fetcher.fetch()
 
 
 def test_a_redirect_is_not_followed() -> None:
     with metrics_server(lambda n: Reply(status=301, body=b"")) as server:
-        fetcher = HttpFetcher(server.url, timeout_s=1.0, max_bytes=1000)
+        fetcher = HttpFetcher(server.url, timeout_s=HANG_S, max_bytes=1000)
         with pytest.raises(FetchError, match=r"^HTTP 301 Moved Permanently$"):
             fetcher.fetch()
     assert len(server.served) == 1

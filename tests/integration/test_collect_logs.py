@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import shutil
 import threading
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 from collectors.agent import Agent
 from collectors.config import build_config
+from collectors.reader import CaptureReadResult
 from collectors.segments import read_capture
+from tests.unit.collectors.factories import wait_for_capture
 
 
 class Engine:
@@ -48,24 +50,39 @@ def test_lines_survive_rename_and_copytruncate_rotation_exactly_once(tmp_path: P
     config = build_config(
         out=str(tmp_path / "capture"), logs=[str(log)], log_interval="20ms", flush_interval="50ms"
     )
+    out = tmp_path / "capture"
+
+    def read(lines: int, *rotations: str) -> Callable[[CaptureReadResult], bool]:
+        """On disk: this many lines, and these rotations noticed."""
+
+        def seen(capture: CaptureReadResult) -> bool:
+            followed = capture.logs.get(str(log))
+            return (
+                followed is not None
+                and len(followed.text) == lines
+                and [r.how for r in capture.rotations] == list(rotations)
+            )
+
+        return seen
+
     agent = Agent(config)
     agent.start()
     try:
         engine.write(50)
-        time.sleep(0.2)
+        wait_for_capture(out, read(50))
         # rename-and-create; the engine writes to the old file until it reopens
         log.rename(tmp_path / "vllm.log.1")
         engine.write(20)
-        time.sleep(0.1)
+        wait_for_capture(out, read(70, "vanished"))
         engine.reopen()
         engine.write(30)
-        time.sleep(0.2)
+        wait_for_capture(out, read(100, "vanished", "rename"))
         # copytruncate after the agent has read everything
         shutil.copyfile(log, tmp_path / "vllm.log.2")
         with log.open("r+") as f:
             f.truncate(0)
         engine.write(40)
-        time.sleep(0.3)
+        wait_for_capture(out, read(140, "vanished", "rename", "truncate"))
     finally:
         agent.stop()
         engine.close()

@@ -10,15 +10,26 @@ import subprocess
 import sys
 import threading
 import time
-from datetime import UTC, datetime
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
+from collectors.reader import CaptureReadResult
+from collectors.segments import read_capture
 from oomtrace.cli import cli
-from tests.unit.collectors.factories import Reply, metrics_server, vllm_metrics, wait_until
+from tests.unit.collectors.factories import (
+    Reply,
+    killed_at_exit,
+    metrics_server,
+    vllm_metrics,
+    wait_for_capture,
+)
+from tests.waiting import HANG_S, wait_until
 
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 PREFIX = "(APIServer pid=1222) INFO {t} [{f}] "
 PARAMS = (
     "SamplingParams(n=1, presence_penalty=0.0, temperature=0.7, top_p=1.0, seed=None, "
@@ -82,36 +93,50 @@ def test_analyze_on_a_live_capture_finds_the_planted_exhaustion_and_its_requests
         with lock:
             state.update(values)
 
+    def kv_scrapes(capture: CaptureReadResult) -> list[tuple[int, float]]:
+        """(stamp, KV usage) of every scrape on disk."""
+        scrapes = capture.prometheus.get(server.url)
+        if scrapes is None:
+            return []
+        return [
+            (ts, float(line.rsplit(" ", 1)[1]))
+            for ts, text in zip(scrapes.ts_ns, scrapes.text, strict=True)
+            for line in text.splitlines()
+            if line.startswith("vllm:kv_cache_usage_perc{")
+        ]
+
+    def scraped(kv: float) -> Callable[[CaptureReadResult], bool]:
+        return lambda capture: any(value == kv for _, value in kv_scrapes(capture))
+
     log, out = tmp_path / "vllm.log", tmp_path / "capture"
     log.write_text(_startup())
     with metrics_server(reply) as server:
         command = [sys.executable, "-m", "collectors", "--prometheus", server.url, "--log",
                    str(log), "--out", str(out), "--prometheus-interval", "100ms",
                    "--log-interval", "50ms"]  # fmt: skip
-        agent = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
-        try:
-            assert wait_until(lambda: len(server.served) >= 3, timeout_s=10.0)
-            # WHEN two short requests come and go
+        with killed_at_exit(subprocess.Popen(command, stderr=subprocess.PIPE, text=True)) as agent:
+            assert wait_until(lambda: len(server.served) >= 3)
+            # WHEN two short requests come and go (each step waits until the agent has it on
+            # disk)
             with log.open("a") as f:
                 f.write(_received("cmpl-short-1", 300, 64) + _received("cmpl-short-2", 200, 64))
             engine(kv=0.04, running=2)
-            time.sleep(0.6)
+            wait_for_capture(out, scraped(0.04))
             with log.open("a") as f:
                 f.write(_finished("cmpl-short-1", 40) + _finished("cmpl-short-2", 30))
             engine(kv=0.01, running=0)
-            time.sleep(0.6)
+            wait_for_capture(out, scraped(0.01))
             # AND three long requests arrive and fill the pool until it preempts
             with log.open("a") as f:
                 for i, prompt in enumerate((5200, 5000, 4800), start=1):
                     f.write(_received(f"cmpl-long-{i}", prompt, 4096))
             engine(kv=0.92, running=3)
-            time.sleep(0.8)
-            spike_ns = time.time_ns()
+            wait_for_capture(out, scraped(0.92))
             engine(kv=1.0, running=2, waiting=1, preemptions=4)
-            time.sleep(0.8)
-        finally:
+            wait_for_capture(out, scraped(1.0))
+            stop_ns = time.time_ns()
             agent.send_signal(signal.SIGTERM)
-            agent.communicate(timeout=10)
+            agent.communicate(timeout=HANG_S)
     assert agent.returncode == 0
 
     # THEN analyze, on the capture directory alone, names the incident and its requests
@@ -120,8 +145,11 @@ def test_analyze_on_a_live_capture_finds_the_planted_exhaustion_and_its_requests
     findings = json.loads(result.output)
     incident = findings["incidents"][0]
     assert incident["class"] == "kv_exhaustion"
-    peak = datetime.fromisoformat(incident["peak_ts"])
-    assert abs(peak.timestamp() - spike_ns / 1e9) < 1.0
+    # at the spike: after the last scrape of a pool below full, before the agent was stopped
+    # (in microseconds, the findings' precision)
+    peak_us = (datetime.fromisoformat(incident["peak_ts"]) - EPOCH) // timedelta(microseconds=1)
+    below_full = max(ts for ts, value in kv_scrapes(read_capture(out)) if value < 1.0)
+    assert below_full // 1000 <= peak_us <= stop_ns // 1000
     named = [c["request_id"] for c in incident["culprits"][:3]]
     assert named == ["cmpl-long-1", "cmpl-long-2", "cmpl-long-3"]
     assert not {c["request_id"] for c in incident["culprits"]} & {"cmpl-short-1", "cmpl-short-2"}

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from collectors.segments import read_capture
 from collectors.torch_hook import AUTOLOAD_DIR
+from tests.waiting import HANG_S
 
 MiB = 1 << 20
 
@@ -57,23 +58,37 @@ SERVER = textwrap.dedent(
     """
     import os, sys, time
     import torch
-    time.sleep(0.2)
+    from collectors.segments import read_capture
+
+    def on_disk(metric, at_least):
+        # waits for the hook to have sampled this process and flushed the sample: an event,
+        # never an amount of time
+        pid = os.getpid()
+        deadline = time.monotonic() + HANG_S
+        while time.monotonic() < deadline:
+            s = read_capture(os.environ["OOMTRACE_TORCH_HOOK_DIR"]).samples
+            if any(p == pid and m == metric and v >= at_least
+                   for p, m, v in zip(s.pid, s.metric, s.value)):
+                return
+            time.sleep(0.05)
+        sys.exit(f"no {metric} of at least {at_least} from {pid} on disk")
+
     torch.cuda.init()
     torch.alloc(512 << 20)
-    time.sleep(0.3)
-    torch.alloc(1 << 30)        # a transient peak shorter than the sampling interval
+    on_disk("torch_allocated_bytes", 512 << 20)
+    torch.alloc(1 << 30)        # a transient peak between two samples
     torch.free(1 << 30)
-    time.sleep(0.3)
+    on_disk("torch_allocated_peak_bytes", (512 << 20) + (1 << 30))
     child = os.fork()
     if child == 0:              # a forked worker samples into its own segment
         torch.alloc(64 << 20)
-        time.sleep(0.3)
+        on_disk("torch_allocated_bytes", (512 << 20) + (64 << 20))
         sys.exit(0)             # a clean exit: the hook closes its segment at exit
     os.waitpid(child, 0)
     torch.oom(8 << 30)
     os._exit(1)                 # the engine dies: no atexit, no flush, no close
     """
-)
+).replace("HANG_S", repr(HANG_S))
 
 
 def test_an_unmodified_process_is_sampled_and_its_oom_survives_its_death(tmp_path: Path) -> None:
@@ -89,8 +104,10 @@ def test_an_unmodified_process_is_sampled_and_its_oom_survives_its_death(tmp_pat
         "OOMTRACE_NODE": "gpu-node-1",
     }
     # WHEN the "server" runs, forks a worker, hits an OOM and dies at once
-    result = subprocess.run([sys.executable, "-c", SERVER], env=env, timeout=30, check=False)
-    assert result.returncode == 1
+    result = subprocess.run(
+        [sys.executable, "-c", SERVER], env=env, timeout=HANG_S, check=False, capture_output=True
+    )
+    assert result.returncode == 1, result.stderr
     # THEN both processes wrote segments; the parent's holds the peak and the OOM event
     read = read_capture(capture)
     writers = {s.header.pid: s.header for s in read.segments}

@@ -57,12 +57,11 @@ def open_report(browser: Chromium, html: Path) -> str:
     """Open ``html`` in a new offline tab and wait until every chart has rendered (or failed)."""
     session = browser.open_page()
     browser.send("Page.navigate", {"url": html.as_uri()}, session)
-    browser.wait_for_event("Page.loadEventFired", session, 30)
+    browser.wait_for_event("Page.loadEventFired", session)
     expected = browser.evaluate(session, "document.querySelectorAll('.chart').length")
     browser.wait_until(
         session,
         f"document.querySelectorAll('[data-rendered]').length === {expected}",
-        30,
     )
     return session
 
@@ -178,7 +177,6 @@ def test_the_tooltip_shows_the_request_id_as_text(page: Any) -> None:
         session,
         "(() => { const t = document.getElementById('vg-tooltip-element');"
         " return t && t.classList.contains('visible') ? t.innerText : ''; })()",
-        10,
     )
     # THEN the tooltip names the request, literally, and injected nothing
     assert any(h in tooltip for h in HOSTILE)
@@ -203,7 +201,6 @@ def test_wheel_zooms_the_time_axis(page: Any) -> None:
         session,
         f"(() => {{ const d = oomtraceViews.memory.scale('x').domain().map(Number);"
         f" return d[1] - d[0] < {before[1] - before[0]} ? d : null; }})()",
-        10,
     )
     assert after[1] - after[0] < before[1] - before[0]
 

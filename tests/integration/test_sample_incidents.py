@@ -175,6 +175,7 @@ def test_no_sample_needs_year_or_tz() -> None:
         assert not any("--year" in c or "--tz" in c for c in commands), name
 
 
+@pytest.mark.slow
 def test_the_generator_writes_the_committed_files_byte_for_byte(tmp_path: Path) -> None:
     # GIVEN the committed sample folders, WHEN the generator writes them again elsewhere
     generate(tmp_path)

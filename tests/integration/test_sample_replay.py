@@ -21,7 +21,6 @@ def replay(*args: str) -> dict[str, object]:
     return doc
 
 
-@pytest.mark.slow
 def test_the_kv_exhaustion_replays_as_an_overflow_and_a_search_finds_a_safe_limit() -> None:
     # GIVEN the vLLM incident whose pool ran dry and preempted 26 times
     doc = replay(str(SAMPLES / "vllm-kv-exhaustion"), "--search", "max-num-seqs")
@@ -45,7 +44,6 @@ def test_the_kv_exhaustion_replays_as_an_overflow_and_a_search_finds_a_safe_limi
     assert doc["peak_bytes"] == pytest.approx(doc["peak_blocks"] * 2 * 1024 * 1024, rel=2e-3)
 
 
-@pytest.mark.slow
 def test_the_prefill_oom_was_not_a_pool_problem() -> None:
     # GIVEN the transient-peak incident: the pool had room when the OOM struck
     doc = replay(str(SAMPLES / "vllm-prefill-oom"))

@@ -18,7 +18,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -28,7 +27,7 @@ import pytest
 
 from collectors.format import decode
 from collectors.vllm_plugin import records
-from tests.unit.collectors.factories import wait_until
+from tests.waiting import HANG_S, wait_until
 from tools.vllm_server import (
     Sent,
     VllmServer,
@@ -87,6 +86,15 @@ def _released(capture: Path) -> set[str]:
     }
 
 
+def _log_read_to_end(capture: Path, log: Path) -> bool:
+    """The collector's log tail has read every complete line of ``log`` (its records say up to
+    which byte they read)."""
+    complete = log.read_bytes().rfind(b"\n") + 1
+    path = str(log.absolute())
+    ends = [r["end"] for r in read_records(capture) if r["k"] == "log" and r["path"] == path]
+    return max(ends, default=0) >= complete
+
+
 def record_incident(python: Path, workdir: Path, *, log_requests: bool) -> Recorded:
     """Start collect and the server, send the load, stop both; what they left behind."""
     capture, log = workdir / "capture", workdir / "vllm.log"
@@ -106,12 +114,13 @@ def record_incident(python: Path, workdir: Path, *, log_requests: bool) -> Recor
         # vLLM stops its engine core with SIGKILL right after SIGTERM: stop once the plugin
         # has written every request's release (it writes every 100 ms)
         wanted = {f"{s.client_id}-0" for s in sent}
-        assert wait_until(lambda: wanted <= _released(capture), timeout_s=60.0)
+        assert wait_until(lambda: wanted <= _released(capture), poll_s=0.1)
     finally:
         server.stop()
-        time.sleep(1.0)  # the log tail's last read (it polls at 10 Hz)
+        # the log is complete once the server is stopped: stop collect once it has read it all
+        wait_until(lambda: _log_read_to_end(capture, log), poll_s=0.1)
         agent.send_signal(signal.SIGTERM)
-        _, agent_err = agent.communicate(timeout=60)
+        _, agent_err = agent.communicate(timeout=HANG_S)
     assert agent.returncode == 0, agent_err
     return Recorded(workdir, capture, log, sent, metrics, log_requests)
 

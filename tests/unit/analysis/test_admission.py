@@ -6,6 +6,7 @@ from datetime import datetime
 from typing import Any
 
 import polars as pl
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -224,6 +225,7 @@ def fcfs_traces(draw: st.DrawFn) -> tuple[list[dict[str, Any]], list[dict[str, A
     return rows, stats
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(fcfs_traces())
 def test_an_inferred_admission_is_within_arrival_and_first_token_or_end_in_arrival_order(

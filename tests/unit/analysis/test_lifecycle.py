@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import polars as pl
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
@@ -97,6 +98,7 @@ def tables(draw: st.DrawFn) -> pl.DataFrame:
     return requests(*rows) if rows else empty("requests")
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(frame=tables())
 def test_the_summary_equals_one_group_per_request(frame: pl.DataFrame) -> None:

@@ -42,6 +42,7 @@ def _plain(frame: pl.DataFrame) -> dict[tuple[Any, ...], pl.DataFrame]:
     return {k: p.select("ts", "value").sort("ts", maintain_order=True) for k, p in parts.items()}
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(frame=tables(), chunk=st.integers(1, 7))
 def test_the_split_equals_one_group_per_series_across_batches(

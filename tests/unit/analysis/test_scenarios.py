@@ -124,6 +124,7 @@ def random_scenarios(draw: st.DrawFn) -> Scenario:
     return Scenario("random", builder.build(), "any", ())
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenario=random_scenarios())
 def test_attribution_shares_sum_to_what_the_model_explains(scenario: Scenario) -> None:

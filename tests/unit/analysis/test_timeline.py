@@ -286,6 +286,7 @@ def _brute_force(tl: Timeline, when: datetime) -> float:
     return total
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(rows=lifecycles(), probes=st.lists(st.floats(0, 120), min_size=1, max_size=8))
 def test_the_sweep_equals_summing_every_request_one_by_one(

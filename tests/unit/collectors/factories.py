@@ -4,6 +4,7 @@ exposition texts, and a writer on a temporary directory. Integration tests impor
 from __future__ import annotations
 
 import http.server
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -13,8 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from collectors.format import Record
+from collectors.reader import CaptureReadResult, read_capture
 from collectors.retention import RetentionPolicy
 from collectors.writer import SegmentWriter, WriterSettings
+from tests.waiting import HANG_S, wait_until
 
 
 @dataclass
@@ -111,6 +114,7 @@ class Reply:
     delay_s: float = 0.0
     content_length: bool = True
     trickle_s: float = 0.0  # pause between 100-byte pieces of the body
+    hold: threading.Event | None = None  # answer only once this is set (a stalled endpoint)
 
 
 @dataclass
@@ -141,6 +145,8 @@ class MetricsServer:
                     server.served.append(Served(n, time.monotonic(), time.time_ns(), port))
                 if answer.delay_s:
                     time.sleep(answer.delay_s)
+                if answer.hold is not None:
+                    answer.hold.wait(HANG_S)
                 self.send_response(answer.status)
                 self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
                 if answer.content_length:
@@ -186,11 +192,30 @@ def metrics_server(reply: Callable[[int], Reply]) -> Iterator[MetricsServer]:
         yield server
 
 
-def wait_until(predicate: Callable[[], bool], timeout_s: float = 5.0) -> bool:
-    """Poll ``predicate`` until true (bounded); the result, so a test can assert it."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return predicate()
+@contextmanager
+def killed_at_exit(process: subprocess.Popen[Any]) -> Iterator[subprocess.Popen[Any]]:
+    """A process the test started, killed if a failed test leaves it running (its pipes closed,
+    its exit waited for)."""
+    with process:
+        try:
+            yield process
+        finally:
+            if process.poll() is None:
+                process.kill()
+
+
+def wait_for_capture(
+    directory: Path, predicate: Callable[[CaptureReadResult], bool]
+) -> CaptureReadResult:
+    """Read the capture in ``directory`` until ``predicate`` holds for what is on disk (what the
+    writer has flushed), and return that reading."""
+    seen: list[CaptureReadResult] = []
+
+    def flushed() -> bool:
+        if not directory.is_dir():
+            return False
+        seen[:] = [read_capture(directory)]
+        return predicate(seen[0])
+
+    assert wait_until(flushed, poll_s=0.05), f"never on disk in {directory}"
+    return seen[0]

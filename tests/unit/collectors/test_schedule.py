@@ -9,23 +9,25 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from collectors.schedule import HealthReporter, Schedule, SourceRunner, backoff_s
-from tests.unit.collectors.factories import MemorySink, wait_until
+from tests.unit.collectors.factories import MemorySink
+from tests.waiting import HANG_S, wait_until
 
 
 class Scripted:
-    """A source whose polls fail while ``failing`` is set, and take ``delay_s`` each."""
+    """A source whose polls fail while ``failing`` is set, and, given ``held``, do not return
+    until it is set (a source stuck in a poll)."""
 
-    def __init__(self, name: str, *, delay_s: float = 0.0) -> None:
+    def __init__(self, name: str, *, held: threading.Event | None = None) -> None:
         self.name, self.target = name, f"target-{name}"
-        self.delay_s = delay_s
+        self.held = held
         self.failing = False
         self.polls: list[float] = []
         self.closed = False
 
     def poll(self, now_ns: int) -> None:
         self.polls.append(time.monotonic())
-        if self.delay_s:
-            time.sleep(self.delay_s)
+        if self.held is not None:
+            self.held.wait(HANG_S)
         if self.failing:
             raise ConnectionRefusedError("[Errno 111] Connection refused")
 
@@ -42,7 +44,7 @@ def running(*runners: SourceRunner, stop: threading.Event) -> Iterator[None]:
     finally:
         stop.set()
         for runner in runners:
-            runner.join(2.0)
+            assert runner.join(HANG_S)
 
 
 def test_a_failure_is_one_gap_that_ends_when_the_source_recovers() -> None:
@@ -76,24 +78,27 @@ def test_a_failing_source_is_retried_no_sooner_than_its_backoff() -> None:
     schedule = Schedule(0.02, max_backoff_s=10.0)
     runner = SourceRunner(source, schedule, MemorySink(), stop)
     with running(runner, stop=stop):
-        assert wait_until(lambda: len(source.polls) >= 4, timeout_s=3.0)
+        assert wait_until(lambda: len(source.polls) >= 4)
     waits = [b - a for a, b in zip(source.polls, source.polls[1:], strict=False)][:3]
     # lower bounds only: a loaded machine can make a retry later, never sooner
     assert [w >= 0.95 * backoff_s(schedule, n) for n, w in enumerate(waits, start=1)] == [True] * 3
 
 
 def test_a_slow_source_does_not_delay_another() -> None:
-    # GIVEN a source that takes 300 ms per poll beside one polled every 10 ms
-    slow, fast = Scripted("slow", delay_s=0.3), Scripted("fast")
+    # GIVEN a source stuck in its first poll beside one polled every 10 ms
+    held = threading.Event()
+    slow, fast = Scripted("slow", held=held), Scripted("fast")
     sink, stop = MemorySink(), threading.Event()
     runners = [SourceRunner(s, Schedule(0.01), sink, stop) for s in (slow, fast)]
     with running(*runners, stop=stop):
-        time.sleep(0.5)
-    # THEN the fast one kept its pace while the slow one was stuck
-    assert len(fast.polls) >= 25
-    assert max(b - a for a, b in zip(fast.polls, fast.polls[1:], strict=False)) < 0.25
-    # and the slow one counted the slots it could not start on time
-    assert runners[0].misses >= 10
+        # THEN the fast one keeps polling while the slow one is stuck
+        assert wait_until(lambda: len(fast.polls) >= 25)
+        assert len(slow.polls) == 1
+        # AND once the slow one returns, it counts the slots it could not start on time: about
+        # the 24 intervals that the fast one's 25 polls took at least
+        held.set()
+        assert wait_until(lambda: len(slow.polls) >= 2)
+    assert runners[0].misses >= 20
 
 
 def test_health_reports_every_runner_with_its_counters() -> None:
@@ -103,7 +108,7 @@ def test_health_reports_every_runner_with_its_counters() -> None:
     health.start()
     with running(runner, stop=stop):
         assert wait_until(lambda: len(sink.kind("health")) >= 2)
-    health.join(1.0)
+    health.join(HANG_S)
     last = sink.kind("health")[-1]
     assert (last["src"], last["target"], last["up"], last["errors"]) == ("log", "target-log", 1, 0)
     assert last["samples"] > 0

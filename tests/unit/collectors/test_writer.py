@@ -10,18 +10,19 @@ import pytest
 
 from collectors.segments import read_capture
 from collectors.writer import SegmentWriter
-from tests.unit.collectors.factories import wait_until, writer
+from tests.unit.collectors.factories import writer
+from tests.waiting import wait_until
 
 
 def sample(ts: int) -> dict[str, object]:
     return {"k": "s", "ts": ts, "src": "collector.nvml", "dev": 0, "m": {"device_used_bytes": ts}}
 
 
-def test_records_reach_the_disk_within_the_flush_interval_without_a_close(tmp_path: Path) -> None:
+def test_the_flusher_writes_records_to_disk_without_a_close(tmp_path: Path) -> None:
     w = writer(tmp_path, flush_interval_s=0.05)
     try:
         w.append(sample(1))
-        assert wait_until(lambda: read_capture(tmp_path).samples.ts_ns == [1], timeout_s=2.0)
+        assert wait_until(lambda: read_capture(tmp_path).samples.ts_ns == [1])
     finally:
         w.close()
 

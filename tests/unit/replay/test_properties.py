@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
@@ -16,6 +17,7 @@ from tests.unit.replay import strategies
 OUTCOME_COLUMNS = [5, 6, 7, 8]  # first admission, finish, preemptions, rejection reason
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(strategies.workloads(), strategies.settings(), st.integers(1, 20))
 def test_fast_and_per_token_simulators_agree_exactly(
@@ -35,6 +37,7 @@ def test_fast_and_per_token_simulators_agree_exactly(
     np.testing.assert_array_equal(fast.totals, totals)
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(strategies.workloads(), strategies.settings(policy="reserve"))
 def test_reserve_never_holds_more_blocks_than_the_pool(
@@ -49,6 +52,7 @@ def test_reserve_never_holds_more_blocks_than_the_pool(
     assert (result.series["kv_blocks_peak"] <= replay_settings.kv_blocks).all()
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(strategies.workloads(), strategies.settings(policy="on-demand"))
 def test_a_pool_as_large_as_the_unlimited_peak_never_preempts_and_changes_nothing(

@@ -54,6 +54,7 @@ def _same(a: float, b: float) -> bool:
     return (math.isnan(a) and math.isnan(b)) or a == b
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(line=sample_lines())
 def test_plain_path_agrees_with_prometheus_client(line: str) -> None:
@@ -92,6 +93,7 @@ def _parse(path: Path) -> SourceDiagnostics:
     return diag
 
 
+@pytest.mark.slow
 @settings(max_examples=80, deadline=None)
 @given(
     body=st.lists(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import polars as pl
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
@@ -74,6 +75,7 @@ def _headers(draw: st.DrawFn) -> str:
     )
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.lists(_headers(), min_size=1, max_size=12))
 def test_headers_read_at_fixed_offsets_equal_the_captured_header(lines: list[str]) -> None:
@@ -122,6 +124,7 @@ def _received_bodies(draw: st.DrawFn) -> str:
     )
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.lists(_received_bodies(), min_size=1, max_size=12))
 def test_received_lines_read_at_the_colon_equal_the_pattern_and_its_capture(
@@ -165,6 +168,7 @@ def test_ids_to_the_end_of_the_line_equal_the_captured_id(ids: list[str]) -> Non
     assert_frame_equal(fast, captured)
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(
     st.lists(

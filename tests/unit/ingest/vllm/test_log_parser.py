@@ -541,6 +541,7 @@ _VLLMISH = st.sampled_from([
 ])  # fmt: skip
 
 
+@pytest.mark.slow
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.lists(st.one_of(_VLLMISH, st.text(max_size=8)), max_size=12), max_size=25))
 def test_parse_never_raises_on_vllm_like_fragments(pieces: list[list[str]]) -> None:
