@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable
+from functools import partial
 
 from collectors.format import encode
 from collectors.redact import redact_line
@@ -69,8 +70,8 @@ def main() -> None:
     print(f"{'shape':<16}{'redact':>10}{'peer':>10}{'ratio':>8}")
     for name, line in shapes(args.mib << 20).items():
         raw = line.encode()
-        redact = cpu_seconds(lambda line=line: redact_line(line), args.repeat)
-        peer = cpu_seconds(lambda raw=raw: carry(raw), args.repeat)
+        redact = cpu_seconds(partial(redact_line, line), args.repeat)
+        peer = cpu_seconds(partial(carry, raw), args.repeat)
         print(f"{name:<16}{redact:>10.3f}{peer:>10.4f}{redact / peer:>8.1f}")
 
 

@@ -44,7 +44,8 @@ def test_diagnostic_examples_never_keep_prompt_text(tmp_path: Path) -> None:
     write_trace(_trace(), tmp_path / "t")
     text = (tmp_path / "t" / "manifest.json").read_text()
     assert "secret" not in text
-    assert "<redacted 11 chars>" in text
+    # a quote not followed by a delimiter did not end the text: all of it goes
+    assert '"prompt: <redacted 21 chars>"' in text
 
 
 def test_duckdb_and_pandas_read_the_files_without_oomtrace(tmp_path: Path) -> None:
