@@ -241,3 +241,8 @@ class LineRedactor:
     def reset(self) -> None:
         """Forget the previous line (the file was truncated or replaced)."""
         self._open = False
+
+    def continue_unseen_line(self) -> None:
+        """The previous line could not be read: it may have held text that runs on, so the
+        lines after it are removed until one starts like a log record."""
+        self._open = True
