@@ -16,7 +16,11 @@ with a prefix such as ``input_text``, ``system_prompt``, ``token_text``), ``*log
   bracketed value whole (chat ``content`` parts, logprob tuples, token-id prompts);
 * anything else (text printed without quotes, as TGI's ``Input: {}``, a string whose closing quote
   is missing or is not followed by a delimiter, a bracket that never closes): everything to the
-  end of the line. Only ``None``/``null``/``true``/``false``/numbers followed by a delimiter stay.
+  end of the line. Only ``None``/``null``/``true``/``false``/numbers followed by a delimiter, and
+  empty brackets, stay.
+
+Not keys: a Python source line in a traceback (``output = self.model(x)``: spaces around ``=``
+and a call on the right), and id lists of settings (``stop_token_ids``).
 
 Token-id lists (``prompt_token_ids``, ``output_token_ids``, SGLang ``input_ids``/``output_ids``,
 llama.cpp ``tokens``) become ``<N token ids>``: the count is the token count, and ids decode back
@@ -55,6 +59,13 @@ _KEY = re.compile(
     r"|(?<=parsing )chat message:\s)"
 )
 _NAME_CHAR = re.compile(r"[\w\\]")
+# Id lists under these names only: ``stop_token_ids`` and the like are settings, not a request.
+_ID_PREFIXES = ("prompt_", "output_", "input_")
+# A source line in a traceback (``output = self.model(...)``), not a value: an assignment with
+# spaces around ``=`` whose right side is a call or a subscript.
+_ASSIGNMENT = re.compile(r"\s=\s")
+_CODE = re.compile(r"(?:await\s+)?[A-Za-z_][\w.]*\s*[(\[]")
+_EMPTY = re.compile(r"\[\s*\]|\{\s*\}|\(\s*\)")
 _NON_ASCII = re.compile(r"[^\x00-\x7f]")
 _LITERAL = re.compile(
     r"(?:None|null|nil|true|false|True|False|-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"
@@ -132,6 +143,8 @@ def _text_value(line: str, start: int) -> tuple[int, str] | None:
     if first in "'\"":
         return _string_value(line, start)
     if first in _OPENERS:
+        if empty := _EMPTY.match(line, start):
+            return empty.end(), empty.group()
         flat = _STRING_LIST.match(line, start) if first == "[" else None
         if flat is not None:
             items = _STRING.sub(lambda s: _redacted(len(s.group()) - 2), flat.group())
@@ -164,6 +177,15 @@ def _lowered(line: str) -> str:
     return lowered if len(lowered) == len(line) else _NON_ASCII.sub("\0", line).lower()
 
 
+def _not_a_value(lowered: str, key: re.Match[str]) -> bool:
+    at = key.start()
+    if key.group("ids") and at and lowered[at - 1] == "_":
+        return not lowered.endswith(_ID_PREFIXES, 0, at)
+    return (
+        _ASSIGNMENT.search(key.group()) is not None and _CODE.match(lowered, key.end()) is not None
+    )
+
+
 def _next_key(lowered: str, pos: int) -> re.Match[str] | None:
     """The first key from ``pos`` on: a hint word that begins a name (or follows ``_`` in one,
     as in ``input_text``), after an optional quote, and is followed by its separator."""
@@ -179,8 +201,9 @@ def _next_key(lowered: str, pos: int) -> re.Match[str] | None:
             if before >= 0 and _NAME_CHAR.match(lowered, before):
                 continue  # inside a longer name: "xprompt", "\\prompt"
         key = _KEY.match(lowered, at)
-        if key is not None:
-            return key
+        if key is None or _not_a_value(lowered, key):
+            continue
+        return key
     return None
 
 

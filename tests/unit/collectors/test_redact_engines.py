@@ -192,6 +192,23 @@ def test_tgi_multi_line_input_is_removed_up_to_the_next_log_record() -> None:
     assert out[4:] == lines[4:]
 
 
+def test_traceback_source_lines_and_settings_are_not_prompts() -> None:
+    # vLLM V1 prefixes every traceback line; the source line is code, not a logged value
+    head = "(EngineCore_DP0 pid=391) ERROR 03-21 16:43:27 [core.py:710]     "
+    for code in (
+        "output = self.model_runner.execute_model(scheduler_output,",
+        "outputs = await engine_core.get_output_async()",
+        "logprobs = self.sampler.compute_logprobs(logits)",
+    ):
+        assert redact_line(head + code) == head + code
+    params = "SamplingParams(n=1, stop=[], stop_token_ids=[2, 32000], max_tokens=7)"
+    assert redact_line(params) == params
+    dump = "SchedulerOutput(scheduled_encoder_inputs={}, num_common_prefix_blocks=[0])"
+    assert redact_line(dump) == dump
+    # a string is still a string, with or without spaces around "="
+    assert redact_line(f"{head}prompt = '{SECRET}'") == f"{head}prompt = <redacted 6 chars>"
+
+
 def test_a_line_without_a_record_head_never_opens_a_continuation() -> None:
     # a user's own print of "Output: ..." is not a log record: the lines after it stay
     redactor = LineRedactor()
@@ -204,7 +221,7 @@ KEYS = ["prompt", "Input", "inputs", "output", "Output", "text", "content", "inp
 
 @given(
     key=st.sampled_from(KEYS),
-    separator=st.sampled_from([": ", "=", " = ", ":"]),
+    separator=st.sampled_from([": ", "=", ":", " : "]),
     quoting=st.sampled_from(["repr", "json", "raw double", "raw single", "none"]),
     tail=st.text(max_size=40),
     after=st.sampled_from(["", ", params: x", " total_time=1s}", "}}", ".", "\n"]),
