@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from collectors.logtail import LogTailSource, TailSettings, resume_points
-from collectors.segments import read_capture
+from collectors.segments import CaptureReadResult, read_capture
 from collectors.writer import SegmentWriter
 from tests.unit.collectors.factories import writer
 
@@ -91,22 +91,29 @@ def follow(log: Path, w: SegmentWriter, settings: TailSettings | None = None) ->
     return source
 
 
-def test_a_long_request_line_written_in_pieces_is_redacted_whole(tmp_path: Path) -> None:
-    # GIVEN a 200 KiB vLLM request line that the server writes in four pieces, the tail polling
-    # after each (the first pieces are longer than the 64 Ki-character line cap)
-    log, capture = tmp_path / "vllm.log", tmp_path / "capture"
-    line = request_line(200 << 10)
+def capture_pieces(log: Path, data: bytes, sizes: list[int]) -> CaptureReadResult:
+    """Follow ``log`` while another process appends ``data`` in pieces of ``sizes``, polling
+    after each; the capture read back, once checked to hold no byte of the secret."""
+    capture = log.parent / "capture"
     w = writer(capture)
     source = follow(log, w)
-    with appender(log, line, split(line, 4)) as other:
-        for ts in range(2, 6):
+    with appender(log, data, sizes) as other:
+        for ts in range(2, 2 + len(sizes)):
             other.next_piece()
             source.poll(ts)
     source.close()
     w.close()
-    # THEN no byte of the prompt is in the capture; the line is there once, redacted whole
     assert SECRET not in captured_bytes(capture)
-    (lines,) = read_capture(capture).logs.values()
+    return read_capture(capture)
+
+
+def test_a_long_request_line_written_in_pieces_is_redacted_whole(tmp_path: Path) -> None:
+    # GIVEN a 200 KiB vLLM request line that the server writes in four pieces, the tail polling
+    # after each (the first pieces are longer than the 64 Ki-character line cap)
+    line = request_line(200 << 10)
+    result = capture_pieces(tmp_path / "vllm.log", line, split(line, 4))
+    # THEN no byte of the prompt is in the capture; the line is there once, redacted whole
+    (lines,) = result.logs.values()
     (text,) = lines.text
     assert text.startswith("INFO 03-11 06:18:50 [logger.py:39] Received request cmpl-7-0: ")
     assert "prompt: <redacted" in text
@@ -116,27 +123,18 @@ def test_a_long_request_line_written_in_pieces_is_redacted_whole(tmp_path: Path)
 def test_a_line_longer_than_the_tail_can_read_is_dropped_and_counted(tmp_path: Path) -> None:
     # GIVEN a 9 MiB request line (over the 8 MiB a poll reads) written in three pieces, then a
     # short line
-    log, capture = tmp_path / "vllm.log", tmp_path / "capture"
+    log = tmp_path / "vllm.log"
     long_line = request_line(9 << 20)
     data = long_line + b"INFO 03-11 06:18:51 [loggers.py:80] after\n"
-    w = writer(capture)
-    source = follow(log, w)
-    with appender(log, data, [*split(long_line, 3), len(data) - len(long_line)]) as other:
-        for ts in range(2, 6):
-            other.next_piece()
-            source.poll(ts)
-    source.close()
-    w.close()
+    result = capture_pieces(log, data, [*split(long_line, 3), len(data) - len(long_line)])
     # THEN the long line is not stored at all, the capture says one line was dropped, the next
     # line is read and a restart resumes after both
-    assert SECRET not in captured_bytes(capture)
-    result = read_capture(capture)
     (lines,) = result.logs.values()
     assert lines.text == ["INFO 03-11 06:18:51 [loggers.py:80] after"]
     (dropped,) = [d for d in result.diagnostics if d.kind == "long_log_line"]
     assert dropped.count == 1
     assert "8 MiB" in dropped.detail
-    (point,) = resume_points(capture, [log]).values()
+    (point,) = resume_points(tmp_path / "capture", [log]).values()
     assert point.offset == len(data)
 
 
@@ -195,7 +193,7 @@ def test_a_backlog_cut_inside_a_long_line_starts_at_the_next_line(tmp_path: Path
 
 def test_text_that_runs_over_several_lines_is_removed_across_polls(tmp_path: Path) -> None:
     # GIVEN TGI's DEBUG Input line for a chat prompt, its continuation written after a poll
-    log, capture = tmp_path / "tgi.log", tmp_path / "capture"
+    log = tmp_path / "tgi.log"
     first = (
         b"2024-11-03T14:51:23.328491Z DEBUG generate{}: text_generation_router::server: "
         b"router/src/server.rs:295: Input: <|system|>\n"
@@ -205,16 +203,8 @@ def test_text_that_runs_over_several_lines_is_removed_across_polls(tmp_path: Pat
         b"2024-11-03T14:51:27.393883Z  INFO generate{}: text_generation_router::server: "
         b"router/src/server.rs:322: Success\n"
     )
-    w = writer(capture)
-    source = follow(log, w)
-    with appender(log, first + rest + success, [len(first), len(rest), len(success)]) as other:
-        for ts in range(2, 5):
-            other.next_piece()
-            source.poll(ts)
-    source.close()
-    w.close()
-    assert SECRET not in captured_bytes(capture)
-    (lines,) = read_capture(capture).logs.values()
+    result = capture_pieces(log, first + rest + success, [len(first), len(rest), len(success)])
+    (lines,) = result.logs.values()
     assert lines.text[1:] == ["<redacted 19 chars>", "<redacted 16 chars>", success.decode()[:-1]]
 
 
