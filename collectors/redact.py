@@ -85,13 +85,24 @@ _BRACKET_PART = re.compile(
     rf"""(?:[^\[\](){{}}'"]+|{_SQ}|{_DQ})+|[\[({{]+|[\])}}]+|['"]""", re.DOTALL
 )
 _OPENERS, _CLOSERS = "[({", "])}"
-# How a log record starts: a timestamp, a level, an engine prefix. Optional ANSI colour and vLLM's
-# process prefix ``(APIServer pid=1)`` first.
+# How a log record starts. A supervisor prefixes every printed line, continuation lines too
+# (docker compose ``svc  | ``, ``docker logs -t`` / ``kubectl --timestamps``, kubectl
+# ``[pod/...]``, journald, Slurm ``N: ``), so those are passed over first; what follows them must
+# be an engine's own head: a level, a timestamp followed by a level within a few words (TGI,
+# Python logging), SGLang's ``[date time]``, llama.cpp's ``srv``/``slot``/``que`` or timing
+# prefix, a JSON object, or a traceback. vLLM's ``(APIServer pid=1)`` and colour codes may come
+# before it.
+_ISO_TS = r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d(?::[\d.,]+)?(?:Z|[+-]\d\d:?\d\d)?"
+_LEVEL = r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL|TRACE|VERB)\b"
 _RECORD_HEAD = re.compile(
-    r"(?:\x1b\[[0-9;]*m)*(?:\(\w[^)\n]{0,60}\)\s+)?"
-    r"(?:\d{4}-\d\d-\d\d[T ]\d\d:\d\d|\[\d{4}-\d\d-\d\d|\d\d-\d\d \d\d:\d\d:\d\d"
-    r"|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL|TRACE|VERB)\b"
-    r"|\d+\.\d\d\.\d{3}\.\d{3} [IWED] |(?:srv|slot|que)\s+\w+:\s|\{\")"
+    r"(?:[A-Za-z0-9][\w.-]* +\| )?"  # docker compose
+    r"(?:\[(?:pod|po)/[^\]\s]+\] )?"
+    rf"(?:(?:[A-Z][a-z]{{2}} [ \d]\d [\d:.]+|{_ISO_TS}) [^\s\[\]:]+ [^\s\[\]:]+\[\d+\]: )?"
+    r"(?: *\d+: )?"  # Slurm task
+    rf"(?:{_ISO_TS} +(?={_ISO_TS}|\S+ +{_LEVEL}))?"  # an outer timestamp before the engine's
+    r"(?:\x1b\[[0-9;]*m)*(?:\(\w[^)\n]{0,80}\)(?:\x1b\[[0-9;]*m)*\s+)*"
+    rf"(?:{_LEVEL}|{_ISO_TS}[\s-]+(?:\S+[\s-]+){{0,4}}?{_LEVEL}|\[\d{{4}}-\d\d-\d\d[ T]\d\d:"
+    r"|\d+\.\d\d\.\d{3}\.\d{3} [IWED] |(?:srv|slot|que) +\w+: |\{\"|Traceback \(most recent)"
 )
 
 

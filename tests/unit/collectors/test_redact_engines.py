@@ -247,3 +247,18 @@ def test_redaction_is_idempotent(lines: list[str]) -> None:
     # ingest redacts again what the collector already redacted: nothing may change twice
     once = redact_line(" ".join(lines))
     assert redact_line(once) == once
+
+
+@pytest.mark.parametrize(
+    "prefix",
+    ["", "tgi-1  | ", "2024-11-03T14:51:23.400000000Z ", "Mar 03 14:51:23 gpu-7 tgi[812]: "],
+    ids=["bare", "docker compose", "docker logs -t", "journald"],
+)
+def test_a_supervisor_prefix_on_every_line_does_not_hide_a_continuation(prefix: str) -> None:
+    # a supervisor prefixes continuation lines too: the engine's own head decides
+    redactor = LineRedactor()
+    first = f"{prefix}2024-11-03T14:51:23.328491Z DEBUG generate{{}}: server.rs:295: Input: hi"
+    assert redactor.redact(first).endswith("Input: <redacted 2 chars>")
+    assert SECRET not in redactor.redact(f"{prefix}the {SECRET} line")
+    after = f"{prefix}2024-11-03T14:51:27.393883Z  INFO generate{{}}: server.rs:322: Success"
+    assert redactor.redact(after) == after
