@@ -52,6 +52,9 @@ class Manifest:
     clock: dict[str, Any] = field(default_factory=dict)
     sources: list[SourceDiagnostics] = field(default_factory=list)
     created_by: str = f"oomtrace {__version__}"
+    # Tables the directory this manifest was read from lacks (ingest writes all three): a gap
+    # the analysis reports, not part of the document.
+    missing_tables: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -191,6 +194,7 @@ def read_trace(path: Path) -> Trace:
     for name in TABLES:
         file = path / f"{name}.parquet"
         if not file.exists():
+            manifest.missing_tables.append(name)
             tables[name] = empty(name)
             continue
         try:
