@@ -4,7 +4,8 @@ bytes, lines lost or doubled), and ``analyze`` and the report read generated tra
 of the schema. Each ends in a result or one typed error (exit 2), never another exception.
 
 Bounded: a fixed number of examples per property (Hypothesis' deadline is off for the suite);
-``OOMTRACE_FUZZ_EXAMPLES=500`` runs a deeper search locally.
+``OOMTRACE_FUZZ_EXAMPLES=500`` runs a deeper search locally. Opt-in (``slow``: ``--full`` and
+``.ci/run`` run it), as a plain run stays quick.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import os
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -27,6 +29,8 @@ from oomtrace.trace import Trace, write_trace
 from oomtrace.units import MAX_BYTES
 from tests.factories import T0, events, requests, samples
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"
 SEEDS: dict[str, list[Path]] = {
@@ -37,6 +41,7 @@ SEEDS: dict[str, list[Path]] = {
     "prometheus": sorted((DATA / "prometheus").glob("*.prom")),
     "prometheus-query-json": [DATA / "prometheus" / "query_range.json"],
     "torch-memory-snapshot": sorted((DATA / "torch").glob("*.pickle")),
+    "nvidia-smi-table": sorted((DATA / "nvidia_smi").glob("table-*.txt")),
     "collector-capture": sorted((ROOT / "sample_logs" / "vllm-prefill-oom" / "capture").glob("*")),
 }
 EXAMPLES = int(os.environ.get("OOMTRACE_FUZZ_EXAMPLES", "12"))
@@ -151,6 +156,7 @@ test_fuzz_prometheus = fuzz_parser("prometheus")
 test_fuzz_prometheus_query_json = fuzz_parser("prometheus-query-json")
 test_fuzz_torch_memory_snapshot = fuzz_parser("torch-memory-snapshot")
 test_fuzz_collector_capture = fuzz_parser("collector-capture")
+test_fuzz_nvidia_smi_table = fuzz_parser("nvidia-smi-table")
 
 
 def test_every_parser_is_fuzzed() -> None:

@@ -32,6 +32,6 @@ def test_a_missing_table_is_named_in_the_gaps(tmp_path: Path, table: str) -> Non
     (gap,) = [g for g in gaps if g["kind"] == "missing_table"]
     assert gap["category"] == "gap"
     assert expected in gap["detail"]
-    report = tmp_path / "report.md"
+    report = tmp_path / "report.json"
     assert run("report", str(trace), "-o", str(report))[0] in (0, 1)
     assert expected in report.read_text(encoding="utf-8")
