@@ -2,8 +2,13 @@
 
 Every line gets the wall-clock time (UTC ns) of the poll that read it, which fixes the year-less,
 second-resolution timestamps of engine logs to within one poll interval. Prompt and output text
-is removed by :func:`collectors.redact.redact_line` before the line is buffered: prompts never
+is removed by :class:`collectors.redact.LineRedactor` before the line is buffered: prompts never
 reach the disk.
+
+A line is only ever redacted whole. An engine writes a long line in several ``write`` calls, so a
+poll can see part of it: the tail waits for its newline, re-reading from the line's start (up to
+``max_read_bytes``, 8 MiB, per poll). A line longer than that can never be seen whole: it is
+skipped to its newline, never stored, and counted in a ``log`` record's ``cut`` field.
 
 Rotation, both ways:
 
@@ -29,7 +34,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from collectors.format import SUFFIX, DecodeError, Header, Record, decode
-from collectors.redact import redact_line
+from collectors.redact import LineRedactor
 from collectors.retention import KeepMarker
 from collectors.schedule import SegmentSink
 
@@ -65,6 +70,20 @@ class _File:
         self.mark = b""
         self.size_seen = -1
         self.idle_since_ns: int | None = None
+        self.redactor = LineRedactor()
+        # Inside a line that cannot be read whole (from ``skip_from``): read on to its newline.
+        # ``skip_counts`` is False for the line a backlog cut starts in (reported as the cut).
+        self.skipping = False
+        self.skip_counts = True
+        self.skip_from = 0
+
+    def skip_line(self, *, counts: bool) -> None:
+        self.skipping, self.skip_counts, self.skip_from = True, counts, self.pos
+
+    def advance(self, data: bytes) -> None:
+        """``data``, read at the position, is consumed."""
+        self.pos += len(data)
+        self.mark = (self.mark + data[-_MARK_BYTES:])[-_MARK_BYTES:]
 
 
 class LogTailSource:
@@ -135,8 +154,8 @@ class LogTailSource:
                 start = st.st_size - self._settings.backlog_bytes
                 self._rotation(now_ns, "backlog_cut", f"first {start} bytes not read")
             opened = self._open(st, start, self._gen)
-            if start and start != st.st_size:
-                _skip_partial_line(opened)
+            if start and os.pread(opened.handle.fileno(), 1, start - 1) != b"\n":
+                opened.skip_line(counts=False)  # begin at the next line, not inside this one
         opened.backlog_end = st.st_size
         return opened
 
@@ -195,6 +214,8 @@ class LogTailSource:
                 now_ns, "truncate", f"truncated at byte {cur.pos}; lines since the last read lost"
             )
             cur.pos, cur.mark, cur.gen, cur.backlog_end = 0, b"", self._gen, 0
+            cur.skipping = False
+            cur.redactor.reset()
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -205,8 +226,10 @@ class LogTailSource:
                 f.idle_since_ns = now_ns
             return
         f.idle_since_ns = None
+        if f.skipping:
+            data = self._skip(f, data, now_ns, final=final)
         backlog = f.pos < f.backlog_end
-        if backlog:
+        if backlog and data:
             # Lines already there at open time go in their own records, flagged as backlog.
             cut = data.rfind(b"\n", 0, f.backlog_end - f.pos) + 1
             if cut:
@@ -214,39 +237,64 @@ class LogTailSource:
             else:
                 backlog, f.backlog_end = False, f.pos
         end = data.rfind(b"\n") + 1
-        if end == 0 and (final or len(data) >= self._settings.max_line_chars):
-            end = len(data)  # an unterminated last line, or one too long to wait for
+        if end == 0 and data:
+            if len(data) >= self._settings.max_read_bytes:
+                # Longer than one read: never seen whole, so never stored (not even in part).
+                f.skip_line(counts=True)
+                self._skip(f, data, now_ns, final=final)
+                return
+            if final:
+                end = len(data)  # the last line of a file no longer written: whole as it is
         if end == 0:
-            return
+            return  # the rest of the line is still to come: read it again, whole, next time
         complete = data[:end]
         raw_lines = complete.split(b"\n")
         if raw_lines[-1] == b"":
             raw_lines.pop()
-        lines = [self._clean(line) for line in raw_lines]
+        lines = [self._clean(f, line) for line in raw_lines]
         if any(_OOM.search(line) for line in lines) and self._keep is not None:
             self._keep.mark(now_ns, f"OOM line in {self.path.name}")
         start = f.pos
-        f.pos += len(complete)
-        f.mark = (f.mark + complete)[-_MARK_BYTES:]
+        f.advance(complete)
         for i in range(0, len(lines), _LINES_PER_RECORD):
-            record: Record = {
-                "k": "log",
-                "ts": now_ns,
-                "src": self.name,
-                "path": self.target,
-                "dev": f.ident[0],
-                "ino": f.ident[1],
-                "gen": f.gen,
-                "off": start,
-                "end": f.pos,
-                "lines": lines[i : i + _LINES_PER_RECORD],
-            }
+            record = self._log_record(f, now_ns, start, lines[i : i + _LINES_PER_RECORD])
             if backlog:
                 record["bl"] = 1
             self._sink.append(record)
 
-    def _clean(self, raw: bytes) -> str:
-        text = redact_line(raw.decode("utf-8", "backslashreplace"))
+    def _skip(self, f: _File, data: bytes, now_ns: int, *, final: bool) -> bytes:
+        """Consume ``data`` up to the end of the line being skipped; what follows it."""
+        newline = data.find(b"\n")
+        if newline < 0 and not final:
+            f.advance(data)
+            return b""
+        end = len(data) if newline < 0 else newline + 1
+        f.advance(data[:end])
+        f.skipping = False
+        # Nothing of the skipped line is known, not even whether its text runs on: lines after
+        # it are taken as its continuation until one starts like a log record.
+        f.redactor.continue_unseen_line()
+        if f.skip_counts:
+            # The range moves a restarted agent's resume point past the line.
+            self._sink.append({**self._log_record(f, now_ns, f.skip_from, []), "cut": 1})
+        return data[end:]
+
+    def _log_record(self, f: _File, now_ns: int, start: int, lines: list[str]) -> Record:
+        return {
+            "k": "log",
+            "ts": now_ns,
+            "src": self.name,
+            "path": self.target,
+            "dev": f.ident[0],
+            "ino": f.ident[1],
+            "gen": f.gen,
+            "off": start,
+            "end": f.pos,
+            "lines": lines,
+        }
+
+    def _clean(self, f: _File, raw: bytes) -> str:
+        text = f.redactor.redact(raw.decode("utf-8", "backslashreplace"))
         cap = self._settings.max_line_chars
         if len(text) > cap:
             text = f"{text[:cap]}…[{len(text) - cap} chars cut]"
@@ -262,13 +310,6 @@ class LogTailSource:
                 # An unfinished last line stays unread: a restart resumes before it.
                 f.handle.close()
         self._cur = self._old = None
-
-
-def _skip_partial_line(f: _File) -> None:
-    """Start reading at a line boundary after a cut backlog."""
-    chunk = os.pread(f.handle.fileno(), 1 << 20, f.pos)
-    cut = chunk.find(b"\n")
-    f.pos += cut + 1 if cut >= 0 else len(chunk)
 
 
 def resume_points(directory: Path, paths: list[Path]) -> dict[str, ResumePoint]:

@@ -27,6 +27,7 @@ DiagnosticKind = Literal[
     "dropped_records",
     "unresolved_repeat",
     "newer_plugin",
+    "long_log_line",
 ]
 HEALTH_METRICS = {
     "up": "collector_up",
@@ -212,6 +213,16 @@ def _read_segment(path: Path, out: _Builder) -> None:
                 count,
             )
         )
+    for log_path, count in sorted(state.cut_lines.items()):
+        out.diagnostics.append(
+            Diagnostic(
+                "long_log_line",
+                path.name,
+                f"{count} line(s) of {log_path} longer than the log tail reads at once (8 MiB) "
+                "were dropped, never stored",
+                count,
+            )
+        )
     for kind, count in sorted(state.unknown.items()):
         out.diagnostics.append(
             Diagnostic("unknown_record", path.name, f"record kind {kind!r} not understood", count)
@@ -265,6 +276,7 @@ class _SegmentState:
         self.last_text: dict[tuple[str, str], str] = {}
         # (record version, records skipped) when the vLLM plugin wrote a layout we do not know
         self.refused: tuple[int, int] | None = None
+        self.cut_lines: dict[str, int] = {}
 
     def add(self, record: Record, out: _Builder) -> None:
         kind = record["k"]
@@ -329,6 +341,8 @@ def _on_prom(state: _SegmentState, rec: Record, out: _Builder) -> None:
 def _on_log(state: _SegmentState, rec: Record, out: _Builder) -> None:
     lines = out.logs.setdefault(rec["path"], LogLines())
     lines.add_chunk(state.header.node, rec)
+    if rec.get("cut"):
+        state.cut_lines[rec["path"]] = state.cut_lines.get(rec["path"], 0) + int(rec["cut"])
 
 
 def _on_rotation(state: _SegmentState, rec: Record, out: _Builder) -> None:

@@ -84,6 +84,7 @@ class SegmentWriter:
         self._file_bytes = 0
         self._file_opened = 0.0
         self._seq = 0
+        self._header = b""  # the open segment's first line
         self._need_newline = False
         self._closed = False
         self._stop = threading.Event()
@@ -213,8 +214,10 @@ class SegmentWriter:
             if self._fd is None:
                 return
             with self._buf_lock:
-                self._note_drops()
                 pending, self._buffer, self._buffer_bytes = self._buffer, [], 0
+                drops = self._dropped - self._dropped_reported
+                if drops:
+                    pending.append(encode({"k": "drop", "ts": self._clock_ns(), "n": drops}))
                 rotate = not self._closed and self._rotation_due(sum(map(len, pending)))
                 if rotate:
                     # Later appends belong to the next segment: decide it under the buffer lock
@@ -222,21 +225,16 @@ class SegmentWriter:
                     self._generation += 1
                     self._buffer = list(self._sticky.values())
                     self._buffer_bytes = sum(map(len, self._buffer))
-            self._write(b"".join(pending))
+            # A drop record that did not reach the disk is not a record lost: its count is
+            # still to be reported, by the next flush.
+            if self._write(b"".join(pending), bookkeeping=1 if drops else 0):
+                self._dropped_reported += drops
             if rotate:
-                self._write(encode({"k": "close", "ts": self._clock_ns(), "why": "rotate"}))
+                self._write(encode({"k": "close", "ts": self._clock_ns(), "why": "rotate"}), 1)
                 self._sync()
                 os.close(self._fd)
                 self._fd = None
                 self._open_segment()
-
-    def _note_drops(self) -> None:
-        if self._dropped > self._dropped_reported:
-            line = encode(
-                {"k": "drop", "ts": self._clock_ns(), "n": self._dropped - self._dropped_reported}
-            )
-            self._dropped_reported = self._dropped
-            self._buffer.append(line)
 
     def _rotation_due(self, pending_bytes: int) -> bool:
         settings = self._settings
@@ -244,12 +242,19 @@ class SegmentWriter:
             time.monotonic() - self._file_opened >= settings.max_segment_age_s
         )
 
-    def _write(self, data: bytes) -> None:
+    def _write(self, data: bytes, bookkeeping: int = 0) -> bool:
+        """Write whole record lines; True when all of them reached the file. ``bookkeeping``:
+        how many of the last lines are the writer's own (a drop or close record, the header),
+        not records lost when they fail."""
         if not data or self._fd is None:
-            return
-        if self._need_newline:
+            return True
+        prefix = b""
+        if self._file_bytes == 0 and not data.startswith(self._header):
+            prefix = self._header  # a full disk kept the header out: a segment starts with it
+        elif self._need_newline:
             # A previous write failed part-way: end its torn line so the reader resynchronises.
-            data = b"\n" + data
+            prefix = b"\n"
+        data = prefix + data
         view = memoryview(data)
         try:
             while view:
@@ -257,13 +262,28 @@ class SegmentWriter:
                 view = view[written:]
                 self._file_bytes += written
                 self._bytes += written
-            self._need_newline = False
         except OSError as err:
-            self._write_errors += 1
-            self._need_newline = len(view) != len(data)
-            lost = data[len(data) - len(view) :].count(b"\n")
-            self._dropped += lost
-            logger.warning("cannot write to %s: %s (%d records lost)", self.directory, err, lost)
+            self._write_failed(data, len(data) - len(view), len(prefix), bookkeeping, err)
+            return False
+        self._need_newline = False
+        return True
+
+    def _write_failed(
+        self, data: bytes, written: int, prefix: int, bookkeeping: int, err: OSError
+    ) -> None:
+        self._write_errors += 1
+        if 0 < self._file_bytes < len(self._header) and self._fd is not None:
+            # Only part of the header is in the file: it would make the whole segment
+            # unreadable, so the file is emptied and the header written again next time.
+            os.ftruncate(self._fd, 0)
+            self._file_bytes, self._need_newline = 0, False
+        elif written:
+            self._need_newline = data[written - 1 : written] != b"\n"
+        # Each line whose newline was not written is lost (the prefix is not a line of its own).
+        unwritten = data[max(written, prefix) :].count(b"\n")
+        lost = unwritten - min(bookkeeping, unwritten)
+        self._dropped += lost
+        logger.warning("cannot write to %s: %s (%d records lost)", self.directory, err, lost)
 
     def _sync(self) -> None:
         if self._fd is None:
@@ -287,7 +307,9 @@ class SegmentWriter:
                 continue
         fcntl.flock(fd, fcntl.LOCK_EX)
         self._fd, self._file_bytes, self._file_opened = fd, 0, time.monotonic()
+        self._need_newline = False
         header = Header(
             FORMAT_VERSION, self._node, self._stream, self._writer, self._pid, created, self._seq
         )
-        self._write(encode(header.to_record()))
+        self._header = encode(header.to_record())
+        self._write(self._header, bookkeeping=1)

@@ -1,8 +1,9 @@
 """What each source could and could not be read for: partial data is normal, never silent.
 
 A :class:`SourceDiagnostics` travels from the parser (or collector segment reader) into the
-manifest and from there into the report's "data gaps" section. Examples of skipped lines are
-redacted (no prompt or output text) and shortened before they are kept.
+manifest and from there into the report's "data gaps" section. An example of a skipped line is
+kept only when it names no prompt, input, output or text key (``collectors.redact``), and
+shortened.
 
 A reader of a report needs two lists: **assumptions** (how something was read: the clock and
 zone, bases inferred for request starts and ends, conventions such as units) and **gaps** (what
@@ -23,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from collectors.redact import redact_line
+from collectors.redact import has_text_key
 from oomtrace.schema import ROW_NAMES
 
 EXAMPLE_CHARS = 160
@@ -32,6 +33,7 @@ ZONE_REMEDY: Final = "--tz"
 YEAR_REMEDY: Final = "--year"
 # How many pieces of evidence a clock sentence quotes (the manifest keeps them all).
 EVIDENCE_SHOWN: Final = 3
+WITHHELD = "<withheld: the line may hold prompt or output text>"
 
 
 # What a diagnostic tells a reader: how something was read, or that data is missing.
@@ -75,8 +77,8 @@ class SourceDiagnostics:
             return
         if reason in self.skipped:
             self.skipped[reason].count += count
-        else:  # only the first example is kept, so only it is redacted
-            self.skipped[reason] = Skip(count, _shorten(redact_line(example or "")))
+        else:  # only the first example is kept, so only it is looked at
+            self.skipped[reason] = Skip(count, _example(example or ""))
 
     def note(self, text: str, *, lost: bool = False) -> None:
         """An assumption or caveat a reader of the report must know (kept once). ``lost``: the
@@ -144,6 +146,12 @@ class SourceDiagnostics:
             last_ts=data.get("last_ts"),
             clock=dict(data.get("clock", {})),
         )
+
+
+def _example(line: str) -> str:
+    """``line`` as an example, shortened; withheld whole when it names a prompt, input, output or
+    text key: redacted, it would still show where a prompt was, and a line can fool redaction."""
+    return WITHHELD if has_text_key(line) else _shorten(line)
 
 
 def _shorten(text: str) -> str:

@@ -5,6 +5,17 @@ line. Library code raises these (chaining the cause with ``raise ... from err``)
 ``oomtrace.cli`` turns them into exit codes.
 """
 
+import stat
+from collections.abc import Callable
+from pathlib import Path
+
+_SPECIAL: tuple[tuple[Callable[[int], bool], str], ...] = (
+    (stat.S_ISFIFO, "a named pipe (FIFO)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
 
 class OomtraceError(Exception):
     """Base class. ``exit_code`` is what the CLI exits with."""
@@ -37,3 +48,20 @@ class DoesNotFitError(OomtraceError):
     usage error, so that teams can gate CI on it)."""
 
     exit_code = 1
+
+
+def special_file_error(path: Path, what: str = "") -> InputError | None:
+    """The error for a ``path`` that exists but is neither a file nor a directory (a named pipe,
+    a socket, a device), which is never opened: reading a pipe waits for a writer. None for
+    anything else. ``what`` names the option (``--config``) in the message."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return None
+    kind = next((name for test, name in _SPECIAL if test(mode)), None)
+    if kind is None:
+        return None
+    return InputError(
+        f"{what + ' ' if what else ''}{path}: {kind}, not a file; save what it carries to a "
+        "file and pass that"
+    )

@@ -34,17 +34,22 @@ Versions. A trace of an older version is read as a current one:
   Mamba slots, which is not KV cache). A version 2 trace is a valid version 3 trace.
 
 Validation happens at stage boundaries through :func:`conform`, which fails in one place with a
-column-level message.
+column-level message. A value no measurement can hold (:data:`LIMITS`) is left out where rows
+enter a trace (:func:`conform_within_range`, counted for its source) and refused in a trace read
+back, so that no later stage meets one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
 import polars as pl
 
 from oomtrace.errors import SchemaError
+from oomtrace.units import MAX_BYTES
 
 SCHEMA_VERSION: Final = 3
 # Versions a trace directory may have been written in (version 1 has no ``clock`` column).
@@ -233,6 +238,82 @@ EVENT_KINDS: Final[Mapping[str, str]] = {
 }
 
 
+# What a reading can hold. Beyond these a value is damage or hostility, not a measurement (a year
+# outside what a nanosecond clock counts, 10^23 MiB, 1e29 requests), and analysis' integer sums
+# would overflow on it. Bytes: 1 PiB (units.MAX_BYTES); counts of tokens, blocks, requests and
+# events: 2^40 (about 10^12); ratios: 10^6 (a percentage read as a ratio still fits).
+MAX_COUNT: Final = 2**40
+LIMITS: Final[Mapping[MetricKind, float]] = {
+    "bytes": MAX_BYTES,
+    "ratio": 1e6,
+    "count": MAX_COUNT,
+    "tokens": MAX_COUNT,
+    "blocks": MAX_COUNT,
+    "counter": MAX_COUNT,
+    "rate": MAX_COUNT,
+}
+EARLIEST: Final = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST: Final = datetime(2200, 1, 1, tzinfo=UTC)
+OUT_OF_RANGE: Final = "value out of range"
+# Without these a row says nothing: the row goes; any other value out of range becomes null.
+_ROW_VALUES: Final = ("ts", "value")
+
+
+@dataclass(frozen=True)
+class LeftOut:
+    """Values :func:`conform_within_range` left out: how many, and the first, described."""
+
+    count: int = 0
+    example: str = ""
+
+
+def _outside(column: str, limit: float) -> pl.Expr:
+    return (pl.col(column) < 0) | (pl.col(column) > limit)
+
+
+def _out_of_range(table: TableName) -> dict[str, pl.Expr]:
+    """Per column, where its value is out of range (never for a null)."""
+    checks = {"ts": ~pl.col("ts").is_between(EARLIEST, LATEST, closed="left")}
+    if table == "samples":
+        limits = {metric: LIMITS[kind] for metric, (kind, _) in METRICS.items()}
+        limit = pl.col("metric").replace_strict(limits, default=None, return_dtype=pl.Float64)
+        value = pl.col("value")
+        checks["value"] = ~value.is_nan() & (value.abs() > limit)
+    elif table == "requests":
+        checks |= {c: _outside(c, MAX_COUNT) for c in REQUESTS if c.endswith("_tokens")}
+    else:
+        checks |= {c: _outside(c, MAX_BYTES) for c in EVENTS if c.endswith("_bytes")}
+    return {column: check.fill_null(False) for column, check in checks.items()}
+
+
+def conform_within_range(
+    table: TableName, frame: pl.DataFrame, *, what: str = ""
+) -> tuple[pl.DataFrame, LeftOut]:
+    """:func:`conform`, except that values out of range are left out rather than refused: the
+    row when it is a time or a sample's value, the value (made null) otherwise."""
+    where = _where(table, what)
+    out = _cast(table, frame, where)
+    checks = _out_of_range(table)
+    flags = out.select(**checks).with_row_index("_row")
+    hits = flags.filter(pl.any_horizontal(pl.exclude("_row")))
+    if hits.height == 0:
+        _check_values(table, out, where)
+        return out, LeftOut()
+    count = int(hits.select(pl.sum_horizontal(pl.exclude("_row").sum())).item())
+    hit = hits.row(0, named=True)
+    column = next(c for c in checks if hit[c])
+    row = out.row(hit["_row"], named=True)
+    example = f"{table} row at {row['ts']}: {column} = {row[column]!r}"
+    drop = pl.any_horizontal(*(check for c, check in checks.items() if c in _ROW_VALUES))
+    out = out.filter(~drop).with_columns(
+        pl.when(check).then(None).otherwise(pl.col(c)).alias(c)
+        for c, check in checks.items()
+        if c not in _ROW_VALUES
+    )
+    _check_values(table, out, where)
+    return out, LeftOut(count, example)
+
+
 def empty(table: TableName) -> pl.DataFrame:
     """An empty frame of the table's schema."""
     return pl.DataFrame(schema=SCHEMAS[table])
@@ -243,10 +324,28 @@ def conform(table: TableName, frame: pl.DataFrame, *, what: str = "") -> pl.Data
 
     Missing nullable columns are added as nulls (a missing ``clock`` as ``stated``); extra columns
     are an error (a misspelt column would otherwise vanish). Casts are strict: a value that does
-    not fit is an error naming the column, not a silent null.
+    not fit is an error naming the column, not a silent null; so is a value out of range
+    (:data:`LIMITS`).
     """
+    where = _where(table, what)
+    out = _cast(table, frame, where)
+    _check_values(table, out, where)
+    for column, check in _out_of_range(table).items():
+        bad = out.filter(check)
+        if bad.height:
+            raise SchemaError(
+                f"{where}: column {column} holds {bad.height:,} value(s) out of range (such as "
+                f"{bad[column][0]!r}); re-run `oomtrace ingest`, which leaves them out"
+            )
+    return out
+
+
+def _where(table: TableName, what: str) -> str:
+    return f"{table} table" + (f" from {what}" if what else "")
+
+
+def _cast(table: TableName, frame: pl.DataFrame, where: str) -> pl.DataFrame:
     schema = SCHEMAS[table]
-    where = f"{table} table" + (f" from {what}" if what else "")
     extra = [c for c in frame.columns if c not in schema]
     if extra:
         raise SchemaError(f"{where}: unknown column(s) {', '.join(extra)}; expected {list(schema)}")
@@ -269,11 +368,9 @@ def conform(table: TableName, frame: pl.DataFrame, *, what: str = "") -> pl.Data
         else:
             columns.append(pl.col(name).cast(dtype, strict=True))
     try:
-        out = frame.select(columns)
+        return frame.select(columns)
     except (pl.exceptions.InvalidOperationError, pl.exceptions.ComputeError) as err:
         raise SchemaError(f"{where}: {_first_line(err)}") from err
-    _check_values(table, out, where)
-    return out
 
 
 def _check_values(table: TableName, frame: pl.DataFrame, where: str) -> None:

@@ -29,6 +29,7 @@ from oomtrace.schema import (
 )
 
 MANIFEST = "manifest.json"
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -51,6 +52,9 @@ class Manifest:
     clock: dict[str, Any] = field(default_factory=dict)
     sources: list[SourceDiagnostics] = field(default_factory=list)
     created_by: str = f"oomtrace {__version__}"
+    # Tables the directory this manifest was read from lacks (ingest writes all three): a gap
+    # the analysis reports, not part of the document.
+    missing_tables: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -65,7 +69,14 @@ class Manifest:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any], *, what: str = MANIFEST) -> Manifest:
+    def from_json(cls, data: object, *, what: str = MANIFEST) -> Manifest:
+        """The manifest in ``data`` (parsed JSON), or :class:`SchemaError` naming ``what`` when it
+        is not one (``null``, a list, a field of the wrong type)."""
+        if not isinstance(data, dict):
+            raise SchemaError(
+                f"{what}: not a manifest (a JSON {type(data).__name__}, not an object); re-run "
+                "`oomtrace ingest` on the original files"
+            )
         version = data.get("schema_version")
         if version not in READABLE_VERSIONS:
             readable = ", ".join(map(str, READABLE_VERSIONS))
@@ -73,17 +84,30 @@ class Manifest:
                 f"{what}: schema version {version!r} is not one this oomtrace reads ({readable}); "
                 "re-run `oomtrace ingest` on the original files with this version of oomtrace"
             )
-        return cls(
-            # An older trace is read as a current one (version 1's rows get clock ``stated``).
-            schema_version=SCHEMA_VERSION,
-            nodes=list(data.get("nodes", [])),
-            engine=dict(data.get("engine", {})),
-            model=dict(data.get("model", {})),
-            engine_config=dict(data.get("engine_config", {})),
-            clock=dict(data.get("clock", {})),
-            sources=[SourceDiagnostics.from_json(s) for s in data.get("sources", [])],
-            created_by=str(data.get("created_by", "")),
-        )
+        try:
+            return cls(
+                # An older trace is read as a current one (version 1's rows get clock ``stated``).
+                schema_version=SCHEMA_VERSION,
+                nodes=[str(n) for n in _of(data, "nodes", list)],
+                engine=_of(data, "engine", dict),
+                model=_of(data, "model", dict),
+                engine_config=_of(data, "engine_config", dict),
+                clock=_of(data, "clock", dict),
+                sources=[SourceDiagnostics.from_json(s) for s in _of(data, "sources", list)],
+                created_by=str(data.get("created_by", "")),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as err:
+            raise SchemaError(
+                f"{what}: a field is damaged ({err!r}); re-run `oomtrace ingest`"
+            ) from err
+
+
+def _of(data: dict[str, Any], key: str, kind: type[_T]) -> _T:
+    """``data[key]`` when it is a ``kind`` (an empty one when absent)."""
+    value = data.get(key, kind())
+    if not isinstance(value, kind):
+        raise TypeError(f"{key} is a {type(value).__name__}, not a {kind.__name__}")
+    return value
 
 
 def trace_clock_sentence(manifest: Manifest) -> str:
@@ -170,6 +194,7 @@ def read_trace(path: Path) -> Trace:
     for name in TABLES:
         file = path / f"{name}.parquet"
         if not file.exists():
+            manifest.missing_tables.append(name)
             tables[name] = empty(name)
             continue
         try:

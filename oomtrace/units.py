@@ -24,6 +24,8 @@ MiB: Final = 1 << 20
 GiB: Final = 1 << 30
 TiB: Final = 1 << 40
 PiB: Final = 1 << 50
+# No device, process or allocation holds more: a larger size is damage, not a measurement.
+MAX_BYTES: Final = PiB
 
 BINARY_UNITS: Final[dict[str, int]] = {"KiB": KiB, "MiB": MiB, "GiB": GiB, "TiB": TiB, "PiB": PiB}
 DECIMAL_UNITS: Final[dict[str, int]] = {
@@ -167,13 +169,27 @@ def format_gib(value: int, precision: int = 2) -> str:
 
 def bytes_expr(number: pl.Expr, unit: pl.Expr, *, decimal_means_binary: bool = False) -> pl.Expr:
     """Vectorised :func:`parse_bytes` for parsers: integer bytes from a numeric column and a unit
-    column. Unknown units give null (the parser reports them as skipped), never a guess."""
+    column. Unknown units give null (the parser reports them as skipped), never a guess; so does
+    a size beyond :data:`MAX_BYTES` (:func:`bytes_beyond_range` finds those)."""
+    value = number.cast(pl.Float64) * _multiplier(unit, decimal_means_binary)
+    return pl.when(value.abs() <= MAX_BYTES).then(value.round(0)).cast(pl.Int64)
+
+
+def bytes_beyond_range(
+    number: pl.Expr, unit: pl.Expr, *, decimal_means_binary: bool = False
+) -> pl.Expr:
+    """Where :func:`bytes_expr` gives null for a stated size beyond :data:`MAX_BYTES` (or not
+    finite), so that a parser can count what it left out."""
+    value = number.cast(pl.Float64) * _multiplier(unit, decimal_means_binary)
+    return value.is_not_null() & ~(value.abs() <= MAX_BYTES).fill_null(value=False)
+
+
+def _multiplier(unit: pl.Expr, decimal_means_binary: bool) -> pl.Expr:
     table: dict[str, int] = dict.fromkeys(_BYTE_WORDS, 1)
     for spelling, canonical in _CANONICAL.items():
         table[spelling] = unit_size(canonical, decimal_means_binary=decimal_means_binary)
-    multiplier = (
+    return (
         unit.str.strip_chars()
         .str.to_lowercase()
         .replace_strict(table, default=None, return_dtype=pl.Int64)
     )
-    return (number.cast(pl.Float64) * multiplier).round(0).cast(pl.Int64)

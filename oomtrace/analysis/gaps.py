@@ -18,6 +18,7 @@ from oomtrace.analysis.observed_series import KV_METRICS
 from oomtrace.analysis.timeline import Timeline
 from oomtrace.analysis.trace_scan import TableFacts
 from oomtrace.diagnostics import clock_warning, source_clock_sentence
+from oomtrace.schema import ROW_NAMES
 from oomtrace.trace import Manifest, trace_clock_sentence
 
 MAX_HOLES: Final = 20
@@ -48,6 +49,15 @@ def manifest_gaps(manifest: Manifest) -> list[Gap]:
             out.append(Gap(str(source.clock["status"]), name, warning))
         elif sentence := source_clock_sentence(source):
             out.append(Gap("clock", name, sentence))
+    for table in manifest.missing_tables:
+        out.append(
+            Gap(
+                "missing_table",
+                None,
+                f"{table}.parquet is missing from the trace directory: no "
+                f"{ROW_NAMES.get(table, table)} were read (re-run `oomtrace ingest`)",
+            )
+        )
     if sentence := trace_clock_sentence(manifest):
         nodes = ", ".join(sorted(manifest.nodes)) or None
         out.append(Gap("clock", nodes, sentence))

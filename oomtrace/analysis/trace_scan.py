@@ -105,6 +105,7 @@ def _open(path: Path) -> TraceScan:
             raise ReadStrictly
         files[name] = file
     manifest = read_trace_manifest(path)
+    manifest.missing_tables = [name for name, file in files.items() if file is None]
     scan = TraceScan(path, manifest, pl.DataFrame(), files)
     return TraceScan(path, manifest, scan.read("events"), files)
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from oomtrace.budget.dtypes import canonical_model_dtype
-from oomtrace.errors import ConfigError
+from oomtrace.errors import ConfigError, special_file_error
 
 # Context-length keys, as vLLM reads them; it takes the smallest one present.
 CONTEXT_KEYS = (
@@ -179,6 +179,8 @@ def read_config(path: Path) -> LoadedConfig:
     """Read ``path`` (a config.json file, or a model directory holding one)."""
     directory: Path | None = None
     file = path
+    if error := special_file_error(path, "--config"):
+        raise error
     if not path.exists():
         raise ConfigError(
             f"--config {path}: no such file or directory; pass a model's config.json "

@@ -13,7 +13,7 @@ from pathlib import Path
 import polars as pl
 
 from oomtrace.budget.kv import KVSpec
-from oomtrace.errors import InputError
+from oomtrace.errors import InputError, special_file_error
 
 ID_COLUMNS = ("request_id", "id")
 INPUT_COLUMNS = ("input_tokens", "prompt_tokens")
@@ -66,7 +66,9 @@ class Ledger:
 
 def _read_rows(path: Path) -> pl.DataFrame:
     if not path.is_file():
-        raise InputError(f"--ledger {path}: no such file; give a CSV or JSON file of requests")
+        raise special_file_error(path, "--ledger") or InputError(
+            f"--ledger {path}: no such file; give a CSV or JSON file of requests"
+        )
     suffix = path.suffix.lower()
     try:
         if suffix == ".csv":

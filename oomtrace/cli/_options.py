@@ -10,6 +10,7 @@ imports stay inside the functions, so ``oomtrace --help`` does not load Polars.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -129,8 +130,8 @@ def json_option(help_text: str) -> Decorator:
 
 
 def ingest_options(func: Command) -> Command:
-    """``--format``, ``--node``, ``--year``, ``--tz``: the command receives them as
-    ``ingest``, an :class:`oomtrace.ingest.IngestOptions`."""
+    """``--format``, ``--node``, ``--year``, ``--tz``, ``--max-input-size``: the command
+    receives them as ``ingest``, an :class:`oomtrace.ingest.IngestOptions`."""
     return ingest_options_named("--format")(func)
 
 
@@ -146,11 +147,16 @@ def ingest_options_named(format_flag: str) -> Decorator:
             node: str | None,
             year: int | None,
             tz: str | None,
+            max_input_size: str | None,
             **kwargs: Any,
         ) -> Any:
             from oomtrace.ingest import IngestOptions
+            from oomtrace.units import parse_bytes
 
             ingest = IngestOptions(format=format_name, node=node, year=year, tz=tz)
+            if max_input_size is not None:
+                size = parse_bytes(max_input_size, what="--max-input-size")
+                ingest = dataclasses.replace(ingest, max_input_bytes=size)
             return func(*args, ingest=ingest, **kwargs)
 
         return _stack(
@@ -181,6 +187,12 @@ def ingest_options_named(format_flag: str) -> Decorator:
                     help="IANA time zone of zone-less timestamps (default: the offset inferred "
                     "from another input of the incident that states its times, else UTC, "
                     "recorded as assumed).",
+                ),
+                click.option(
+                    "--max-input-size",
+                    metavar="SIZE",
+                    help="Largest input read, once decompressed (default 1GiB): a larger one "
+                    "is refused before it is parsed, which bounds ingest's memory.",
                 ),
             ],
         )

@@ -23,7 +23,7 @@ from oomtrace.errors import InputError, UsageError
 from oomtrace.ingest.alignment import align
 from oomtrace.ingest.parser_api import ClockOptions, ParseContext, Parser, SeriesParser
 from oomtrace.ingest.sniffing import Sniffed, expand_inputs, series_name, sniff, unrecognised
-from oomtrace.ingest.text.input_file import InputFile
+from oomtrace.ingest.text.input_file import DEFAULT_MAX_INPUT_BYTES, InputFile
 from oomtrace.ingest.trace_merge import Parsed, merge
 from oomtrace.trace import Trace, is_trace_dir, read_trace
 
@@ -38,6 +38,8 @@ class IngestOptions:
     node: str | None = None
     year: int | None = None
     tz: str | None = None
+    # ``--max-input-size``: what one input may hold once decompressed (bounds ingest's memory)
+    max_input_bytes: int = DEFAULT_MAX_INPUT_BYTES
 
     def __post_init__(self) -> None:
         if self.tz is not None:
@@ -50,6 +52,8 @@ class IngestOptions:
                 ) from err
         if self.year is not None and not 1970 <= self.year <= 2200:
             raise UsageError(f"--year {self.year}: out of range; give the four-digit year")
+        if self.max_input_bytes <= 0:
+            raise UsageError(f"--max-input-size {self.max_input_bytes}: give a positive size")
 
     @property
     def clock(self) -> ClockOptions:
@@ -95,6 +99,9 @@ def ingest_paths(
             )
             skipped.append(diag)
             continue
+        for member in members:
+            if not member.path.is_dir():
+                member.check_size(options.max_input_bytes)
         diag = SourceDiagnostics(item.source.name, item.parser.name, options.node or "")
         ctx = ParseContext(clock=options.clock, mtime=item.source.mtime)
         if len(members) > 1 and isinstance(item.parser, SeriesParser):

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from oomtrace.errors import InputError, UsageError
+from oomtrace.errors import InputError, UsageError, special_file_error
 from oomtrace.ingest.capture.dir_parser import PARSER as _CAPTURE
 from oomtrace.ingest.capture.dir_parser import is_capture_dir
 from oomtrace.ingest.parser_api import Parser
@@ -71,7 +71,9 @@ def expand_inputs(paths: Sequence[Path]) -> list[tuple[InputFile, bool]]:
         elif path.is_file():
             out.append((InputFile(path, path.name), True))
         else:
-            raise InputError(f"{path}: no such file or directory; check the path")
+            raise special_file_error(path) or InputError(
+                f"{path}: no such file or directory; check the path"
+            )
     return out
 
 

@@ -4,11 +4,14 @@ Each table is conformed to the canonical schema, rows are labelled with the node
 they came from, GPUs named only by UUID or bus id are placed on the device index another input
 states (or, where the incident's device-memory series show a single GPU, on that one: a node with
 one GPU has no other), and the manifest gathers what each source says about the engine, the model
-and its clock (the first statement of a key wins; a different later one is a note).
+and its clock (the first statement of a key wins; a different later one is a note). This is the one
+guard against values no measurement can hold, whatever parser read them: a row's or a statement's
+value out of range is left out and counted for its source.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from datetime import datetime
@@ -21,8 +24,9 @@ from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.ingest.parser_api import ClockOptions, ParseResult
 from oomtrace.ingest.text.input_file import InputFile
 from oomtrace.isotime import iso_time
-from oomtrace.schema import CLOCK, TABLES, TableName, conform
+from oomtrace.schema import CLOCK, OUT_OF_RANGE, TABLES, TableName, conform_within_range
 from oomtrace.trace import Manifest, Trace
+from oomtrace.units import MAX_BYTES
 
 # One input's contribution: the file, what its parser returned, and its diagnostics.
 Parsed = tuple[InputFile, ParseResult, SourceDiagnostics]
@@ -65,7 +69,8 @@ def merge(
                 # comes with one per row (anchored or un-timed).
                 status = result.clock.get("status") or "stated"
                 frame = frame.with_columns(clock=pl.lit(status, CLOCK))
-            frame = conform(table, frame, what=input_file.name)
+            frame, left_out = conform_within_range(table, frame, what=input_file.name)
+            diag.skip(OUT_OF_RANGE, left_out.count, left_out.example)
             diag.rows[table] = frame.height
             frames[table].append(frame)
             conformed.append(frame)
@@ -230,10 +235,22 @@ def _merge_dict(
     for key, value in new.items():
         if value is None:
             continue
+        if not _plausible(value):
+            diag.skip(OUT_OF_RANGE, 1, f"{what}.{key} = {value!r}")
+            diag.note(f"{what}.{key} = {value!r} is out of range; left out", lost=True)
+            continue
         if key in into and into[key] != value:
             diag.note(f"{what}.{key} = {value!r} here disagrees with {into[key]!r}; kept the first")
             continue
         into[key] = value
+
+
+def _plausible(value: Any) -> bool:
+    """A stated number any engine could print: finite and within units.MAX_BYTES (the largest
+    statement is a byte count; token and block counts are far below it)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return True
+    return math.isfinite(value) and abs(value) <= MAX_BYTES
 
 
 def _time_range(diag: SourceDiagnostics, frames: list[pl.DataFrame]) -> None:

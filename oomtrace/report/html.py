@@ -2,22 +2,28 @@
 
 Vega, Vega-Lite and vega-embed are inlined (the caller passes the bundle; see
 :func:`oomtrace.report.javascript_bundle`); a Content-Security-Policy forbids every network
-fetch, so the page cannot reach out even by accident. All text of the report is HTML-escaped;
+fetch, so the page cannot reach out even by accident, and lets only the page's own two scripts
+run (by their hashes), without eval. All text of the report is HTML-escaped;
 chart specs travel as JSON in a ``<script type="application/json">`` with ``<``, ``>`` and
 ``&`` escaped, and Vega draws data values as text nodes (its tooltip handler escapes HTML).
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
+
 from oomtrace import escape
 from oomtrace.report.document import NUMERIC_KINDS, REPORT_VERSION, Chart, Report, Section, Table
 from oomtrace.report.fmt import cell_text, value_text
 
-# 'unsafe-eval': Vega compiles its expressions with the Function constructor.
+# Only the page's own scripts run: each is allowed by its SHA-256 hash, so markup that ever got
+# into the page could not add one, and no script may eval (the charts are embedded with
+# ``ast: true``: Vega then evaluates its expressions with its interpreter, vega-interpreter,
+# which the bundle holds, instead of compiling them with the Function constructor).
 CSP = (
-    "default-src 'none'; script-src 'unsafe-inline' 'unsafe-eval'; "
-    "style-src 'unsafe-inline'; img-src data: blob:; connect-src 'none'; form-action 'none'; "
-    "base-uri 'none'"
+    "default-src 'none'; script-src {hashes}; style-src 'unsafe-inline'; img-src data: blob:; "
+    "connect-src 'none'; form-action 'none'; base-uri 'none'"
 )
 
 STYLE = """
@@ -49,7 +55,7 @@ SCRIPT = """
 (function () {
   var specs = JSON.parse(document.getElementById("oomtrace-specs").textContent);
   window.oomtraceViews = {};
-  var options = {renderer: "svg", tooltip: {theme: "light"},
+  var options = {renderer: "svg", ast: true, tooltip: {theme: "light"},
                  actions: {export: true, source: false, compiled: false, editor: false}};
   Object.keys(specs).forEach(function (key) {
     var el = document.getElementById("chart-" + key);
@@ -94,7 +100,7 @@ def render_html(report: Report, *, script: str, versions: str = "") -> str:
             '<html lang="en">',
             "<head>",
             '<meta charset="utf-8">',
-            f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
+            f'<meta http-equiv="Content-Security-Policy" content="{_csp(script, SCRIPT)}">',
             '<meta name="viewport" content="width=device-width, initial-scale=1">',
             f"<title>{escape.html(report.title)}</title>",
             f"<style>{STYLE}</style>",
@@ -112,6 +118,12 @@ def render_html(report: Report, *, script: str, versions: str = "") -> str:
             "",
         ]
     )
+
+
+def _csp(*scripts: str) -> str:
+    """The policy allowing exactly ``scripts`` (the text between their tags)."""
+    hashes = (base64.b64encode(hashlib.sha256(s.encode()).digest()).decode() for s in scripts)
+    return CSP.format(hashes=" ".join(f"'sha256-{h}'" for h in hashes))
 
 
 def _figures(figures: tuple[object, ...]) -> str:

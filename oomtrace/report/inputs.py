@@ -15,7 +15,7 @@ from typing import Any, Final, Protocol
 
 import polars as pl
 
-from oomtrace.errors import InputError
+from oomtrace.errors import InputError, special_file_error
 from oomtrace.report.build import ReportInputs
 from oomtrace.report.chart_data import SERIES_SCHEMA
 from oomtrace.report.records import parse_time
@@ -50,6 +50,8 @@ class FindingsLike(Protocol):
 
 def load_document(path: Path, what: str) -> dict[str, Any]:
     """A JSON object from ``path`` (``--findings``, ``--worksheet``), or an InputError."""
+    if error := special_file_error(Path(path), what):
+        raise error
     try:
         document = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:

@@ -240,3 +240,27 @@ def test_a_screenshot_is_written_for_people(page: Any) -> None:
     shot = (ARTIFACTS / "report.png").read_bytes()
     assert shot[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(shot) > 50_000
+
+
+def test_only_the_reports_own_scripts_run(page: Any, tmp_path: Path) -> None:
+    # GIVEN the report with one more inline script, as markup injected into it would be
+    browser, _, out = page
+    injected = tmp_path / "injected.html"
+    page_text, end = out.read_text(encoding="utf-8").rsplit("</body>", 1)
+    script = "<script>window.__oomtraceInjected = 1;</script>"
+    injected.write_text(f"{page_text}{script}</body>{end}", encoding="utf-8")
+    # WHEN it is opened
+    session = open_report(browser, injected)
+    # THEN the charts draw (with Vega's interpreter: the policy allows no eval), the injected
+    # script did not run, and the browser says why, once; nothing else was refused
+    states = browser.evaluate(
+        session, "Array.from(document.querySelectorAll('.chart')).map(el => el.dataset.rendered)"
+    )
+    assert states == ["true"] * 4
+    assert browser.evaluate(session, "window.__oomtraceInjected === undefined") is True
+    refused = [
+        e["params"]["entry"]["text"] for e in browser.session_events(session, "Log.entryAdded")
+    ]
+    assert len(refused) == 1, refused
+    assert "inline script violates the following Content Security Policy" in refused[0]
+    assert "blocked" in refused[0]

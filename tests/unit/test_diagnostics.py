@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from oomtrace.diagnostics import (
+    WITHHELD,
     SourceDiagnostics,
     clock_sentence,
     kind_category,
@@ -116,3 +117,30 @@ def test_analysis_kinds_split_into_inferred_bases_and_missing_data() -> None:
     assert kind_category("no_allocator") == "gap"
     assert kind_category("note") == "assumption"
     assert kind_category("left_out") == "gap"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "INFO 03-11 06:18:50 [logger.py:39] Received request r: prompt: 'S3CR3T', params: x",
+        "2024-11-03T14:51:23Z DEBUG generate{}: router/src/server.rs:295: Input: S3CR3T",
+        '2024-11-03T14:51:22Z  INFO generate{inputs="S3CR3T" total_time="4s"}: Success',
+        "[2025-06-10 15:00:00] Receive: obj=GenerateReqInput(text='S3CR3T', rid='a')",
+        "prompt 'S3CR3T' ignored",
+    ],
+)
+def test_a_skipped_line_that_names_a_text_key_is_never_quoted(line: str) -> None:
+    # even redacted: the example would show where a prompt was, and redaction can be fooled
+    diag = SourceDiagnostics(name="x.log", parser="p", node="n")
+    diag.skip("not used", 2, line)
+    assert diag.skipped["not used"].example == WITHHELD
+    assert diag.skipped["not used"].count == 2
+
+
+def test_a_skipped_line_without_a_text_key_is_kept_as_the_example() -> None:
+    diag = SourceDiagnostics(name="x.log", parser="p", node="n")
+    line = 'INFO:     127.0.0.1:46928 - "POST /v1/completions HTTP/1.1" 200 OK'
+    diag.skip("uvicorn access line", 1, line)
+    diag.skip("uvicorn access line", 1, "a later line is not kept")
+    assert diag.skipped["uvicorn access line"].example == line
+    assert diag.skipped["uvicorn access line"].count == 2

@@ -13,8 +13,9 @@ From the bottom (``docs/ARCHITECTURE.md`` draws the pipeline they implement):
 7. ``cli`` (and ``__main__``): options in, one library call, output.
 
 A module may import anything in a lower layer. Inside one layer, packages stay apart unless one is
-built on the other, and then only that way: ``units`` and ``schema`` use ``errors``, ``trace``
-records ``diagnostics``, ``__main__`` runs ``cli``. ``ingest`` and ``budget`` never import each
+built on the other, and then only that way: ``units`` and ``schema`` use ``errors``, ``schema``
+takes the largest plausible byte count from ``units``, ``trace`` records ``diagnostics``,
+``__main__`` runs ``cli``. ``ingest`` and ``budget`` never import each
 other (a budget does not read logs; ingest does not size models), nor do ``replay`` and ``report``
 (a report shows findings, not replays; a replay needs no report). Every import counts: at module
 level, inside functions, and under ``TYPE_CHECKING`` (a type that points up is still a dependency
@@ -43,7 +44,13 @@ LAYERS: Final[tuple[frozenset[str], ...]] = (
 )
 # Imports inside one layer: (importer, imported), the one built on the other.
 WITHIN_A_LAYER: Final = frozenset(
-    {("units", "errors"), ("schema", "errors"), ("trace", "diagnostics"), ("__main__", "cli")}
+    {
+        ("units", "errors"),
+        ("schema", "errors"),
+        ("schema", "units"),
+        ("trace", "diagnostics"),
+        ("__main__", "cli"),
+    }
 )
 LEVEL: Final = {part: level for level, parts in enumerate(LAYERS) for part in parts}
 

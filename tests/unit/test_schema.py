@@ -10,7 +10,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from oomtrace.errors import SchemaError
-from oomtrace.schema import CLOCK_STATES, EVENTS, METRICS, REQUESTS, SAMPLES, TS, conform, empty
+from oomtrace.schema import (
+    CLOCK_STATES,
+    EVENTS,
+    LIMITS,
+    METRICS,
+    REQUESTS,
+    SAMPLES,
+    TS,
+    conform,
+    empty,
+)
 from tests.factories import T0, at, events, requests, samples
 
 
@@ -124,8 +134,10 @@ def test_factories_produce_conformed_tables() -> None:
     assert empty("events").schema == EVENTS
 
 
-@given(st.sampled_from(sorted(METRICS)), st.integers(min_value=0, max_value=2**52))
-def test_whole_numbers_pass_for_every_metric(metric: str, value: int) -> None:
+@given(st.sampled_from(sorted(METRICS)), st.data())
+def test_whole_numbers_pass_for_every_metric(metric: str, data: st.DataObject) -> None:
+    # up to the limit of the metric's kind (schema.LIMITS): beyond it a value is out of range
+    value = data.draw(st.integers(min_value=0, max_value=int(LIMITS[METRICS[metric][0]])))
     assert samples({"ts": T0, "metric": metric, "value": float(value)}).height == 1
 
 

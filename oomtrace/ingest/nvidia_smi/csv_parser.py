@@ -38,7 +38,8 @@ from oomtrace.ingest.nvidia_smi.local_times import place_local_times
 from oomtrace.ingest.nvidia_smi.processes import process_events
 from oomtrace.ingest.parser_api import ParseContext, ParseResult
 from oomtrace.ingest.text.input_file import InputFile, first_line
-from oomtrace.units import bytes_expr
+from oomtrace.schema import OUT_OF_RANGE
+from oomtrace.units import bytes_beyond_range, bytes_expr
 
 log = logging.getLogger(__name__)
 
@@ -301,6 +302,7 @@ def _memory_bytes(
     for f in fields:
         raw, number = pl.col(layout.column(f) or ""), pl.col(f"q_{f}").struct.field("number")
         unavailable = raw.str.contains(_UNAVAILABLE)
+        beyond = bytes_beyond_range(number, _unit(f, layout))
         checks += [
             unavailable.sum().alias(f"unavailable {f}"),
             (number.is_null() & ~unavailable).sum().alias(f"unreadable {f}"),
@@ -308,9 +310,12 @@ def _memory_bytes(
             (number.is_not_null() & pl.col(f"q_{f}").struct.field("unit").is_null())
             .sum()
             .alias(f"unitless {f}"),
+            beyond.sum().alias(f"beyond {f}"),
+            raw.filter(beyond).first().alias(f"too large {f}"),
         ]
     counts = cells.select(checks).row(0, named=True) if fields else {}
     for f in fields:
+        diag.skip(OUT_OF_RANGE, counts[f"beyond {f}"], counts[f"too large {f}"])
         if counts[f"unavailable {f}"]:
             diag.note(
                 f"{f}: {counts[f'unavailable {f}']:,} value(s) were [N/A], [Not Supported] or "
@@ -326,12 +331,16 @@ def _memory_bytes(
         if layout.unit(f) is None and counts[f"unitless {f}"]:
             diag.note(f"{f}: values without a unit were read as MiB, nvidia-smi's memory unit")
     return cells.with_columns(
-        bytes_expr(
-            pl.col(f"q_{f}").struct.field("number"),
-            pl.col(f"q_{f}").struct.field("unit").fill_null(pl.lit(layout.unit(f) or "MiB")),
-        ).alias(MEMORY_FIELDS[f])
+        bytes_expr(pl.col(f"q_{f}").struct.field("number"), _unit(f, layout)).alias(
+            MEMORY_FIELDS[f]
+        )
         for f in fields
     )
+
+
+def _unit(field: str, layout: Layout) -> pl.Expr:
+    """A memory cell's unit: its own, the header's, or nvidia-smi's MiB."""
+    return pl.col(f"q_{field}").struct.field("unit").fill_null(pl.lit(layout.unit(field) or "MiB"))
 
 
 def _note_layout(layout: Layout, state: _State, diag: SourceDiagnostics) -> None:

@@ -256,7 +256,9 @@ class _Acc:
         if oom_text is None:
             oom_text = pl.DataFrame(schema=KIND_LINES)
         events.append(extract.kv_pool_oom_events(oom_text))
-        torch_events, torch_samples = extract_ooms(oom_text.select("ts", text="line"))
+        torch_events, torch_samples = extract_ooms(
+            oom_text.select("ts", text="line"), diag=self.diag
+        )
         events.append(torch_events)
         samples.append(torch_samples)
         startup = self._all("startup")

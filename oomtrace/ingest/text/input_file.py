@@ -3,7 +3,11 @@
 Parsers never open files themselves. They ask an :class:`InputFile` for its head (to sniff) and
 for its lines in chunks: each chunk is a Polars ``Series`` of strings, cut at a line boundary, so
 a parser can apply vectorised string expressions to millions of lines while memory stays bounded
-by the chunk size, not by the file size.
+by the chunk size, not by the file size. Two limits keep it bounded whatever the input: a line
+longer than :data:`MAX_LINE_BYTES` is skipped and counted, never gathered whole, and an input
+larger than the cap (:data:`DEFAULT_MAX_INPUT_BYTES`, ``--max-input-size``) once decompressed is
+refused before it is parsed (:meth:`InputFile.check_size`), since what a parser keeps grows with
+what it reads.
 
 What goes wrong with real files is recorded on the source's diagnostics, never raised, unless
 nothing at all can be read: a truncated gzip stream yields the lines before the break, invalid
@@ -24,8 +28,15 @@ import polars as pl
 
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.errors import InputError
+from oomtrace.units import format_bytes
 
 GZIP_MAGIC: Final = b"\x1f\x8b"
+# No log line is longer (the collector reads 8 MiB at a time and drops longer lines too).
+MAX_LINE_BYTES: Final = 8 << 20
+LONG_LINE: Final = "line longer than 8 MiB (not read)"
+# What one input may hold once decompressed: a day of a busy server's log fits; a zip bomb
+# (16 MB expanding to 4 GB of valid lines) is refused before a byte of it is parsed.
+DEFAULT_MAX_INPUT_BYTES: Final = 1 << 30
 HEAD_BYTES: Final = 64 * 1024
 # Below glibc's 32 MiB ceiling for its mmap threshold: once the first block is freed, later
 # blocks of this size come from the heap, reusing pages instead of faulting fresh ones in for
@@ -112,6 +123,27 @@ class InputFile:
                         )
                     return
 
+    def check_size(self, limit: int) -> None:
+        """Raise :class:`InputError` when the content is larger than ``limit`` bytes once
+        decompressed. A gzip stream is decompressed to count (up to the limit, nothing kept)."""
+        remedy = (
+            f"over the {format_bytes(limit)} read per input; pass --max-input-size with a larger "
+            "size to read it, or split it"
+        )
+        if not self.compressed:
+            size = self.path.stat().st_size
+            if size > limit:
+                raise InputError(f"{self.name}: {format_bytes(size)}, {remedy}")
+            return
+        produced = 0
+        for block in self.blocks(None, 1 << 20):
+            produced += len(block)
+            if produced > limit:
+                raise InputError(
+                    f"{self.name}: more than {format_bytes(limit)} once decompressed "
+                    f"({format_bytes(self.path.stat().st_size)} compressed), {remedy}"
+                )
+
     def head(self, size: int = HEAD_BYTES) -> str:
         """The decompressed start of the file as text (for sniffing), invalid bytes replaced."""
         data = b""
@@ -136,32 +168,69 @@ class InputFile:
     def line_chunks(
         self, diag: SourceDiagnostics, chunk_bytes: int = CHUNK_BYTES
     ) -> Iterator[LineChunk]:
-        """The file's lines, in chunks cut at newlines. Counts ``diag.lines_read``."""
+        """The file's lines, in chunks cut at newlines. Counts ``diag.lines_read``. A line longer
+        than :data:`MAX_LINE_BYTES` is skipped (the lines after it in its chunk move up one)."""
+        lines_in = _LineCounts(diag)
         line_no = 1
         carry = b""
-        invalid_lines = 0
-        for block in self.blocks(diag, chunk_bytes):
+        skipping = False  # inside a line already known to be too long: read on to its end
+        for read in self.blocks(diag, chunk_bytes):
+            block = read
+            if skipping:
+                end = read.find(b"\n")
+                if end < 0:
+                    continue
+                block, skipping = read[end + 1 :], False
+                lines_in.skipped_one()
+                line_no += 1
             cut = block.rfind(b"\n")
             if cut < 0:
                 carry += block
+                if len(carry) > MAX_LINE_BYTES:
+                    carry, skipping = b"", True
                 continue
             # Only the piece of a line cut at the block's edges is copied twice.
             text = b"".join((carry, memoryview(block)[: cut + 1])) if carry else block[: cut + 1]
             carry = block[cut + 1 :]
-            lines, bad = decode_lines(text)
-            invalid_lines += bad
-            diag.lines_read += lines.len()
+            if len(carry) > MAX_LINE_BYTES:
+                carry, skipping = b"", True
+            lines = lines_in.decode(text)
             yield LineChunk(lines, line_no)
-            line_no += lines.len()
+            line_no += lines.len() + lines_in.long_in_last
         if carry:
-            lines, bad = decode_lines(carry)
-            invalid_lines += bad
-            diag.lines_read += lines.len()
-            yield LineChunk(lines, line_no)
-        if invalid_lines:
+            yield LineChunk(lines_in.decode(carry), line_no)
+        if skipping:  # a too long last line without its newline
+            lines_in.skipped_one()
+        diag.skip(LONG_LINE, lines_in.long, None)
+        if lines_in.invalid:
             diag.note(
-                f"{invalid_lines:,} line(s) held invalid UTF-8 bytes (shown as U+FFFD)", lost=True
+                f"{lines_in.invalid:,} line(s) held invalid UTF-8 bytes (shown as U+FFFD)",
+                lost=True,
             )
+
+
+class _LineCounts:
+    """What :meth:`InputFile.line_chunks` counts as it goes: lines read (on ``diag``), too
+    long, with invalid UTF-8."""
+
+    def __init__(self, diag: SourceDiagnostics) -> None:
+        self.diag = diag
+        self.long = self.invalid = self.long_in_last = 0
+
+    def skipped_one(self) -> None:
+        self.long += 1
+        self.diag.lines_read += 1
+
+    def decode(self, text: bytes) -> pl.Series:
+        lines, bad = decode_lines(text)
+        self.invalid += bad
+        self.diag.lines_read += lines.len()
+        too_long = lines.str.len_bytes() > MAX_LINE_BYTES
+        self.long_in_last = int(too_long.sum())
+        if self.long_in_last:
+            lines = lines.filter(~too_long)
+            self.long += self.long_in_last
+        return lines
 
 
 def decode_lines(text: bytes) -> tuple[pl.Series, int]:

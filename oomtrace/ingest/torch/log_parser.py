@@ -135,7 +135,7 @@ class _Acc:
             if other
             else None,
         )
-        events, samples = extract_ooms(kept.drop_nulls("ts"))
+        events, samples = extract_ooms(kept.drop_nulls("ts"), diag=self.diag)
         warmup = (
             used.with_columns(tokens=pl.col("text").str.extract(_TGI_WARMUP, 1))
             .drop_nulls("tokens")

@@ -37,6 +37,8 @@ from typing import Final
 
 import polars as pl
 
+from oomtrace.diagnostics import SourceDiagnostics
+from oomtrace.ingest.text.input_file import first_line
 from oomtrace.ingest.torch import oom_fraction
 from oomtrace.ingest.torch.oom_processes import (
     SIZE,
@@ -44,8 +46,8 @@ from oomtrace.ingest.torch.oom_processes import (
     process_samples,
     with_processes,
 )
-from oomtrace.schema import empty
-from oomtrace.units import bytes_expr
+from oomtrace.schema import OUT_OF_RANGE, empty
+from oomtrace.units import bytes_beyond_range, bytes_expr
 
 REPEAT_WINDOW_S: Final = 5
 
@@ -112,12 +114,15 @@ EVENT_COLUMNS: Final = [
 ]  # fmt: skip
 
 
-def extract_ooms(lines: pl.DataFrame, text: str = "text") -> tuple[pl.DataFrame, pl.DataFrame]:
+def extract_ooms(
+    lines: pl.DataFrame, text: str = "text", diag: SourceDiagnostics | None = None
+) -> tuple[pl.DataFrame, pl.DataFrame]:
     """OOM events and per-process samples from ``lines`` (columns ``ts`` and ``text``, in file
     order; an optional ``pid`` column is the pid of the process that printed each line, where
     the parser knows it).
 
     Returns ``(events, samples)`` with canonical column names (without ``node``/``source``).
+    A size beyond any device (``10^29 GiB``) is left out of its event and counted on ``diag``.
     Cost: one literal-ish scan of every line; the detailed patterns run only on the few lines
     that mention running out of memory.
     """
@@ -149,7 +154,13 @@ def extract_ooms(lines: pl.DataFrame, text: str = "text") -> tuple[pl.DataFrame,
         )
     )
     events = _dedupe(pl.concat([sized, sizeless], how="diagonal_relaxed"))
+    if diag is not None and "_beyond" in events.columns:
+        beyond = events.filter(pl.col("_beyond") > 0)
+        diag.skip(OUT_OF_RANGE, int(beyond["_beyond"].sum()), first_line(beyond["_t"]))
     samples = process_samples(events)
+    if diag is not None:
+        diag.skip(OUT_OF_RANGE, samples["value"].null_count(), None)
+    samples = samples.drop_nulls("value")
     events = events.with_columns(kind=pl.lit("oom"), detail=_detail(events))
     events = events.with_columns(
         pl.lit(None).alias(column) for column in EVENT_COLUMNS if column not in events.columns
@@ -192,6 +203,11 @@ def _sized(hits: pl.DataFrame, pattern: str, names: list[str], layout: str) -> p
     def size(prefix: str) -> pl.Expr:
         return bytes_expr(pl.col(f"{prefix}_n"), pl.col(f"{prefix}_u"))
 
+    def beyond() -> pl.Expr:
+        prefixes = {c[:-2] for c in found.columns if c.endswith("_n")}
+        checks = [bytes_beyond_range(pl.col(f"{p}_n"), pl.col(f"{p}_u")) for p in prefixes]
+        return pl.sum_horizontal(*checks).alias("_beyond")
+
     if layout == "old":
         found = found.with_columns(
             allocated_bytes=size("alloc"),
@@ -216,6 +232,7 @@ def _sized(hits: pl.DataFrame, pattern: str, names: list[str], layout: str) -> p
         )
         found = with_processes(found)
     return found.with_columns(
+        beyond(),
         _layout=pl.lit(layout),
         device=pl.col("device").cast(pl.Int32, strict=False),
         requested_bytes=size("req"),
@@ -235,6 +252,7 @@ def _ggml(hits: pl.DataFrame) -> pl.DataFrame | None:
         device=pl.col("d").cast(pl.Int32, strict=False),
         requested_bytes=bytes_expr(pl.col("n"), pl.col("u")),
         free_bytes=pl.lit(None, dtype=pl.Int64),
+        _beyond=bytes_beyond_range(pl.col("n"), pl.col("u")).cast(pl.Int32),
     )
 
 

@@ -292,7 +292,7 @@ def oom_rows(ooms: pl.DataFrame, ledger: Ledger) -> tuple[pl.DataFrame, pl.DataF
     """PyTorch OOM events and per-process samples (shared extractor, after rank de-dup)."""
     check_frame(ooms, timed(OOM_ROWS), "vLLM OOM rows")
     ooms = drop_rank_repeats(ooms, ["body"], ledger)
-    events, samples = extract_ooms(ooms.select("ts", text="body"))
+    events, samples = extract_ooms(ooms.select("ts", text="body"), diag=ledger.diag)
     return _fold_wrappers(events), samples
 
 

@@ -46,7 +46,7 @@ from typing import Final
 
 import polars as pl
 
-from oomtrace.diagnostics import SourceDiagnostics
+from oomtrace.diagnostics import WITHHELD, SourceDiagnostics
 from oomtrace.ingest.parser_api import ParseContext, ParseResult
 from oomtrace.ingest.text.input_file import InputFile
 from oomtrace.ingest.text.outer_prefixes import ANSI, OUTER
@@ -91,7 +91,6 @@ NOT_USED: Final = "vLLM record of a kind not used"
 NO_HEADER: Final = "line without a vLLM header (traceback, progress bar or print)"
 EMPTY: Final = "empty line"
 NO_TIME: Final = "no timestamp could be placed"
-WITHHELD: Final = "<withheld: the line may hold prompt or output text>"
 
 
 def _cores() -> int:
