@@ -177,14 +177,22 @@ def _pool(manifest: Manifest, samples: pl.DataFrame) -> _Pool:
     engine = str(manifest.engine.get("name", "")).lower()
     block_size, block_stated, block_source, notes = _block_size(config, engine)
     sources = {"block_size": block_source}
+    null_block = _keeps_null_block(manifest)
     blocks = _int(config, "num_gpu_blocks")
     if blocks is not None:
         sources["pool_blocks"] = stated_by(config, "num_gpu_blocks", "the engine's start-up lines")
+        if null_block and blocks > 1:
+            blocks -= 1
+            sources["pool_blocks"] += f", {_NULL_BLOCK}"
     else:
         blocks = _sample_max(samples, "kv_blocks_total")
         if blocks is not None:
             sources["pool_blocks"] = "the engine's metrics (kv_blocks_total)"
-    tokens = _int(config, "kv_cache_tokens") or _sample_max(samples, "kv_tokens_total")
+    tokens = _int(config, "kv_cache_tokens")
+    if tokens is not None and null_block and tokens > block_size:
+        tokens -= block_size  # the stated size counts the null block's slots too
+        sources["pool_tokens"] = f"the engine's KV cache size in tokens, {_NULL_BLOCK}"
+    tokens = tokens or _sample_max(samples, "kv_tokens_total")
     if blocks is None and tokens is not None:
         blocks = tokens // block_size
         sources["pool_blocks"] = f"{tokens:,} tokens of the KV cache in blocks of {block_size}"
@@ -192,6 +200,23 @@ def _pool(manifest: Manifest, samples: pl.DataFrame) -> _Pool:
         tokens = blocks * block_size
     available = _int(config, "available_kv_cache_bytes")
     return _Pool(block_size, block_stated, blocks, tokens, available, notes, sources)
+
+
+_NULL_BLOCK = (
+    "less block 0, the null block vLLM V1 never hands to a request (its usage figure leaves it "
+    "out too)"
+)
+
+
+def _keeps_null_block(manifest: Manifest) -> bool:
+    """vLLM V1's block pool reserves its first block as a placeholder (``BlockPool.null_block``
+    in ``vllm/v1/core/block_pool.py``) and reports usage over the others; V0 and other engines
+    hand out every block."""
+    engine = manifest.engine
+    if str(engine.get("name", "")).lower() != "vllm":
+        return False
+    family = str(engine.get("version_family", ""))
+    return family.startswith("v1") or (not family and bool(engine.get("version")))
 
 
 def kv_model(
@@ -310,11 +335,13 @@ def _engine_block_bytes(config: dict[str, Any], pool: _Pool) -> tuple[int, KVBas
             f"blocks = {format_bytes(per_block)} per block of {block_size} tokens"
         )
         return per_block, "engine_blocks", text
-    if pool.tokens:
-        per_block = round(available * block_size / pool.tokens)
+    # the memory set aside holds every slot the engine stated, the null block's too
+    slots = stated_tokens or pool.tokens
+    if slots:
+        per_block = round(available * block_size / slots)
         text = (
             f"engine statements: available KV cache {format_bytes(available)} ÷ "
-            f"{pool.tokens:,} tokens = {format_bytes(round(available / pool.tokens))} per token"
+            f"{slots:,} tokens = {format_bytes(round(available / slots))} per token"
         )
         if block_size != 1:
             text += f", {format_bytes(per_block)} per block of {block_size} tokens"

@@ -57,6 +57,30 @@ def test_engine_tokens_give_bytes_per_token_times_block_size() -> None:
     )
 
 
+def test_vllm_v1s_null_block_is_not_part_of_the_pool_a_request_can_fill() -> None:
+    # GIVEN vLLM 0.32 on CPU: "GPU KV cache size: 5,120 tokens" in 40 blocks of 128, where the
+    # engine keeps block 0 as its null block and reports 100 % usage at 39 blocks in use
+    config = {
+        "available_kv_cache_bytes": 5 * MiB,
+        "num_gpu_blocks": 40,
+        "kv_cache_tokens": 5120,
+        "block_size": 128,
+    }
+    v1 = kv_model(
+        Manifest(engine={"name": "vllm", "version_family": "v1-0.30"}, engine_config=config),
+        empty("samples"),
+    )
+    # THEN the pool a request can fill is 39 blocks (4,992 tokens), a block still 128 KiB
+    assert (v1.pool_blocks, v1.pool_tokens, v1.bytes_per_block) == (39, 4992, 128 * KiB)
+    assert "null block" in v1.sources["pool_blocks"]
+    # AND V0, which hands out every block, keeps all 40
+    v0 = kv_model(
+        Manifest(engine={"name": "vllm", "version_family": "v0"}, engine_config=config),
+        empty("samples"),
+    )
+    assert (v0.pool_blocks, v0.pool_tokens) == (40, 5120)
+
+
 class SlidingWindowSpec:
     """A stand-in for oomtrace.budget's KVSpec: 64 KiB per token, a 4,096-token window."""
 
