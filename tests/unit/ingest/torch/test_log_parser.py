@@ -422,7 +422,7 @@ def test_the_refusal_printed_on_six_lines_is_one_event_and_all_its_lines_are_rea
 # A record split across lines by whoever pasted it (a terminal, an issue form): verl's notes on a
 # checkpoint resume quote the OOM wrapped at 78 columns. Rejoining split records is the shared
 # text machinery's job (oomtrace/ingest/text/, issue 17), not this parser's; until it reads them,
-# only a size-less OOM comes out of this paste.
+# only the size its first line states comes out of this paste.
 WRAPPED_OOM = (
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 74.00 MiB. GPU 0\n"
     "has a total capacity of 79.25 GiB of which 38.06 MiB is free. Process 1016459\n"
