@@ -32,7 +32,7 @@ from typing import Final
 import polars as pl
 
 from oomtrace.diagnostics import SourceDiagnostics
-from oomtrace.ingest.alignment.anchoring import ORDER
+from oomtrace.ingest.alignment.anchoring import line_instant, untimed_rows
 from oomtrace.ingest.parser_api import ParseContext, ParseResult
 from oomtrace.ingest.text.input_file import InputFile, first_line
 from oomtrace.ingest.text.timestamps import StampForms, line_stamps
@@ -153,13 +153,14 @@ class _Acc:
             engine_config=config,
         )
         if self.untimed:
-            result.events, result.samples = _untimed(result.events), _untimed(result.samples)
+            result.events = untimed_rows(result.events)
+            result.samples = untimed_rows(result.samples)
         return result
 
     def _place(self, kept: pl.DataFrame, untimed_allowed: bool) -> pl.DataFrame:
         """Lines before the first timestamp take it. In a log with none, each line stands at
-        its line number in seconds from the epoch, for the extraction's order and repeats only
-        (:func:`_untimed` turns it back into the line and a null time)."""
+        its :func:`~oomtrace.ingest.alignment.anchoring.line_instant`, for the extraction's
+        order and repeats only."""
         missing = kept.filter(pl.col("ts").is_null()).height
         if not missing:
             return kept
@@ -178,7 +179,7 @@ class _Acc:
             )
             if self.durations:
                 self.diag.note(llamacpp_log.DURATIONS_NOTE)
-            return kept.with_columns(ts=_line_instant(pl.col("line")))
+            return kept.with_columns(ts=line_instant(pl.col("line")))
         self.diag.skip(
             "out-of-memory line with no time (no timestamps, no file time)",
             missing,
@@ -203,17 +204,6 @@ class _Acc:
                     "(a date after it belongs to the year before); pass --year to set it"
                 )
         return clock
-
-
-def _line_instant(line: pl.Expr) -> pl.Expr:
-    return pl.from_epoch(line, time_unit="s").dt.replace_time_zone("UTC").cast(TS)
-
-
-def _untimed(frame: pl.DataFrame | None) -> pl.DataFrame | None:
-    """Rows of a log without times: the line they came from, and no time."""
-    if frame is None:
-        return None
-    return frame.with_columns(pl.col("ts").dt.epoch("s").alias(ORDER), ts=pl.lit(None, dtype=TS))
 
 
 PARSER: Final = PyTorchLogParser()
