@@ -7,6 +7,7 @@ the decompressed head of the file, or the one ``--format`` names.
 
 from __future__ import annotations
 
+import re
 import string
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -45,6 +46,42 @@ class Sniffed:
     confidence: float
     explicit: bool
     tried: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Hint:
+    """What an unrecognised file looks like (``pattern`` found in its head), and the remedy."""
+
+    pattern: re.Pattern[str]
+    looks: str
+    remedy: str
+
+
+# For the refusal of a file no parser recognised; the first hint whose pattern matches is given.
+_HINTS: tuple[_Hint, ...] = (
+    _Hint(
+        re.compile(
+            r"GPU KV cache size: |Maximum concurrency for |# GPU blocks: |KV cache is needed"
+            r"|stored in KV cache \(|Free memory on device|PreemptionMode\.|Available KV cache "
+            r"memory: |Loading model weights took|SchedulerStats\(|Avg prompt throughput: "
+        ),
+        looks="it quotes vLLM's messages without the `INFO MM-DD HH:MM:SS [file.py:N]` head "
+        "that starts each vLLM record",
+        remedy="pass the server's log as it was written (the file, `docker logs` or "
+        "`journalctl`), not messages copied out of it",
+    ),
+    _Hint(
+        re.compile(r"Traceback \(most recent call last\)"),
+        looks="it is a Python traceback with no out-of-memory message or engine line in it",
+        remedy="pass the log around it (the engine's log from start-up to the failure) or the "
+        "nvidia-smi or /metrics captures of that time",
+    ),
+    _Hint(
+        re.compile(r"(?i)<!doctype html|<html[\s>]"),
+        looks="it is an HTML page",
+        remedy="save the raw log or /metrics text rather than the page that shows it",
+    ),
+)
 
 
 def expand_inputs(paths: Sequence[Path]) -> list[tuple[InputFile, bool]]:
@@ -132,6 +169,12 @@ def unrecognised(item: Sniffed) -> str:
         )
     binary = "\x00" in head
     what = "binary data" if binary else "no known format"
+    hint = None if binary else next((h for h in _HINTS if h.pattern.search(head)), None)
+    if hint is not None:
+        return (
+            f"{item.source.name}: {what}: {hint.looks}; no parser recognised it (tried: {tried}); "
+            f"{hint.remedy}"
+        )
     return f"{item.source.name}: {what}; no parser recognised it (tried: {tried}); pass --format"
 
 

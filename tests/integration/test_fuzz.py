@@ -42,6 +42,7 @@ SEEDS: dict[str, list[Path]] = {
     "prometheus-query-json": [DATA / "prometheus" / "query_range.json"],
     "torch-memory-snapshot": sorted((DATA / "torch").glob("*.pickle")),
     "nvidia-smi-table": sorted((DATA / "nvidia_smi").glob("table-*.txt")),
+    "nvidia-smi-query": sorted((DATA / "nvidia_smi").glob("query-*.txt")),
     "collector-capture": sorted((ROOT / "sample_logs" / "vllm-prefill-oom" / "capture").glob("*")),
 }
 EXAMPLES = int(os.environ.get("OOMTRACE_FUZZ_EXAMPLES", "12"))
@@ -157,6 +158,7 @@ test_fuzz_prometheus_query_json = fuzz_parser("prometheus-query-json")
 test_fuzz_torch_memory_snapshot = fuzz_parser("torch-memory-snapshot")
 test_fuzz_collector_capture = fuzz_parser("collector-capture")
 test_fuzz_nvidia_smi_table = fuzz_parser("nvidia-smi-table")
+test_fuzz_nvidia_smi_query = fuzz_parser("nvidia-smi-query")
 
 
 def test_every_parser_is_fuzzed() -> None:

@@ -43,6 +43,20 @@ class Anchoring:
     reason: str = ""
 
 
+def line_instant(line: pl.Expr) -> pl.Expr:
+    """A stand-in time for line ``line`` of a log without times: that many seconds after the
+    epoch, so that a parser's time-ordered extraction keeps the file's order (its repeats
+    window counts lines). :func:`untimed_rows` turns it back into the line and no time."""
+    return pl.from_epoch(line, time_unit="s").dt.replace_time_zone("UTC").cast(TS)
+
+
+def untimed_rows(frame: pl.DataFrame | None) -> pl.DataFrame | None:
+    """Rows placed at :func:`line_instant`: the line they came from (``order``), and no time."""
+    if frame is None:
+        return None
+    return frame.with_columns(pl.col("ts").dt.epoch("s").alias(ORDER), ts=pl.lit(None, dtype=TS))
+
+
 def has_untimed(result: ParseResult) -> bool:
     return any((f := getattr(result, t)) is not None and ORDER in f.columns for t in TABLES)
 

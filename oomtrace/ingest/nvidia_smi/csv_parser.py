@@ -14,8 +14,10 @@ What real files look like, and what this parser does about it:
 * a loop that re-runs nvidia-smi repeats the header; a script that appends both queries to one
   file switches layout at each header: every row is read with the header above it;
 * a file without any header (``--format=csv,noheader``) cannot be read, since its columns cannot
-  be told apart: it is refused with the remedy; rows without a timestamp column likewise, since
-  nothing places them in time (unless other rows of the file can be placed);
+  be told apart: it is refused with the remedy;
+* a one-off query without ``timestamp`` (the usual paste in a bug report) keeps its rows in file
+  order with no made-up time (clock ``untimed``, like a default table without its time line);
+  in a file whose other rows have times, such rows are left out, counted;
 * ``--query-compute-apps`` rows name their GPU by ``gpu_uuid``/``gpu_bus_id``, not by index: the
   ``device_ref`` column lets the orchestrator place them with the index a ``--query-gpu`` capture
   of the same incident (this file or another) states; :attr:`ParseResult.device_index` is that
@@ -34,12 +36,11 @@ import polars as pl
 
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.errors import InputError
-from oomtrace.ingest.nvidia_smi.local_times import place_local_times
+from oomtrace.ingest.nvidia_smi.csv_values import memory_bytes
+from oomtrace.ingest.nvidia_smi.local_times import in_file_order, place_local_times
 from oomtrace.ingest.nvidia_smi.processes import process_events
 from oomtrace.ingest.parser_api import ParseContext, ParseResult
 from oomtrace.ingest.text.input_file import InputFile, first_line
-from oomtrace.schema import OUT_OF_RANGE
-from oomtrace.units import bytes_beyond_range, bytes_expr
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +67,6 @@ _HEADER_KNOWN: Final = (
     r"used_memory|gpu_uuid|pci\.bus_id|gpu_bus_id)\s*(?:\[|,|$)"
 )
 _ROW_TIMESTAMP: Final = r"^\s*\d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2}\.\d{3}\s*,"
-_UNAVAILABLE: Final = r"^\[.*\]$|^N/A$"
-_QUANTITY: Final = r"^(?<number>[0-9]+(?:\.[0-9]+)?)\s*(?<unit>[A-Za-z]+)?$"
 
 HEADER_EXAMPLE: Final = "timestamp, index, memory.used [MiB], memory.total [MiB]"
 
@@ -149,17 +148,14 @@ class NvidiaSmiCsvParser:
             )
         diag.skip("row before the first header line", state.headerless, state.headerless_example)
         if state.timeless and not state.parts:
-            raise InputError(
-                f"{source.name}: the nvidia-smi rows have no timestamp column, so nothing places "
-                "them in time; re-run with timestamp as the first queried field (e.g. "
-                "--query-gpu=timestamp,index,memory.used,memory.total)"
-            )
+            return _untimed(state, diag)
         if state.timeless:
             diag.note(
                 f"{state.timeless:,} row(s) under a header without `timestamp` cannot be placed "
                 "in time; left out (query timestamp as well)",
                 lost=True,
             )
+            diag.skip("row under a header without timestamp", state.timeless, None)
         result = ParseResult(clock={"tz": tz, "tz_assumed": ctx.clock.tz is None})
         if ctx.clock.tz is None:
             diag.note(
@@ -181,6 +177,23 @@ class NvidiaSmiCsvParser:
         return result
 
 
+def _untimed(state: _State, diag: SourceDiagnostics) -> ParseResult:
+    """A file none of whose rows has a time: its rows in file order, without one."""
+    diag.lines_recognised += state.timeless
+    diag.note(
+        "the rows have no timestamp column: they keep their order and no made-up time (query "
+        "timestamp as well to place them)"
+    )
+    result = ParseResult()
+    if state.untimed_parts:
+        result.samples = in_file_order(pl.concat(state.untimed_parts, how="diagonal_relaxed"))
+        _note_unplaced(result.samples, diag)
+    if state.untimed_names:
+        named = process_events(in_file_order(pl.concat(state.untimed_names)))
+        result.events = named if named.height else None
+    return result
+
+
 class _State:
     """What carries over from one chunk of lines to the next."""
 
@@ -192,6 +205,9 @@ class _State:
         self.timeless = 0
         self.parts: list[pl.DataFrame] = []
         self.names: list[pl.DataFrame] = []
+        # rows under a header without timestamp, kept only where no row of the file has a time
+        self.untimed_parts: list[pl.DataFrame] = []
+        self.untimed_names: list[pl.DataFrame] = []
         self.pairs: list[pl.DataFrame] = []
         self.noted: set[str] = set()
 
@@ -244,24 +260,18 @@ def _read_rows(rows: pl.DataFrame, layout: Layout, state: _State, diag: SourceDi
     ts_col = layout.column("timestamp")
     if ts_col is None:
         state.timeless += cells.height
-        return
-    cells = cells.with_columns(
-        local=pl.col(ts_col).str.to_datetime(TIMESTAMP_FORMAT, strict=False).dt.cast_time_unit("ns")
-    )
-    bad_ts = cells.filter(pl.col("local").is_null())
-    diag.skip(
-        "timestamp not in nvidia-smi's YYYY/MM/DD HH:MM:SS.mmm form",
-        bad_ts.height,
-        first_line(bad_ts["line"]),
-    )
-    cells = cells.filter(pl.col("local").is_not_null())
-    diag.lines_recognised += cells.height
+        cells = cells.with_columns(local=pl.lit(None, dtype=pl.Datetime("ns")))
+        parts, names = state.untimed_parts, state.untimed_names
+    else:
+        cells = _timed(cells, ts_col, diag)
+        diag.lines_recognised += cells.height
+        parts, names = state.parts, state.names
     _note_layout(layout, state, diag)
     index_col = layout.column("index")
     ref_field = next((f for f in REF_FIELDS if f in layout.fields), None)
     pid_col = layout.column("pid")
     metrics = [f for f in layout.fields if f in MEMORY_FIELDS]
-    cells = _memory_bytes(cells, metrics, layout, diag)
+    cells = memory_bytes(cells, {f: MEMORY_FIELDS[f] for f in metrics}, layout, diag)
     ref_col = layout.column(ref_field) if ref_field else None
     name_col = layout.column("process_name")
     device = pl.col(index_col).cast(pl.Int32, strict=False) if index_col else None
@@ -275,8 +285,9 @@ def _read_rows(rows: pl.DataFrame, layout: Layout, state: _State, diag: SourceDi
         *(pl.col(MEMORY_FIELDS[f]) for f in metrics),
     )
     if name_col and pid_col:  # the names, whatever their memory (kept even where it is [N/A])
-        names = cells.select(pl.col(name_col).alias("name"))
-        state.names.append(wide.select("n", "local", "device", "device_ref", "pid").hstack(names))
+        process_names = cells.select(pl.col(name_col).alias("name"))
+        named = wide.select("n", "local", "device", "device_ref", "pid").hstack(process_names)
+        names.append(named)
     if index_col and ref_field:
         state.pairs.append(wide.select("device_ref", "device").drop_nulls().unique())
     if not metrics:
@@ -287,60 +298,21 @@ def _read_rows(rows: pl.DataFrame, layout: Layout, state: _State, diag: SourceDi
         variable_name="metric",
         value_name="value",
     ).filter(pl.col("value").is_not_null())
-    state.parts.append(long)
+    parts.append(long)
 
 
-def _memory_bytes(
-    cells: pl.DataFrame, fields: list[str], layout: Layout, diag: SourceDiagnostics
-) -> pl.DataFrame:
-    """Adds each memory field's integer bytes under its metric name; unavailable and unreadable
-    values become null and are counted in a note."""
+def _timed(cells: pl.DataFrame, ts_col: str, diag: SourceDiagnostics) -> pl.DataFrame:
+    """The rows whose timestamp reads, with it as a naive ``local`` time."""
     cells = cells.with_columns(
-        pl.col(layout.column(f) or "").str.extract_groups(_QUANTITY).alias(f"q_{f}") for f in fields
+        local=pl.col(ts_col).str.to_datetime(TIMESTAMP_FORMAT, strict=False).dt.cast_time_unit("ns")
     )
-    checks: list[pl.Expr] = []
-    for f in fields:
-        raw, number = pl.col(layout.column(f) or ""), pl.col(f"q_{f}").struct.field("number")
-        unavailable = raw.str.contains(_UNAVAILABLE)
-        beyond = bytes_beyond_range(number, _unit(f, layout))
-        checks += [
-            unavailable.sum().alias(f"unavailable {f}"),
-            (number.is_null() & ~unavailable).sum().alias(f"unreadable {f}"),
-            raw.filter(number.is_null() & ~unavailable).first().alias(f"example {f}"),
-            (number.is_not_null() & pl.col(f"q_{f}").struct.field("unit").is_null())
-            .sum()
-            .alias(f"unitless {f}"),
-            beyond.sum().alias(f"beyond {f}"),
-            raw.filter(beyond).first().alias(f"too large {f}"),
-        ]
-    counts = cells.select(checks).row(0, named=True) if fields else {}
-    for f in fields:
-        diag.skip(OUT_OF_RANGE, counts[f"beyond {f}"], counts[f"too large {f}"])
-        if counts[f"unavailable {f}"]:
-            diag.note(
-                f"{f}: {counts[f'unavailable {f}']:,} value(s) were [N/A], [Not Supported] or "
-                "another unavailable state; left out",
-                lost=True,
-            )
-        if counts[f"unreadable {f}"]:
-            diag.note(
-                f"{f}: {counts[f'unreadable {f}']:,} value(s) are not a size "
-                f"({counts[f'example {f}']!r}); left out",
-                lost=True,
-            )
-        if layout.unit(f) is None and counts[f"unitless {f}"]:
-            diag.note(f"{f}: values without a unit were read as MiB, nvidia-smi's memory unit")
-    return cells.with_columns(
-        bytes_expr(pl.col(f"q_{f}").struct.field("number"), _unit(f, layout)).alias(
-            MEMORY_FIELDS[f]
-        )
-        for f in fields
+    bad_ts = cells.filter(pl.col("local").is_null())
+    diag.skip(
+        "timestamp not in nvidia-smi's YYYY/MM/DD HH:MM:SS.mmm form",
+        bad_ts.height,
+        first_line(bad_ts["line"]),
     )
-
-
-def _unit(field: str, layout: Layout) -> pl.Expr:
-    """A memory cell's unit: its own, the header's, or nvidia-smi's MiB."""
-    return pl.col(f"q_{field}").struct.field("unit").fill_null(pl.lit(layout.unit(field) or "MiB"))
+    return cells.filter(pl.col("local").is_not_null())
 
 
 def _note_layout(layout: Layout, state: _State, diag: SourceDiagnostics) -> None:

@@ -1,7 +1,8 @@
 """nvidia-smi's local wall-clock times (``YYYY/MM/DD HH:MM:SS.mmm``, no zone) as instants.
 
 ``docs/formats/nvidia-smi.md``: the ``timestamp`` field is local time without a zone; it is read
-in ``--tz`` (UTC unless given, recorded as assumed by the parser).
+in ``--tz`` (UTC unless given, recorded as assumed by the parser). Rows of a query without
+``timestamp`` have no time at all and keep their order instead.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 import polars as pl
 
 from oomtrace.diagnostics import SourceDiagnostics
+from oomtrace.ingest.alignment.anchoring import ORDER
+from oomtrace.schema import TS
 
 
 def place_local_times(frame: pl.DataFrame, tz: str, diag: SourceDiagnostics) -> pl.DataFrame:
@@ -32,4 +35,12 @@ def place_local_times(frame: pl.DataFrame, tz: str, diag: SourceDiagnostics) -> 
         )
     return frame.filter(pl.col("ts").is_not_null()).select(
         pl.col("ts").dt.convert_time_zone("UTC"), pl.exclude("n", "local", "ts")
+    )
+
+
+def in_file_order(frame: pl.DataFrame) -> pl.DataFrame:
+    """Rows without a time: a null ``ts`` and their line as ``order``, for alignment to anchor
+    or leave un-timed (a snapshot states no failure, so in practice they stay un-timed)."""
+    return frame.sort("n").select(
+        pl.lit(None, dtype=TS).alias("ts"), pl.col("n").alias(ORDER), pl.exclude("n", "local")
     )

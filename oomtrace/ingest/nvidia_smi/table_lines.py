@@ -48,5 +48,6 @@ FRAME: Final = (
     r"^\s*(?:[+|][-=+| ]*[+|]|\|\s*(?:(?:GPU|Fan|ID)\b|Processes:|MIG devices:).*\||"
     r"\|[\s|]*(?:MIG M\.|Usage|BAR1-Usage|ECC|Disabled|Enabled|N/A|\d+)[\s|]*.*\|)\s*$"
 )
-SNIFF_TABLE: Final = r"(?m)^\s*\|\s*NVIDIA-SMI \d+\.\d+\s+Driver Version:"
+# Driver versions have two or three parts (450.51.06, 580.126.09, 535.54.03).
+SNIFF_TABLE: Final = r"(?m)^\s*\|\s*NVIDIA-SMI \d+(?:\.\d+)+\s+Driver Version:"
 SNIFF_PROCESSES: Final = r"(?m)^\s*\|\s+GPU\s+(?:GI\s+CI\s+)?PID\s+Type\s+Process name"

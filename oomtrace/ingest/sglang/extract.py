@@ -28,13 +28,15 @@ STARTUP_KINDS: Final = (
 
 def lead_tag(tags: list[str | None]) -> str:
     """The rank tag whose ranks are lowest (``""`` for untagged lines, then ``TP0``, ``DP0 TP0``
-    before ``DP1 TP1``): the rank that SGLang's rank-0-only lines come from."""
+    before ``DP1 TP1``): the rank that SGLang's rank-0-only lines come from. A null tag is a line
+    that lost its prefix (or a logging configuration that prints none): its rank is unknown, it
+    chooses nothing and is kept with the lead rank's lines."""
 
     def key(tag: str) -> tuple[int, int, str]:
         numbers = [int(n) for n in re.findall(r"\d+", tag)]
         return (sum(numbers), len(numbers), tag)
 
-    present = [t or "" for t in tags]
+    present = [t for t in tags if t is not None]
     return min(present, key=key) if present else ""
 
 
@@ -58,7 +60,7 @@ def batch_fields(batch: pl.DataFrame) -> pl.DataFrame:
     ).row(0, named=True)
     fields = batch.select(
         "ts",
-        pl.col("ranks").fill_null(""),
+        "ranks",
         *[
             (
                 msg.str.extract(f.pattern, 1).cast(pl.Float64, strict=False)
@@ -184,7 +186,7 @@ def startup_fields(startup: pl.DataFrame) -> pl.DataFrame:
     fields = startup.select(
         "ts",
         "kind",
-        pl.col("ranks").fill_null(""),
+        "ranks",
         *[
             bytes_expr(msg.str.extract(p, 1), pl.lit("GB"), decimal_means_binary=True).alias(n)
             for n, p in pat.GIB_FIELDS.items()
@@ -244,7 +246,9 @@ def engine_config(startup: pl.DataFrame) -> tuple[dict[str, Any], dict[str, Any]
     check_frame(startup, STARTUP_FIELDS, "SGLang start-up fields")
     ranked = startup.filter(pl.col("kind") != "server_args")
     lead = lead_tag(ranked["ranks"].unique().to_list())
-    rows = startup.filter((pl.col("ranks") == lead) | (pl.col("kind") == "server_args")).sort("ts")
+    rows = startup.filter(
+        (pl.col("ranks") == lead) | pl.col("ranks").is_null() | (pl.col("kind") == "server_args")
+    ).sort("ts")
     rows = rows.with_columns(
         kv_total=pl.coalesce(pl.col("k_size") + pl.col("v_size"), pl.col("kv_size"))
     )

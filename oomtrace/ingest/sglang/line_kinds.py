@@ -58,7 +58,7 @@ def split_prefix(lines: pl.Series) -> pl.DataFrame:
             how="diagonal_relaxed",
         )
         parts = merged.sort("_i").select(fast.columns)
-    return check_frame(_python_logging(parts), PREFIX_PARTS, "SGLang line prefixes")
+    return check_frame(_bare(_python_logging(parts)), PREFIX_PARTS, "SGLang line prefixes")
 
 
 def _python_logging(parts: pl.DataFrame) -> pl.DataFrame:
@@ -91,6 +91,23 @@ def _python_logging(parts: pl.DataFrame) -> pl.DataFrame:
         ms=pl.coalesce("ms", "_ms"),
         ranks="ranks",
         msg=pl.coalesce("msg", "_msg"),
+    )
+
+
+def _bare(parts: pl.DataFrame) -> pl.DataFrame:
+    """Lines still without a prefix that are one of SGLang's messages (:data:`.BARE`), as pasted
+    into an issue without the time, or with the rank tag only: their message, and no stamp."""
+    bare = pl.col("msg").is_null() & pl.col("line").str.contains_any(list(pat.BARE_STARTS))
+    if not parts.select(bare.any()).item():
+        return parts
+    found = pl.when(bare).then(pl.col("line").str.extract_groups(pat.BARE))
+    return (
+        parts.with_columns(_b=found)
+        .with_columns(
+            ranks=pl.coalesce("ranks", pl.col("_b").struct.field("ranks")),
+            msg=pl.coalesce("msg", pl.col("_b").struct.field("msg")),
+        )
+        .drop("_b")
     )
 
 

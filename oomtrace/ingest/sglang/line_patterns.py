@@ -11,6 +11,7 @@ and the trailing ``, `` of 0.5.3 change nothing.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Final
 
@@ -275,3 +276,13 @@ TEXT_FIELDS: Final = {
     "model_path": r"\(model_path='([^']*)'",
     "mem_fraction_static": r"mem_fraction_static=([0-9.]+)",
 }
+
+# SGLang's messages pasted without its prefix (an issue quoting one line, inline code, a block
+# cut at the time): the first words of a message SGLang alone prints. A line may keep the rank
+# tag (``[TP0] Scheduler hit an exception``), markdown's quote or code marks, and spaces.
+BARE_STARTS: Final = tuple(word for kind in KINDS for word in kind.starts)
+BARE: Final = (
+    r"^[\s`>*|]*(?:\[(?<ranks>(?:[A-Z][A-Z_]*\d+ ?)+)\] ?)?(?<msg>(?:"
+    + "|".join(re.escape(word) for word in BARE_STARTS)
+    + r").*?)[`\s]*$"
+)

@@ -31,6 +31,7 @@ from typing import Any, Final
 import polars as pl
 
 from oomtrace.diagnostics import SourceDiagnostics
+from oomtrace.ingest.alignment.anchoring import line_instant, untimed_rows
 from oomtrace.ingest.frame_check import check_frame
 from oomtrace.ingest.parser_api import ParseContext, ParseResult
 from oomtrace.ingest.sglang import extract, time_of_day
@@ -61,7 +62,17 @@ _SNIFF_PYTHON_LOGGING = re.compile(
     + _MESSAGES
 )
 _SNIFF_TIME_ONLY = re.compile(time_of_day.TIME_ONLY)
+# SGLang's messages without its prefix: only those no other program prints (a batch line with its
+# counters, the KV pool's statement, the scheduler's death, the KV pool running out).
+_SNIFF_BARE = re.compile(
+    r"(?m)^[\s`>*|]*(?:\[(?:[A-Z][A-Z_]*\d+ ?)+\] ?)?"
+    r"(?:(?:Decode|Prefill) batch[.,] .*#running-req: |KV Cache is allocated\. .*#tokens: "
+    r"|Scheduler hit an exception|KV cache pool is full\. Retract requests)"
+    r"|(?:Prefill|Decode) out of memory\. Try to lower your batch size"
+)
 _NOT_USED: Final = "SGLang line not used (not relevant to memory or admission)"
+_NUMBER: Final = "number"
+_STAMPED: Final = "stamped"
 _NO_PREFIX = "line without SGLang's [date time] prefix (traceback, continuation or other output)"
 
 
@@ -73,6 +84,7 @@ class _Acc:
     diag: SourceDiagnostics
     day_clock: time_of_day.DayClock | None = None
     midnights: int = 0
+    first_ts: datetime | None = None
     last_ts: datetime | None = None
     own_stamps: int = 0
     outer_gap_s: float | None = None
@@ -80,6 +92,8 @@ class _Acc:
     frames: dict[str, list[pl.DataFrame]] = field(default_factory=dict)
     tag_examples: dict[str, str] = field(default_factory=dict)
     families: set[str] = field(default_factory=set)
+    lines_seen: int = 0
+    untimed: bool = False
 
     @property
     def tz(self) -> str:
@@ -90,20 +104,28 @@ class _Acc:
             self.frames.setdefault(name, []).append(frame)
 
     def add(self, lines: pl.Series, arrival: pl.Series | None = None) -> None:
+        first = self.lines_seen + 1
+        self.lines_seen += lines.len()
         frame = self._stamped(lines.alias("line"), arrival)
-        frame = check_frame(frame.with_columns(kind=classify()), KIND_LINES, "SGLang lines")
+        number = pl.int_range(first, first + lines.len(), dtype=pl.Int64).alias(_NUMBER)
+        stamped = frame.select(number, _STAMPED)
+        frame = check_frame(
+            frame.drop(_STAMPED).with_columns(kind=classify()), KIND_LINES, "SGLang lines"
+        ).hstack(stamped)
         self._count_unused(frame)
         used = frame.filter(pl.col("kind").is_not_null())
         if used.height == 0:
             return
-        timed = used.filter(pl.col("ts").is_not_null())
+        timed = used.filter(pl.col("ts").is_not_null()).drop(_NUMBER, _STAMPED)
         untimed = used.filter(pl.col("ts").is_null())
-        # Only untimed OOM text (a traceback before any SGLang line) can wait for a later time.
-        self.keep("pending_oom", untimed.filter(pl.col("kind").is_in(["torch_oom", "kv_pool_oom"])))
+        # Lines before any time (a traceback, or a log pasted without its prefixes) wait for
+        # the first time, or for the file's end: then they keep their order and no time.
+        self.keep("pending", untimed.filter(~pl.col(_STAMPED)).drop(_STAMPED))
+        impossible = untimed.filter(_STAMPED)
         self.diag.skip(
             "SGLang line with an impossible local time (DST gap or invalid date)",
-            untimed.filter(~pl.col("kind").is_in(["torch_oom", "kv_pool_oom"])).height,
-            first_line(untimed["line"]),
+            impossible.height,
+            first_line(impossible["line"]),
         )
         self._dispatch(timed)
 
@@ -141,8 +163,15 @@ class _Acc:
                 frame = frame.with_columns(ts=pl.col("ts").fill_null(pl.lit(self.last_ts, TS)))
         last = frame["ts"].drop_nulls()
         if last.len():
+            self.first_ts = self.first_ts or last[0]
             self.last_ts = last[-1]
-        return frame.select("line", "ranks", "msg", pl.col("ts").cast(TS))
+        return frame.select(
+            "line",
+            "ranks",
+            "msg",
+            pl.col("ts").cast(TS),
+            pl.col("stamp").is_not_null().alias(_STAMPED),
+        )
 
     def _own_times(self, frame: pl.DataFrame, arrival: pl.Series | None) -> pl.Series:
         """SGLang's own zone-less times in UTC: in ``--tz``; failing that, for lines a collector
@@ -213,7 +242,8 @@ class _Acc:
         if batch.height:
             self._note_families(batch.filter(pl.col("msg").str.contains(pat.BATCH.pattern)))
             for tag, line in batch.group_by("ranks").agg(pl.col("line").first()).iter_rows():
-                self.tag_examples.setdefault(tag or "", line)
+                if tag is not None:
+                    self.tag_examples.setdefault(tag, line)
             self.keep("batch", extract.batch_fields(batch))
         retract = used.filter(kinds == "retract")
         if retract.height:
@@ -243,7 +273,8 @@ class _Acc:
                 self.families.add(family.name)
                 return
 
-    def finish(self) -> ParseResult:
+    def finish(self, *, untimed_allowed: bool = True) -> ParseResult:
+        self._place_pending(untimed_allowed)
         result = ParseResult(engine={"name": "sglang", "version_family": self._family()})
         samples = [self._batch_samples()]
         events = [
@@ -252,8 +283,8 @@ class _Acc:
         ]
         retract_samples = extract.retraction_samples(self._all("retract"))
         samples.append(retract_samples)
-        oom_text = _concat([self._all("oom_text"), self._pending()])
-        if oom_text is None:
+        oom_text = self._all("oom_text")
+        if oom_text.height == 0:
             oom_text = pl.DataFrame(schema=KIND_LINES)
         events.append(extract.kv_pool_oom_events(oom_text))
         torch_events, torch_samples = extract_ooms(
@@ -271,43 +302,52 @@ class _Acc:
         result.events = _concat(events)
         result.requests = _concat([self._all("requests")])
         result.clock = self._clock()
+        if self.untimed:
+            result.events = untimed_rows(result.events)
+            result.samples = untimed_rows(result.samples)
+            result.requests = untimed_rows(result.requests)
         return result
 
     def _all(self, name: str) -> pl.DataFrame:
         frames = self.frames.get(name, [])
         return pl.concat(frames, how="vertical_relaxed") if frames else pl.DataFrame()
 
-    def _pending(self) -> pl.DataFrame:
-        pending = self._all("pending_oom")
+    def _place_pending(self, untimed_allowed: bool) -> None:
+        """The lines that came before any time: at the first time where the log has one; in a
+        log with none (a paste without SGLang's prefixes), in file order without a time, to be
+        anchored where another input saw the same failure
+        (:mod:`oomtrace.ingest.alignment.anchoring`)."""
+        pending = self._all("pending")
         if pending.height == 0:
-            return pending
-        first = self._first_ts()
-        if first is None:
+            return
+        first = self.first_ts
+        if first is not None:
+            self.diag.note(
+                f"{pending.height} line(s) came before the first timestamp; placed at the first "
+                "timestamp"
+            )
+            self._dispatch(pending.drop(_NUMBER).with_columns(ts=pl.lit(first, TS)))
+        elif untimed_allowed:
+            self.untimed = True
+            self.diag.note(
+                "these SGLang lines carry no time (pasted without SGLang's [date time] prefix): "
+                "their rows keep their order and are placed only where another input of the "
+                "incident saw the same failure; the others stay without a time"
+            )
+            self._dispatch(pending.with_columns(ts=line_instant(pl.col(_NUMBER))).drop(_NUMBER))
+        else:
             self.diag.skip(
-                "out-of-memory text with no time anywhere in the input",
+                "SGLang line with no time anywhere in the input",
                 pending.height,
                 first_line(pending["line"]),
             )
-            return pending.clear()
-        self.diag.note(
-            f"{pending.height} out-of-memory line(s) came before the first timestamp; "
-            "placed at the first timestamp"
-        )
-        return pending.with_columns(ts=pl.lit(first, TS))
-
-    def _first_ts(self) -> datetime | None:
-        stamps = [
-            f["ts"].min() for frames in self.frames.values() for f in frames if "ts" in f.columns
-        ]
-        found = [s for s in stamps if isinstance(s, datetime)]
-        return min(found) if found else None
 
     def _batch_samples(self) -> pl.DataFrame:
         batch = self._all("batch")
         if batch.height == 0:
             return pl.DataFrame()
         lead = extract.lead_tag(batch["ranks"].unique().to_list())
-        kept = batch.filter(pl.col("ranks").fill_null("") == lead)
+        kept = batch.filter((pl.col("ranks") == lead) | pl.col("ranks").is_null())
         others = batch.height - kept.height
         if others:
             example = next((v for k, v in self.tag_examples.items() if k != lead), None)
@@ -371,7 +411,10 @@ class SGLangLogParser:
         lines = head.splitlines()[:400]
         prefixed = sum(1 for line in lines if _SNIFF_PREFIX.search(line))
         if not prefixed:
-            return 0.9 if _SNIFF_PYTHON_LOGGING.search(head) else 0.0
+            if _SNIFF_PYTHON_LOGGING.search(head):
+                return 0.9
+            # above pytorch-log's, which would read a bare KV-pool OOM's torch lines only
+            return 0.6 if _SNIFF_BARE.search(head) else 0.0
         if any(_SNIFF_MESSAGES.search(line) for line in lines):
             return 0.95
         # "[date time] message" alone is a common Python logging format; rank tags are SGLang's.
@@ -396,7 +439,7 @@ class SGLangLogParser:
         acc = _Acc(ctx, diag)
         arrival = lines["arrival_ts"] if "arrival_ts" in lines.columns else None
         acc.add(lines["line"].cast(pl.String), arrival)
-        return acc.finish()
+        return acc.finish(untimed_allowed=False)
 
 
 PARSER: Final = SGLangLogParser()

@@ -6,12 +6,26 @@ prints, when its prefix and timestamps are on (``--log-prefix --log-timestamps``
 milliseconds and microseconds since the logger started, then a level letter (``I``, ``W``, ``E``,
 ``D``), both perhaps wrapped in ANSI colours. That is a duration, not a time of day: the log says
 how far apart its lines are, never when they were, so it is read as a log without times.
+
+At start-up llama.cpp states its KV cache (``src/llama-kv-cache.cpp``, ``llama_kv_cache``; named
+``llama_kv_cache_unified`` in 2025 builds): ``llama_kv_cache: size = S MiB (N cells, L layers,
+q/n seqs), K (f16): ..., V (f16): ...``, its size in MiB and in cells (tokens). Builds of 2024
+print ``llama_kv_cache_init: kv_size = N, offload = ...`` and ``llama_new_context_with_model: KV
+self size  = S MiB, K (f16): ...`` instead. The context's ``n_seq_max = N`` is how many sequences
+(server slots) share it. They become the engine configuration's ``available_kv_cache_bytes``,
+``kv_cache_tokens`` and ``max_num_seqs``. A recurrent model's state (``R (f32): ...``) is not KV.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Final
+from typing import Any, Final
+
+import polars as pl
+
+from oomtrace.diagnostics import SourceDiagnostics
+from oomtrace.ingest.torch.stated import first_stated
+from oomtrace.units import MiB
 
 _COLOUR = r"(?:\x1b\[[0-9;]*m)*"
 RELATIVE: Final = (
@@ -21,10 +35,35 @@ RELATIVE: Final = (
 # allocation failure is beyond the head.
 MARKERS: Final = re.compile(
     r"(?m)^(?:\d+\.\d{2}\.\d{3}\.\d{3} [IWED] )?(?:llama_model_loader: |load_tensors: |"
-    r"llm_load_tensors: |ggml_cuda_init: found \d+ |llama_context: |"
-    r"llama_new_context_with_model: |srv +load_model: |main: server is listening)"
+    r"llm_load_tensors: |ggml_cuda_init: found \d+ |llama_context: |llama_init_from_model: |"
+    r"llama_new_context_with_model: |llama_kv_cache(?:_init|_unified)?: |"
+    r"llama_memory_recurrent: |srv +load_model: |main: server is listening)"
 )
 DURATIONS_NOTE: Final = (
     "llama.cpp prints how long after its start each line came (minutes.seconds.ms.us), not "
     "when: the order of its lines is kept, their times are not known"
 )
+
+_KV_SIZE: Final = r"llama_kv_cache(?:_unified)?: size = +([0-9.]+) MiB \( *\d+ cells,[^)]*\), K \("
+_KV_CELLS: Final = r"llama_kv_cache(?:_unified)?: size = +[0-9.]+ MiB \( *(\d+) cells,[^)]*\), K \("
+_KV_SELF: Final = r"KV self size += +([0-9.]+) MiB"
+_KV_SIZE_OLD: Final = r"llama_kv_cache_init: kv_size = (\d+),"
+_SEQ_MAX: Final = r"\bn_seq_max += (\d+)"
+# Every start-up line read for the engine configuration.
+STARTUP: Final = "|".join(f"(?:{p})" for p in (_KV_SIZE, _KV_SELF, _KV_SIZE_OLD, _SEQ_MAX))
+
+
+def engine_config(lines: pl.Series, diag: SourceDiagnostics) -> dict[str, Any]:
+    """The KV cache's size in bytes and tokens and the sequences sharing it, as stated."""
+    config: dict[str, Any] = {}
+    mib = first_stated(lines, (_KV_SIZE, _KV_SELF), "KV cache size (MiB)", diag, pl.Float64())
+    if mib is not None:
+        config["available_kv_cache_bytes"] = round(mib * MiB)
+    for key, pattern in (
+        ("kv_cache_tokens", (_KV_CELLS, _KV_SIZE_OLD)),
+        ("max_num_seqs", (_SEQ_MAX,)),
+    ):
+        value = first_stated(lines, pattern, key, diag, pl.Int64())
+        if value is not None:
+            config[key] = value
+    return config

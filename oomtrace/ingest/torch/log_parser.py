@@ -17,8 +17,10 @@ start each came (:mod:`oomtrace.ingest.torch.llamacpp_log`): a duration, not a t
 log is one without times too. Lines handed over without a file (``parse_lines``) use their
 arrival time instead.
 
-Besides :func:`~oomtrace.ingest.torch.oom_text.extract_ooms`, TGI's warm-up failure ``Not enough
-memory to handle max_total_tokens=N`` becomes a ``startup_kv_insufficient`` event.
+Besides :func:`~oomtrace.ingest.torch.oom_text.extract_ooms`, TGI's own lines (its warm-up
+refusals, the KV pool its warm-up settled on, the launcher's account of a crash:
+:mod:`oomtrace.ingest.torch.tgi_log`) and llama.cpp's statement of its KV cache at start-up
+(:mod:`oomtrace.ingest.torch.llamacpp_log`) are read too.
 """
 
 from __future__ import annotations
@@ -30,18 +32,21 @@ from typing import Final
 import polars as pl
 
 from oomtrace.diagnostics import SourceDiagnostics
-from oomtrace.ingest.alignment.anchoring import ORDER
+from oomtrace.ingest.alignment.anchoring import line_instant, untimed_rows
 from oomtrace.ingest.parser_api import ParseContext, ParseResult
 from oomtrace.ingest.text.input_file import InputFile, first_line
 from oomtrace.ingest.text.timestamps import StampForms, line_stamps
-from oomtrace.ingest.torch import llamacpp_log
+from oomtrace.ingest.torch import llamacpp_log, tgi_log
 from oomtrace.ingest.torch.oom_text import OOM_SHAPES, PREFILTER, extract_ooms
 from oomtrace.schema import TS
 
 CONFIDENCE: Final = 0.55
-_TGI_WARMUP: Final = r"Not enough memory to handle `?max_total_tokens=(\d+)"
-_KEEP: Final = PREFILTER + r"|Not enough memory to handle"
-_SNIFF_OOM = re.compile(f"{OOM_SHAPES}|{_TGI_WARMUP}")
+# Lines this parser reads: OOM messages and TGI's and llama.cpp's own lines about memory.
+_USED: Final = f"{OOM_SHAPES}|{tgi_log.LINES}|{llamacpp_log.STARTUP}"
+_KEEP: Final = f"{PREFILTER}|Not enough memory to handle|{tgi_log.LINES}|{llamacpp_log.STARTUP}"
+_SNIFF_OOM = re.compile(f"{OOM_SHAPES}|{tgi_log.WARMUP}")
+# A server log this parser reads even when its head holds no failure.
+_SNIFF_SERVER = re.compile(f"{llamacpp_log.MARKERS.pattern}|{tgi_log.MARKERS}", re.MULTILINE)
 # Line shapes another parser owns: a log that has them belongs to that parser.
 _ENGINE_SHAPES = re.compile(
     r"(?m)(?:^|\s)(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) \d{2}-\d{2} \d{2}:\d{2}:\d{2}[ .]"  # vLLM
@@ -61,8 +66,9 @@ class PyTorchLogParser:
         if "\x00" in head:
             return 0.0
         if not _SNIFF_OOM.search(head):
-            # llama.cpp's log is read for its allocation failures, which may come after the head
-            return CONFIDENCE if llamacpp_log.MARKERS.search(head) else 0.0
+            # llama.cpp's and TGI's logs are read for their failures, which may come after the
+            # head, and for what they state about their KV cache
+            return CONFIDENCE if _SNIFF_SERVER.search(head) else 0.0
         return 0.2 if _ENGINE_SHAPES.search(head) else CONFIDENCE
 
     def parse(self, source: InputFile, ctx: ParseContext, diag: SourceDiagnostics) -> ParseResult:
@@ -123,9 +129,11 @@ class _Acc:
             else pl.DataFrame(schema={"text": pl.String, "ts": TS, "line": pl.Int64})
         )
         kept = self._place(kept, untimed_allowed)
-        used = kept.filter(
-            pl.col("text").str.contains(OOM_SHAPES) | pl.col("text").str.contains(_TGI_WARMUP)
-        )
+        config = {
+            **tgi_log.engine_config(kept["text"], self.diag),
+            **llamacpp_log.engine_config(kept["text"], self.diag),
+        }
+        used = kept.filter(pl.col("text").str.contains(_USED))
         self.diag.lines_recognised += used.height
         other = kept.height - used.height
         self.diag.skip(
@@ -135,33 +143,24 @@ class _Acc:
             if other
             else None,
         )
-        events, samples = extract_ooms(kept.drop_nulls("ts"), diag=self.diag)
-        warmup = (
-            used.with_columns(tokens=pl.col("text").str.extract(_TGI_WARMUP, 1))
-            .drop_nulls("tokens")
-            .unique(subset=["tokens"], keep="first", maintain_order=True)
-            .select(
-                "ts",
-                kind=pl.lit("startup_kv_insufficient"),
-                detail=pl.format(
-                    "TGI warm-up: not enough memory to handle max_total_tokens={}", pl.col("tokens")
-                ),
-            )
-        )
-        found = [f for f in (events, warmup) if f.height]
+        timed = kept.drop_nulls("ts")
+        events, samples = extract_ooms(timed, diag=self.diag)
+        found = [f for f in (events, tgi_log.events(timed.select("ts", "text"))) if f.height]
         result = ParseResult(
             events=pl.concat(found, how="diagonal_relaxed") if found else None,
             samples=samples if samples.height else None,
             clock=self._clock(),
+            engine_config=config,
         )
         if self.untimed:
-            result.events, result.samples = _untimed(result.events), _untimed(result.samples)
+            result.events = untimed_rows(result.events)
+            result.samples = untimed_rows(result.samples)
         return result
 
     def _place(self, kept: pl.DataFrame, untimed_allowed: bool) -> pl.DataFrame:
         """Lines before the first timestamp take it. In a log with none, each line stands at
-        its line number in seconds from the epoch, for the extraction's order and repeats only
-        (:func:`_untimed` turns it back into the line and a null time)."""
+        its :func:`~oomtrace.ingest.alignment.anchoring.line_instant`, for the extraction's
+        order and repeats only."""
         missing = kept.filter(pl.col("ts").is_null()).height
         if not missing:
             return kept
@@ -180,7 +179,7 @@ class _Acc:
             )
             if self.durations:
                 self.diag.note(llamacpp_log.DURATIONS_NOTE)
-            return kept.with_columns(ts=_line_instant(pl.col("line")))
+            return kept.with_columns(ts=line_instant(pl.col("line")))
         self.diag.skip(
             "out-of-memory line with no time (no timestamps, no file time)",
             missing,
@@ -205,17 +204,6 @@ class _Acc:
                     "(a date after it belongs to the year before); pass --year to set it"
                 )
         return clock
-
-
-def _line_instant(line: pl.Expr) -> pl.Expr:
-    return pl.from_epoch(line, time_unit="s").dt.replace_time_zone("UTC").cast(TS)
-
-
-def _untimed(frame: pl.DataFrame | None) -> pl.DataFrame | None:
-    """Rows of a log without times: the line they came from, and no time."""
-    if frame is None:
-        return None
-    return frame.with_columns(pl.col("ts").dt.epoch("s").alias(ORDER), ts=pl.lit(None, dtype=TS))
 
 
 PARSER: Final = PyTorchLogParser()

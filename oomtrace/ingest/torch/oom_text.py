@@ -20,8 +20,12 @@ process the message lists. The message layouts (``docs/formats/pytorch.md``):
   d: cudaMalloc failed: out of memory`` (the requested size and device only);
 * ``sizeless``: ``CUDA error: out of memory``, ``HIP error: out of memory``,
   ``CUBLAS_STATUS_ALLOC_FAILED``, ``CUDNN_STATUS_ALLOC_FAILED``, ``Tried to allocate more than 1EB
-  memory``, the 2.14 ``preemptively rejected`` form: an ``oom`` event whose sizes are null,
-  never 0.
+  memory``, the 2.14 ``preemptively rejected`` form, and PyTorch 0.x's ``cuda runtime error (2) :
+  out of memory`` (``THCudaCheck FAIL ... error=2``): an ``oom`` event whose sizes are null,
+  never 0;
+* ``cut``: a message of either layout cut short where it was pasted (a title, a truncated
+  excerpt: ``... Tried to allocate 616.00 MiB. GPU 0 has a total capaci``): the requested size
+  and the device it states, the rest null.
 
 A memory fraction's limit (``L allowed``) is not the device's capacity: ``total_bytes`` stays the
 device total and the limit is told in the event's ``detail``.
@@ -97,8 +101,11 @@ _UNALLOCATED: Final = r"and " + SIZE + r" is reserved by PyTorch but unallocated
 SIZELESS: Final = (
     r"(?:CUDA|HIP) error: out of memory|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED|"
     r"Tried to allocate more than 1EB memory|Allocation was preemptively rejected|"
-    r"(?:CUDA|HIP|XPU|NPU) out of memory"
+    r"(?:CUDA|HIP|XPU|NPU) out of memory|cuda runtime error \(2\) : out of memory|"
+    r"THCudaCheck FAIL .*error=2 : out of memory"
 )
+# What a message cut short still states: the size it tried to allocate.
+_CUT: Final = r"out of memory\. Tried to allocate " + SIZE
 _GGML: Final = r"allocating ([0-9.]+) (MiB) on device (\d+): cudaMalloc failed: out of memory"
 # Cheap test that a line may hold an OOM (or a line of a multi-line one); parsers use it to pick
 # the lines worth keeping.
@@ -146,11 +153,18 @@ def extract_ooms(
         anonymous.join(sized.select("_t").unique(), on="_t", how="anti")
         .filter(pl.col("_t").str.contains(SIZELESS))
         .with_columns(
-            _layout=pl.lit("sizeless"),
             _what=pl.col("_t").str.extract("(" + SIZELESS + ")", 1),
             device=pl.col("_t")
             .str.extract(r"(?:GPU|device) (\d+)", 1)
             .cast(pl.Int32, strict=False),
+            requested_bytes=bytes_expr(
+                pl.col("_t").str.extract(_CUT, 1), pl.col("_t").str.extract(_CUT, 2)
+            ),
+        )
+        .with_columns(
+            _layout=pl.when(pl.col("requested_bytes").is_not_null())
+            .then(pl.lit("cut"))
+            .otherwise(pl.lit("sizeless"))
         )
     )
     events = _dedupe(pl.concat([sized, sizeless], how="diagonal_relaxed"))
@@ -173,6 +187,8 @@ def _detail(events: pl.DataFrame) -> pl.Expr:
     base = (
         pl.when(layout == "sizeless")
         .then(pl.format("{} (no size stated)", pl.col("_what")))
+        .when(layout == "cut")
+        .then(pl.lit("PyTorch OOM message cut short: only the requested size read"))
         .when(layout == "ggml")
         .then(pl.lit("llama.cpp (ggml) cudaMalloc failed: out of memory"))
         .when(layout == "fraction")

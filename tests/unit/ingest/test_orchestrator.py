@@ -112,6 +112,27 @@ def test_a_named_file_nobody_recognises_is_an_error_naming_it(tmp_path: Path) ->
     )
 
 
+def test_a_refusal_says_what_the_file_looks_like_and_what_to_pass(tmp_path: Path) -> None:
+    # https://github.com/GAIR-NLP/LIMO/issues/29: vLLM's preemption warning, its head cut off
+    quoted = tmp_path / "issue.txt"
+    quoted.write_text(
+        " Sequence group 221 is preempted by PreemptionMode.RECOMPUTE mode because there is not "
+        "enough KV cache space.\nhow to solve this problem?\n"
+    )
+    with pytest.raises(InputError) as err:
+        ingest_paths([quoted], IngestOptions(), PARSERS)
+    assert str(err.value) == (
+        "issue.txt: no known format: it quotes vLLM's messages without the `INFO MM-DD "
+        "HH:MM:SS [file.py:N]` head that starts each vLLM record; no parser recognised it "
+        "(tried: events-txt, usage-csv); pass the server's log as it was written (the file, "
+        "`docker logs` or `journalctl`), not messages copied out of it"
+    )
+    trace = tmp_path / "trace.txt"
+    trace.write_text('Traceback (most recent call last):\n  File "x.py", line 1\nKeyError: 3\n')
+    with pytest.raises(InputError, match=r"it is a Python traceback with no out-of-memory"):
+        ingest_paths([trace], IngestOptions(), PARSERS)
+
+
 def test_binary_and_empty_files_say_so(tmp_path: Path) -> None:
     binary = tmp_path / "b.dat"
     binary.write_bytes(b"\x00\x01\x02")

@@ -210,15 +210,49 @@ def test_adding_the_field_list_as_header_makes_a_noheader_file_readable(tmp_path
     )
 
 
-def test_rows_without_a_timestamp_column_are_refused(tmp_path: Path) -> None:
+def test_rows_without_a_timestamp_column_keep_their_order_and_no_made_up_time(
+    tmp_path: Path,
+) -> None:
+    # a one-off query pasted in a report states no time: its figures are kept, un-timed
     shutil.copy(DATA / "apps_no_timestamp.csv", tmp_path / "apps.csv")
-    with pytest.raises(InputError) as err:
-        ingest_paths([tmp_path / "apps.csv"], IngestOptions())
-    assert str(err.value) == (
-        "apps.csv: the nvidia-smi rows have no timestamp column, so nothing places them in time; "
-        "re-run with timestamp as the first queried field (e.g. "
-        "--query-gpu=timestamp,index,memory.used,memory.total)"
+    trace = ingest_paths([tmp_path / "apps.csv"], IngestOptions())
+    rows = trace.samples.sort("pid").select("ts", "pid", "metric", "value", "clock").rows()
+    assert rows == [
+        (None, 3858903, "process_used_bytes", 6265 * MiB, "untimed"),
+        (None, 3880364, "process_used_bytes", 5530 * MiB, "untimed"),
+    ]
+    names = trace.events.filter(pl.col("kind") == "process").sort("pid")
+    assert names.select("pid", "detail").rows() == [
+        (3858903, "VLLM::EngineCore"),
+        (3880364, "VLLM::EngineCore"),
+    ]
+    (diag,) = trace.manifest.sources
+    assert any("no made-up time" in n for n in diag.notes)
+    assert diag.lines_read == diag.lines_recognised + diag.lines_skipped
+
+
+def test_a_pasted_query_without_timestamp_or_index_keeps_each_gpus_figures(
+    tmp_path: Path,
+) -> None:
+    # https://github.com/aristocratos/bpytop/issues/26: the command (under `time`) and its output
+    # on two GPUs, rewritten: no timestamp, no index, units on every value
+    text = (
+        "$ time nvidia-smi --query-gpu=gpu_name,memory.total,memory.used,utilization.gpu "
+        "--format=csv\n"
+        "name, memory.total [MiB], memory.used [MiB], utilization.gpu [%]\n"
+        "GeForce GTX 1080 Ti, 11175 MiB, 2856 MiB, 36 %\n"
+        "GeForce GTX 1060 6GB, 6078 MiB, 4 MiB, 0 %\n"
+        "\nreal\t0m0,022s\n"
     )
+    trace = ingest_paths([_csv(tmp_path, text)], IngestOptions())
+    got = trace.samples.select("metric", "value").rows()
+    assert got == [
+        ("device_total_bytes", 11175 * MiB),
+        ("device_used_bytes", 2856 * MiB),
+        ("device_total_bytes", 6078 * MiB),
+        ("device_used_bytes", 4 * MiB),
+    ]
+    assert set(trace.samples["clock"]) == {"untimed"}
 
 
 def test_timeless_rows_beside_placeable_ones_are_left_out_with_a_note(tmp_path: Path) -> None:

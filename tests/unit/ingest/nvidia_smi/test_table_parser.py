@@ -147,6 +147,25 @@ def test_a_table_ties_bus_ids_to_indexes_for_compute_apps_rows(tmp_path: Path) -
     assert names.select("device", "pid", "detail").rows() == [(4, 3380462, "VLLM::EngineCore")]
 
 
+def test_a_table_cut_before_its_process_headings_is_recognised_by_its_header_box(
+    tmp_path: Path,
+) -> None:
+    # Driver versions have three parts (580.126.20); the process table's column headings, the
+    # other thing sniffing knows a table by, were cut off with the rest of the paste.
+    trace = _ingest(_copy(tmp_path, "table-580-no-process-rows.txt"))
+    assert set(trace.samples["ts"]) == {datetime(2026, 9, 2, 9, 15, 53, tzinfo=UTC)}
+    assert _rows(trace, "device_used_bytes") == [(0, None, 31956.0 * MiB)]
+    assert _rows(trace, "device_total_bytes") == [(0, None, 40960.0 * MiB)]
+
+
+def test_a_table_pasted_with_a_stray_quote_before_its_frame_is_read(tmp_path: Path) -> None:
+    # https://github.com/PrimeIntellect-ai/verifiers/issues/85 pastes a driver 550 table opened
+    # by a quote (`'+---`) and cut inside its second GPU row, before any process heading.
+    text = (DATA / "table-580-no-process-rows.txt").read_text().replace("+---", "'+---", 1)
+    trace = _ingest(_write(tmp_path, text))
+    assert _rows(trace, "device_used_bytes") == [(0, None, 31956.0 * MiB)]
+
+
 def test_sniffing_steps_aside_for_a_table_inside_other_output(tmp_path: Path) -> None:
     table = _copy(tmp_path, "table-535-five-gpus.txt")
     assert PARSER.sniff(InputFile(table, table.name).head(), table.name) == 0.85

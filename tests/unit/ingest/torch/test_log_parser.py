@@ -79,6 +79,13 @@ def test_tgi_log_rfc3339_with_ansi_colours_and_its_warmup_failure(tmp_path: Path
             None,
             "TGI warm-up: not enough memory to handle max_total_tokens=4096",
         ),
+        # the launcher's account of the crash that followed
+        (
+            datetime(2024, 12, 10, 21, 50, 1, 290003, tzinfo=UTC),
+            "engine_dead",
+            None,
+            "TGI: Webserver Crashed",
+        ),
     ]
     # TGI's shard runs in a container: its own process is listed as "Process 402", and only it
     # holds the 21.90 GiB + 262.51 MiB PyTorch had reserved
@@ -257,6 +264,64 @@ def test_llama_cpp_durations_since_start_are_no_time_of_day(tmp_path: Path) -> N
     assert any("llama.cpp prints how long after its start" in n for n in diag.notes)
 
 
+# llama.cpp's statement of its KV cache, in the wordings of three generations of builds
+LLAMA_KV_2024_OLD = (  # ollama/ollama #6860: the context's summary, then a compute buffer fails
+    "llama_new_context_with_model: KV self size  = 5120.00 MiB, K (f16): 2560.00 MiB, V (f16): "
+    "2560.00 MiB\n"
+    "llama_new_context_with_model: pipeline parallelism enabled (n_copies=4)\n"
+    "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 144.00 MiB on device 4: cudaMalloc "
+    "failed: out of memory\n"
+)
+LLAMA_KV_2024 = (  # ggml-org/llama.cpp #9390: eight slots sharing 16384 cells over eight GPUs
+    "llama_init_from_model: n_seq_max     = 8\n"
+    "llama_init_from_model: n_ctx         = 16384\n"
+    "llama_kv_cache_init: kv_size = 16384, offload = 1, type_k = 'q4_0', type_v = 'f16', "
+    "n_layer = 61, can_shift = 0\n"
+    "llama_kv_cache_init:      CUDA0 KV buffer size =  5824.00 MiB\n"
+)
+LLAMA_KV_2025 = (  # the current summary line (src/llama-kv-cache.cpp), a 2025 build's name
+    "llama_context: n_seq_max     = 4\n"
+    "llama_kv_cache_unified:      CUDA0 KV buffer size =  1024.00 MiB\n"
+    "llama_kv_cache_unified: size = 1024.00 MiB (  8192 cells,  32 layers,  4/ 4 seqs), K (f16):  "
+    "512.00 MiB, V (f16):  512.00 MiB\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (LLAMA_KV_2024_OLD, {"available_kv_cache_bytes": 5120 * MiB}),
+        (LLAMA_KV_2024, {"kv_cache_tokens": 16384, "max_num_seqs": 8}),
+        (
+            LLAMA_KV_2025,
+            {"available_kv_cache_bytes": 1024 * MiB, "kv_cache_tokens": 8192, "max_num_seqs": 4},
+        ),
+    ],
+)
+def test_llama_cpp_states_its_kv_cache_at_start_up(
+    tmp_path: Path, text: str, expected: dict[str, int]
+) -> None:
+    path = tmp_path / "llama-server.log"
+    path.write_text(text)
+    trace = ingest_paths([path], IngestOptions())
+    assert trace.manifest.engine_config == expected
+
+
+def test_a_recurrent_models_state_is_not_taken_for_kv_cache(tmp_path: Path) -> None:
+    path = tmp_path / "llama-server.log"
+    path.write_text(
+        "llama_memory_recurrent: size =  150.75 MiB (     1 cells,  48 layers,  1 seqs), R (f32): "
+        "  6.75 MiB, S (f32):  144.00 MiB\n"
+        "llama_kv_cache: size =  354.75 MiB (  8448 cells,  43 layers,  1/1 seqs), K (f16):  "
+        "354.75 MiB, V (f16):    0.00 MiB\n"
+    )
+    config = ingest_paths([path], IngestOptions()).manifest.engine_config
+    assert (config["available_kv_cache_bytes"], config["kv_cache_tokens"]) == (
+        round(354.75 * MiB),
+        8448,
+    )
+
+
 def test_a_llama_cpp_log_is_recognised_before_its_failure_appears(tmp_path: Path) -> None:
     path = tmp_path / "server.log"
     path.write_text(
@@ -270,7 +335,10 @@ def test_a_llama_cpp_log_is_recognised_before_its_failure_appears(tmp_path: Path
 
 def test_tgi_warmup_panic_with_the_cudamallocasync_refusal(tmp_path: Path) -> None:
     trace = _ingest(tmp_path, "tgi-warmup-panic.log")
-    (row,) = trace.events.to_dicts()
+    (row,) = trace.events.filter(pl.col("kind") == "oom").to_dicts()
+    # "Webserver Crashed" and the launcher's exit "Error: WebserverFailed" are one death
+    (death,) = trace.events.filter(pl.col("kind") == "engine_dead").to_dicts()
+    assert death["ts"] == datetime(2023, 7, 7, 17, 55, 43, 805488, tzinfo=UTC)
     # the panic precedes the first timestamp in this excerpt, so it takes that one
     assert row["ts"] == datetime(2023, 7, 7, 17, 55, 43, 805488, tzinfo=UTC)
     assert (row["requested_bytes"], row["allocated_bytes"]) == (
@@ -279,6 +347,62 @@ def test_tgi_warmup_panic_with_the_cudamallocasync_refusal(tmp_path: Path) -> No
     )
     assert (row["total_bytes"], row["free_bytes"]) == (round(22.20 * GiB), round(11.12 * MiB))
     assert str(row["detail"]).endswith("limit 22.20 GiB (the memory fraction)")
+
+
+def test_tgi_states_its_kv_pool_and_prefill_budget_after_warm_up(tmp_path: Path) -> None:
+    # a start-up without any failure is still read, for the pool the warm-up settled on
+    trace = _ingest(tmp_path, "tgi-startup.log")
+    config = trace.manifest.engine_config
+    assert (config["kv_cache_tokens"], config["max_num_batched_tokens"]) == (30816, 10049)
+    (diag,) = trace.manifest.sources
+    assert diag.parser == "pytorch-log"
+    assert diag.lines_recognised == 2
+
+
+def test_a_tgi_budget_that_no_warm_up_measured_is_no_kv_pool(tmp_path: Path) -> None:
+    # models without paged attention: the router says so, then states the configured budget
+    path = tmp_path / "tgi.log"
+    path.write_text(
+        "2024-03-04T16:38:11.273900Z WARN text_generation_router: router/src/main.rs:224: Model "
+        "does not support automatic max batch total tokens\n"
+        "2024-03-04T16:38:11.273926Z INFO text_generation_router: router/src/main.rs:246: "
+        "Setting max batch total tokens to 16000\n"
+    )
+    trace = ingest_paths([path], IngestOptions())
+    assert "kv_cache_tokens" not in trace.manifest.engine_config
+    assert any("not a KV pool" in n for n in trace.manifest.sources[0].notes)
+
+
+@pytest.mark.parametrize(
+    ("line", "detail"),
+    [
+        # huggingface/text-generation-inference #755: the launcher's last line (1.x)
+        (
+            (
+                'Error: Warmup(Generation("Not enough memory to handle 4096 prefill tokens. '
+                'You need to decrease `--max-batch-prefill-tokens`"))'
+            ),
+            "4096 prefill tokens (--max-batch-prefill-tokens)",
+        ),
+        # huggingface/text-generation-inference #710: the wording before 1.0
+        (
+            (
+                "Not enough memory to handle 16000 total tokens with 2 prefill tokens. You need to "
+                "decrease `--max-batch-total-tokens` or `--max-batch-prefill-tokens`"
+            ),
+            "16000 total tokens with 2 prefill tokens",
+        ),
+    ],
+)
+def test_tgi_warm_up_refusals_of_every_release_are_start_up_refusals(
+    tmp_path: Path, line: str, detail: str
+) -> None:
+    path = tmp_path / "tgi.log"
+    path.write_text(line + "\n")
+    trace = ingest_paths([path], IngestOptions())
+    (row,) = trace.events.to_dicts()
+    assert row["kind"] == "startup_kv_insufficient"
+    assert row["detail"] == f"TGI warm-up: not enough memory to handle {detail}"
 
 
 def test_the_refusal_printed_on_six_lines_is_one_event_and_all_its_lines_are_read(
@@ -298,7 +422,7 @@ def test_the_refusal_printed_on_six_lines_is_one_event_and_all_its_lines_are_rea
 # A record split across lines by whoever pasted it (a terminal, an issue form): verl's notes on a
 # checkpoint resume quote the OOM wrapped at 78 columns. Rejoining split records is the shared
 # text machinery's job (oomtrace/ingest/text/, issue 17), not this parser's; until it reads them,
-# only a size-less OOM comes out of this paste.
+# only the size its first line states comes out of this paste.
 WRAPPED_OOM = (
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 74.00 MiB. GPU 0\n"
     "has a total capacity of 79.25 GiB of which 38.06 MiB is free. Process 1016459\n"

@@ -130,6 +130,15 @@ def test_other_vendors_old_layout() -> None:
         "RuntimeError: CUDA error: out of memory",
         "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
         "CUDA out of memory. Tried to allocate more than 1EB memory.",
+        # PyTorch 0.x (pytorch/pytorch #1829)
+        (
+            "RuntimeError: cuda runtime error (2) : out of memory at "
+            "/pytorch/torch/lib/THC/generic/THCStorage.cu:66"
+        ),
+        (
+            "THCudaCheck FAIL file=/pytorch/torch/lib/THC/generic/THCStorage.cu line=66 error=2 : "
+            "out of memory"
+        ),
     ],
 )
 def test_sizeless_failures_are_ooms_with_null_sizes_never_zero(text: str) -> None:
@@ -138,6 +147,17 @@ def test_sizeless_failures_are_ooms_with_null_sizes_never_zero(text: str) -> Non
     assert row["requested_bytes"] is None
     assert row["free_bytes"] is None
     assert "no size stated" in str(row["detail"])
+
+
+def test_a_message_cut_short_where_it_was_pasted_keeps_the_size_it_states() -> None:
+    # sgl-project/sglang #4730 quotes the message up to "... a total capaci"
+    row = _one(
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 616.00 MiB. GPU 0 has a "
+        "total capaci"
+    )
+    assert (row["requested_bytes"], row["device"]) == (616 * MiB, 0)
+    assert (row["total_bytes"], row["free_bytes"]) == (None, None)
+    assert row["detail"] == "PyTorch OOM message cut short: only the requested size read"
 
 
 def test_the_same_failure_printed_twice_counts_once_but_two_devices_count_twice() -> None:

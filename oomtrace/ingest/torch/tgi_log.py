@@ -1,0 +1,98 @@
+"""TGI's (text-generation-inference) own lines, read by the ``pytorch-log`` parser beside the
+out-of-memory message: the warm-up's refusals, the KV pool the warm-up settled on, and the
+launcher's account of a crash (``docs/formats/pytorch.md``, "TGI").
+
+* The warm-up refuses in three wordings, all ``startup_kv_insufficient`` events: ``Not enough
+  memory to handle max_total_tokens={0}`` (v3 ``backends/v3/src/lib.rs``), ``Not enough memory
+  to handle {N} prefill tokens. You need to decrease `--max-batch-prefill-tokens``` (the Python
+  server's ``warmup`` in ``models/flash_causal_lm.py``, 1.x to 3.x) and, before 1.0, ``Not
+  enough memory to handle {T} total tokens with {N} prefill tokens. You need to decrease
+  `--max-batch-total-tokens` or `--max-batch-prefill-tokens```.
+* ``Setting max batch total tokens to {N}`` (the router once the warm-up is done, ``router/src/
+  main.rs``, later ``server.rs``) is the KV pool in tokens, TGI's paged blocks times their size;
+  the engine configuration's ``kv_cache_tokens``. A model without paged attention says ``Model
+  does not support automatic max batch total tokens`` first, and the figure is then only the
+  configured budget: it is not taken. ``Default `max_batch_prefill_tokens` to {N}`` (the
+  launcher) is the prefill budget per batch, ``max_num_batched_tokens``.
+* The launcher's ``Webserver Crashed``, ``Shard {rank} crashed``, ``Shard {rank} failed to start``
+  and its exit ``Error: WebserverFailed`` / ``ShardFailed`` / ``ShardCannotStart`` are the
+  server's death, ``engine_dead`` events; the lines of one death (within
+  :data:`SAME_DEATH_S` seconds) count once.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import polars as pl
+
+from oomtrace.diagnostics import SourceDiagnostics
+from oomtrace.ingest.torch.stated import first_stated
+
+SAME_DEATH_S: Final = 5
+WARMUP: Final = (
+    r"Not enough memory to handle `?(?:max_total_tokens=(?P<max_total>\d+)|(?P<total>\d+) total "
+    r"tokens with (?P<with_prefill>\d+) prefill tokens|(?P<prefill>\d+) prefill tokens)"
+)
+_POOL: Final = r"Setting max batch total tokens to (\d+)"
+_NOT_AUTOMATIC: Final = r"Model does not support automatic max batch total tokens"
+_PREFILL_DEFAULT: Final = r"Default `max_batch_prefill_tokens` to (\d+)"
+DEATH: Final = (
+    r"Webserver Crashed|Shard \d+ (?:crashed|failed to start)|"
+    r"Error: (?:WebserverFailed|ShardFailed|ShardCannotStart)"
+)
+# Every TGI line this module reads.
+LINES: Final = "|".join(
+    f"(?:{p})" for p in (WARMUP, _POOL, _NOT_AUTOMATIC, _PREFILL_DEFAULT, DEATH)
+)
+# What marks a TGI log whose failure (if any) is beyond the head read for sniffing.
+MARKERS: Final = LINES + r"|\btext_generation_(?:launcher|router)\b"
+
+
+def events(lines: pl.DataFrame) -> pl.DataFrame:
+    """Warm-up refusals and deaths among ``lines`` (``ts``, ``text``), without repeats."""
+    warmup = lines.with_columns(w=pl.col("text").str.extract_groups(WARMUP)).unnest("w")
+    warmup = (
+        warmup.filter(pl.any_horizontal(pl.col("max_total", "total", "prefill").is_not_null()))
+        .with_columns(
+            detail=pl.coalesce(
+                pl.format("max_total_tokens={}", "max_total"),
+                pl.format("{} total tokens with {} prefill tokens", "total", "with_prefill"),
+                pl.format("{} prefill tokens (--max-batch-prefill-tokens)", "prefill"),
+            )
+        )
+        .unique(subset=["detail"], keep="first", maintain_order=True)
+        .select(
+            "ts",
+            kind=pl.lit("startup_kv_insufficient"),
+            detail=pl.format("TGI warm-up: not enough memory to handle {}", "detail"),
+        )
+    )
+    deaths = lines.filter(pl.col("text").str.contains(DEATH)).sort("ts", maintain_order=True)
+    gap = (pl.col("ts") - pl.col("ts").shift(1)).dt.total_seconds()
+    deaths = deaths.filter(gap.is_null() | (gap > SAME_DEATH_S)).select(
+        "ts",
+        kind=pl.lit("engine_dead"),
+        detail=pl.format("TGI: {}", pl.col("text").str.extract(f"({DEATH})", 1)),
+    )
+    return pl.concat([warmup, deaths]).sort("ts", maintain_order=True)
+
+
+def engine_config(lines: pl.Series, diag: SourceDiagnostics) -> dict[str, Any]:
+    """The KV pool and prefill budget TGI states; the first start's where a log holds several,
+    a later start that states another figure being a note, not a silent overwrite."""
+    config: dict[str, Any] = {}
+    automatic = not lines.str.contains(_NOT_AUTOMATIC).any()
+    for key, pattern, wanted in (
+        ("kv_cache_tokens", _POOL, automatic),
+        ("max_num_batched_tokens", _PREFILL_DEFAULT, True),
+    ):
+        value = first_stated(lines, (pattern,), key, diag, pl.Int64()) if wanted else None
+        if value is not None:
+            config[key] = value
+    if not automatic and lines.str.contains(_POOL).any():
+        diag.note(
+            "TGI says the model does not support automatic max batch total tokens: its batch "
+            "token budget is configured, not a KV pool measured at warm-up; not taken as one"
+        )
+    return config

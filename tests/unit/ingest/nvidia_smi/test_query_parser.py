@@ -1,0 +1,106 @@
+"""``nvidia-smi -q`` reports as pasted into bug reports or logged with ``-l``: per-GPU frame
+buffer memory (total, reserved, used, free), the processes with pid, name and memory, each report
+at its Timestamp, and the GPUs' bus ids."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import polars as pl
+
+from oomtrace.ingest import IngestOptions, ingest_paths, sniff
+from oomtrace.ingest.text.input_file import InputFile
+from oomtrace.trace import Trace
+from tests.factories import file_at
+
+DATA = Path(__file__).resolve().parents[3] / "data" / "nvidia_smi"
+MiB = 1 << 20
+MTIME = datetime(2026, 4, 1, 12, 0, tzinfo=UTC)
+
+
+def _ingest(tmp_path: Path, name: str, text: str | None = None, **options: object) -> Trace:
+    path = file_at(tmp_path / name, MTIME, text=text) if text else None
+    path = path or file_at(tmp_path / name, MTIME, copy_of=DATA / name)
+    return ingest_paths([path], IngestOptions(**options))  # type: ignore[arg-type]
+
+
+def _rows(trace: Trace, metric: str) -> list[tuple[object, ...]]:
+    frame = trace.samples.filter(pl.col("metric") == metric).sort("ts", "device", "pid")
+    return frame.select("ts", "device", "pid", "value").rows()
+
+
+def test_a_driver_375_report_pasted_after_a_remark(tmp_path: Path) -> None:
+    # https://github.com/paradoxxxzero/gnome-shell-system-monitor-applet/issues/356
+    trace = _ingest(tmp_path, "query-375-one-gpu.txt")
+    at = datetime(2017, 8, 15, 16, 0, 35, tzinfo=UTC)
+    assert _rows(trace, "device_total_bytes") == [(at, 0, None, 1995.0 * MiB)]
+    assert _rows(trace, "device_used_bytes") == [(at, 0, None, 1934.0 * MiB)]
+    assert _rows(trace, "device_free_bytes") == [(at, 0, None, 61.0 * MiB)]
+    # BAR1's Total/Used/Free are no device memory
+    assert trace.samples.height == 3
+    (diag,) = trace.manifest.sources
+    assert diag.parser == "nvidia-smi-query"
+    assert diag.lines_read == 20 == diag.lines_recognised + diag.lines_skipped
+    assert diag.clock["tz_assumed"] is True
+
+
+def test_a_loop_of_two_reports_on_two_gpus_with_processes(tmp_path: Path) -> None:
+    trace = _ingest(tmp_path, "query-535-loop-two-gpus.txt", tz="Europe/Berlin")
+    first = datetime(2026, 3, 30, 12, 2, 11, tzinfo=UTC)  # 14:02:11 CEST
+    second = datetime(2026, 3, 30, 12, 2, 16, tzinfo=UTC)
+    assert _rows(trace, "device_used_bytes") == [
+        (first, 0, None, 72310.0 * MiB),
+        (first, 1, None, 4.0 * MiB),
+        (second, 0, None, 4.0 * MiB),
+        (second, 1, None, 4.0 * MiB),
+    ]
+    assert {r[3] for r in _rows(trace, "device_reserved_bytes")} == {527.0 * MiB}
+    # Xorg's memory is N/A: no sample, but its name is kept
+    assert _rows(trace, "process_used_bytes") == [(first, 0, 48211, 72290.0 * MiB)]
+    names = trace.events.filter(pl.col("kind") == "process").sort("ts")
+    assert names.select("device", "pid", "detail").rows() == [
+        (0, 48211, "VLLM::EngineCore"),
+        (0, 1394, "/usr/lib/xorg/Xorg"),
+    ]
+    (diag,) = trace.manifest.sources
+    assert diag.lines_read == diag.lines_recognised + diag.lines_skipped
+    assert diag.skipped["process memory figure that states no size"].count == 1
+
+
+def test_the_bus_ids_place_rows_that_name_a_gpu_by_bus_id(tmp_path: Path) -> None:
+    report = file_at(tmp_path / "q.txt", MTIME, copy_of=DATA / "query-535-loop-two-gpus.txt")
+    apps = file_at(
+        tmp_path / "apps.csv",
+        MTIME,
+        text="timestamp, gpu_bus_id, pid, used_gpu_memory [MiB]\n"
+        "2026/03/30 14:02:11.500, 00000000:65:00.0, 777, 100 MiB\n",
+    )
+    trace = ingest_paths([report, apps], IngestOptions(tz="Europe/Berlin"))
+    row = trace.samples.filter(pl.col("pid") == 777)
+    assert row["device"].to_list() == [1]
+
+
+def test_a_report_without_its_timestamp_keeps_file_order_without_a_time(
+    tmp_path: Path,
+) -> None:
+    text = (
+        "GPU 00000000:01:00.0\n    FB Memory Usage\n        Total : 24576 MiB\n"
+        "        Used : 23001 MiB\n        Free : 1575 MiB\n"
+    )
+    trace = _ingest(tmp_path, "bare.txt", text)
+    used = trace.samples.filter(pl.col("metric") == "device_used_bytes")
+    assert used["value"].to_list() == [23001.0 * MiB]
+    assert used["ts"].to_list() == [None]
+    assert used["clock"].cast(pl.String).to_list() == ["untimed"]
+
+
+def test_sniffed_as_a_report_and_a_table_is_not() -> None:
+    path = DATA / "query-375-one-gpu.txt"
+    parser = sniff(InputFile(path, path.name), explicit=True).parser
+    assert parser is not None
+    assert parser.name == "nvidia-smi-query"
+    table = DATA / "table-535-five-gpus.txt"
+    parser = sniff(InputFile(table, table.name), explicit=True).parser
+    assert parser is not None
+    assert parser.name == "nvidia-smi-table"
