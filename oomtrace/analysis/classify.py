@@ -30,7 +30,8 @@ from typing import Any, cast
 import polars as pl
 
 from oomtrace.analysis import evidence as ev
-from oomtrace.analysis.findings import ClassCheck, Evidence, IncidentClass, ProcessUse
+from oomtrace.analysis.evidence import Evidence
+from oomtrace.analysis.findings import ClassCheck, IncidentClass, ProcessUse
 from oomtrace.analysis.incidents import STARTUP_KINDS
 from oomtrace.analysis.index import SeriesIndex
 from oomtrace.analysis.kvmodel import KVModel
@@ -204,6 +205,7 @@ def _fragmentation(ctx: Context) -> ClassCheck:
                 f"the allocator held {format_bytes(slack)} reserved but unallocated, more than the "
                 f"{format_bytes(wanted)} it failed to allocate: the free cache was fragmented",
                 (ev.event(oom),),
+                (("slack_bytes", slack), ("requested_bytes", wanted)),
             )
         return ClassCheck(
             "fragmentation",
@@ -226,6 +228,7 @@ def _fragmentation(ctx: Context) -> ClassCheck:
                 True,
                 f"{format_bytes(round(slack))} reserved but unallocated just before the OOM",
                 (ev.sample(reserved), ev.sample(allocated)),
+                (("slack_bytes", round(slack)),),
             )
     return ClassCheck("fragmentation", False, "no large reserved-but-unallocated memory at an OOM")
 

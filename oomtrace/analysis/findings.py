@@ -16,6 +16,7 @@ from typing import Any, Final, Literal, get_args
 
 import polars as pl
 
+from oomtrace.analysis.evidence import Evidence, Scalar, scalar
 from oomtrace.analysis.jsonfmt import TIME_DIGITS, number, share
 from oomtrace.analysis.observed_series import downsample
 from oomtrace.analysis.spikes import Spike
@@ -39,34 +40,6 @@ NOT_REQUESTS: Final[frozenset[IncidentClass]] = frozenset(
     {"startup_misfit", "foreign_memory", "fragmentation", "leak"}
 )
 Anchor = Literal["oom", "startup", "spike"]
-EvidenceTable = Literal["samples", "events", "requests", "manifest"]
-Scalar = str | int | float | bool | None
-
-
-@dataclass(frozen=True)
-class Evidence:
-    """One row of a canonical table (or of the manifest) that a finding rests on."""
-
-    table: EvidenceTable
-    ts: datetime | None
-    node: str | None
-    source: str | None
-    values: tuple[tuple[str, Scalar], ...]
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "table": self.table,
-            "ts": iso_time(self.ts, TIME_DIGITS),
-            "node": self.node,
-            "source": self.source,
-            "values": {k: _scalar(v) for k, v in self.values},
-        }
-
-
-def _scalar(value: Scalar) -> Scalar:
-    if isinstance(value, float):
-        return value if value != round(value) else round(value)
-    return value
 
 
 @dataclass(frozen=True)
@@ -189,12 +162,19 @@ class Component:
 
 @dataclass(frozen=True)
 class ClassCheck:
-    """One class tested against the incident: whether it matched, why, and the rows it read."""
+    """One class tested against the incident: whether it matched, why, the rows it read and the
+    figures it computed."""
 
     cls: IncidentClass
     matched: bool
     reason: str
     evidence: tuple[Evidence, ...] = ()
+    # The numbers the check computed (bytes as integers, seconds, shares), by name: what the
+    # remedies and the report's charts read, so that none of them is worked out twice.
+    figures: tuple[tuple[str, Scalar], ...] = ()
+
+    def figure(self, name: str) -> Scalar:
+        return dict(self.figures).get(name)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -202,6 +182,7 @@ class ClassCheck:
             "matched": self.matched,
             "reason": self.reason,
             "evidence": [e.to_json() for e in self.evidence],
+            "figures": {k: scalar(v) for k, v in self.figures},
         }
 
 
@@ -357,6 +338,45 @@ class Incident:
 
 
 @dataclass(frozen=True)
+class Remedy:
+    """The limit or setting that would have prevented an incident, computed from the trace.
+
+    ``action`` is one short imperative line a person can apply ("set --max-num-seqs 12");
+    ``setting`` the flag or variable it changes (None when the remedy is not a setting, e.g.
+    moving a process) and ``value`` its value as written on the command line; ``basis`` how it
+    was computed (``replay``: the recorded traffic replayed under it passed; ``budget``: the
+    engine's own start-up figures; ``allocator``: PyTorch's allocator statistics at the OOM;
+    ``process``: per-process memory; ``parameters``: the request parameters of the step that
+    failed); ``detail`` the numbers behind it and what it costs (queueing delay, refused
+    requests), and ``figures`` the same numbers as values. Remedies are listed in priority order
+    (:attr:`Findings.remedies`): the primary incident's first, the one that costs least first.
+    """
+
+    incident: str
+    cls: IncidentClass
+    action: str
+    setting: str | None
+    value: str | None
+    basis: str
+    detail: str
+    figures: tuple[tuple[str, Scalar], ...] = ()
+    evidence: tuple[Evidence, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "incident": self.incident,
+            "class": self.cls,
+            "action": self.action,
+            "setting": self.setting,
+            "value": self.value,
+            "basis": self.basis,
+            "detail": self.detail,
+            "figures": {k: scalar(v) for k, v in self.figures},
+            "evidence": [e.to_json() for e in self.evidence],
+        }
+
+
+@dataclass(frozen=True)
 class TraceSummary:
     nodes: tuple[str, ...]
     start: datetime | None
@@ -379,8 +399,9 @@ class TraceSummary:
 
 @dataclass(frozen=True)
 class Findings:
-    """Everything ``oomtrace analyze`` found. ``incidents`` are primary first; ``series`` is the
-    long series frame (observed, modelled and derived) at full resolution."""
+    """Everything ``oomtrace analyze`` found. ``incidents`` are primary first; ``remedies`` what
+    would have prevented them, in priority order; ``series`` is the long series frame (observed,
+    modelled and derived) at full resolution."""
 
     trace: TraceSummary
     kv_model: dict[str, Any]
@@ -391,6 +412,7 @@ class Findings:
     gaps: tuple[Gap, ...]
     options: dict[str, Any]
     series: pl.DataFrame = field(compare=False, repr=False)
+    remedies: tuple[Remedy, ...] = ()
     findings_version: int = FINDINGS_VERSION
 
     @property
@@ -404,6 +426,7 @@ class Findings:
             "trace": self.trace.to_json(),
             "kv_model": self.kv_model,
             "decode_rate": self.decode_rate,
+            "remedies": [r.to_json() for r in self.remedies],
             "incidents": [i.to_json() for i in self.incidents],
             "spikes": [s.to_json() for s in self.spikes],
             "reconciliation": [r.to_json() for r in self.reconciliation],
