@@ -17,6 +17,7 @@ from oomtrace.analysis.index import SeriesIndex
 from oomtrace.analysis.kvmodel import KVModel
 from oomtrace.analysis.options import AnalyzeOptions
 from oomtrace.analysis.pool import Breakpoints, pool_at
+from oomtrace.analysis.step_bytes import StepEstimate, estimate_steps
 from oomtrace.analysis.timeline import Timeline
 from oomtrace.analysis.trace_scan import Tables
 from oomtrace.analysis.window import window_segments
@@ -37,6 +38,7 @@ class Prepared:
     capacities: dict[tuple[str, int | None], int]
     engine_pids: frozenset[int]
     idle: pl.DataFrame
+    serving: pl.DataFrame  # samples showing the engine serving (see prepare.serving_samples)
 
 
 def _capacity(prep: Prepared, node: str, device: int | None) -> int | None:
@@ -117,6 +119,7 @@ def _context(prep: Prepared, m: _Moment, options: AnalyzeOptions, ranked: pl.Dat
         observed=m.peak_bytes,
     )
     on_node = pl.col("node") == node
+    requests = prep.tables.requests.filter(on_node)
     return Context(
         node=node,
         device=anchor.device,
@@ -125,9 +128,10 @@ def _context(prep: Prepared, m: _Moment, options: AnalyzeOptions, ranked: pl.Dat
         window=m.window,
         anchor=anchor.kind,
         spike=anchor.spike,
+        event=anchor.event,
         oom=oom,
         events=prep.tables.events.filter(on_node).sort("ts"),
-        requests=prep.tables.requests.filter(on_node),
+        requests=requests,
         residents=ranked,
         memory=prep.memory,
         kv_index=prep.kv_index,
@@ -138,9 +142,46 @@ def _context(prep: Prepared, m: _Moment, options: AnalyzeOptions, ranked: pl.Dat
         options=options,
         engine_pids=prep.engine_pids,
         idle=prep.idle.filter(on_node),
+        serving=prep.serving.filter(on_node),
         modelled_kv_bytes=_modelled_kv(prep, node, anchor.peak_ts),
         processes=processes,
+        steps=_steps(prep, options, ranked, requests, m) if anchor.kind != "startup" else (),
     )
+
+
+_PARAMETERS = ("n", "best_of", "logprobs", "prompt_logprobs")
+
+
+def _steps(
+    prep: Prepared,
+    options: AnalyzeOptions,
+    ranked: pl.DataFrame,
+    requests: pl.LazyFrame,
+    m: _Moment,
+) -> tuple[StepEstimate, ...]:
+    """Each resident request's share of the step at the peak (see
+    :mod:`oomtrace.analysis.step_bytes`): in prefill (or, where the inputs state no first
+    tokens, admitted inside the window), its prompt chunk; otherwise one decode token a
+    sequence. The sampling parameters are read for these requests only."""
+    if ranked.is_empty():
+        return ()
+    ids = ranked["request_id"].implode()
+    stated = (
+        requests.filter(pl.col("request_id").is_in(ids))
+        .group_by("request_id")
+        .agg(pl.col(c).max() for c in _PARAMETERS)
+        .collect()
+    )
+    admitted = pl.col("start_ts") >= pl.lit(m.window_start, dtype=pl.Datetime("ns", "UTC"))
+    candidates = ranked.select(
+        "request_id",
+        "prompt_tokens",
+        "cached_tokens",
+        in_prefill=pl.col("in_prefill").fill_null(admitted),
+    ).join(stated, on="request_id", how="left")
+    budget = prep.tables.manifest.engine_config.get("max_num_batched_tokens")
+    chunk = budget if isinstance(budget, int) and budget > 0 else None
+    return estimate_steps(candidates, chunk=chunk, dims=options.model_dims)
 
 
 def _observed(m: _Moment, cls: IncidentClass, observed_kv: int | None) -> tuple[int | None, str]:
@@ -182,6 +223,7 @@ def build_incident(
             window_start=m.window_start,
             top=options.top_culprits,
             basis_label=basis,
+            steps=context.steps,
         )
     )
     waiting = prep.engine.value_at(prep.engine.find("requests_waiting", node), peak, m.window)

@@ -37,10 +37,13 @@ def engine_pids(samples: SampleView, events: pl.DataFrame, manifest: Manifest) -
         pids.add(stated)
     elif isinstance(stated, list):
         pids |= {int(p) for p in stated if isinstance(p, int)}
+    failing, listed = _oom_clauses(samples.memory, events)
+    pids |= failing
     if pids:
         return frozenset(pids | _namespace_twins(samples.memory, pids))
     first = (
         _first_process_samples(samples.memory)
+        .filter(~pl.col("pid").is_in(list(listed)))
         .sort("ts", maintain_order=True)
         .group_by("node", "device", "pid", maintain_order=True)
         .agg(pl.col("value").first())
@@ -49,6 +52,42 @@ def engine_pids(samples: SampleView, events: pl.DataFrame, manifest: Manifest) -
         .first()
     )
     return frozenset(first["pid"].to_list())
+
+
+# PyTorch prints sizes to two decimals of their unit ("33.83 GiB"): a clause and "this process
+# has" about the same process agree within half a unit of the last digit.
+_CLAUSE_MATCH = 0.005
+
+
+def _oom_clauses(memory: SeriesIndex, events: pl.DataFrame) -> tuple[set[int], set[int]]:
+    """The pids an OOM message lists ("Process N has X memory in use", per-process samples at
+    the OOM's instant), split into the failing process itself and the others.
+
+    The failing process is the OOM event's ``pid`` where stated, and the clause whose size is
+    the message's "this process has X" (``process_bytes``): in a container the event names the
+    container's pid and the clause the host's, for one process. Where the message states "this
+    process has X" and no clause has that size, the engine is not listed (its pid hidden) and
+    every listed process is another one. Where it states neither, nothing is concluded here
+    (the engine is then the process holding the most, see :func:`engine_pids`)."""
+    ooms = events.filter((pl.col("kind") == "oom") & pl.col("ts").is_not_null())
+    catalog = memory.catalog.filter(
+        (pl.col("metric") == "process_used_bytes") & pl.col("pid").is_not_null()
+    )
+    if ooms.is_empty() or catalog.is_empty():
+        return set(), set()
+    own: set[int] = {int(p) for p in ooms["pid"].drop_nulls().to_list()}
+    others: set[int] = set()
+    for oom in ooms.filter(pl.col("process_bytes").is_not_null()).iter_rows(named=True):
+        mine = oom["process_bytes"]
+        for name, pid in catalog.select("series", "pid").rows():
+            rows = memory.between(name, oom["ts"], oom["ts"])
+            if rows.is_empty() or pid in own:
+                continue
+            if abs(float(rows["value"][0]) - mine) <= _CLAUSE_MATCH * mine:
+                own.add(int(pid))
+            else:
+                others.add(int(pid))
+    return own, others - own
 
 
 def _first_process_samples(memory: SeriesIndex) -> pl.DataFrame:
@@ -138,15 +177,24 @@ def foreign_processes(
     """Memory other processes held at the peak, from per-process samples or, failing those, from
     the OOM's own accounting (in use minus the engine's process)."""
     out: list[ProcessUse] = []
-    catalog = memory.catalog.filter(
-        (pl.col("metric") == "process_used_bytes")
-        & (pl.col("node") == node)
-        & pl.col("pid").is_not_null()
+    on_node = memory.catalog.filter(
+        (pl.col("metric") == "process_used_bytes") & (pl.col("node") == node)
+    )
+    known = set(on_node["device"].drop_nulls().to_list()) | (
+        {device} if device is not None else set()
+    )
+    # A process listed without a device (nvidia-smi naming the GPU by its UUID alone) can only
+    # be on the node's one GPU when it has one.
+    same = pl.col("device").eq_missing(device) | (pl.col("device").is_null() & (len(known) <= 1))
+    catalog = on_node.filter(
+        pl.col("pid").is_not_null()
         & ~pl.col("pid").is_in(list(engine))
-        & (pl.col("device").eq_missing(device) if device is not None else pl.lit(value=True))
+        & (same if device is not None else pl.lit(value=True))
     )
     for pid in sorted(set(catalog["pid"].to_list())):
         series = memory.find("process_used_bytes", node, device, pid=pid)
+        if series is None:
+            series = memory.find("process_used_bytes", node, None, pid=pid)
         now = memory.value_at(series, peak_ts, window)
         if now is None:
             continue

@@ -25,6 +25,7 @@ import polars as pl
 
 from oomtrace.analysis.findings import Culprit, Ledger, LedgerRow
 from oomtrace.analysis.grouped import per_request
+from oomtrace.analysis.step_bytes import StepEstimate
 from oomtrace.analysis.timeline import Timeline, lit_ts
 from oomtrace.analysis.window import residents_with_ids
 from oomtrace.units import format_bytes
@@ -148,18 +149,39 @@ def with_shares(frame: pl.DataFrame, observed_bytes: int | None) -> Residents:
     return Residents(frame.with_columns(shares), explained, denominator)
 
 
-def prefill_candidates(frame: pl.DataFrame, window_start: datetime) -> pl.DataFrame:
+def prefill_candidates(
+    frame: pl.DataFrame, window_start: datetime, steps: tuple[StepEstimate, ...] = ()
+) -> pl.DataFrame:
     """Requests in prefill at the peak (or, where the source never states first tokens, admitted
-    inside the window), by uncached prompt tokens."""
+    inside the window), by the bytes their step needs (``steps``; token equivalents without the
+    model's widths), else by uncached prompt tokens."""
     uncached = pl.col("prompt_tokens") - pl.col("cached_tokens").fill_null(0)
     maybe = pl.col("in_prefill").fill_null(pl.col("start_ts") >= lit_ts(window_start))
+    weights = pl.DataFrame(
+        {
+            "request_id": [e.request_id for e in steps],
+            "step_weight": [e.weight for e in steps],
+            "step_tokens": [e.step_tokens for e in steps],
+            "step_parameter": [e.parameter for e in steps],
+            "step_bytes": [e.bytes for e in steps],
+        },
+        schema={
+            "request_id": pl.String,
+            "step_weight": pl.Float64,
+            "step_tokens": pl.Int64,
+            "step_parameter": pl.String,
+            "step_bytes": pl.Int64,
+        },
+    )
     return (
         frame.filter(maybe)
         .with_columns(uncached_tokens=uncached)
+        .join(weights, on="request_id", how="left")
         .sort(
+            pl.col("step_weight").fill_null(-1),
             pl.col("uncached_tokens").fill_null(-1),
             "request_id",
-            descending=[True, False],
+            descending=[True, True, False],
         )
     )
 
@@ -205,6 +227,24 @@ def _prefill_reason(row: dict[str, Any], peak_ts: datetime) -> str:
     return reason
 
 
+def _step_reason(row: dict[str, Any]) -> str:
+    """What the request's share of the step is estimated to need."""
+    if row.get("step_tokens") is None or (
+        row.get("step_parameter") is None and row.get("step_bytes") is None
+    ):
+        return ""  # a plain prompt without the model's widths: the prompt says it all
+    what = {
+        "prompt_logprobs": "prompt_logprobs over each prompt token of its chunk",
+        "n": "several sequences sampled in parallel (n)",
+        "best_of": "several sequences sampled in parallel (best_of)",
+        "logprobs": "logprobs",
+    }.get(row.get("step_parameter") or "")
+    text = f"; its step: {row['step_tokens']:,} tokens" + (f" with {what}" if what else "")
+    if row.get("step_bytes") is not None:
+        text += f", an estimated {format_bytes(row['step_bytes'])}"
+    return text
+
+
 def culprits(
     ranked: Residents,
     *,
@@ -213,15 +253,16 @@ def culprits(
     window_start: datetime,
     top: int,
     basis_label: str,
+    steps: tuple[StepEstimate, ...] = (),
 ) -> tuple[Culprit, ...]:
     """The top ``top`` culprits with the reason for each rank."""
     frame = ranked.frame
     if transient:
-        frame = prefill_candidates(frame, window_start)
+        frame = prefill_candidates(frame, window_start, steps)
     out = []
     for rank, row in enumerate(frame.head(top).iter_rows(named=True), start=1):
         if transient:
-            reason = _prefill_reason(row, peak_ts)
+            reason = _prefill_reason(row, peak_ts) + _step_reason(row)
         else:
             reason = f"held {_figure(row)} at the peak"
             if ranked.denominator:
@@ -253,6 +294,9 @@ def culprits(
                 reason=reason,
                 preemptions=_preemptions(row),
                 blocks_basis=row["blocks_basis"],
+                step_tokens=row.get("step_tokens"),
+                step_parameter=row.get("step_parameter"),
+                step_bytes=row.get("step_bytes"),
             )
         )
     return tuple(out)

@@ -59,7 +59,11 @@ _REQUEST_FIELDS: Final = (
     "max_tokens",
     "output_tokens",
     "cached_tokens",
+    "logprobs",
+    "prompt_logprobs",
 )
+# Stated on nearly every request as 1: cited only when they ask for more than one sequence.
+_SEQUENCE_FIELDS: Final = ("n", "best_of")
 
 
 def _values(row: dict[str, Any], fields: tuple[str, ...]) -> tuple[tuple[str, Scalar], ...]:
@@ -89,8 +93,13 @@ def event(row: dict[str, Any]) -> Evidence:
 
 
 def request(row: dict[str, Any]) -> Evidence:
+    many = tuple((k, row[k]) for k in _SEQUENCE_FIELDS if (row.get(k) or 1) > 1)
     return Evidence(
-        "requests", row["ts"], row.get("node"), row.get("source"), _values(row, _REQUEST_FIELDS)
+        "requests",
+        row["ts"],
+        row.get("node"),
+        row.get("source"),
+        _values(row, _REQUEST_FIELDS) + many,
     )
 
 

@@ -69,6 +69,10 @@ class Culprit:
     # "engine": blocks as the engine itself stated them (the vLLM plugin); "modelled": from
     # tokens where the engine states blocks for other requests; null where no source states any
     blocks_basis: str | None = None
+    # At a transient peak: the request's share of the step (oomtrace.analysis.step_bytes).
+    step_tokens: int | None = None
+    step_parameter: str | None = None
+    step_bytes: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -92,6 +96,9 @@ class Culprit:
             "admitted_in_window": self.admitted_in_window,
             "in_prefill": self.in_prefill,
             "reason": self.reason,
+            "step_tokens": self.step_tokens,
+            "step_parameter": self.step_parameter,
+            "step_bytes": self.step_bytes,
         }
 
 
@@ -188,17 +195,20 @@ class ClassCheck:
 
 @dataclass(frozen=True)
 class ProcessUse:
-    """Device memory held by a process other than the engine at the peak."""
+    """Device memory held by a process other than the engine at the peak; ``name`` where a
+    source names it (nvidia-smi's process name)."""
 
     pid: int | None
     bytes: int
     growth_bytes: int | None
     share: float
     basis: str
+    name: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "pid": self.pid,
+            "name": self.name,
             "bytes": self.bytes,
             "growth_bytes": self.growth_bytes,
             "share": share(self.share),

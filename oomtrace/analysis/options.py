@@ -8,6 +8,7 @@ from typing import Final
 
 from oomtrace.analysis.kvmodel import SequenceBytes
 from oomtrace.analysis.limits import LimitSearch
+from oomtrace.analysis.step_bytes import ModelDims
 from oomtrace.errors import UsageError
 from oomtrace.units import MiB
 
@@ -47,6 +48,7 @@ class AnalyzeOptions:
     kv_spec: SequenceBytes | None = None
     kv_spec_label: str = "architecture"
     limit_search: LimitSearch | None = None
+    model_dims: ModelDims | None = None
     # A rise counts as a spike when it is at least this many bytes and this share of capacity.
     min_rise_bytes: int = 256 * MiB
     min_rise_fraction: float = 0.05

@@ -31,7 +31,7 @@ from oomtrace.analysis.incident_traffic import incident_requests
 from oomtrace.analysis.incidents import anchor_incidents
 from oomtrace.analysis.index import SeriesIndex
 from oomtrace.analysis.options import AnalyzeOptions
-from oomtrace.analysis.prepare import prepare, tables_on_node
+from oomtrace.analysis.prepare import first_served, prepare, tables_on_node
 from oomtrace.analysis.reconcile import kv_reconciliation, memory_reconciliations
 from oomtrace.analysis.remedies import RemedyFacts, remedies_for
 from oomtrace.analysis.timeline import Timeline
@@ -58,7 +58,7 @@ def _analyze(source: Trace | TraceScan, options: AnalyzeOptions) -> Findings:
     tables = tables_on_node(source, options.node)
     prep, modelled, spikes, facts = prepare(tables, options)
     kv, timeline = prep.kv, prep.timeline
-    anchors = anchor_incidents(tables.events, spikes, options, facts.first_request)
+    anchors = anchor_incidents(tables.events, spikes, options, first_served(facts, prep.serving))
     incidents = tuple(build_incident(prep, a, options, i) for i, a in enumerate(anchors, start=1))
     remedies = _remedies(prep, incidents, options)
     summary = _summary(facts, tables.manifest.engine.get("name"), timeline)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 import polars as pl
 
@@ -104,6 +104,7 @@ def prepare(
         capacities=cap_map,
         engine_pids=engine_pids(samples, tables.events, tables.manifest),
         idle=_idle(engine_long, breakpoints),
+        serving=serving_samples(samples.other),
     )
     return prep, modelled, spikes, facts
 
@@ -189,6 +190,36 @@ def _modelled_for_spikes(modelled: SeriesIndex, kv: KVModel) -> SeriesIndex:
         {n: modelled.rows(n) for n in keep},
         {n: {k: v for k, v in modelled.meta(n).items() if k != "series"} for n in keep},
     )
+
+
+# Samples that show an engine serving: a request running, tokens produced, KV blocks in use.
+SERVING_METRICS: Final = (
+    "requests_running",
+    "prompt_throughput_tokens_per_s",
+    "generation_throughput_tokens_per_s",
+    "kv_usage_ratio",
+    "kv_blocks_used",
+    "kv_tokens_used",
+)
+
+
+def serving_samples(samples: pl.DataFrame) -> pl.DataFrame:
+    """``node, ts, source, metric, value`` of every sample above zero of :data:`SERVING_METRICS`,
+    in time order: the evidence that a server without request lines was serving."""
+    return (
+        samples.filter(pl.col("metric").is_in(SERVING_METRICS) & (pl.col("value") > 0))
+        .select("node", "ts", "source", "metric", "value")
+        .sort("ts", maintain_order=True)
+    )
+
+
+def first_served(facts: TableFacts, serving: pl.DataFrame) -> dict[str, datetime]:
+    """Each node's first sign of serving: its first request event or serving sample."""
+    out = dict(facts.first_request)
+    firsts = serving.group_by("node").agg(pl.col("ts").min())
+    for node, ts in firsts.iter_rows():
+        out[node] = min(out[node], ts) if node in out else ts
+    return out
 
 
 def _idle(engine: pl.DataFrame, breakpoints: Breakpoints) -> pl.DataFrame:

@@ -220,11 +220,13 @@ class AnalysisChoices:
         from oomtrace.analysis import AnalyzeOptions
         from oomtrace.analysis.kvmodel import architecture_spec
         from oomtrace.analysis.options import parse_duration
+        from oomtrace.analysis.step_bytes import model_dims
         from oomtrace.replay.limits import replay_limits
 
         window_s = parse_duration(self.window, what="--window")
-        spec, label = None, "architecture"
+        spec, label, dims = None, "architecture", None
         if self.config_path is not None:
+            dims = model_dims(self.config_path)
             spec, label = architecture_spec(
                 self.config_path,
                 manifest,
@@ -238,6 +240,7 @@ class AnalysisChoices:
             kv_spec=spec,
             kv_spec_label=label,
             limit_search=replay_limits,
+            model_dims=dims,
         )
 
 
