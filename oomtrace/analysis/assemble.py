@@ -22,6 +22,7 @@ from oomtrace.analysis.timeline import Timeline
 from oomtrace.analysis.trace_scan import Tables
 from oomtrace.analysis.window import window_segments
 from oomtrace.schema import TS
+from oomtrace.units import format_bytes
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,7 @@ class Prepared:
     engine_pids: frozenset[int]
     idle: pl.DataFrame
     serving: pl.DataFrame  # samples showing the engine serving (see prepare.serving_samples)
+    preemptions: pl.DataFrame  # node, ts of every preemption stated (prepare.preemption_times)
 
 
 def _capacity(prep: Prepared, node: str, device: int | None) -> int | None:
@@ -61,8 +63,13 @@ def _peak_bytes(prep: Prepared, anchor: Anchoring, window: timedelta) -> int | N
     return round(value) if value is not None else None
 
 
-def _observed_kv(prep: Prepared, node: str, ts: datetime, window: timedelta) -> int | None:
-    row = prep.kv_index.at(prep.kv_index.find("kv_used", node), ts, window)
+def _observed_kv(prep: Prepared, m: _Moment) -> int | None:
+    """The KV in use the engine stated at the peak: on the series that spiked where the incident
+    is a KV spike (one moment, one figure), else on the node's best-sampled KV series."""
+    spike = m.anchor.spike
+    series = spike.series if m.kv_spike and spike is not None else None
+    series = series or prep.kv_index.find("kv_used", m.anchor.node)
+    row = prep.kv_index.at(series, m.anchor.peak_ts, m.window)
     if row is None or row["unit"] != "bytes":
         return None
     return round(float(row["value"]))
@@ -89,18 +96,25 @@ class _Moment:
     device_capacity: int | None
     peak_bytes: int | None
     kv_spike: bool
+    whole_rise: bool  # the window reaches back to where a filled pool's rise began
 
 
 def _moment(prep: Prepared, anchor: Anchoring, options: AnalyzeOptions) -> _Moment:
     window = timedelta(seconds=options.window_s)
     spike = anchor.spike
+    kv_spike = anchor.kind == "spike" and spike is not None and spike.metric == "kv_used"
+    start = anchor.peak_ts - window
+    # A pool that filled is looked at from where its rise began (spikes.FILL_LOOKBACK at most):
+    # what took it from its normal level to full is growth over the whole rise.
+    rise = spike is not None and kv_spike and spike.start < start
     return _Moment(
         anchor=anchor,
         window=window,
-        window_start=anchor.peak_ts - window,
+        window_start=spike.start if rise and spike is not None else start,
         device_capacity=_capacity(prep, anchor.node, anchor.device),
         peak_bytes=_peak_bytes(prep, anchor, window),
-        kv_spike=anchor.kind == "spike" and spike is not None and spike.metric == "kv_used",
+        kv_spike=kv_spike,
+        whole_rise=rise,
     )
 
 
@@ -205,13 +219,15 @@ def build_incident(
     """Assemble one incident (``number`` 1 is the primary)."""
     m = _moment(prep, anchor, options)
     node, peak = anchor.node, anchor.peak_ts
-    ranked = cul.residents(prep.timeline, node, peak, m.window_start)
+    ranked = cul.residents(prep.timeline, node, peak, m.window_start, by_growth=m.whole_rise)
     context = _context(prep, m, options, ranked)
     cls, reason, checks = classify(context)
-    observed_kv = _observed_kv(prep, node, peak, m.window)
+    observed_kv = _observed_kv(prep, m)
     observed, basis = _observed(m, cls, observed_kv)
-    shares = cul.with_shares(ranked, observed)
-    explained = shares.explained_bytes
+    running = prep.engine.value_at(prep.engine.find("requests_running", node), peak, m.window)
+    modelled = cul.modelled_bytes(ranked)
+    explained, note = _capped(prep, modelled, observed_kv, ranked.height, running)
+    shares = cul.with_shares(ranked, observed, explained)
     coverage = min((explained or 0) / observed, 1.0) if observed else None
     chosen = (
         ()
@@ -224,6 +240,7 @@ def build_incident(
             top=options.top_culprits,
             basis_label=basis,
             steps=context.steps,
+            by_growth=m.whole_rise,
         )
     )
     waiting = prep.engine.value_at(prep.engine.find("requests_waiting", node), peak, m.window)
@@ -246,6 +263,8 @@ def build_incident(
         observed_bytes=observed,
         explained_bytes=explained,
         unexplained_bytes=max(observed - (explained or 0), 0) if observed is not None else None,
+        modelled_bytes=modelled,
+        model_note=note,
         breakdown=_breakdown(prep, m, explained, context),
         culprits=chosen,
         processes=tuple(context.processes),
@@ -257,10 +276,48 @@ def build_incident(
             pool_bytes=prep.kv.pool_bytes,
             observed_used_bytes=observed_kv,
             waiting_requests=round(waiting) if waiting is not None else None,
+            engine_running=round(running) if running is not None else None,
         ),
         spikes=tuple(anchor.spikes),
         window_segments=_swimlanes(prep.timeline, node, m.window_start, peak, chosen),
     )
+
+
+# An over-count this small (a share of the engine's figure) is the rounding of what it printed
+# (vLLM's usage to 0.1 %, GiB to 0.01): capped without a note.
+NOTED_OVERCOUNT = 0.02
+
+
+def _capped(
+    prep: Prepared,
+    modelled: int | None,
+    observed_kv: int | None,
+    residents: int,
+    running: float | None,
+) -> tuple[int | None, str | None]:
+    """The KV the named requests explain: the model's count, capped at what the engine stated of
+    its KV in use (observed, else its pool), with a note when the cap bites."""
+    stated, what = (observed_kv, "observed KV in use")
+    if stated is None:
+        stated, what = prep.kv.pool_bytes, "KV pool"
+    if modelled is None or stated is None or modelled <= stated:
+        return modelled, None
+    if modelled - stated <= NOTED_OVERCOUNT * stated:
+        return stated, None  # within what the engine's printed figures round away
+    plural = "s" if residents != 1 else ""
+    note = (
+        f"the model counts {residents} resident request{plural} holding "
+        f"{format_bytes(modelled)}, "
+        f"{format_bytes(modelled - stated)} more than the engine's {what} "
+        f"({format_bytes(stated)})"
+    )
+    if running is not None and round(running) < residents:
+        note += f"; the engine said {round(running)} were running"
+    note += (
+        ": requests the model keeps resident that the engine had preempted, queued or finished "
+        "without saying so; what they explain is capped at the engine's figure"
+    )
+    return stated, note
 
 
 def _breakdown(

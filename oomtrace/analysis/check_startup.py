@@ -25,6 +25,9 @@ from oomtrace.units import format_bytes
 # Refusals that say the engine's own settings do not fit (not that others hold the memory).
 MISFIT_KINDS = ("startup_kv_insufficient", "startup_no_kv_memory")
 _MAX_LEN = re.compile(r"max seq len \(?(\d+)")
+# What the refusal states it can hold: vLLM V1's own estimate, V0's token count.
+_ESTIMATE = re.compile(r"estimated maximum model length (?:is )?(\d+)")
+_HOLDS = re.compile(r"(\d+) tokens the KV cache can hold|stored in KV cache \((\d+)\)")
 
 
 def startup(ctx: Context) -> ClassCheck:
@@ -97,10 +100,14 @@ def _refusal_figures(ctx: Context, event: dict[str, Any]) -> tuple[tuple[str, An
     available = event.get("free_bytes")
     if available is None:
         available = ctx.config.get("available_kv_cache_bytes")
+    detail = str(event.get("detail") or "")
+    estimate, holds = _ESTIMATE.search(detail), _HOLDS.search(detail)
     return (
         ("kv_needed_bytes", event.get("requested_bytes")),
         ("kv_available_bytes", available),
         ("max_model_len", length if isinstance(length, int) else None),
+        ("engine_max_model_len", int(estimate.group(1)) if estimate else None),
+        ("kv_tokens", int(holds.group(1) or holds.group(2)) if holds else None),
         ("device_total_bytes", ctx.capacity),
     )
 

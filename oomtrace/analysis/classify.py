@@ -38,6 +38,7 @@ from oomtrace.analysis.check_leak import leak
 from oomtrace.analysis.check_startup import startup
 from oomtrace.analysis.evidence import Evidence
 from oomtrace.analysis.findings import ClassCheck, IncidentClass
+from oomtrace.analysis.spikes import POOL_METRICS
 from oomtrace.analysis.timeline import lit_ts
 from oomtrace.units import format_bytes
 
@@ -96,10 +97,16 @@ def _fragmentation(ctx: Context) -> ClassCheck:
     return ClassCheck("fragmentation", False, "no large reserved-but-unallocated memory at an OOM")
 
 
+def _filled(ctx: Context) -> bool:
+    """Whether the incident is a pool that filled (its moment is the fill, what followed is
+    its consequence: preemptions are counted for a window after it too)."""
+    return ctx.anchor == "spike" and ctx.spike is not None and ctx.spike.metric in POOL_METRICS
+
+
 def _preemptions(ctx: Context) -> tuple[int, list[Evidence]]:
     rows: list[Evidence] = []
     count = 0
-    stop = ctx.peak_ts + timedelta(seconds=1)
+    stop = ctx.peak_ts + (ctx.window if _filled(ctx) else timedelta(seconds=1))
     counter = ctx.engine.find("preemptions_total", ctx.node)
     if counter is not None:
         window = ctx.engine.between(counter, ctx.window_start, stop)
@@ -122,8 +129,13 @@ def _preemptions(ctx: Context) -> tuple[int, list[Evidence]]:
 
 
 def _kv_full(ctx: Context) -> tuple[float | None, dict[str, Any] | None]:
-    series = ctx.kv_index.find("kv_used", ctx.node)
-    row = ctx.kv_index.max_between(series, ctx.window_start, ctx.peak_ts + timedelta(seconds=1))
+    """The fullest the pool was seen in the window: on the series that filled, up to the fill,
+    for a pool that filled; else on the best-sampled KV series, up to a second after the peak (a
+    log's whole-second stamps)."""
+    filled = _filled(ctx) and ctx.spike is not None and ctx.spike.metric == "kv_used"
+    series = ctx.spike.series if filled and ctx.spike else ctx.kv_index.find("kv_used", ctx.node)
+    stop = ctx.peak_ts if filled else ctx.peak_ts + timedelta(seconds=1)
+    row = ctx.kv_index.max_between(series, ctx.window_start, stop)
     if row is None or row.get("ratio") is None:
         return None, row
     return float(row["ratio"]), row
@@ -143,7 +155,8 @@ def _kv_exhaustion(ctx: Context) -> ClassCheck:
     if preemptions:
         storm = "a preemption storm: " if preemptions >= STORM else ""
         plural = "" if preemptions == 1 else "s"
-        parts.append(f"{storm}{preemptions} preemption{plural} in the window")
+        when = "from the rise to a window after it filled" if _filled(ctx) else "in the window"
+        parts.append(f"{storm}{preemptions} preemption{plural} {when}")
     if parts:
         return ClassCheck("kv_exhaustion", True, "; ".join(parts), tuple(rows))
     seen = (

@@ -131,7 +131,9 @@ class LedgerRow:
 @dataclass(frozen=True)
 class Ledger:
     """The admission ledger at the spike: every resident request and the totals against the pool.
-    ``reserved`` is each request's contract (``prompt + max_tokens``); ``stored`` what it held."""
+    ``reserved`` is each request's contract (``prompt + max_tokens``); ``stored`` what it held.
+    Remainders are never negative: what the pool had left is the pool less what it held, the
+    model's count capped at the pool."""
 
     ts: datetime
     rows: tuple[LedgerRow, ...]
@@ -147,6 +149,8 @@ class Ledger:
     observed_used_bytes: int | None
     remaining_observed_bytes: int | None
     waiting_requests: int | None
+    # The engine's own running count at the moment, beside the model's resident count.
+    engine_running: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -276,10 +280,13 @@ class Gap:
 class Incident:
     """One incident: its moment, its class with evidence, its culprits and its coverage.
 
-    ``coverage`` is ``explained_bytes / max(observed_bytes, explained_bytes)``: the share of the
-    observed peak (``coverage_basis`` names which observation) that named requests explain, null
-    when nothing was observed at the peak. Culprit and ledger shares use the same denominator, so
-    the ledger's shares sum to the coverage.
+    ``coverage`` is ``explained_bytes / observed_bytes``: the share of the observed peak
+    (``coverage_basis`` names which observation) that named requests explain, null when nothing
+    was observed at the peak. ``explained_bytes`` is what the model counts the resident requests
+    holding (``modelled_bytes``), capped at what the engine itself stated of its KV in use (the
+    observed KV, else the pool): where the model counts more, ``model_note`` says by how much and
+    why, so that explained never exceeds observed and no remainder is negative. Culprit and ledger
+    shares are of ``max(observed, modelled)``.
     """
 
     id: str
@@ -300,6 +307,9 @@ class Incident:
     observed_bytes: int | None
     explained_bytes: int | None
     unexplained_bytes: int | None
+    # What the model counted before it was capped at the engine's own figure, and why it was.
+    modelled_bytes: int | None
+    model_note: str | None
     breakdown: tuple[Component, ...]
     culprits: tuple[Culprit, ...]
     processes: tuple[ProcessUse, ...]
@@ -336,6 +346,8 @@ class Incident:
             "observed_bytes": self.observed_bytes,
             "explained_bytes": self.explained_bytes,
             "unexplained_bytes": self.unexplained_bytes,
+            "modelled_bytes": self.modelled_bytes,
+            "model_note": self.model_note,
             "breakdown": [c.to_json() for c in self.breakdown],
             "culprits": [c.to_json() for c in self.culprits],
             "processes": [p.to_json() for p in self.processes],

@@ -58,7 +58,8 @@ def _analyze(source: Trace | TraceScan, options: AnalyzeOptions) -> Findings:
     tables = tables_on_node(source, options.node)
     prep, modelled, spikes, facts = prepare(tables, options)
     kv, timeline = prep.kv, prep.timeline
-    anchors = anchor_incidents(tables.events, spikes, options, first_served(facts, prep.serving))
+    served = first_served(facts, prep.serving)
+    anchors = anchor_incidents(tables.events, spikes, options, served, prep.preemptions)
     incidents = tuple(build_incident(prep, a, options, i) for i, a in enumerate(anchors, start=1))
     remedies = _remedies(prep, incidents, options)
     summary = _summary(facts, tables.manifest.engine.get("name"), timeline)

@@ -25,7 +25,7 @@ from oomtrace.analysis.lifecycle import Lifecycle, lifecycle
 from oomtrace.analysis.observed_series import BYTES_METRICS, capacities, engine_series, observed_kv
 from oomtrace.analysis.options import AnalyzeOptions
 from oomtrace.analysis.pool import Breakpoints, pool_breakpoints
-from oomtrace.analysis.reconcile import modelled_index
+from oomtrace.analysis.reconcile import modelled_index, pool_caps
 from oomtrace.analysis.samples import SampleView, read_samples
 from oomtrace.analysis.spikes import Spike, find_spikes
 from oomtrace.analysis.timeline import RESETS, Timeline, timeline_of
@@ -81,16 +81,18 @@ def prepare(
     memory = samples.memory
     kv_index = SeriesIndex.from_long(observed_kv(samples.other, kv))
     engine_long = engine_series(samples.other)
-    modelled = modelled_index(breakpoints, kv.has_bytes)
+    modelled = modelled_index(breakpoints, kv.has_bytes, pool_caps(kv))
     caps = capacities(samples.other, tables.events)
     cap_map = {
         (r["node"], r["device"]): int(r["capacity_bytes"]) for r in caps.iter_rows(named=True)
     }
     observed_any = not (memory.empty and kv_index.empty)
+    evicted = preemption_times(tables, samples.other)
     spikes = find_spikes(
         [memory, kv_index] if observed_any else [_modelled_for_spikes(modelled, kv)],
         _capacity_of(cap_map, kv),
         options,
+        preemptions=evicted,
     )
     logger.debug("%d spikes, %d knots", len(spikes), timeline.points.height)
     prep = Prepared(
@@ -105,6 +107,7 @@ def prepare(
         engine_pids=engine_pids(samples, tables.events, tables.manifest),
         idle=_idle(engine_long, breakpoints),
         serving=serving_samples(samples.other),
+        preemptions=evicted,
     )
     return prep, modelled, spikes, facts
 
@@ -211,6 +214,23 @@ def serving_samples(samples: pl.DataFrame) -> pl.DataFrame:
         .select("node", "ts", "source", "metric", "value")
         .sort("ts", maintain_order=True)
     )
+
+
+def preemption_times(tables: Tables, samples: pl.DataFrame) -> pl.DataFrame:
+    """``node, ts`` of every preemption (or retraction) a source states: preemption events,
+    preempted requests, a stats line's count for its interval, a counter's increase."""
+    stated = tables.requests.filter(pl.col("event") == "preempted").select("node", "ts").collect()
+    events = tables.events.filter(pl.col("kind") == "preemption").select("node", "ts")
+    interval = samples.filter(
+        (pl.col("metric") == "preemptions_in_interval") & (pl.col("value") > 0)
+    ).select("node", "ts")
+    counter = (
+        samples.filter(pl.col("metric") == "preemptions_total")
+        .sort("ts")
+        .filter(pl.col("value").diff().over("node", "source") > 0)
+        .select("node", "ts")
+    )
+    return pl.concat([stated, events, interval, counter]).sort("node", "ts")
 
 
 def first_served(facts: TableFacts, serving: pl.DataFrame) -> dict[str, datetime]:

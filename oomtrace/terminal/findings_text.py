@@ -160,6 +160,8 @@ def _coverage(incident: Incident) -> str:
     )
     if incident.unexplained_bytes:
         text += f"; {format_bytes(incident.unexplained_bytes)} unexplained"
+    if incident.model_note:
+        text += "\n  model:     " + escape.terminal(incident.model_note)
     return text
 
 

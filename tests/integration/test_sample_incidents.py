@@ -208,4 +208,4 @@ def test_readmes_first_command_writes_the_report_of_a_shipped_incident(
     run(*command)
     # THEN it wrote the report of the KV exhaustion sample
     html = (tmp_path / "incident.html").read_text(encoding="utf-8")
-    assert "KV cache pool exhausted at 2025-03-14T14:06:40.000Z" in html
+    assert "KV cache pool exhausted at 2025-03-14T14:05:10.417Z" in html

@@ -58,15 +58,47 @@ def test_memory_taken_while_the_engine_starts_is_not_an_incident() -> None:
     assert findings.incidents == ()
 
 
-def test_without_requests_the_same_rise_is_still_an_incident() -> None:
-    # GIVEN the same rise and no request lifecycle at all (nothing tells start-up from serving)
+def _no_requests() -> pl.DataFrame:
     schema = {"ts": pl.Datetime("ns", "UTC"), "node": pl.String, "source": pl.String}
-    none = conform(
+    return conform(
         "requests", pl.DataFrame(schema={**schema, "request_id": pl.String, "event": pl.String})
     )
-    trace = _trace(_device(_starting), none, _no_events())
-    # WHEN it is analysed, THEN the rise to 97 % of the device is an incident
+
+
+def test_without_requests_a_device_left_without_room_is_an_incident() -> None:
+    # GIVEN a rise to 99.5 % of the device and no request lifecycle at all (nothing tells
+    # start-up from serving)
+    trace = _trace(_device(lambda t: min(t, 30) * 796 * GiB // 300), _no_requests(), _no_events())
+    # WHEN it is analysed, THEN the device left without room is an incident
     assert len(analyze(trace).incidents) == 1
+
+
+def test_a_device_at_its_engines_usual_level_is_not_an_incident() -> None:
+    # GIVEN the rise to 97 %, where a preallocating engine (gpu_memory_utilization 0.95 and its
+    # context) sits all day, and no OOM
+    trace = _trace(_device(_starting), _no_requests(), _no_events())
+    # WHEN it is analysed, THEN it is a spike in the findings, not an incident
+    findings = analyze(trace)
+    assert any(s.metric == "device_used_bytes" for s in findings.spikes)
+    assert findings.incidents == ()
+
+
+def test_memory_of_unknown_capacity_is_never_pressure() -> None:
+    # GIVEN the allocator's reserve rising by 30 GiB and falling back, with no device total
+    rows = [
+        {
+            "ts": at(t),
+            "metric": "torch_reserved_bytes",
+            "pid": 7,
+            "value": float((40 if 100 <= t < 110 else 10) * GiB),
+        }
+        for t in range(200)
+    ]
+    trace = _trace(rows, _requests(20, 60, 120), _no_events())
+    # WHEN it is analysed, THEN no incident: without the device's size nothing says it was full
+    findings = analyze(trace)
+    assert any(s.metric == "torch_reserved_bytes" for s in findings.spikes)
+    assert findings.incidents == ()
 
 
 def test_a_kv_pool_rising_well_below_full_is_traffic_not_an_incident() -> None:
