@@ -411,7 +411,15 @@ def _check_values(table: TableName, frame: pl.DataFrame, where: str) -> None:
         _check_vocabulary(frame, "event", REQUEST_EVENTS, where)
         _check_non_negative(
             frame,
-            ["prompt_tokens", "max_tokens", "output_tokens", "kv_blocks", "n", "best_of", "logprobs"],
+            [
+                "prompt_tokens",
+                "max_tokens",
+                "output_tokens",
+                "kv_blocks",
+                "n",
+                "best_of",
+                "logprobs",
+            ],
             where,
         )
     else:

@@ -93,6 +93,7 @@ def prepare(
         _capacity_of(cap_map, kv),
         options,
         preemptions=evicted,
+        pool_blocks=kv.pool_blocks,
     )
     logger.debug("%d spikes, %d knots", len(spikes), timeline.points.height)
     prep = Prepared(

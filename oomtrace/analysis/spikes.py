@@ -99,10 +99,12 @@ def find_spikes(
     *,
     per_series: int = 3,
     preemptions: pl.DataFrame | None = None,
+    pool_blocks: int | None = None,
 ) -> list[Spike]:
     """Spikes of every series of ``indexes`` (``capacity`` gives each series' capacity from its
     description, or None), at most ``per_series`` per series, worst first overall.
-    ``preemptions`` (``node, ts``) tell which fill of a pool ran it dry."""
+    ``preemptions`` (``node, ts``) tell which fill of a pool ran it dry; ``pool_blocks`` tells
+    when a pool had no block left."""
     spikes: list[Spike] = []
     for index in indexes:
         for name in index.names():
@@ -110,7 +112,9 @@ def find_spikes(
             frame = index.rows(name).select("ts", "value").drop_nulls("value")
             if frame.height:
                 evicted = _times(preemptions, meta["node"])
-                spikes += _series_spikes(frame, meta, capacity(meta), options, per_series, evicted)
+                spikes += _series_spikes(
+                    frame, meta, capacity(meta), options, per_series, evicted, pool_blocks
+                )
     return sorted(spikes, key=lambda s: (s.severity(), s.series), reverse=True)
 
 
@@ -127,6 +131,7 @@ def _series_spikes(
     options: AnalyzeOptions,
     per_series: int,
     evicted: list[datetime] | None = None,
+    pool_blocks: int | None = None,
 ) -> list[Spike]:
     window = timedelta(seconds=options.window_s)
     threshold = _threshold(meta, capacity, float(frame["value"].max()), options)  # type: ignore[arg-type]
@@ -173,6 +178,8 @@ def _series_spikes(
     for peak_ts, first_ts, last_ts in merged.select("peak_ts", "first_ts", "last_ts").rows():
         fulls = [t for t in entries if first_ts <= t <= last_ts]
         full_ts = _fill(fulls, last_ts + window, evicted or [])
+        if full_ts is not None and capacity and pool_blocks:
+            full_ts = _no_room(frame, full_ts, evicted or [], capacity * (1 - 1.5 / pool_blocks))
         if fills and full_ts is not None:
             # The moment a pool filled, not its noisiest maximum later: what filled it is what
             # grew from its normal level to that moment.
@@ -193,6 +200,20 @@ def _fill(fulls: list[datetime], until: datetime, evicted: list[datetime]) -> da
         return fulls[0]
     before = [t for t in fulls if t <= first_eviction]
     return before[-1] if before else fulls[0]
+
+
+def _no_room(
+    frame: pl.DataFrame, entry: datetime, evicted: list[datetime], level: float
+) -> datetime:
+    """Where a series states the pool to the block (the vLLM plugin's steps), the fill is the
+    first reading after ``entry`` with no block left (``level``: the pool less a block and
+    vLLM's null block), before the first preemption; a coarser series keeps ``entry``."""
+    until = next((t for t in evicted if t >= entry), None)
+    after = frame.filter(pl.col("ts") >= pl.lit(entry, dtype=frame.schema["ts"]))
+    if until is not None:
+        after = after.filter(pl.col("ts") <= pl.lit(until, dtype=frame.schema["ts"]))
+    full = after.filter(pl.col("value") >= level)
+    return full["ts"][0] if full.height else entry
 
 
 # Series of a pool that fills and stays full (preemptions, churn): their spike is the fill.
