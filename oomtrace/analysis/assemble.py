@@ -96,7 +96,7 @@ class _Moment:
     device_capacity: int | None
     peak_bytes: int | None
     kv_spike: bool
-    whole_rise: bool  # the window reaches back to where a filled pool's rise began
+    whole_rise: bool  # a pool that filled: its window covers the rise, culprits by growth
 
 
 def _moment(prep: Prepared, anchor: Anchoring, options: AnalyzeOptions) -> _Moment:
@@ -106,15 +106,20 @@ def _moment(prep: Prepared, anchor: Anchoring, options: AnalyzeOptions) -> _Mome
     start = anchor.peak_ts - window
     # A pool that filled is looked at from where its rise began (spikes.FILL_LOOKBACK at most):
     # what took it from its normal level to full is growth over the whole rise.
-    rise = spike is not None and kv_spike and spike.start < start
+    filled = (
+        spike is not None
+        and kv_spike
+        and spike.utilisation is not None
+        and spike.utilisation >= options.kv_full_ratio
+    )
     return _Moment(
         anchor=anchor,
         window=window,
-        window_start=spike.start if rise and spike is not None else start,
+        window_start=min(start, spike.start) if filled and spike is not None else start,
         device_capacity=_capacity(prep, anchor.node, anchor.device),
         peak_bytes=_peak_bytes(prep, anchor, window),
         kv_spike=kv_spike,
-        whole_rise=rise,
+        whole_rise=filled,
     )
 
 
