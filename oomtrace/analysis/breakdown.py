@@ -199,7 +199,9 @@ def foreign_processes(
         if now is None:
             continue
         before = memory.value_at(series, window_start, window)
-        growth = round(now - (before or 0.0))
+        # a process first seen inside the window (the OOM message's clause is its only sample)
+        # did not grow by what it holds: its growth is not known
+        growth = round(now - before) if before is not None else None
         out.append(
             ProcessUse(pid, round(now), growth, now / observed if observed else 0.0, "samples")
         )

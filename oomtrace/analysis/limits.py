@@ -62,9 +62,15 @@ class LimitReplay:
 class LimitSearch(Protocol):
     """Replays ``requests`` (canonical lifecycle rows of one node: every row of each request
     the incident's span touches) under the settings ``manifest`` records, then bisects each
-    admission limit. Returns None when the trace cannot be replayed (no pool size stated, no
-    request that can be sized)."""
+    admission limit. ``decode_tokens_per_s`` is the analysis' decode rate, for requests whose
+    own lines give none (a log that states finishes without counts). Returns None when the
+    trace cannot be replayed (no pool size stated, no request that can be sized)."""
 
     def __call__(
-        self, requests: pl.DataFrame, manifest: Manifest, *, kv_bytes_per_token: int | None
+        self,
+        requests: pl.DataFrame,
+        manifest: Manifest,
+        *,
+        kv_bytes_per_token: int | None,
+        decode_tokens_per_s: float | None = None,
     ) -> LimitReplay | None: ...

@@ -124,6 +124,7 @@ def _remedies(
                     traffic,
                     prep.tables.manifest,
                     kv_bytes_per_token=round(per_token) if per_token else None,
+                    decode_tokens_per_s=prep.timeline.rate.tokens_per_s,
                 )
         facts = RemedyFacts(config, prep.kv, replay, str(engine) if engine else None)
         out += remedies_for(incident, facts)

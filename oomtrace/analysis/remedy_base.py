@@ -108,3 +108,28 @@ def as_float(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value)
+
+
+def set_utilisation(
+    incident: Incident,
+    check: ClassCheck,
+    facts: RemedyFacts,
+    share: float,
+    *,
+    detail: str,
+    prefix: str = "set",
+    suffix: str = "",
+) -> Remedy:
+    """A remedy that sets the engine's share of the device (to two decimals, as vLLM takes it)."""
+    return set_flag(
+        incident,
+        check,
+        facts,
+        "--gpu-memory-utilization",
+        f"{share:.2f}",
+        prefix=prefix,
+        suffix=suffix,
+        basis="budget",
+        detail=detail,
+        figures={"gpu_memory_utilization": share},
+    )

@@ -60,6 +60,8 @@ def _replayed(
     )
     if outcome.refused:
         detail += f"; {outcome.refused:,} request(s) longer than that are refused"
+    if replay.notes:
+        detail += "; " + "; ".join(replay.notes)
     suffix = ""
     if added is not None and added >= COSTLY_QUEUE_S:
         suffix = f" (costs {_seconds(added)} more queueing at p99)"

@@ -15,7 +15,6 @@ pool. Each limit comes with the queueing delays of its replay.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 
 import polars as pl
 
@@ -24,9 +23,9 @@ from oomtrace.errors import InputError, UsageError
 from oomtrace.replay.calibrate import recorded_pool, recorded_settings
 from oomtrace.replay.results import ReplayResult
 from oomtrace.replay.runner import replay
-from oomtrace.replay.search import SearchTarget, search
+from oomtrace.replay.search import SearchTarget, bisect, search
 from oomtrace.replay.settings import ReplaySettings
-from oomtrace.replay.workload import Workload, build_workload
+from oomtrace.replay.workload import TimeOptions, Workload, build_workload
 from oomtrace.trace import Manifest, Trace
 
 __all__ = ["replay_limits"]
@@ -38,14 +37,19 @@ _FLAGS: dict[SearchTarget, str] = {
 
 
 def replay_limits(
-    requests: pl.DataFrame, manifest: Manifest, *, kv_bytes_per_token: int | None
+    requests: pl.DataFrame,
+    manifest: Manifest,
+    *,
+    kv_bytes_per_token: int | None,
+    decode_tokens_per_s: float | None = None,
 ) -> LimitReplay | None:
     """See the module docstring; None when the pool size is not recorded or no request can be
-    sized."""
+    sized. ``decode_tokens_per_s`` stands in for requests whose own lines give no speed."""
     if recorded_pool(manifest.engine_config)[0] is None or requests.is_empty():
         return None
+    times = TimeOptions(decode_tokens_per_s=decode_tokens_per_s)
     try:
-        workload = build_workload(Trace(requests=requests, manifest=manifest))
+        workload = build_workload(Trace(requests=requests, manifest=manifest), options=times)
         settings = recorded_settings(manifest, kv_bytes_per_token=kv_bytes_per_token)
     except (InputError, UsageError):
         return None
@@ -70,8 +74,20 @@ def replay_limits(
         recorded_preemptions=base.summary.preemptions,
         recorded_queue_p99_s=base.summary.queue_delay_p99_s,
         limits=tuple(limits),
-        notes=workload.notes,
+        notes=(*_bounded(workload), *workload.notes),
     )
+
+
+def _bounded(workload: Workload) -> tuple[str, ...]:
+    """What the replay had to assume of output lengths the trace does not state."""
+    bound = workload.source_counts("output_source").get("max_tokens_bound", 0)
+    if not bound:
+        return ()
+    note = (
+        f"{bound:,} of the {workload.size:,} requests state no output length and are replayed "
+        "at their max_tokens, an upper bound: the limits found are cautious"
+    )
+    return (note,)
 
 
 def _outcome(
@@ -116,7 +132,7 @@ def _max_model_len(
             results[index] = replay(admitted(lengths[index]), settings, series_points=0)
         return results[index].summary.passes
 
-    best = _largest(passes, len(lengths))
+    best = bisect(passes, 0, len(lengths) - 1, largest=True) if lengths else None
     if best is None:
         return _outcome("--max-model-len", None, _int(recorded), None, workload, 0)
     refused = frame.filter(pl.col("_contract") > lengths[best]).height
@@ -125,21 +141,6 @@ def _max_model_len(
     # Any length below the next contract admits the same requests: the largest is one below it.
     length = lengths[best + 1] - 1
     return _outcome("--max-model-len", length, _int(recorded), results[best], workload, refused)
-
-
-def _largest(passes: Callable[[int], bool], count: int) -> int | None:
-    """The largest index in ``[0, count)`` that passes, assuming passing is monotone (None when
-    even the smallest fails)."""
-    if count == 0 or not passes(0):
-        return None
-    good, bad = 0, count
-    while bad - good > 1:
-        mid = (good + bad) // 2
-        if passes(mid):
-            good = mid
-        else:
-            bad = mid
-    return good
 
 
 def _int(value: object) -> int | None:

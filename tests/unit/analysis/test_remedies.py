@@ -94,3 +94,40 @@ def test_replay_limits_returns_nothing_without_a_recorded_pool() -> None:
     trace.manifest.engine_config.pop("available_kv_cache_bytes")
     assert replay_limits(trace.requests, trace.manifest, kv_bytes_per_token=None) is None
     assert isinstance(ReplaySettings(kv_blocks=1), ReplaySettings)
+
+
+def test_a_misfit_gets_the_engines_own_estimate_of_the_length_that_fits() -> None:
+    # GIVEN vLLM V1's refusal: 16 GiB needed for 131,072 tokens, 9.38 GiB available, and its own
+    # estimate of the longest request that fits (its message, as the vLLM parser reads it)
+    b = scenarios.ScenarioBuilder(duration=20.0, pool_blocks=100)
+    b.events.append(
+        {
+            "ts": scenarios.at(15.0),
+            "kind": "startup_kv_insufficient",
+            "requested_bytes": 16 << 30,
+            "free_bytes": 10_071_698_309,
+            "detail": "max seq len 131072 needs 16.00 GiB of KV cache; 9.38 GiB available; "
+            "estimated maximum model length 76784",
+        }
+    )
+    (remedy,) = analyze(b.build()).remedies
+    assert remedy.action == "set --max-model-len 76784"
+    assert remedy.basis == "budget"
+    assert "the engine's own estimate" in remedy.detail
+    assert "the model's 131,072 need 16.00 GiB" in remedy.detail
+
+
+def test_a_transient_peak_gets_a_chunk_that_fits_and_the_utilisation_that_leaves_room() -> None:
+    # GIVEN a 24,000-token prompt in prefill when a 6 GiB allocation failed (prefill_peak)
+    findings = analyze(scenarios.prefill_peak().trace)
+    incident = findings.primary
+    assert incident is not None
+    assert incident.cls == "transient_peak"
+    by_setting = {r.setting: r for r in findings.remedies}
+    share = by_setting["--gpu-memory-utilization"]
+    # 0.95 less what the allocation lacked as a share of the 30 GiB device, less 1 %
+    check = next(c for c in incident.checks if c.cls == "transient_peak")
+    lacked = int(check.figure("requested_bytes") or 0) - int(check.figure("room_bytes") or 0)
+    expected = int((0.95 - lacked / (30 << 30) - 0.01) * 100) / 100
+    assert share.value == f"{expected:.2f}"
+    assert share.basis == "budget"
