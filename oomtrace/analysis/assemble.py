@@ -9,7 +9,7 @@ from typing import Any
 import polars as pl
 
 from oomtrace.analysis import culprits as cul
-from oomtrace.analysis.breakdown import breakdown, foreign_processes
+from oomtrace.analysis.breakdown import breakdown, foreign_processes, process_names
 from oomtrace.analysis.classify import Context, classify
 from oomtrace.analysis.findings import NOT_REQUESTS, Component, Incident, IncidentClass
 from oomtrace.analysis.incidents import Anchoring
@@ -136,6 +136,7 @@ def _context(prep: Prepared, m: _Moment, options: AnalyzeOptions, ranked: pl.Dat
         engine=prep.engine_pids,
         oom=oom,
         observed=m.peak_bytes,
+        names=process_names(prep.tables.events, node),
     )
     on_node = pl.col("node") == node
     requests = prep.tables.requests.filter(on_node)

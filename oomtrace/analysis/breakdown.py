@@ -173,9 +173,11 @@ def foreign_processes(
     engine: frozenset[int],
     oom: dict[str, Any] | None,
     observed: int | None,
+    names: dict[int, str] | None = None,
 ) -> list[ProcessUse]:
     """Memory other processes held at the peak, from per-process samples or, failing those, from
-    the OOM's own accounting (in use minus the engine's process)."""
+    the OOM's own accounting (in use minus the engine's process); ``names`` are the names the
+    sources printed for the node's pids (:func:`process_names`)."""
     out: list[ProcessUse] = []
     on_node = memory.catalog.filter(
         (pl.col("metric") == "process_used_bytes") & (pl.col("node") == node)
@@ -202,15 +204,30 @@ def foreign_processes(
         # a process first seen inside the window (the OOM message's clause is its only sample)
         # did not grow by what it holds: its growth is not known
         growth = round(now - before) if before is not None else None
-        out.append(
-            ProcessUse(pid, round(now), growth, now / observed if observed else 0.0, "samples")
-        )
+        share = now / observed if observed else 0.0
+        name = (names or {}).get(pid)
+        out.append(ProcessUse(pid, round(now), growth, share, "samples", name))
     if out or oom is None:
         return sorted(out, key=lambda p: (-p.bytes, p.pid or 0))
     total, free, own = oom.get("total_bytes"), oom.get("free_bytes"), oom.get("process_bytes")
     if total is not None and free is not None and own is not None and total - free - own > 0:
         other = total - free - own
         out.append(ProcessUse(None, other, None, other / (total - free), "oom_event"))
+    return out
+
+
+def process_names(events: pl.DataFrame, node: str) -> dict[int, str]:
+    """The name a source printed for each pid of ``node`` (nvidia-smi's process events: the
+    ``detail`` of kind ``process``), the first where a pid was printed under several."""
+    named = events.filter(
+        (pl.col("kind") == "process")
+        & (pl.col("node") == node)
+        & pl.col("pid").is_not_null()
+        & pl.col("detail").is_not_null()
+    )
+    out: dict[int, str] = {}
+    for pid, name in named.sort("ts").select("pid", "detail").rows():
+        out.setdefault(int(pid), str(name))
     return out
 
 

@@ -121,6 +121,8 @@ def _incident(incident: Incident) -> list[str]:
     shown = [p for p in incident.processes if incident.cls == "foreign_memory" or p.share >= 0.01]
     for process in shown[:3]:
         who = f"process {process.pid}" if process.pid is not None else "other processes"
+        if process.name:
+            who += f" ({escape.terminal(process.name, 60)})"
         grew = (
             f" (+{format_bytes(process.growth_bytes)} in the window)"
             if process.growth_bytes
