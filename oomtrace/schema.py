@@ -237,6 +237,9 @@ EVENT_KINDS: Final[Mapping[str, str]] = {
     "oom": "an allocation failed for lack of device memory",
     "startup_kv_insufficient": "the engine refused to start: the cache cannot hold one request",
     "startup_no_kv_memory": "the engine refused to start: nothing left for the KV cache",
+    "startup_memory_insufficient": (
+        "the engine refused to start: less device memory was free than it was asked to use"
+    ),
     "preemption": "the scheduler preempted or retracted requests",
     "engine_dead": "the engine process died or stopped answering",
     "engine_start": "the engine (re)started",

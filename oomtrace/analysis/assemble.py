@@ -9,7 +9,7 @@ from typing import Any
 import polars as pl
 
 from oomtrace.analysis import culprits as cul
-from oomtrace.analysis.breakdown import breakdown, foreign_processes, process_names
+from oomtrace.analysis.breakdown import REFUSED_FREE, breakdown, foreign_processes, process_names
 from oomtrace.analysis.classify import Context, classify
 from oomtrace.analysis.findings import NOT_REQUESTS, Component, Incident, IncidentClass
 from oomtrace.analysis.incidents import Anchoring
@@ -126,6 +126,8 @@ def _moment(prep: Prepared, anchor: Anchoring, options: AnalyzeOptions) -> _Mome
 def _context(prep: Prepared, m: _Moment, options: AnalyzeOptions, ranked: pl.DataFrame) -> Context:
     anchor, node = m.anchor, m.anchor.node
     oom = anchor.event if anchor.kind == "oom" else None
+    # a refusal for lack of free memory accounts for the device as an OOM does
+    refused = anchor.event if anchor.event and anchor.event["kind"] == REFUSED_FREE else None
     processes = foreign_processes(
         prep.memory,
         node=node,
@@ -134,7 +136,7 @@ def _context(prep: Prepared, m: _Moment, options: AnalyzeOptions, ranked: pl.Dat
         window_start=m.window_start,
         window=m.window,
         engine=prep.engine_pids,
-        oom=oom,
+        oom=oom or refused,
         observed=m.peak_bytes,
         names=process_names(prep.tables.events, node),
     )

@@ -19,6 +19,10 @@ from oomtrace.analysis.samples import SampleView
 from oomtrace.schema import TS
 from oomtrace.trace import Manifest
 
+# The start-up refusal for lack of free memory (vLLM's "Free memory on device (X/Y GiB) on startup
+# is less than desired GPU memory utilization"): the rest of the device is held by others.
+REFUSED_FREE = "startup_memory_insufficient"
+
 
 def engine_pids(samples: SampleView, events: pl.DataFrame, manifest: Manifest) -> frozenset[int]:
     """Processes that are the engine: those with allocator statistics, those named in engine
@@ -41,9 +45,14 @@ def engine_pids(samples: SampleView, events: pl.DataFrame, manifest: Manifest) -
     pids |= failing
     if pids:
         return frozenset(pids | _namespace_twins(samples.memory, pids))
+    # a process seen before a refusal for lack of free memory held it while the engine held
+    # nothing yet: it is one of the others
+    refused = events.filter(pl.col("kind") == REFUSED_FREE)["ts"].max()
+    first = _first_process_samples(samples.memory)
+    if refused is not None:
+        first = first.filter(pl.col("ts") > refused)
     first = (
-        _first_process_samples(samples.memory)
-        .filter(~pl.col("pid").is_in(list(listed)))
+        first.filter(~pl.col("pid").is_in(list(listed)))
         .sort("ts", maintain_order=True)
         .group_by("node", "device", "pid", maintain_order=True)
         .agg(pl.col("value").first())
@@ -210,6 +219,11 @@ def foreign_processes(
     if out or oom is None:
         return sorted(out, key=lambda p: (-p.bytes, p.pid or 0))
     total, free, own = oom.get("total_bytes"), oom.get("free_bytes"), oom.get("process_bytes")
+    if oom.get("kind") == REFUSED_FREE:
+        # vLLM compares free memory with its share right after creating its CUDA context, before
+        # it loads anything: what is in use then is others' (its own context, a few hundred MiB,
+        # is counted with them)
+        own = 0
     if total is not None and free is not None and own is not None and total - free - own > 0:
         other = total - free - own
         out.append(ProcessUse(None, other, None, other / (total - free), "oom_event"))

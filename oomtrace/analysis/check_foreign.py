@@ -63,7 +63,7 @@ def _judge(ctx: Context, processes: list[ProcessUse]) -> ClassCheck | None:
     if not (significant and recent and covers):
         return None
     top = max(processes, key=lambda p: p.bytes)
-    reasons = [_who_held(top, stated)]
+    reasons = [_who_held(top, stated, ctx.anchor)]
     if shortfall is not None:
         reasons.append(
             f"the failed allocation lacked {format_bytes(shortfall)}, less than the "
@@ -86,10 +86,11 @@ def _judge(ctx: Context, processes: list[ProcessUse]) -> ClassCheck | None:
     return ClassCheck("foreign_memory", True, "; ".join(reasons), tuple(rows), figures)
 
 
-def _who_held(top: ProcessUse, stated: bool) -> str:
+def _who_held(top: ProcessUse, stated: bool, anchor: str) -> str:
     if stated:
+        when = "at start-up" if anchor == "startup" else "at the OOM"
         return (
-            f"at the OOM, {format_bytes(top.bytes)} of device memory was held outside the "
+            f"{when}, {format_bytes(top.bytes)} of device memory was held outside the "
             "engine's process"
         )
     who = f"process {top.pid}" + (f" ({top.name})" if top.name else "")

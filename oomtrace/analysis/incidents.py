@@ -36,7 +36,7 @@ from oomtrace.analysis.findings import Anchor
 from oomtrace.analysis.options import AnalyzeOptions
 from oomtrace.analysis.spikes import Spike
 
-STARTUP_KINDS = ("startup_kv_insufficient", "startup_no_kv_memory")
+STARTUP_KINDS = ("startup_kv_insufficient", "startup_no_kv_memory", "startup_memory_insufficient")
 NO_ROOM = 0.99  # device memory this full leaves nothing for a step: pressure
 _POOLS = ("kv_used", "modelled_kv_bytes", "modelled_stored_tokens")
 

@@ -208,3 +208,56 @@ def test_explained_never_exceeds_what_the_engine_stated() -> None:
     for recon in findings.reconciliation:
         if "agree" in recon.interpretation and recon.max_gap is not None:
             assert abs(recon.max_gap) <= 0.1 * pool or ", but " in recon.interpretation
+
+
+# 2. An engine that refused to start because another process held memory.
+
+
+def _refused(*rows: dict[str, object]) -> Trace:
+    """vLLM V1's refusal as its parser gives it, from vllm#16118's numbers: "Free memory on device
+    (59.32/79.15 GiB) on startup is less than desired GPU memory utilization (0.9, 71.24 GiB)"."""
+    refusal = events(
+        {
+            "ts": at(30),
+            "kind": "startup_memory_insufficient",
+            "free_bytes": round(59.32 * GiB),
+            "total_bytes": round(79.15 * GiB),
+            "requested_bytes": round(71.24 * GiB),
+            "detail": "59.32 GiB of 79.15 GiB free at start-up, less than the 71.24 GiB asked "
+            "for (gpu_memory_utilization 0.9): other processes hold the rest",
+        },
+        *rows,
+    )
+    return Trace(events=refusal)
+
+
+def test_a_start_up_refused_for_others_memory_is_foreign_memory() -> None:
+    # GIVEN only the refusal: 19.83 GiB of the device in use before the engine loaded anything
+    findings = analyze(_refused())
+    incident = findings.primary
+    # THEN another process is the cause (not a misfit of the engine's own settings)
+    assert incident is not None
+    assert incident.cls == "foreign_memory", incident.reason
+    assert incident.reason.startswith(
+        "at start-up, 19.83 GiB of device memory was held outside the engine's process"
+    )
+    assert "the failed allocation lacked 11.92 GiB" in incident.reason
+    assert findings.remedies[0].action == "move the other processes off GPU 0"
+
+
+def test_a_start_up_refusal_names_the_process_nvidia_smi_saw() -> None:
+    # GIVEN nvidia-smi's compute-apps row for the process holding the memory, with its name
+    rows = [
+        {"ts": at(t), "metric": "process_used_bytes", "pid": 8801, "value": float(19 * GiB)}
+        for t in (0, 10, 20, 30)
+    ]
+    named = {"ts": at(0), "kind": "process", "pid": 8801, "detail": "python3 train.py"}
+    trace = _refused(named)
+    trace = Trace(samples=samples(*rows), events=trace.events)
+    findings = analyze(trace)
+    incident = findings.primary
+    # THEN the remedy says which process to move, by pid and name
+    assert incident is not None
+    assert incident.cls == "foreign_memory", incident.reason
+    assert [(p.pid, p.name) for p in incident.processes] == [(8801, "python3 train.py")]
+    assert findings.remedies[0].action == "move process 8801 (python3 train.py) off GPU 0"

@@ -161,6 +161,41 @@ def test_another_process_named_only_in_the_oom_message_is_foreign_memory(tmp_pat
     assert findings.remedies[0].basis == "process"
 
 
+def test_the_process_the_oom_message_names_as_failing_is_never_foreign(tmp_path: Path) -> None:
+    # GIVEN an engine in a container: its lines say pid=211, the message lists host pids only and
+    # no "this process" clause; 3790 holds PyTorch's reserve (19.79 GiB), so it is the one that
+    # failed, and 3811 is an orphan of 248 MiB
+    trace = ingest(
+        tmp_path,
+        *startup(),
+        stats("09:01:00", 4, 12.0),
+        oom(
+            "09:01:17",
+            "Process 3790 has 20.28 GiB memory in use. Process 3811 has 248.00 MiB memory in use. ",
+        ),
+    )
+    findings = analyze(trace)
+    incident = findings.primary
+    # THEN 3790 is the engine: not another process, not the cause, not a process to move
+    assert incident is not None
+    assert incident.cls != "foreign_memory"
+    assert [p.pid for p in incident.processes] == [3811]
+    assert not any("3790" in r.action for r in findings.remedies)
+
+
+def test_tgis_shard_listed_by_its_host_pid_is_the_engine() -> None:
+    # GIVEN TGI's warm-up OOM (tests/data/torch/tgi.log): "Process 402 has 22.61 GiB memory in
+    # use" is the only clause, and it holds PyTorch's 21.90 GiB + 262.51 MiB: the shard itself
+    trace = load_any([ROOT / "tests" / "data" / "torch" / "tgi.log"], IngestOptions())
+    findings = analyze(trace)
+    # THEN no incident calls it foreign or lists it among other processes
+    assert findings.incidents
+    for incident in findings.incidents:
+        assert incident.cls != "foreign_memory"
+        assert 402 not in [p.pid for p in incident.processes]
+    assert not any("402" in r.action for r in findings.remedies)
+
+
 def test_small_processes_beside_a_prompt_logprobs_step_are_not_the_cause(tmp_path: Path) -> None:
     # GIVEN vllm#34643's shape: two orphaned 248 MiB processes and the engine (20.28 GiB), and a
     # 1.71 GiB allocation for the log-softmax of prompt logprobs
