@@ -139,3 +139,21 @@ def test_fail_on_incident_exits_0_on_a_quiet_trace_and_2_on_bad_input(tmp_path: 
     code, _, err = run(str(tmp_path / "nope"), "--fail-on-incident")
     assert code == 2
     assert err.startswith("oomtrace: error: ")
+
+
+def test_the_cli_remedies_a_kv_exhaustion_with_limits_a_replay_shows_passing(
+    tmp_path: Path,
+) -> None:
+    # GIVEN a trace with a KV exhaustion, WHEN analysed as JSON from the command line
+    code, out, _ = run(str(trace_dir(tmp_path)), "--json")
+    assert code == 0
+    remedies = json.loads(out)["remedies"]
+    # THEN its remedies are limits the replay ran, each with the queueing delay it costs
+    assert remedies
+    assert {r["basis"] for r in remedies} == {"replay"}
+    assert all("queueing p50" in r["detail"] for r in remedies)
+    assert {r["setting"] for r in remedies} <= {
+        "--max-num-seqs",
+        "--max-num-batched-tokens",
+        "--max-model-len",
+    }
