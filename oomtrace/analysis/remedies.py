@@ -35,6 +35,7 @@ from oomtrace.analysis.remedy_base import (
     as_int,
     remedy,
     set_flag,
+    set_utilisation,
 )
 from oomtrace.analysis.remedy_kv import kv_remedies
 from oomtrace.analysis.remedy_transient import transient_remedies
@@ -91,19 +92,16 @@ def _misfit(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> list[R
         wanted = math.ceil((other + needed) / total * 100) / 100
         if wanted <= MAX_UTILISATION:
             out.append(
-                set_flag(
+                set_utilisation(
                     incident,
                     check,
                     facts,
-                    "--gpu-memory-utilization",
-                    f"{wanted:.2f}",
-                    basis="budget",
+                    wanted,
                     detail=(
                         f"{format_bytes(round(other))} besides the cache + the "
                         f"{format_bytes(needed)} one request of the model's length needs = "
                         f"{wanted:.0%} of the {format_bytes(total)} device"
                     ),
-                    figures={"gpu_memory_utilization": wanted},
                 )
             )
     return out
@@ -182,21 +180,18 @@ def _foreign(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> list[
         wanted = math.floor((total - held) / total * 0.99 * 100) / 100
         if 0 < wanted < utilisation:
             out.append(
-                set_flag(
+                set_utilisation(
                     incident,
                     check,
                     facts,
-                    "--gpu-memory-utilization",
-                    f"{wanted:.2f}",
+                    wanted,
                     prefix="or set",
                     suffix=" to share the GPU",
-                    basis="budget",
                     detail=(
                         f"leaves {format_bytes(total - math.floor(total * wanted))} of the "
                         f"{format_bytes(total)} device to others, the {format_bytes(held)} the "
                         "other process held and 1 % for contexts; the KV pool shrinks accordingly"
                     ),
-                    figures={"gpu_memory_utilization": wanted},
                 )
             )
     return out

@@ -119,6 +119,7 @@ def set_utilisation(
     detail: str,
     prefix: str = "set",
     suffix: str = "",
+    figures: dict[str, Any] | None = None,
 ) -> Remedy:
     """A remedy that sets the engine's share of the device (to two decimals, as vLLM takes it)."""
     return set_flag(
@@ -131,5 +132,5 @@ def set_utilisation(
         suffix=suffix,
         basis="budget",
         detail=detail,
-        figures={"gpu_memory_utilization": share},
+        figures={"gpu_memory_utilization": share, **(figures or {})},
     )

@@ -8,7 +8,13 @@ from __future__ import annotations
 import math
 
 from oomtrace.analysis.findings import ClassCheck, Incident, Remedy
-from oomtrace.analysis.remedy_base import RemedyFacts, as_float, as_int, set_flag
+from oomtrace.analysis.remedy_base import (
+    RemedyFacts,
+    as_float,
+    as_int,
+    set_flag,
+    set_utilisation,
+)
 from oomtrace.units import format_bytes
 
 # No step of a transformer needs more per token than vocabulary-wide logits of a very large
@@ -79,17 +85,15 @@ def _shrink(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> Remedy
     share = math.floor((utilisation - lacked / total - 0.01) * 100) / 100
     if share <= 0:
         return None
-    return set_flag(
+    return set_utilisation(
         incident,
         check,
         facts,
-        "--gpu-memory-utilization",
-        f"{share:.2f}",
-        basis="budget",
+        share,
         detail=(
             f"the allocation of {format_bytes(wanted)} lacked {format_bytes(lacked)}; "
             f"{utilisation:.2f} less that share of the {format_bytes(total)} device (and 1 % for "
             "the allocator) leaves it room, at the cost of as much KV cache"
         ),
-        figures={"gpu_memory_utilization": share, "lacked_bytes": lacked},
+        figures={"lacked_bytes": lacked},
     )
