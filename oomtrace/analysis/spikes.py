@@ -179,7 +179,7 @@ def _series_spikes(
         fulls = [t for t in entries if first_ts <= t <= last_ts]
         full_ts = _fill(fulls, last_ts + window, evicted or [])
         if full_ts is not None and capacity and pool_blocks:
-            full_ts = _no_room(frame, full_ts, evicted or [], capacity * (1 - 1.5 / pool_blocks))
+            full_ts = _no_room(frame, full_ts, evicted or [], capacity * (1 - 0.5 / pool_blocks))
         if fills and full_ts is not None:
             # The moment a pool filled, not its noisiest maximum later: what filled it is what
             # grew from its normal level to that moment.
@@ -206,8 +206,9 @@ def _no_room(
     frame: pl.DataFrame, entry: datetime, evicted: list[datetime], level: float
 ) -> datetime:
     """Where a series states the pool to the block (the vLLM plugin's steps), the fill is the
-    first reading after ``entry`` with no block left (``level``: the pool less a block and
-    vLLM's null block), before the first preemption; a coarser series keeps ``entry``."""
+    first reading after ``entry`` with no block left (``level``: the pool, which leaves out
+    vLLM's null block, less half a block), before the first preemption; a coarser series keeps
+    ``entry``."""
     until = next((t for t in evicted if t >= entry), None)
     after = frame.filter(pl.col("ts") >= pl.lit(entry, dtype=frame.schema["ts"]))
     if until is not None:
