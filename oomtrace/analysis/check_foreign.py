@@ -66,7 +66,7 @@ def _judge(ctx: Context, processes: list[ProcessUse]) -> ClassCheck | None:
     reasons = [_who_held(top, stated, ctx.anchor)]
     if shortfall is not None:
         reasons.append(
-            f"the failed allocation lacked {format_bytes(shortfall)}, less than the "
+            f"{_what_failed(ctx.anchor)} lacked {format_bytes(shortfall)}, less than the "
             f"{format_bytes(held)} other processes held"
         )
     if left is not None and held > left:
@@ -84,6 +84,10 @@ def _judge(ctx: Context, processes: list[ProcessUse]) -> ClassCheck | None:
         ("left_for_others_bytes", left),
     )
     return ClassCheck("foreign_memory", True, "; ".join(reasons), tuple(rows), figures)
+
+
+def _what_failed(anchor: str) -> str:
+    return "the engine's start-up" if anchor == "startup" else "the failed allocation"
 
 
 def _who_held(top: ProcessUse, stated: bool, anchor: str) -> str:

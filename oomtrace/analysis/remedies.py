@@ -155,10 +155,12 @@ def _foreign(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> list[
             who += f" ({name})"
         where = f"GPU {device}" if device is not None else "the engine's GPU"
         shortfall = as_int(check.figure("shortfall_bytes"))
-        detail = f"it held {format_bytes(held)} at the peak"
+        when = "when the engine started" if incident.anchor == "startup" else "at the peak"
+        detail = f"it held {format_bytes(held)} {when}"
         if shortfall is not None:
+            failed = "the start-up" if incident.anchor == "startup" else "the failed allocation"
             detail += (
-                f"; the failed allocation was short of {format_bytes(shortfall)}, which that "
+                f"; {failed} was short of {format_bytes(shortfall)}, which that "
                 "memory would have covered"
             )
         out.append(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import polars as pl
 
 from oomtrace.analysis import analyze
-from oomtrace.trace import Trace
+from oomtrace.trace import Manifest, Trace
 from oomtrace.units import GiB, MiB
 from tests import scenarios
 from tests.factories import at, events, samples
@@ -241,8 +241,14 @@ def test_a_start_up_refused_for_others_memory_is_foreign_memory() -> None:
     assert incident.reason.startswith(
         "at start-up, 19.83 GiB of device memory was held outside the engine's process"
     )
-    assert "the failed allocation lacked 11.92 GiB" in incident.reason
-    assert findings.remedies[0].action == "move the other processes off GPU 0"
+    assert "the engine's start-up lacked 11.92 GiB" in incident.reason
+    (move,) = [r for r in findings.remedies if r.basis == "process"]
+    assert move is findings.remedies[0]
+    assert move.action == "move the other processes off GPU 0"
+    assert move.detail == (
+        "it held 19.83 GiB when the engine started; the start-up was short of 11.92 GiB, which "
+        "that memory would have covered"
+    )
 
 
 def test_a_start_up_refusal_names_the_process_nvidia_smi_saw() -> None:
@@ -252,8 +258,9 @@ def test_a_start_up_refusal_names_the_process_nvidia_smi_saw() -> None:
         for t in (0, 10, 20, 30)
     ]
     named = {"ts": at(0), "kind": "process", "pid": 8801, "detail": "python3 train.py"}
-    trace = _refused(named)
-    trace = Trace(samples=samples(*rows), events=trace.events)
+    config = {"gpu_memory_utilization": 0.9}  # what the refusal states
+    manifest = Manifest(engine={"name": "vllm"}, engine_config=config)
+    trace = Trace(samples=samples(*rows), events=_refused(named).events, manifest=manifest)
     findings = analyze(trace)
     incident = findings.primary
     # THEN the remedy says which process to move, by pid and name
@@ -261,3 +268,5 @@ def test_a_start_up_refusal_names_the_process_nvidia_smi_saw() -> None:
     assert incident.cls == "foreign_memory", incident.reason
     assert [(p.pid, p.name) for p in incident.processes] == [(8801, "python3 train.py")]
     assert findings.remedies[0].action == "move process 8801 (python3 train.py) off GPU 0"
+    # or the share that leaves it room: (79.15 - 19) / 79.15 GiB less 1 % for contexts
+    assert findings.remedies[1].action == "or set --gpu-memory-utilization 0.75 to share the GPU"
