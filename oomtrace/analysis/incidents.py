@@ -36,6 +36,9 @@ from oomtrace.analysis.findings import Anchor
 from oomtrace.analysis.options import AnalyzeOptions
 from oomtrace.analysis.spikes import Spike
 
+# A refusal this soon after an OOM reports that OOM (no engine restarts that fast: loading
+# the weights takes longer).
+SAME_FAILURE = timedelta(seconds=5)
 STARTUP_KINDS = ("startup_kv_insufficient", "startup_no_kv_memory", "startup_memory_insufficient")
 NO_ROOM = 0.99  # device memory this full leaves nothing for a step: pressure
 _POOLS = ("kv_used", "modelled_kv_bytes", "modelled_stored_tokens")
@@ -119,6 +122,15 @@ def anchor_incidents(
     ):
         kind: Anchor = "oom" if row["kind"] == "oom" else "startup"
         chain = latest.get((row["node"], kind))
+        oom = latest.get((row["node"], "oom"))
+        if (
+            kind == "startup"
+            and oom is not None
+            and row["ts"] - (oom.last_event_ts or oom.peak_ts) <= SAME_FAILURE
+        ):
+            # a refusal right after an OOM is that OOM's end (TGI's router reports its warm-up
+            # OOM as a refusal 85 ms later): one incident, anchored on the OOM
+            chain = oom
         if chain is not None and row["ts"] - (chain.last_event_ts or chain.peak_ts) <= window:
             chain.last_event_ts = row["ts"]
             continue

@@ -3,6 +3,7 @@ far below capacity is traffic."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import polars as pl
@@ -42,6 +43,13 @@ def _requests(*starts: int, length: int = 20) -> pl.DataFrame:
 def _no_events() -> pl.DataFrame:
     schema = {"ts": pl.Datetime("ns", "UTC"), "node": pl.String, "source": pl.String}
     return conform("events", pl.DataFrame(schema={**schema, "kind": pl.String}))
+
+
+def _no_requests() -> pl.DataFrame:
+    schema = {"ts": pl.Datetime("ns", "UTC"), "node": pl.String, "source": pl.String}
+    return conform(
+        "requests", pl.DataFrame(schema={**schema, "request_id": pl.String, "event": pl.String})
+    )
 
 
 def _trace(sample_rows: list[dict[str, Any]], reqs: pl.DataFrame, evs: pl.DataFrame) -> Trace:
@@ -120,12 +128,25 @@ def test_an_engine_failing_again_at_every_restart_is_one_incident() -> None:
     # the third is more than a window after the first, but each is within a window of the last
     refusal = {"kind": "startup_kv_insufficient", "requested_bytes": 16 * GiB, "free_bytes": GiB}
     evs = events(*[{**refusal, "ts": at(t)} for t in (46, 104, 162)])
-    none = conform(
-        "requests",
-        pl.DataFrame(schema={"ts": pl.Datetime("ns", "UTC"), "node": pl.String,
-                             "source": pl.String, "request_id": pl.String, "event": pl.String}),
-    )  # fmt: skip
     # WHEN the trace is analysed
-    findings = analyze(_trace(_device(lambda t: 0, until=200), none, evs))
+    findings = analyze(_trace(_device(lambda t: 0, until=200), _no_requests(), evs))
     # THEN the restart loop is one incident, anchored on the first refusal
     assert [(i.cls, i.peak_ts) for i in findings.incidents] == [("startup_misfit", at(46))]
+
+
+def test_a_refusal_reporting_the_oom_just_before_it_is_the_same_incident() -> None:
+    # GIVEN TGI's warm-up: the shard's OOM, then the router's refusal of the same warm-up 85 ms
+    # later; and, a minute on, another refusal (the launcher started the shard again)
+    oom = {"kind": "oom", "requested_bytes": 2 * GiB, "free_bytes": GiB, "ts": at(10)}
+    refusal = {"kind": "startup_kv_insufficient"}
+    evs = events(
+        oom,
+        {**refusal, "ts": at(10) + timedelta(milliseconds=85)},
+        {**refusal, "ts": at(70)},
+    )
+    findings = analyze(_trace(_device(lambda t: 0, until=100), _no_requests(), evs))
+    # THEN the OOM and its report are one incident; the refusal after a restart is another
+    assert [(i.anchor, i.peak_ts) for i in findings.incidents] == [
+        ("oom", at(10)),
+        ("startup", at(70)),
+    ]
