@@ -19,7 +19,12 @@ Three choices in their layout, deliberate:
   aligned with the others (``unaligned``) keep the time they were read at but are not joined in
   time with the rest, and rows of a log that prints no time and that nothing anchored
   (``untimed``) have a null ``ts``, in the order of their input, after the timed rows
-  (``docs/formats/log-prefixes-and-times.md``, "Aligning the inputs of one incident").
+  (``docs/formats/log-prefixes-and-times.md``, "Aligning the inputs of one incident");
+* ``requests`` carries, on the row that states them (the arrival), the sampling parameters that
+  size a request's step: ``n`` and ``best_of`` (sequences sampled in parallel), ``logprobs`` and
+  ``prompt_logprobs`` (how many top log-probabilities it asks for: the engine computes them over
+  the whole vocabulary, for every prompt token with ``prompt_logprobs``). Null is "not stated".
+  A trace written before these columns existed reads with them null.
 
 Versions. A trace of an older version is read as a current one:
 
@@ -115,6 +120,10 @@ REQUESTS: Final = _schema(
         # null where the source states none (every log). A trace written
         # before it existed reads with the column null.
         "kv_blocks": pl.Int64,
+        "n": pl.Int64,
+        "best_of": pl.Int64,
+        "logprobs": pl.Int64,
+        "prompt_logprobs": pl.Int64,
         "clock": CLOCK,
     }
 )
@@ -228,6 +237,9 @@ EVENT_KINDS: Final[Mapping[str, str]] = {
     "oom": "an allocation failed for lack of device memory",
     "startup_kv_insufficient": "the engine refused to start: the cache cannot hold one request",
     "startup_no_kv_memory": "the engine refused to start: nothing left for the KV cache",
+    "startup_memory_insufficient": (
+        "the engine refused to start: less device memory was free than it was asked to use"
+    ),
     "preemption": "the scheduler preempted or retracted requests",
     "engine_dead": "the engine process died or stopped answering",
     "engine_start": "the engine (re)started",
@@ -401,7 +413,17 @@ def _check_values(table: TableName, frame: pl.DataFrame, where: str) -> None:
     elif table == "requests":
         _check_vocabulary(frame, "event", REQUEST_EVENTS, where)
         _check_non_negative(
-            frame, ["prompt_tokens", "max_tokens", "output_tokens", "kv_blocks"], where
+            frame,
+            [
+                "prompt_tokens",
+                "max_tokens",
+                "output_tokens",
+                "kv_blocks",
+                "n",
+                "best_of",
+                "logprobs",
+            ],
+            where,
         )
     else:
         _check_vocabulary(frame, "kind", EVENT_KINDS, where)

@@ -19,6 +19,10 @@ from oomtrace.analysis.samples import SampleView
 from oomtrace.schema import TS
 from oomtrace.trace import Manifest
 
+# The start-up refusal for lack of free memory (vLLM's "Free memory on device (X/Y GiB) on startup
+# is less than desired GPU memory utilization"): the rest of the device is held by others.
+REFUSED_FREE = "startup_memory_insufficient"
+
 
 def engine_pids(samples: SampleView, events: pl.DataFrame, manifest: Manifest) -> frozenset[int]:
     """Processes that are the engine: those with allocator statistics, those named in engine
@@ -37,10 +41,18 @@ def engine_pids(samples: SampleView, events: pl.DataFrame, manifest: Manifest) -
         pids.add(stated)
     elif isinstance(stated, list):
         pids |= {int(p) for p in stated if isinstance(p, int)}
+    failing, listed = _oom_clauses(samples.memory, events)
+    pids |= failing
     if pids:
         return frozenset(pids | _namespace_twins(samples.memory, pids))
+    # a process seen before a refusal for lack of free memory held it while the engine held
+    # nothing yet: it is one of the others
+    refused = events.filter(pl.col("kind") == REFUSED_FREE)["ts"].max()
+    first = _first_process_samples(samples.memory)
+    if refused is not None:
+        first = first.filter(pl.col("ts") > refused)
     first = (
-        _first_process_samples(samples.memory)
+        first.filter(~pl.col("pid").is_in(list(listed)))
         .sort("ts", maintain_order=True)
         .group_by("node", "device", "pid", maintain_order=True)
         .agg(pl.col("value").first())
@@ -49,6 +61,42 @@ def engine_pids(samples: SampleView, events: pl.DataFrame, manifest: Manifest) -
         .first()
     )
     return frozenset(first["pid"].to_list())
+
+
+# PyTorch prints sizes to two decimals of their unit ("33.83 GiB"): a clause and "this process
+# has" about the same process agree within half a unit of the last digit.
+_CLAUSE_MATCH = 0.005
+
+
+def _oom_clauses(memory: SeriesIndex, events: pl.DataFrame) -> tuple[set[int], set[int]]:
+    """The pids an OOM message lists ("Process N has X memory in use", per-process samples at
+    the OOM's instant), split into the failing process itself and the others.
+
+    The failing process is the OOM event's ``pid`` where stated, and the clause whose size is
+    the message's "this process has X" (``process_bytes``): in a container the event names the
+    container's pid and the clause the host's, for one process. Where the message states "this
+    process has X" and no clause has that size, the engine is not listed (its pid hidden) and
+    every listed process is another one. Where it states neither, nothing is concluded here
+    (the engine is then the process holding the most, see :func:`engine_pids`)."""
+    ooms = events.filter((pl.col("kind") == "oom") & pl.col("ts").is_not_null())
+    catalog = memory.catalog.filter(
+        (pl.col("metric") == "process_used_bytes") & pl.col("pid").is_not_null()
+    )
+    if ooms.is_empty() or catalog.is_empty():
+        return set(), set()
+    own: set[int] = {int(p) for p in ooms["pid"].drop_nulls().to_list()}
+    others: set[int] = set()
+    for oom in ooms.filter(pl.col("process_bytes").is_not_null()).iter_rows(named=True):
+        mine = oom["process_bytes"]
+        for name, pid in catalog.select("series", "pid").rows():
+            rows = memory.between(name, oom["ts"], oom["ts"])
+            if rows.is_empty() or pid in own:
+                continue
+            if abs(float(rows["value"][0]) - mine) <= _CLAUSE_MATCH * mine:
+                own.add(int(pid))
+            else:
+                others.add(int(pid))
+    return own, others - own
 
 
 def _first_process_samples(memory: SeriesIndex) -> pl.DataFrame:
@@ -134,33 +182,66 @@ def foreign_processes(
     engine: frozenset[int],
     oom: dict[str, Any] | None,
     observed: int | None,
+    names: dict[int, str] | None = None,
 ) -> list[ProcessUse]:
     """Memory other processes held at the peak, from per-process samples or, failing those, from
-    the OOM's own accounting (in use minus the engine's process)."""
+    the OOM's own accounting (in use minus the engine's process); ``names`` are the names the
+    sources printed for the node's pids (:func:`process_names`)."""
     out: list[ProcessUse] = []
-    catalog = memory.catalog.filter(
-        (pl.col("metric") == "process_used_bytes")
-        & (pl.col("node") == node)
-        & pl.col("pid").is_not_null()
+    on_node = memory.catalog.filter(
+        (pl.col("metric") == "process_used_bytes") & (pl.col("node") == node)
+    )
+    known = set(on_node["device"].drop_nulls().to_list()) | (
+        {device} if device is not None else set()
+    )
+    # A process listed without a device (nvidia-smi naming the GPU by its UUID alone) can only
+    # be on the node's one GPU when it has one.
+    same = pl.col("device").eq_missing(device) | (pl.col("device").is_null() & (len(known) <= 1))
+    catalog = on_node.filter(
+        pl.col("pid").is_not_null()
         & ~pl.col("pid").is_in(list(engine))
-        & (pl.col("device").eq_missing(device) if device is not None else pl.lit(value=True))
+        & (same if device is not None else pl.lit(value=True))
     )
     for pid in sorted(set(catalog["pid"].to_list())):
         series = memory.find("process_used_bytes", node, device, pid=pid)
+        if series is None:
+            series = memory.find("process_used_bytes", node, None, pid=pid)
         now = memory.value_at(series, peak_ts, window)
         if now is None:
             continue
         before = memory.value_at(series, window_start, window)
-        growth = round(now - (before or 0.0))
-        out.append(
-            ProcessUse(pid, round(now), growth, now / observed if observed else 0.0, "samples")
-        )
+        # a process first seen inside the window (the OOM message's clause is its only sample)
+        # did not grow by what it holds: its growth is not known
+        growth = round(now - before) if before is not None else None
+        share = now / observed if observed else 0.0
+        name = (names or {}).get(pid)
+        out.append(ProcessUse(pid, round(now), growth, share, "samples", name))
     if out or oom is None:
         return sorted(out, key=lambda p: (-p.bytes, p.pid or 0))
     total, free, own = oom.get("total_bytes"), oom.get("free_bytes"), oom.get("process_bytes")
+    if oom.get("kind") == REFUSED_FREE:
+        # vLLM compares free memory with its share right after creating its CUDA context, before
+        # it loads anything: what is in use then is others' (its own context, a few hundred MiB,
+        # is counted with them)
+        own = 0
     if total is not None and free is not None and own is not None and total - free - own > 0:
         other = total - free - own
         out.append(ProcessUse(None, other, None, other / (total - free), "oom_event"))
+    return out
+
+
+def process_names(events: pl.DataFrame, node: str) -> dict[int, str]:
+    """The name a source printed for each pid of ``node`` (nvidia-smi's process events: the
+    ``detail`` of kind ``process``), the first where a pid was printed under several."""
+    named = events.filter(
+        (pl.col("kind") == "process")
+        & (pl.col("node") == node)
+        & pl.col("pid").is_not_null()
+        & pl.col("detail").is_not_null()
+    )
+    out: dict[int, str] = {}
+    for pid, name in named.sort("ts").select("pid", "detail").rows():
+        out.setdefault(int(pid), str(name))
     return out
 
 

@@ -1,79 +1,50 @@
-"""Classification of an incident: every class is tested and keeps its reason and evidence rows.
+"""Classification of an incident: every class is tested and keeps its reason, evidence rows and
+the figures it computed.
 
 Checks run in this order and the first that matches names the class; the others stay in the
 findings so a reader sees what else was considered and why it was ruled out:
 
-1. ``startup_misfit`` — the engine said at startup that the cache cannot hold one request or that
-   nothing is left for it, or the OOM came before any request, or weights + KV cache + CUDA graphs
-   stated at startup exceed what the engine was allowed to use;
-2. ``foreign_memory`` — another process held or took device memory (per-process samples, or the
-   OOM's own accounting), or memory outside PyTorch's cache grew while the cache did not;
+1. ``foreign_memory`` — another process held the memory the failure lacked and more than the
+   engine left for others, or took it in the window (:mod:`oomtrace.analysis.check_foreign`);
+   memory outside PyTorch's cache grew while the cache did not;
+2. ``startup_misfit`` — the engine said at startup that the cache cannot hold one request or that
+   nothing is left for it, or the OOM came before the engine served anything since it started
+   (in any source), or weights + KV cache + CUDA graphs stated at startup exceed what the engine
+   was allowed to use (:mod:`oomtrace.analysis.check_startup`);
 3. ``fragmentation`` — at the OOM the allocator held, reserved but unallocated, at least the
    allocation that failed;
 4. ``kv_exhaustion`` — the KV pool was full (observed usage at or above the full ratio, or the
    modelled KV at the pool size), or requests were preempted in the window (a preemption storm);
-5. ``leak`` — the memory level at idle moments (no request running) rose steadily before the peak
-   (without idle information: the minimum of each stretch of time before the peak rose);
+5. ``leak`` — the memory level at idle moments rose steadily before the peak by a good part of
+   the headroom the engine had left (:mod:`oomtrace.analysis.check_leak`);
 6. ``transient_peak`` — an allocation failed or a series peaked and fell back while the pool had
-   room, with the requests in prefill at that moment;
+   room, with the requests of that step ranked by the memory their step needs
+   (:mod:`oomtrace.analysis.step_bytes`);
 7. ``unknown`` — with the reasons every check gave.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from itertools import pairwise
+from datetime import timedelta
 from typing import Any, cast
 
 import polars as pl
 
 from oomtrace.analysis import evidence as ev
-from oomtrace.analysis.findings import ClassCheck, Evidence, IncidentClass, ProcessUse
-from oomtrace.analysis.incidents import STARTUP_KINDS
-from oomtrace.analysis.index import SeriesIndex
-from oomtrace.analysis.kvmodel import KVModel
-from oomtrace.analysis.options import AnalyzeOptions
-from oomtrace.analysis.spikes import Spike
-from oomtrace.analysis.timeline import RESETS, lit_ts
+from oomtrace.analysis.check_context import Context
+from oomtrace.analysis.check_foreign import foreign
+from oomtrace.analysis.check_leak import leak
+from oomtrace.analysis.check_startup import startup
+from oomtrace.analysis.evidence import Evidence
+from oomtrace.analysis.findings import ClassCheck, IncidentClass
+from oomtrace.analysis.spikes import POOL_METRICS
+from oomtrace.analysis.timeline import lit_ts
 from oomtrace.units import format_bytes
 
+__all__ = ["CHECKS", "Context", "classify"]
+
 STORM = 10  # preemptions in one window that make a storm rather than an episode
-LEAK_POINTS = 3
-
-
-@dataclass(frozen=True)
-class Context:
-    """What the checks read about one incident."""
-
-    node: str
-    device: int | None
-    peak_ts: datetime
-    window_start: datetime
-    window: timedelta
-    anchor: str
-    spike: Spike | None
-    oom: dict[str, Any] | None
-    events: pl.DataFrame
-    requests: pl.LazyFrame  # the node's lifecycle rows: each check collects only what it reads
-    residents: pl.DataFrame
-    memory: SeriesIndex
-    kv_index: SeriesIndex
-    engine: SeriesIndex  # scheduler series: running, waiting, preemptions
-    kv: KVModel
-    config: dict[str, Any]
-    capacity: int | None
-    options: AnalyzeOptions
-    engine_pids: frozenset[int]
-    idle: pl.DataFrame  # node, start, end of stretches with no request running
-    modelled_kv_bytes: int | None
-    processes: list[ProcessUse] = field(default_factory=list)
-
-    @property
-    def threshold(self) -> float:
-        share = self.capacity * self.options.min_rise_fraction if self.capacity else 0.0
-        return max(float(self.options.min_rise_bytes), share)
 
 
 def classify(ctx: Context) -> tuple[IncidentClass, str, tuple[ClassCheck, ...]]:
@@ -84,112 +55,6 @@ def classify(ctx: Context) -> tuple[IncidentClass, str, tuple[ClassCheck, ...]]:
             return check.cls, check.reason, checks
     reason = "no class fits: " + "; ".join(f"{c.cls}: {c.reason}" for c in checks)
     return "unknown", reason, checks
-
-
-def _startup(ctx: Context) -> ClassCheck:
-    before = pl.col("ts") <= lit_ts(ctx.peak_ts)
-    refused = ctx.events.filter(pl.col("kind").is_in(STARTUP_KINDS) & before)
-    if refused.height:
-        first = refused.row(0, named=True)
-        return ClassCheck(
-            "startup_misfit",
-            True,
-            f"the engine refused to start ({first['kind']}): its KV cache cannot hold one request "
-            "with the configured limits",
-            tuple(ev.event(r) for r in refused.head(5).iter_rows(named=True)),
-        )
-    served = int(ctx.requests.filter(before).select(pl.len()).collect().item())
-    if ctx.anchor == "oom" and served == 0 and ctx.oom is not None:
-        return ClassCheck(
-            "startup_misfit",
-            True,
-            "the OOM came before any request arrived: weights, cache and reserve did not fit",
-            (ev.event(ctx.oom),),
-        )
-    keys = ("model_weights_bytes", "available_kv_cache_bytes", "cuda_graph_bytes")
-    parts = {k: ctx.config[k] for k in keys if isinstance(ctx.config.get(k), int | float)}
-    utilisation = ctx.config.get("gpu_memory_utilization")
-    if ctx.capacity and len(parts) >= 2 and isinstance(utilisation, int | float):
-        allowed = ctx.capacity * float(utilisation)
-        total = sum(parts.values())
-        if total > allowed:
-            return ClassCheck(
-                "startup_misfit",
-                True,
-                f"weights + KV cache + graphs stated at startup ({format_bytes(round(total))}) "
-                f"exceed what gpu_memory_utilization allows ({format_bytes(round(allowed))})",
-                (ev.manifest({**parts, "gpu_memory_utilization": utilisation}),),
-            )
-    return ClassCheck(
-        "startup_misfit", False, "the engine started and served requests before the peak"
-    )
-
-
-def _foreign(ctx: Context) -> ClassCheck:
-    rows: list[Evidence] = []
-    reasons: list[str] = []
-    foreign = [p for p in ctx.processes if p.basis == "samples"]
-    held = sum(p.bytes for p in foreign)
-    grew = sum(p.growth_bytes or 0 for p in foreign)
-    if held >= ctx.threshold and (grew >= ctx.options.min_rise_bytes or ctx.anchor == "oom"):
-        top = max(foreign, key=lambda p: p.bytes)
-        reasons.append(
-            f"process {top.pid} (not the engine) held {format_bytes(top.bytes)} at the peak"
-            + (
-                f", {format_bytes(top.growth_bytes)} more than at the window start"
-                if top.growth_bytes
-                else ""
-            )
-        )
-        for p in foreign:
-            series = ctx.memory.find("process_used_bytes", ctx.node, ctx.device, pid=p.pid)
-            row = ctx.memory.at(series, ctx.peak_ts, ctx.window)
-            if row is not None:
-                rows.append(ev.sample(row))
-    stated = [p for p in ctx.processes if p.basis == "oom_event"]
-    if not reasons and stated and stated[0].bytes >= max(ctx.threshold, 0.1 * (ctx.capacity or 0)):
-        reasons.append(
-            f"at the OOM, {format_bytes(stated[0].bytes)} of device memory was held outside the "
-            "engine's process"
-        )
-        if ctx.oom is not None:
-            rows.append(ev.event(ctx.oom))
-    if not reasons:
-        outside = _outside_growth(ctx)
-        if outside is not None:
-            reasons.append(outside[0])
-            rows += outside[1]
-    if reasons:
-        return ClassCheck("foreign_memory", True, "; ".join(reasons), tuple(rows))
-    return ClassCheck(
-        "foreign_memory",
-        False,
-        "no other process held a significant share, and memory outside PyTorch did not grow",
-    )
-
-
-def _outside_growth(ctx: Context) -> tuple[str, list[Evidence]] | None:
-    device = ctx.memory.find("device_used_bytes", ctx.node, ctx.device)
-    reserved = ctx.memory.find("torch_reserved_bytes", ctx.node, ctx.device)
-    if device is None or reserved is None:
-        return None
-    ends = []
-    for ts in (ctx.window_start, ctx.peak_ts):
-        d, r = ctx.memory.at(device, ts, ctx.window), ctx.memory.at(reserved, ts, ctx.window)
-        if d is None or r is None:
-            return None
-        ends.append((d, r))
-    (d0, r0), (d1, r1) = ends
-    outside = (d1["value"] - r1["value"]) - (d0["value"] - r0["value"])
-    cache = r1["value"] - r0["value"]
-    if outside >= ctx.threshold and cache < ctx.options.min_rise_bytes:
-        text = (
-            f"memory outside PyTorch's cache grew by {format_bytes(round(outside))} in the window "
-            f"while the cache grew {format_bytes(round(cache))}: another process or non-PyTorch "
-            "allocations"
-        )
-        return text, [ev.sample(x) for x in (d0, r0, d1, r1)]
-    return None
 
 
 def _fragmentation(ctx: Context) -> ClassCheck:
@@ -204,6 +69,7 @@ def _fragmentation(ctx: Context) -> ClassCheck:
                 f"the allocator held {format_bytes(slack)} reserved but unallocated, more than the "
                 f"{format_bytes(wanted)} it failed to allocate: the free cache was fragmented",
                 (ev.event(oom),),
+                (("slack_bytes", slack), ("requested_bytes", wanted)),
             )
         return ClassCheck(
             "fragmentation",
@@ -226,14 +92,21 @@ def _fragmentation(ctx: Context) -> ClassCheck:
                 True,
                 f"{format_bytes(round(slack))} reserved but unallocated just before the OOM",
                 (ev.sample(reserved), ev.sample(allocated)),
+                (("slack_bytes", round(slack)),),
             )
     return ClassCheck("fragmentation", False, "no large reserved-but-unallocated memory at an OOM")
+
+
+def _filled(ctx: Context) -> bool:
+    """Whether the incident is a pool that filled (its moment is the fill, what followed is
+    its consequence: preemptions are counted for a window after it too)."""
+    return ctx.anchor == "spike" and ctx.spike is not None and ctx.spike.metric in POOL_METRICS
 
 
 def _preemptions(ctx: Context) -> tuple[int, list[Evidence]]:
     rows: list[Evidence] = []
     count = 0
-    stop = ctx.peak_ts + timedelta(seconds=1)
+    stop = ctx.peak_ts + (ctx.window if _filled(ctx) else timedelta(seconds=1))
     counter = ctx.engine.find("preemptions_total", ctx.node)
     if counter is not None:
         window = ctx.engine.between(counter, ctx.window_start, stop)
@@ -256,8 +129,13 @@ def _preemptions(ctx: Context) -> tuple[int, list[Evidence]]:
 
 
 def _kv_full(ctx: Context) -> tuple[float | None, dict[str, Any] | None]:
-    series = ctx.kv_index.find("kv_used", ctx.node)
-    row = ctx.kv_index.max_between(series, ctx.window_start, ctx.peak_ts + timedelta(seconds=1))
+    """The fullest the pool was seen in the window: on the series that filled, up to the fill,
+    for a pool that filled; else on the best-sampled KV series, up to a second after the peak (a
+    log's whole-second stamps)."""
+    filled = _filled(ctx) and ctx.spike is not None and ctx.spike.metric == "kv_used"
+    series = ctx.spike.series if filled and ctx.spike else ctx.kv_index.find("kv_used", ctx.node)
+    stop = ctx.peak_ts if filled else ctx.peak_ts + timedelta(seconds=1)
+    row = ctx.kv_index.max_between(series, ctx.window_start, stop)
     if row is None or row.get("ratio") is None:
         return None, row
     return float(row["ratio"]), row
@@ -277,7 +155,8 @@ def _kv_exhaustion(ctx: Context) -> ClassCheck:
     if preemptions:
         storm = "a preemption storm: " if preemptions >= STORM else ""
         plural = "" if preemptions == 1 else "s"
-        parts.append(f"{storm}{preemptions} preemption{plural} in the window")
+        when = "from the rise to a window after it filled" if _filled(ctx) else "in the window"
+        parts.append(f"{storm}{preemptions} preemption{plural} {when}")
     if parts:
         return ClassCheck("kv_exhaustion", True, "; ".join(parts), tuple(rows))
     seen = (
@@ -287,69 +166,6 @@ def _kv_exhaustion(ctx: Context) -> ClassCheck:
     )
     evidence = (ev.sample(row),) if row is not None else ()
     return ClassCheck("kv_exhaustion", False, f"{seen} and no request was preempted", evidence)
-
-
-def _serving_since(ctx: Context) -> datetime | None:
-    """When the engine that peaked began serving: its node's first request after the last engine
-    start or reset before the peak. Memory before that is the engine loading, not a level it
-    returned to (a leak compares levels while serving)."""
-    before = pl.col("ts") <= lit_ts(ctx.peak_ts)
-    resets = ctx.events.filter(pl.col("kind").is_in(RESETS) & before)["ts"]
-    since = resets.max() if resets.len() else None
-    served = ctx.requests.filter(before)
-    if since is not None:
-        served = served.filter(pl.col("ts") >= lit_ts(since))  # type: ignore[arg-type]
-    first = served.select(pl.col("ts").min()).collect().item()
-    return first if first is not None else since  # type: ignore[return-value]
-
-
-def _levels(ctx: Context, series: str) -> list[dict[str, Any]]:
-    """The lowest sample in each idle stretch (or, without idle information, in each sixth of the
-    time before the peak) since the engine began serving: the level memory returns to when no
-    request holds it."""
-    since = _serving_since(ctx)
-    idle = ctx.idle.filter(pl.col("end") <= lit_ts(ctx.peak_ts))
-    if since is not None:
-        idle = idle.filter(pl.col("start") >= lit_ts(since))
-    stretches = list(idle.select("start", "end").iter_rows())
-    if len(stretches) < LEAK_POINTS:
-        first = ctx.memory.rows(series)["ts"][0]
-        if since is not None and since > first:
-            first = since
-        step = (ctx.peak_ts - first) / 6
-        stretches = [(first + step * i, first + step * (i + 1)) for i in range(6)]
-    levels = []
-    for start, end in stretches:
-        rows = ctx.memory.between(series, start, end)
-        if rows.height:
-            levels.append(rows.row(int(rows["value"].arg_min() or 0), named=True))
-    return levels
-
-
-def _leak(ctx: Context) -> ClassCheck:
-    metrics = ("torch_allocated_bytes", "torch_reserved_bytes", "device_used_bytes")
-    series = next(
-        (s for m in metrics if (s := ctx.memory.find(m, ctx.node, ctx.device)) is not None), None
-    )
-    if series is None:
-        return ClassCheck("leak", False, "no device or allocator series to follow")
-    levels = _levels(ctx, series)
-    values = [float(r["value"]) for r in levels]
-    tolerance = 0.01 * (ctx.capacity or max(values or [0.0]))
-    rising = all(b >= a - tolerance for a, b in pairwise(values))
-    rise = values[-1] - values[0] if values else 0.0
-    span = (levels[-1]["ts"] - levels[0]["ts"]) if len(levels) >= 2 else timedelta(0)
-    if len(values) >= LEAK_POINTS and rising and rise >= ctx.threshold and span >= 2 * ctx.window:
-        how = "at idle moments" if ctx.idle.height >= LEAK_POINTS else "in its lowest points"
-        hours = span.total_seconds() / 3600
-        return ClassCheck(
-            "leak",
-            True,
-            f"{levels[0]['metric']} {how} rose by {format_bytes(round(rise))} over "
-            f"{hours:.1f} h before the peak without falling back",
-            tuple(ev.sample(r) for r in levels),
-        )
-    return ClassCheck("leak", False, "the memory level at idle moments did not rise steadily")
 
 
 def _transient(ctx: Context) -> ClassCheck:
@@ -368,27 +184,76 @@ def _transient(ctx: Context) -> ClassCheck:
             tuple(rows),
         )
     parts = []
-    if ctx.oom is not None and ctx.oom.get("requested_bytes"):
-        parts.append(f"an allocation of {format_bytes(ctx.oom['requested_bytes'])} failed")
+    wanted = (ctx.oom or {}).get("requested_bytes")
+    if ctx.oom is not None and wanted:
+        parts.append(f"an allocation of {format_bytes(wanted)} failed")
         rows.insert(0, ev.event(ctx.oom))
     elif ctx.spike is not None:
         parts.append(f"{ctx.spike.metric} peaked and fell back")
     if room and ratio is not None:
         parts.append(f"while the KV pool was {ratio:.1%} full")
-    if prefill.height:
+    if ctx.steps:
+        parts.append(_step_words(ctx))
+    elif prefill.height:
         longest = cast("int | None", prefill["prompt_tokens"].max())
         parts.append(
             f"{prefill.height} request(s) in prefill"
             + (f", the longest with {longest:,} prompt tokens" if longest is not None else "")
         )
+    named = [e.request_id for e in ctx.steps[:3]] or prefill["request_id"].head(3).to_list()
+    if named:
         admitted = _rows(
             ctx.requests.filter(
-                pl.col("request_id").is_in(prefill["request_id"].head(3).implode())
+                pl.col("request_id").is_in(pl.Series(named, dtype=pl.String).implode())
                 & pl.col("event").is_in(["arrived", "admitted"])
             )
         )
         rows += [ev.request(r) for r in admitted.iter_rows(named=True)]
-    return ClassCheck("transient_peak", True, ", ".join(parts), tuple(rows))
+    return ClassCheck(
+        "transient_peak", True, ", ".join(parts), tuple(rows), _step_figures(ctx, wanted)
+    )
+
+
+def _step_words(ctx: Context) -> str:
+    """The heaviest request of the step and what the step's requests need together."""
+    top = ctx.steps[0]
+    what = {
+        "prompt_logprobs": f"prompt_logprobs over its {top.step_tokens:,}-token chunk",
+        "n": f"{top.logit_rows} parallel sequences (n)",
+        "best_of": f"{top.logit_rows} sequences (best_of)",
+        "logprobs": "logprobs",
+    }.get(top.parameter or "", f"{top.step_tokens:,} tokens in the step")
+    text = f"the heaviest request in the step, {top.request_id}, with {what}"
+    if top.bytes is not None:
+        total = sum(e.bytes or 0 for e in ctx.steps)
+        text += f": {format_bytes(top.bytes)} of step memory estimated"
+        if len(ctx.steps) > 1:
+            text += f" ({format_bytes(total)} with the {len(ctx.steps) - 1} others in the step)"
+    return text
+
+
+def _step_figures(ctx: Context, wanted: int | None) -> tuple[tuple[str, Any], ...]:
+    """What a chunking or parameter limit is sized from: the heaviest request's tokens and bytes
+    a token (the model's widths, else the failed allocation over its tokens), and the room."""
+    if not ctx.steps:
+        return ()
+    top = ctx.steps[0]
+    per_token: float | None = None
+    if top.bytes is not None and top.step_tokens:
+        per_token = top.bytes / top.step_tokens
+    elif wanted and top.step_tokens:
+        per_token = wanted / top.step_tokens
+    free = (ctx.oom or {}).get("free_bytes")
+    return (
+        ("request_id", top.request_id),
+        ("parameter", top.parameter),
+        ("step_tokens", top.step_tokens),
+        ("step_bytes", top.bytes),
+        ("step_total_bytes", sum(e.bytes or 0 for e in ctx.steps) if top.bytes else None),
+        ("step_bytes_per_token", round(per_token) if per_token else None),
+        ("requested_bytes", wanted),
+        ("room_bytes", free),
+    )
 
 
 def _rows(requests: pl.LazyFrame) -> pl.DataFrame:
@@ -407,10 +272,10 @@ def _fell_back(ctx: Context) -> bool:
 
 
 CHECKS: tuple[Callable[[Context], ClassCheck], ...] = (
-    _startup,
-    _foreign,
+    foreign,
+    startup,
     _fragmentation,
     _kv_exhaustion,
-    _leak,
+    leak,
     _transient,
 )

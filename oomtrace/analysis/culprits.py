@@ -5,14 +5,17 @@ Ranking (the same for the ledger and the culprits, so a reader can check it by h
 1. resident at the peak (only resident requests hold memory);
 2. bytes held at the peak (tokens when there is no bytes model), largest first;
 3. growth in the window before the peak (a request admitted inside the window grew by all it holds);
+   for a pool that filled, whose window reaches back to where its rise began, growth comes first:
+   what took the pool from its normal level to full;
 4. admitted inside the window before those admitted earlier; then the request id.
 
 For a transient peak the culprits are instead the requests in prefill at the peak, by the prompt
 tokens they had to process (prompt minus cached), largest first.
 
 Shares: ``share = bytes / max(observed, explained)`` where ``explained`` is the sum over every
-resident request; so the shares of the ledger sum to the coverage (``explained / observed``,
-capped at 1) and never exceed 1 in total.
+resident request (scaled down where that sum was capped at the engine's own figure); so the shares
+of the ledger sum to the coverage (``explained / observed``, capped at 1) and never exceed 1 in
+total.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import polars as pl
 
 from oomtrace.analysis.findings import Culprit, Ledger, LedgerRow
 from oomtrace.analysis.grouped import per_request
+from oomtrace.analysis.step_bytes import StepEstimate
 from oomtrace.analysis.timeline import Timeline, lit_ts
 from oomtrace.analysis.window import residents_with_ids
 from oomtrace.units import format_bytes
@@ -40,10 +44,16 @@ class Residents:
 
 
 def residents(
-    timeline: Timeline, node: str, peak_ts: datetime, window_start: datetime
+    timeline: Timeline,
+    node: str,
+    peak_ts: datetime,
+    window_start: datetime,
+    *,
+    by_growth: bool = False,
 ) -> pl.DataFrame:
     """Per resident request at ``peak_ts``: figures at the peak, growth since ``window_start``,
-    whether admitted inside the window and whether in prefill, ranked (see module docstring)."""
+    whether admitted inside the window and whether in prefill, ranked (see module docstring;
+    ``by_growth``: growth first, for a pool that filled over the window)."""
     now = residents_with_ids(timeline, node, peak_ts)
     before = (
         residents_with_ids(timeline, node, window_start)
@@ -89,10 +99,10 @@ def residents(
         )
         .drop("sid", "rid")
     )
+    held = [pl.col("bytes").fill_null(-1), pl.col("tokens").fill_null(-1)]
+    grew = [pl.col("growth_tokens").fill_null(-1)]
     return frame.sort(
-        pl.col("bytes").fill_null(-1),
-        pl.col("tokens").fill_null(-1),
-        "growth_tokens",
+        *(grew + held if by_growth else held + grew),
         "admitted_in_window",
         "request_id",
         descending=[True, True, True, True, False],
@@ -136,30 +146,63 @@ def _preemptions(row: dict[str, Any]) -> int | None:
     return row["preemptions"] if row.get("states_preemptions") else None
 
 
-def with_shares(frame: pl.DataFrame, observed_bytes: int | None) -> Residents:
-    """Shares of the observed peak; see the module docstring for the denominator."""
-    explained = int(frame["bytes"].sum()) if frame["bytes"].is_not_null().any() else None
+def modelled_bytes(frame: pl.DataFrame) -> int | None:
+    """What the model counts the resident requests holding (None without a bytes model)."""
+    return int(frame["bytes"].sum()) if frame["bytes"].is_not_null().any() else None
+
+
+def with_shares(
+    frame: pl.DataFrame, observed_bytes: int | None, explained_bytes: int | None = None
+) -> Residents:
+    """Shares of the observed peak; see the module docstring for the denominator.
+    ``explained_bytes`` is the model's count capped at the engine's own figure: each request
+    keeps its part of the model, scaled to what is explained, so the shares sum to the
+    coverage."""
+    modelled = modelled_bytes(frame)
+    explained = modelled if explained_bytes is None else explained_bytes
     denominator = max(observed_bytes or 0, explained or 0) or None
+    scale = explained / modelled if explained is not None and modelled else 1.0
     shares = (
-        (pl.col("bytes").fill_null(0) / denominator).alias("share")
+        (pl.col("bytes").fill_null(0) * scale / denominator).alias("share")
         if denominator
         else pl.lit(0.0).alias("share")
     )
-    return Residents(frame.with_columns(shares), explained, denominator)
+    return Residents(frame.with_columns(shares), modelled, denominator)
 
 
-def prefill_candidates(frame: pl.DataFrame, window_start: datetime) -> pl.DataFrame:
+def prefill_candidates(
+    frame: pl.DataFrame, window_start: datetime, steps: tuple[StepEstimate, ...] = ()
+) -> pl.DataFrame:
     """Requests in prefill at the peak (or, where the source never states first tokens, admitted
-    inside the window), by uncached prompt tokens."""
+    inside the window), by the bytes their step needs (``steps``; token equivalents without the
+    model's widths), else by uncached prompt tokens."""
     uncached = pl.col("prompt_tokens") - pl.col("cached_tokens").fill_null(0)
     maybe = pl.col("in_prefill").fill_null(pl.col("start_ts") >= lit_ts(window_start))
+    weights = pl.DataFrame(
+        {
+            "request_id": [e.request_id for e in steps],
+            "step_weight": [e.weight for e in steps],
+            "step_tokens": [e.step_tokens for e in steps],
+            "step_parameter": [e.parameter for e in steps],
+            "step_bytes": [e.bytes for e in steps],
+        },
+        schema={
+            "request_id": pl.String,
+            "step_weight": pl.Float64,
+            "step_tokens": pl.Int64,
+            "step_parameter": pl.String,
+            "step_bytes": pl.Int64,
+        },
+    )
     return (
         frame.filter(maybe)
         .with_columns(uncached_tokens=uncached)
+        .join(weights, on="request_id", how="left")
         .sort(
+            pl.col("step_weight").fill_null(-1),
             pl.col("uncached_tokens").fill_null(-1),
             "request_id",
-            descending=[True, False],
+            descending=[True, True, False],
         )
     )
 
@@ -205,6 +248,24 @@ def _prefill_reason(row: dict[str, Any], peak_ts: datetime) -> str:
     return reason
 
 
+def _step_reason(row: dict[str, Any]) -> str:
+    """What the request's share of the step is estimated to need."""
+    if row.get("step_tokens") is None or (
+        row.get("step_parameter") is None and row.get("step_bytes") is None
+    ):
+        return ""  # a plain prompt without the model's widths: the prompt says it all
+    what = {
+        "prompt_logprobs": "prompt_logprobs over each prompt token of its chunk",
+        "n": "several sequences sampled in parallel (n)",
+        "best_of": "several sequences sampled in parallel (best_of)",
+        "logprobs": "logprobs",
+    }.get(row.get("step_parameter") or "")
+    text = f"; its step: {row['step_tokens']:,} tokens" + (f" with {what}" if what else "")
+    if row.get("step_bytes") is not None:
+        text += f", an estimated {format_bytes(row['step_bytes'])}"
+    return text
+
+
 def culprits(
     ranked: Residents,
     *,
@@ -213,15 +274,26 @@ def culprits(
     window_start: datetime,
     top: int,
     basis_label: str,
+    steps: tuple[StepEstimate, ...] = (),
+    by_growth: bool = False,
 ) -> tuple[Culprit, ...]:
-    """The top ``top`` culprits with the reason for each rank."""
+    """The top ``top`` culprits with the reason for each rank (``by_growth``: ranked by their
+    growth while a pool filled, see :func:`residents`)."""
     frame = ranked.frame
     if transient:
-        frame = prefill_candidates(frame, window_start)
+        frame = prefill_candidates(frame, window_start, steps)
     out = []
     for rank, row in enumerate(frame.head(top).iter_rows(named=True), start=1):
         if transient:
-            reason = _prefill_reason(row, peak_ts)
+            reason = _prefill_reason(row, peak_ts) + _step_reason(row)
+        elif by_growth and row["growth_tokens"] is not None:
+            reason = f"grew {row['growth_tokens']:,} tokens while the pool filled" + (
+                " (admitted during that rise)" if row["admitted_in_window"] else ""
+            )
+            reason += f"; held {_figure(row)} when it was full"
+            if ranked.denominator:
+                reason += f", {row['share']:.1%} of {basis_label}"
+            reason += f"; resident for {_ago(peak_ts, row['start_ts'])}"
         else:
             reason = f"held {_figure(row)} at the peak"
             if ranked.denominator:
@@ -253,6 +325,9 @@ def culprits(
                 reason=reason,
                 preemptions=_preemptions(row),
                 blocks_basis=row["blocks_basis"],
+                step_tokens=row.get("step_tokens"),
+                step_parameter=row.get("step_parameter"),
+                step_bytes=row.get("step_bytes"),
             )
         )
     return tuple(out)
@@ -266,6 +341,7 @@ def ledger(
     pool_bytes: int | None,
     observed_used_bytes: int | None,
     waiting_requests: int | None,
+    engine_running: int | None = None,
 ) -> Ledger:
     """The admission ledger at ``ts``: rows in rank order, totals and what the pool had left."""
     frame = ranked.frame
@@ -305,12 +381,13 @@ def ledger(
         unknown_contracts=unknown,
         pool_tokens=pool_tokens,
         pool_bytes=pool_bytes,
-        remaining_bytes=pool_bytes - stored_bytes
+        remaining_bytes=pool_bytes - min(stored_bytes, pool_bytes)
         if pool_bytes and stored_bytes is not None
         else None,
         observed_used_bytes=observed_used_bytes,
-        remaining_observed_bytes=pool_bytes - observed_used_bytes
+        remaining_observed_bytes=pool_bytes - min(observed_used_bytes, pool_bytes)
         if pool_bytes and observed_used_bytes is not None
         else None,
         waiting_requests=waiting_requests,
+        engine_running=engine_running,
     )

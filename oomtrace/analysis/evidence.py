@@ -1,10 +1,44 @@
-"""Evidence rows: the canonical rows (or manifest entries) a finding cites."""
+"""Evidence: the canonical rows (or manifest entries) a finding cites, and their constructors."""
 
 from __future__ import annotations
 
-from typing import Any, Final
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final, Literal
 
-from oomtrace.analysis.findings import Evidence, Scalar
+from oomtrace.analysis.jsonfmt import TIME_DIGITS
+from oomtrace.isotime import iso_time
+
+EvidenceTable = Literal["samples", "events", "requests", "manifest"]
+Scalar = str | int | float | bool | None
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One row of a canonical table (or of the manifest) that a finding rests on."""
+
+    table: EvidenceTable
+    ts: datetime | None
+    node: str | None
+    source: str | None
+    values: tuple[tuple[str, Scalar], ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "table": self.table,
+            "ts": iso_time(self.ts, TIME_DIGITS),
+            "node": self.node,
+            "source": self.source,
+            "values": {k: scalar(v) for k, v in self.values},
+        }
+
+
+def scalar(value: Scalar) -> Scalar:
+    """A value as the JSON document writes it: a whole float as an integer."""
+    if isinstance(value, float):
+        return value if value != round(value) else round(value)
+    return value
+
 
 _EVENT_FIELDS: Final = (
     "kind",
@@ -25,7 +59,11 @@ _REQUEST_FIELDS: Final = (
     "max_tokens",
     "output_tokens",
     "cached_tokens",
+    "logprobs",
+    "prompt_logprobs",
 )
+# Stated on nearly every request as 1: cited only when they ask for more than one sequence.
+_SEQUENCE_FIELDS: Final = ("n", "best_of")
 
 
 def _values(row: dict[str, Any], fields: tuple[str, ...]) -> tuple[tuple[str, Scalar], ...]:
@@ -55,8 +93,13 @@ def event(row: dict[str, Any]) -> Evidence:
 
 
 def request(row: dict[str, Any]) -> Evidence:
+    many = tuple((k, row[k]) for k in _SEQUENCE_FIELDS if (row.get(k) or 1) > 1)
     return Evidence(
-        "requests", row["ts"], row.get("node"), row.get("source"), _values(row, _REQUEST_FIELDS)
+        "requests",
+        row["ts"],
+        row.get("node"),
+        row.get("source"),
+        _values(row, _REQUEST_FIELDS) + many,
     )
 
 

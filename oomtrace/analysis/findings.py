@@ -16,6 +16,7 @@ from typing import Any, Final, Literal, get_args
 
 import polars as pl
 
+from oomtrace.analysis.evidence import Evidence, Scalar, scalar
 from oomtrace.analysis.jsonfmt import TIME_DIGITS, number, share
 from oomtrace.analysis.observed_series import downsample
 from oomtrace.analysis.spikes import Spike
@@ -39,34 +40,6 @@ NOT_REQUESTS: Final[frozenset[IncidentClass]] = frozenset(
     {"startup_misfit", "foreign_memory", "fragmentation", "leak"}
 )
 Anchor = Literal["oom", "startup", "spike"]
-EvidenceTable = Literal["samples", "events", "requests", "manifest"]
-Scalar = str | int | float | bool | None
-
-
-@dataclass(frozen=True)
-class Evidence:
-    """One row of a canonical table (or of the manifest) that a finding rests on."""
-
-    table: EvidenceTable
-    ts: datetime | None
-    node: str | None
-    source: str | None
-    values: tuple[tuple[str, Scalar], ...]
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "table": self.table,
-            "ts": iso_time(self.ts, TIME_DIGITS),
-            "node": self.node,
-            "source": self.source,
-            "values": {k: _scalar(v) for k, v in self.values},
-        }
-
-
-def _scalar(value: Scalar) -> Scalar:
-    if isinstance(value, float):
-        return value if value != round(value) else round(value)
-    return value
 
 
 @dataclass(frozen=True)
@@ -96,6 +69,10 @@ class Culprit:
     # "engine": blocks as the engine itself stated them (the vLLM plugin); "modelled": from
     # tokens where the engine states blocks for other requests; null where no source states any
     blocks_basis: str | None = None
+    # At a transient peak: the request's share of the step (oomtrace.analysis.step_bytes).
+    step_tokens: int | None = None
+    step_parameter: str | None = None
+    step_bytes: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -119,6 +96,9 @@ class Culprit:
             "admitted_in_window": self.admitted_in_window,
             "in_prefill": self.in_prefill,
             "reason": self.reason,
+            "step_tokens": self.step_tokens,
+            "step_parameter": self.step_parameter,
+            "step_bytes": self.step_bytes,
         }
 
 
@@ -151,7 +131,9 @@ class LedgerRow:
 @dataclass(frozen=True)
 class Ledger:
     """The admission ledger at the spike: every resident request and the totals against the pool.
-    ``reserved`` is each request's contract (``prompt + max_tokens``); ``stored`` what it held."""
+    ``reserved`` is each request's contract (``prompt + max_tokens``); ``stored`` what it held.
+    Remainders are never negative: what the pool had left is the pool less what it held, the
+    model's count capped at the pool."""
 
     ts: datetime
     rows: tuple[LedgerRow, ...]
@@ -167,6 +149,8 @@ class Ledger:
     observed_used_bytes: int | None
     remaining_observed_bytes: int | None
     waiting_requests: int | None
+    # The engine's own running count at the moment, beside the model's resident count.
+    engine_running: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -189,12 +173,19 @@ class Component:
 
 @dataclass(frozen=True)
 class ClassCheck:
-    """One class tested against the incident: whether it matched, why, and the rows it read."""
+    """One class tested against the incident: whether it matched, why, the rows it read and the
+    figures it computed."""
 
     cls: IncidentClass
     matched: bool
     reason: str
     evidence: tuple[Evidence, ...] = ()
+    # The numbers the check computed (bytes as integers, seconds, shares), by name: what the
+    # remedies and the report's charts read, so that none of them is worked out twice.
+    figures: tuple[tuple[str, Scalar], ...] = ()
+
+    def figure(self, name: str) -> Scalar:
+        return dict(self.figures).get(name)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -202,22 +193,26 @@ class ClassCheck:
             "matched": self.matched,
             "reason": self.reason,
             "evidence": [e.to_json() for e in self.evidence],
+            "figures": {k: scalar(v) for k, v in self.figures},
         }
 
 
 @dataclass(frozen=True)
 class ProcessUse:
-    """Device memory held by a process other than the engine at the peak."""
+    """Device memory held by a process other than the engine at the peak; ``name`` where a
+    source names it (nvidia-smi's process name)."""
 
     pid: int | None
     bytes: int
     growth_bytes: int | None
     share: float
     basis: str
+    name: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "pid": self.pid,
+            "name": self.name,
             "bytes": self.bytes,
             "growth_bytes": self.growth_bytes,
             "share": share(self.share),
@@ -285,10 +280,13 @@ class Gap:
 class Incident:
     """One incident: its moment, its class with evidence, its culprits and its coverage.
 
-    ``coverage`` is ``explained_bytes / max(observed_bytes, explained_bytes)``: the share of the
-    observed peak (``coverage_basis`` names which observation) that named requests explain, null
-    when nothing was observed at the peak. Culprit and ledger shares use the same denominator, so
-    the ledger's shares sum to the coverage.
+    ``coverage`` is ``explained_bytes / observed_bytes``: the share of the observed peak
+    (``coverage_basis`` names which observation) that named requests explain, null when nothing
+    was observed at the peak. ``explained_bytes`` is what the model counts the resident requests
+    holding (``modelled_bytes``), capped at what the engine itself stated of its KV in use (the
+    observed KV, else the pool): where the model counts more, ``model_note`` says by how much and
+    why, so that explained never exceeds observed and no remainder is negative. Culprit and ledger
+    shares are of ``max(observed, modelled)``.
     """
 
     id: str
@@ -309,6 +307,9 @@ class Incident:
     observed_bytes: int | None
     explained_bytes: int | None
     unexplained_bytes: int | None
+    # What the model counted before it was capped at the engine's own figure, and why it was.
+    modelled_bytes: int | None
+    model_note: str | None
     breakdown: tuple[Component, ...]
     culprits: tuple[Culprit, ...]
     processes: tuple[ProcessUse, ...]
@@ -345,6 +346,8 @@ class Incident:
             "observed_bytes": self.observed_bytes,
             "explained_bytes": self.explained_bytes,
             "unexplained_bytes": self.unexplained_bytes,
+            "modelled_bytes": self.modelled_bytes,
+            "model_note": self.model_note,
             "breakdown": [c.to_json() for c in self.breakdown],
             "culprits": [c.to_json() for c in self.culprits],
             "processes": [p.to_json() for p in self.processes],
@@ -353,6 +356,45 @@ class Incident:
             "ledger": self.ledger.to_json(),
             "spikes": [s.to_json() for s in self.spikes],
             "requests_in_window": _frame_rows(self.window_segments),
+        }
+
+
+@dataclass(frozen=True)
+class Remedy:
+    """The limit or setting that would have prevented an incident, computed from the trace.
+
+    ``action`` is one short imperative line a person can apply ("set --max-num-seqs 12");
+    ``setting`` the flag or variable it changes (None when the remedy is not a setting, e.g.
+    moving a process) and ``value`` its value as written on the command line; ``basis`` how it
+    was computed (``replay``: the recorded traffic replayed under it passed; ``budget``: the
+    engine's own start-up figures; ``allocator``: PyTorch's allocator statistics at the OOM;
+    ``process``: per-process memory; ``parameters``: the request parameters of the step that
+    failed); ``detail`` the numbers behind it and what it costs (queueing delay, refused
+    requests), and ``figures`` the same numbers as values. Remedies are listed in priority order
+    (:attr:`Findings.remedies`): the primary incident's first, the one that costs least first.
+    """
+
+    incident: str
+    cls: IncidentClass
+    action: str
+    setting: str | None
+    value: str | None
+    basis: str
+    detail: str
+    figures: tuple[tuple[str, Scalar], ...] = ()
+    evidence: tuple[Evidence, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "incident": self.incident,
+            "class": self.cls,
+            "action": self.action,
+            "setting": self.setting,
+            "value": self.value,
+            "basis": self.basis,
+            "detail": self.detail,
+            "figures": {k: scalar(v) for k, v in self.figures},
+            "evidence": [e.to_json() for e in self.evidence],
         }
 
 
@@ -379,8 +421,9 @@ class TraceSummary:
 
 @dataclass(frozen=True)
 class Findings:
-    """Everything ``oomtrace analyze`` found. ``incidents`` are primary first; ``series`` is the
-    long series frame (observed, modelled and derived) at full resolution."""
+    """Everything ``oomtrace analyze`` found. ``incidents`` are primary first; ``remedies`` what
+    would have prevented them, in priority order; ``series`` is the long series frame (observed,
+    modelled and derived) at full resolution."""
 
     trace: TraceSummary
     kv_model: dict[str, Any]
@@ -391,6 +434,7 @@ class Findings:
     gaps: tuple[Gap, ...]
     options: dict[str, Any]
     series: pl.DataFrame = field(compare=False, repr=False)
+    remedies: tuple[Remedy, ...] = ()
     findings_version: int = FINDINGS_VERSION
 
     @property
@@ -404,6 +448,7 @@ class Findings:
             "trace": self.trace.to_json(),
             "kv_model": self.kv_model,
             "decode_rate": self.decode_rate,
+            "remedies": [r.to_json() for r in self.remedies],
             "incidents": [i.to_json() for i in self.incidents],
             "spikes": [s.to_json() for s in self.spikes],
             "reconciliation": [r.to_json() for r in self.reconciliation],

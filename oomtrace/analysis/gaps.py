@@ -140,7 +140,8 @@ def request_gaps(timeline: Timeline) -> list[Gap]:
     open_ = segments.filter(pl.col("end_basis").is_in(["trace_end", "contract", "reset"]))
     for basis, n in open_.group_by("end_basis").len().sort("end_basis").iter_rows():
         how = {
-            "trace_end": "they count as resident until the trace ends",
+            "trace_end": "they count as resident until the trace ends (running, preempted or "
+            "waiting: not finished)",
             "contract": "they end when their max_tokens would be spent at the decode rate",
             "reset": "they end at the next engine restart or death",
         }[basis]

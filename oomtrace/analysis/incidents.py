@@ -7,12 +7,21 @@ Spikes that peak within a window of an anchor's events belong to it; the rest be
 their own, worst first, up to ``max_incidents`` in all. The primary incident is the first OOM (or
 startup refusal) in time, else the worst spike.
 
-A spike becomes an incident of its own only under pressure: at or above the full level
-(``kv_full_ratio``) of its capacity, or when its capacity is unknown. A KV pool rising to half
-full, or device memory rising by a few GiB well below the device's size, is traffic, not an
-incident; it stays in the findings' spikes. A spike that peaks before the node's first request is
-the engine taking its memory at start-up (weights, the preallocated KV pool, CUDA graphs): never
-an incident of its own either. A failed start is an incident through its OOM or refusal event.
+A spike becomes an incident of its own only under pressure, so that a busy, healthy day (no OOM,
+no preemption, a pool below full) reports none:
+
+* an observed KV pool at or above the full level (``kv_full_ratio``) of its capacity;
+* a modelled KV pool (nothing observed it) at the full level *and* a preemption stated around it:
+  a model that counts more than the pool holds is not evidence of pressure by itself;
+* device or allocator memory with at most 1 % of the device left (:data:`NO_ROOM`): a
+  preallocating engine holds 90 % or more of its device all day, so that is its normal level;
+  memory whose capacity is unknown is never pressure.
+
+A KV pool rising to half full, or device memory rising by a few GiB well below the device's size,
+is traffic, not an incident; it stays in the findings' spikes. A spike that peaks before the
+node's first sign of serving is the engine taking its memory at start-up (weights, the
+preallocated KV pool, CUDA graphs): never an incident of its own either. A failed start is an
+incident through its OOM or refusal event.
 """
 
 from __future__ import annotations
@@ -27,7 +36,12 @@ from oomtrace.analysis.findings import Anchor
 from oomtrace.analysis.options import AnalyzeOptions
 from oomtrace.analysis.spikes import Spike
 
-STARTUP_KINDS = ("startup_kv_insufficient", "startup_no_kv_memory")
+# A refusal this soon after an OOM reports that OOM (no engine restarts that fast: loading
+# the weights takes longer).
+SAME_FAILURE = timedelta(seconds=5)
+STARTUP_KINDS = ("startup_kv_insufficient", "startup_no_kv_memory", "startup_memory_insufficient")
+NO_ROOM = 0.99  # device memory this full leaves nothing for a step: pressure
+_POOLS = ("kv_used", "modelled_kv_bytes", "modelled_stored_tokens")
 
 
 @dataclass
@@ -58,14 +72,43 @@ class Anchoring:
         return f"events:{self.event['kind']}" if self.event is not None else None
 
 
+def under_pressure(
+    spike: Spike, options: AnalyzeOptions, preemptions: pl.DataFrame | None = None
+) -> bool:
+    """Whether a spike is pressure enough to be an incident of its own (module docstring);
+    ``preemptions`` holds ``node, ts`` of every preemption stated."""
+    share = spike.utilisation
+    if share is None:
+        return False
+    if spike.metric not in _POOLS:
+        return share >= NO_ROOM
+    if share < options.kv_full_ratio:
+        return False
+    if spike.kind == "observed":
+        return True
+    if preemptions is None:
+        return False
+    window = timedelta(seconds=options.window_s)
+    near = preemptions.filter(
+        (pl.col("node") == spike.node)
+        & pl.col("ts").is_between(
+            pl.lit(spike.start - window, dtype=pl.Datetime("ns", "UTC")),
+            pl.lit(spike.peak_ts + window, dtype=pl.Datetime("ns", "UTC")),
+        )
+    )
+    return near.height > 0
+
+
 def anchor_incidents(
     events: pl.DataFrame,
     spikes: list[Spike],
     options: AnalyzeOptions,
     served_from: dict[str, datetime] | None = None,
+    preemptions: pl.DataFrame | None = None,
 ) -> list[Anchoring]:
     """Anchors in order: OOMs and startup refusals by time, then spikes by severity.
-    ``served_from`` is each node's first request event (spikes before it are start-up)."""
+    ``served_from`` is each node's first sign of serving (spikes before it are start-up);
+    ``preemptions`` (``node, ts``) corroborate a modelled pool's spike."""
     served = served_from or {}
     window = timedelta(seconds=options.window_s)
     anchors: list[Anchoring] = []
@@ -79,6 +122,15 @@ def anchor_incidents(
     ):
         kind: Anchor = "oom" if row["kind"] == "oom" else "startup"
         chain = latest.get((row["node"], kind))
+        oom = latest.get((row["node"], "oom"))
+        if (
+            kind == "startup"
+            and oom is not None
+            and row["ts"] - (oom.last_event_ts or oom.peak_ts) <= SAME_FAILURE
+        ):
+            # a refusal right after an OOM is that OOM's end (TGI's router reports its warm-up
+            # OOM as a refusal 85 ms later): one incident, anchored on the OOM
+            chain = oom
         if chain is not None and row["ts"] - (chain.last_event_ts or chain.peak_ts) <= window:
             chain.last_event_ts = row["ts"]
             continue
@@ -101,7 +153,7 @@ def anchor_incidents(
                 owner.device = spike.device
             continue
         starting = spike.node in served and spike.peak_ts < served[spike.node]
-        pressure = spike.utilisation is None or spike.utilisation >= options.kv_full_ratio
+        pressure = under_pressure(spike, options, preemptions)
         if len(anchors) < options.max_incidents and pressure and not starting:
             anchors.append(
                 Anchoring(

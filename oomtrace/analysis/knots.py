@@ -2,7 +2,8 @@
 
 Part of :mod:`oomtrace.analysis.timeline`: a segment whose end count is not stated grows at the
 decode rate from its last statement, capped by its contract; a segment without a stated end ends at
-the next engine reset, when its contract would be spent, or just after the trace ends.
+the next engine reset or just after the trace ends; where the node's source never states a finish,
+also when its contract would be spent (a source that states finishes would have stated this one).
 """
 
 from __future__ import annotations
@@ -52,8 +53,9 @@ def close_open_segments(
     resets: pl.DataFrame,
     rate: DecodeRate,
 ) -> pl.DataFrame:
-    """End every open segment: at the next reset, when its contract would be spent at the decode
-    rate, or at the end of the trace, whichever comes first."""
+    """End every open segment: at the next reset, at the end of the trace, or (on a node whose
+    source never states a finish) when its contract would be spent at the decode rate, whichever
+    comes first."""
     ends = {node: pl.Series([end], dtype=TS)[0] for node, end in trace_end.items()}
     seg = _tails(stated, segments, summary).with_columns(
         trace_end=pl.col("node").replace_strict(ends, default=None, return_dtype=TS),
@@ -78,7 +80,10 @@ def close_open_segments(
         # the reciprocal except on a one-row column, so a request's figures would depend on how
         # many others share the frame (see oomtrace.analysis.pool)
         nanoseconds = (room * (NS_PER_S / rate.tokens_per_s)).cast(pl.Int64)
-        spent = pl.when(pl.col("decodes")).then(
+        # Where the node's source states finishes, a request without one had not finished: it
+        # was still running, preempted or waiting when the trace ended (or the engine reset).
+        stating = summary.filter(pl.col("end_event") == "finished")["node"].unique().implode()
+        spent = pl.when(pl.col("decodes") & ~pl.col("node").is_in(stating)).then(
             pl.col("anchor") + pl.duration(nanoseconds=nanoseconds)
         )
     # A request still open when the trace ends is resident at its last instant: it leaves one

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from typing import Final
 
 from oomtrace.analysis.kvmodel import SequenceBytes
+from oomtrace.analysis.limits import LimitSearch
+from oomtrace.analysis.step_bytes import ModelDims
 from oomtrace.errors import UsageError
 from oomtrace.units import MiB
 
@@ -34,6 +36,9 @@ class AnalyzeOptions:
     materialised one by one, growth is measured over it, and a rise counts as a spike when it
     happens within it. ``kv_spec`` is the architecture's KV rule (``oomtrace.budget.kv_spec``);
     without it, bytes per token come from the engine's own startup statements.
+    ``limit_search`` replays a KV exhaustion's traffic to size its remedy
+    (:mod:`oomtrace.analysis.limits`); ``model_dims`` are the model's vocabulary, hidden and
+    MLP widths (:mod:`oomtrace.analysis.step_bytes`), which size the memory of one step.
     """
 
     window_s: float = 60.0
@@ -42,6 +47,8 @@ class AnalyzeOptions:
     node: str | None = None
     kv_spec: SequenceBytes | None = None
     kv_spec_label: str = "architecture"
+    limit_search: LimitSearch | None = None
+    model_dims: ModelDims | None = None
     # A rise counts as a spike when it is at least this many bytes and this share of capacity.
     min_rise_bytes: int = 256 * MiB
     min_rise_fraction: float = 0.05

@@ -24,14 +24,16 @@ from typing import Any
 
 import polars as pl
 
-from oomtrace.analysis.assemble import build_incident
-from oomtrace.analysis.findings import Findings, TraceSummary
+from oomtrace.analysis.assemble import Prepared, build_incident
+from oomtrace.analysis.findings import Findings, Incident, Remedy, TraceSummary
 from oomtrace.analysis.gaps import hole_gaps, manifest_gaps, request_gaps, table_gaps
+from oomtrace.analysis.incident_traffic import incident_requests
 from oomtrace.analysis.incidents import anchor_incidents
 from oomtrace.analysis.index import SeriesIndex
 from oomtrace.analysis.options import AnalyzeOptions
-from oomtrace.analysis.prepare import prepare, tables_on_node
+from oomtrace.analysis.prepare import first_served, prepare, tables_on_node
 from oomtrace.analysis.reconcile import kv_reconciliation, memory_reconciliations
+from oomtrace.analysis.remedies import RemedyFacts, remedies_for
 from oomtrace.analysis.timeline import Timeline
 from oomtrace.analysis.trace_scan import ReadStrictly, TableFacts, TraceScan
 from oomtrace.trace import Trace, read_trace
@@ -56,8 +58,10 @@ def _analyze(source: Trace | TraceScan, options: AnalyzeOptions) -> Findings:
     tables = tables_on_node(source, options.node)
     prep, modelled, spikes, facts = prepare(tables, options)
     kv, timeline = prep.kv, prep.timeline
-    anchors = anchor_incidents(tables.events, spikes, options, facts.first_request)
+    served = first_served(facts, prep.serving)
+    anchors = anchor_incidents(tables.events, spikes, options, served, prep.preemptions)
     incidents = tuple(build_incident(prep, a, options, i) for i, a in enumerate(anchors, start=1))
+    remedies = _remedies(prep, incidents, options)
     summary = _summary(facts, tables.manifest.engine.get("name"), timeline)
     rate, from_requests = asdict(timeline.rate), request_gaps(timeline)
     requests_seen = not timeline.points.is_empty()
@@ -91,7 +95,40 @@ def _analyze(source: Trace | TraceScan, options: AnalyzeOptions) -> Findings:
         gaps=tuple(gaps),
         options=_options_json(options),
         series=series,
+        remedies=remedies,
     )
+
+
+def _remedies(
+    prep: Prepared, incidents: tuple[Incident, ...], options: AnalyzeOptions
+) -> tuple[Remedy, ...]:
+    """Every incident's remedies, the primary's first (see :mod:`oomtrace.analysis.remedies`);
+    a KV exhaustion's traffic is replayed when the options carry a limit search."""
+    out: list[Remedy] = []
+    config = prep.tables.manifest.engine_config
+    engine = prep.tables.manifest.engine.get("name")
+    per_token = prep.kv.bytes_per_token
+    for incident in incidents:
+        replay = None
+        if incident.cls == "kv_exhaustion" and options.limit_search is not None:
+            traffic = incident_requests(
+                prep.timeline,
+                prep.tables.requests,
+                node=incident.node,
+                start=incident.start,
+                peak=incident.peak_ts,
+                window=timedelta(seconds=options.window_s),
+            )
+            if traffic.height:
+                replay = options.limit_search(
+                    traffic,
+                    prep.tables.manifest,
+                    kv_bytes_per_token=round(per_token) if per_token else None,
+                    decode_tokens_per_s=prep.timeline.rate.tokens_per_s,
+                )
+        facts = RemedyFacts(config, prep.kv, replay, str(engine) if engine else None)
+        out += remedies_for(incident, facts)
+    return tuple(out)
 
 
 def _options_json(options: AnalyzeOptions) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 import polars as pl
 
@@ -25,7 +25,7 @@ from oomtrace.analysis.lifecycle import Lifecycle, lifecycle
 from oomtrace.analysis.observed_series import BYTES_METRICS, capacities, engine_series, observed_kv
 from oomtrace.analysis.options import AnalyzeOptions
 from oomtrace.analysis.pool import Breakpoints, pool_breakpoints
-from oomtrace.analysis.reconcile import modelled_index
+from oomtrace.analysis.reconcile import modelled_index, pool_caps
 from oomtrace.analysis.samples import SampleView, read_samples
 from oomtrace.analysis.spikes import Spike, find_spikes
 from oomtrace.analysis.timeline import RESETS, Timeline, timeline_of
@@ -81,16 +81,19 @@ def prepare(
     memory = samples.memory
     kv_index = SeriesIndex.from_long(observed_kv(samples.other, kv))
     engine_long = engine_series(samples.other)
-    modelled = modelled_index(breakpoints, kv.has_bytes)
+    modelled = modelled_index(breakpoints, kv.has_bytes, pool_caps(kv))
     caps = capacities(samples.other, tables.events)
     cap_map = {
         (r["node"], r["device"]): int(r["capacity_bytes"]) for r in caps.iter_rows(named=True)
     }
     observed_any = not (memory.empty and kv_index.empty)
+    evicted = preemption_times(tables, samples.other)
     spikes = find_spikes(
         [memory, kv_index] if observed_any else [_modelled_for_spikes(modelled, kv)],
         _capacity_of(cap_map, kv),
         options,
+        preemptions=evicted,
+        pool_blocks=kv.pool_blocks,
     )
     logger.debug("%d spikes, %d knots", len(spikes), timeline.points.height)
     prep = Prepared(
@@ -104,6 +107,8 @@ def prepare(
         capacities=cap_map,
         engine_pids=engine_pids(samples, tables.events, tables.manifest),
         idle=_idle(engine_long, breakpoints),
+        serving=serving_samples(samples.other),
+        preemptions=evicted,
     )
     return prep, modelled, spikes, facts
 
@@ -189,6 +194,53 @@ def _modelled_for_spikes(modelled: SeriesIndex, kv: KVModel) -> SeriesIndex:
         {n: modelled.rows(n) for n in keep},
         {n: {k: v for k, v in modelled.meta(n).items() if k != "series"} for n in keep},
     )
+
+
+# Samples that show an engine serving: a request running, tokens produced, KV blocks in use.
+SERVING_METRICS: Final = (
+    "requests_running",
+    "prompt_throughput_tokens_per_s",
+    "generation_throughput_tokens_per_s",
+    "kv_usage_ratio",
+    "kv_blocks_used",
+    "kv_tokens_used",
+)
+
+
+def serving_samples(samples: pl.DataFrame) -> pl.DataFrame:
+    """``node, ts, source, metric, value`` of every sample above zero of :data:`SERVING_METRICS`,
+    in time order: the evidence that a server without request lines was serving."""
+    return (
+        samples.filter(pl.col("metric").is_in(SERVING_METRICS) & (pl.col("value") > 0))
+        .select("node", "ts", "source", "metric", "value")
+        .sort("ts", maintain_order=True)
+    )
+
+
+def preemption_times(tables: Tables, samples: pl.DataFrame) -> pl.DataFrame:
+    """``node, ts`` of every preemption (or retraction) a source states: preemption events,
+    preempted requests, a stats line's count for its interval, a counter's increase."""
+    stated = tables.requests.filter(pl.col("event") == "preempted").select("node", "ts").collect()
+    events = tables.events.filter(pl.col("kind") == "preemption").select("node", "ts")
+    interval = samples.filter(
+        (pl.col("metric") == "preemptions_in_interval") & (pl.col("value") > 0)
+    ).select("node", "ts")
+    counter = (
+        samples.filter(pl.col("metric") == "preemptions_total")
+        .sort("ts")
+        .filter(pl.col("value").diff().over("node", "source") > 0)
+        .select("node", "ts")
+    )
+    return pl.concat([stated, events, interval, counter]).sort("node", "ts")
+
+
+def first_served(facts: TableFacts, serving: pl.DataFrame) -> dict[str, datetime]:
+    """Each node's first sign of serving: its first request event or serving sample."""
+    out = dict(facts.first_request)
+    firsts = serving.group_by("node").agg(pl.col("ts").min())
+    for node, ts in firsts.iter_rows():
+        out[node] = min(out[node], ts) if node in out else ts
+    return out
 
 
 def _idle(engine: pl.DataFrame, breakpoints: Breakpoints) -> pl.DataFrame:

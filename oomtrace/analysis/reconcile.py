@@ -46,26 +46,18 @@ def kv_reconciliation(
     if modelled_column is None:  # a bare ratio and no pool size: nothing to compare with
         return None, pl.DataFrame(schema=SERIES_SCHEMA)
     joined = pool_at(breakpoints, observed.select("node", "ts", "value"), has_bytes=kv.has_bytes)
-    gaps = joined.select(
-        "node", "ts", gap=pl.col(modelled_column).cast(pl.Float64) - pl.col("value")
-    ).filter(pl.col("gap").is_not_null())
+    cap = pool_caps(kv).get(modelled_column)
+    modelled = pl.col(modelled_column).cast(pl.Float64)
+    if cap is not None:  # the model never holds more than the pool (see modelled_index)
+        modelled = modelled.clip(upper_bound=float(cap))
+    gaps = joined.select("node", "ts", gap=modelled - pl.col("value")).filter(
+        pl.col("gap").is_not_null()
+    )
     points, median, worst, worst_ts = _stats(gaps)
     if median is None:
         return None, pl.DataFrame(schema=SERIES_SCHEMA)
     typical = float(observed["value"].median() or 0.0)  # type: ignore[arg-type]
-    relative = median / typical if typical else 0.0
-    if abs(relative) <= 0.1:
-        meaning = "modelled and observed KV agree within 10 % (median)"
-    elif relative < 0:
-        meaning = (
-            f"modelled KV is {-relative:.0%} below observed (median): requests missing from the "
-            "lifecycle log, or stored tokens underestimated"
-        )
-    else:
-        meaning = (
-            f"modelled KV is {relative:.0%} above observed (median): prefix-cache sharing (one "
-            "block held for several requests), or requests that left without an end statement"
-        )
+    meaning = _kv_meaning(median, worst, worst_ts, typical, cap, unit)
     recon = Reconciliation(
         "kv_modelled_vs_observed",
         f"modelled {modelled_column}",
@@ -90,6 +82,57 @@ def kv_reconciliation(
         value="gap",
     )
     return recon, series
+
+
+AGREE = 0.1  # modelled and observed agree when they differ by no more than this share
+
+
+def _kv_meaning(
+    median: float,
+    worst: float | None,
+    worst_ts: object,
+    typical: float,
+    pool: int | None,
+    unit: str,
+) -> str:
+    """What the gap between modelled and observed KV says. They "agree" only when the median and
+    the worst gap are both within :data:`AGREE` of the pool (else of the typical observation): a
+    median near zero beside a worst gap of gigabytes is not agreement."""
+    scale = float(pool) if pool else typical
+    relative = median / typical if typical else 0.0
+    worst_share = abs(worst or 0.0) / scale if scale else 0.0
+    if abs(relative) <= AGREE:
+        meaning = f"modelled and observed KV agree within {AGREE:.0%} (median)"
+        if worst_share <= AGREE:
+            return meaning + " and at worst"
+        when = f" at {worst_ts:%H:%M:%S}" if hasattr(worst_ts, "strftime") else ""
+        size = _amount(abs(worst or 0.0), unit)
+        side = "above" if (worst or 0.0) > 0 else "below"
+        why = _ABOVE if (worst or 0.0) > 0 else _BELOW
+        return f"{meaning}, but the model was {size} {side} observed{when}: {why}"
+    if relative < 0:
+        return f"modelled KV is {-relative:.0%} below observed (median): {_BELOW}"
+    return f"modelled KV is {relative:.0%} above observed (median): {_ABOVE}"
+
+
+_BELOW = "requests missing from the lifecycle log, or stored tokens underestimated"
+_ABOVE = (
+    "requests the model counts resident that the engine had preempted, queued or finished "
+    "without an end statement, or prefix-cache sharing (one block held for several requests)"
+)
+
+
+def _amount(value: float, unit: str) -> str:
+    return format_bytes(round(value)) if unit == "bytes" else f"{value:,.0f} {unit}"
+
+
+def pool_caps(kv: KVModel) -> dict[str, int | None]:
+    """What the pool holds, per modelled column: the model is never allowed above it."""
+    return {
+        "kv_bytes": kv.pool_bytes,
+        "stored_tokens": kv.pool_tokens,
+        "kv_blocks": kv.pool_blocks,
+    }
 
 
 def _pair(index: SeriesIndex, a_metric: str, b_metric: str) -> list[tuple[str, str, pl.DataFrame]]:
@@ -180,10 +223,14 @@ POOL_SERIES = {
 }
 
 
-def modelled_index(breakpoints: Breakpoints, has_bytes: bool) -> SeriesIndex:
+def modelled_index(
+    breakpoints: Breakpoints, has_bytes: bool, caps: dict[str, int | None] | None = None
+) -> SeriesIndex:
     """The sweep's pool series, one per node and quantity (one point per breakpoint), evaluated
     when read, a node's quantities together (a day has millions of breakpoints; the findings
-    keep few of them)."""
+    keep few of them). ``caps`` (:func:`pool_caps`) hold the KV series to what the pool holds:
+    where the model counts more (requests it keeps resident that the engine had preempted or
+    finished), the engine's pool is the truth."""
     families: list[Family] = []
     sizes: dict[str, int] = {}
     meta: dict[str, dict[str, object]] = {}
@@ -207,11 +254,16 @@ def modelled_index(breakpoints: Breakpoints, has_bytes: bool) -> SeriesIndex:
                 "metric": f"modelled_{column}",
                 "unit": unit,
             }
-        families.append(Family(partial(_modelled, breakpoints, node, columns), labels))
+        families.append(Family(partial(_modelled, breakpoints, node, columns, caps or {}), labels))
     return SeriesIndex.of_families(families, sizes, meta)
 
 
-def _modelled(breakpoints: Breakpoints, node: str, columns: tuple[str, ...]) -> pl.DataFrame:
-    return breakpoints.evaluated(node, columns).select(
-        "ts", *[pl.col(c).cast(pl.Float64) for c in columns]
-    )
+def _modelled(
+    breakpoints: Breakpoints, node: str, columns: tuple[str, ...], caps: dict[str, int | None]
+) -> pl.DataFrame:
+    def capped(column: str) -> pl.Expr:
+        value = pl.col(column).cast(pl.Float64)
+        cap = caps.get(column)
+        return value.clip(upper_bound=float(cap)) if cap else value
+
+    return breakpoints.evaluated(node, columns).select("ts", *[capped(c) for c in columns])

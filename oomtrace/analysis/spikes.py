@@ -98,17 +98,30 @@ def find_spikes(
     options: AnalyzeOptions,
     *,
     per_series: int = 3,
+    preemptions: pl.DataFrame | None = None,
+    pool_blocks: int | None = None,
 ) -> list[Spike]:
     """Spikes of every series of ``indexes`` (``capacity`` gives each series' capacity from its
-    description, or None), at most ``per_series`` per series, worst first overall."""
+    description, or None), at most ``per_series`` per series, worst first overall.
+    ``preemptions`` (``node, ts``) tell which fill of a pool ran it dry; ``pool_blocks`` tells
+    when a pool had no block left."""
     spikes: list[Spike] = []
     for index in indexes:
         for name in index.names():
             meta = index.meta(name)
             frame = index.rows(name).select("ts", "value").drop_nulls("value")
             if frame.height:
-                spikes += _series_spikes(frame, meta, capacity(meta), options, per_series)
+                evicted = _times(preemptions, meta["node"])
+                spikes += _series_spikes(
+                    frame, meta, capacity(meta), options, per_series, evicted, pool_blocks
+                )
     return sorted(spikes, key=lambda s: (s.severity(), s.series), reverse=True)
+
+
+def _times(preemptions: pl.DataFrame | None, node: str) -> list[datetime]:
+    if preemptions is None or preemptions.is_empty():
+        return []
+    return sorted(preemptions.filter(pl.col("node") == node)["ts"].to_list())
 
 
 def _series_spikes(
@@ -117,10 +130,13 @@ def _series_spikes(
     capacity: float | None,
     options: AnalyzeOptions,
     per_series: int,
+    evicted: list[datetime] | None = None,
+    pool_blocks: int | None = None,
 ) -> list[Spike]:
     window = timedelta(seconds=options.window_s)
     threshold = _threshold(meta, capacity, float(frame["value"].max()), options)  # type: ignore[arg-type]
-    full = pl.col("value") >= capacity * options.kv_full_ratio if capacity else pl.lit(value=False)
+    level = capacity * options.kv_full_ratio if capacity else None
+    full = pl.col("value") >= level if level is not None else pl.lit(value=False)
     baseline = pl.col("value").rolling_min_by("ts", window_size=window)
     flagged = frame.with_columns(candidate=((pl.col("value") - baseline) >= threshold) | full)
     runs = (
@@ -135,23 +151,91 @@ def _series_spikes(
         )
         .sort("first_ts")
     )
+    # Each time the series crosses up into the full level (a spike's run can hold several).
+    entries = flagged.filter(full & ~full.shift(1).fill_null(value=False))["ts"]
     if runs.is_empty():
         return []
-    # Runs closer than a window apart are one spike (noise around the threshold).
-    apart = ((pl.col("first_ts") - pl.col("last_ts").shift(1)) > window).fill_null(value=True)
+    fills = level is not None and meta["metric"] in POOL_METRICS
+    normal = float(frame["value"].median()) if fills else None  # type: ignore[arg-type]
+    # Runs closer than a window apart are one spike (noise around the threshold); so are runs of
+    # a full pool that never fell back to its normal level in between (a saturated plateau).
+    apart = (pl.col("first_ts") - pl.col("last_ts").shift(1)) > window
+    if fills and normal is not None and level is not None:
+        apart &= ~pl.lit(_stayed_up(frame, runs, (normal + level) / 2))
     merged = (
-        runs.with_columns(spike=apart.cum_sum())
+        runs.with_columns(spike=apart.fill_null(value=True).cum_sum())
         .group_by("spike")
         .agg(
             peak_value=pl.col("peak_value").max(),
             peak_ts=pl.col("peak_ts").get(pl.col("peak_value").arg_max()),
+            first_ts=pl.col("first_ts").min(),
+            last_ts=pl.col("last_ts").max(),
         )
         .sort("peak_value", "peak_ts", descending=[True, False])
         .head(per_series)
     )
-    return [
-        _describe(frame, meta, capacity, peak_ts, window) for peak_ts in merged["peak_ts"].to_list()
-    ]
+    out = []
+    for peak_ts, first_ts, last_ts in merged.select("peak_ts", "first_ts", "last_ts").rows():
+        fulls = [t for t in entries if first_ts <= t <= last_ts]
+        full_ts = _fill(fulls, last_ts + window, evicted or [])
+        if full_ts is not None and capacity and pool_blocks:
+            full_ts = _no_room(frame, full_ts, evicted or [], capacity * (1 - 0.5 / pool_blocks))
+        if fills and full_ts is not None:
+            # The moment a pool filled, not its noisiest maximum later: what filled it is what
+            # grew from its normal level to that moment.
+            out.append(_describe(frame, meta, capacity, full_ts, window, normal=normal))
+        else:
+            out.append(_describe(frame, meta, capacity, peak_ts, window))
+    return out
+
+
+def _fill(fulls: list[datetime], until: datetime, evicted: list[datetime]) -> datetime | None:
+    """When a pool filled: of the moments a spike's runs first reached the full level, the last
+    one at or before the first preemption the spike saw (the fill that ran it dry); without a
+    preemption, the first."""
+    if not fulls:
+        return None
+    first_eviction = next((t for t in evicted if fulls[0] <= t <= until), None)
+    if first_eviction is None:
+        return fulls[0]
+    before = [t for t in fulls if t <= first_eviction]
+    return before[-1] if before else fulls[0]
+
+
+def _no_room(
+    frame: pl.DataFrame, entry: datetime, evicted: list[datetime], level: float
+) -> datetime:
+    """Where a series states the pool to the block (the vLLM plugin's steps), the fill is the
+    first reading after ``entry`` with no block left (``level``: the pool, which leaves out
+    vLLM's null block, less half a block), before the first preemption; a coarser series keeps
+    ``entry``."""
+    until = next((t for t in evicted if t >= entry), None)
+    after = frame.filter(pl.col("ts") >= pl.lit(entry, dtype=frame.schema["ts"]))
+    if until is not None:
+        after = after.filter(pl.col("ts") <= pl.lit(until, dtype=frame.schema["ts"]))
+    full = after.filter(pl.col("value") >= level)
+    return full["ts"][0] if full.height else entry
+
+
+# Series of a pool that fills and stays full (preemptions, churn): their spike is the fill.
+POOL_METRICS = ("kv_used", "modelled_kv_bytes", "modelled_stored_tokens")
+# How far back the rise of a filled pool is looked for.
+FILL_LOOKBACK = timedelta(minutes=15)
+
+
+def _stayed_up(frame: pl.DataFrame, runs: pl.DataFrame, floor: float) -> pl.Series:
+    """Per run (in ``runs``' order): whether the series stayed at or above ``floor`` since the
+    previous run ended."""
+    ts = frame["ts"]
+    values = frame["value"]
+    flags = [False]
+    ends = runs["last_ts"].to_list()
+    for previous_end, first in zip(ends[:-1], runs["first_ts"].to_list()[1:], strict=True):
+        lo = search_ts(ts, previous_end, "right")
+        hi = search_ts(ts, first, "left")
+        between = values.slice(lo, max(hi - lo, 0))
+        flags.append(between.len() == 0 or float(between.min()) >= floor)  # type: ignore[arg-type]
+    return pl.Series("up", flags, dtype=pl.Boolean)
 
 
 def _describe(
@@ -160,8 +244,12 @@ def _describe(
     capacity: float | None,
     peak_ts: datetime,
     window: timedelta,
+    *,
+    normal: float | None = None,
 ) -> Spike:
-    """The spike that peaks at ``peak_ts``, measured on the samples of the window before it."""
+    """The spike that peaks at ``peak_ts``, measured on the samples of the window before it; a
+    pool that filled is measured from the last time it stood at its ``normal`` level (its median),
+    up to :data:`FILL_LOOKBACK` before."""
     ts = frame["ts"]
     lo = search_ts(ts, peak_ts - window, "left")
     hi = search_ts(ts, peak_ts, "right")
@@ -169,6 +257,12 @@ def _describe(
     peak = win.row(win.height - 1, named=True)
     minimum = win["value"].min()
     start_row = win.filter(pl.col("value") == minimum).row(-1, named=True)
+    if normal is not None and float(start_row["value"]) > normal:
+        first = search_ts(ts, peak_ts - FILL_LOOKBACK, "left")
+        back = frame.slice(first, hi - first)
+        below = back.filter((pl.col("value") <= normal) & (pl.col("ts") <= peak["ts"]))
+        if below.height:
+            start_row = below.row(-1, named=True)
     seconds = (peak["ts"] - start_row["ts"]).total_seconds()
     rise = float(peak["value"]) - float(start_row["value"])
     steps = win.select(

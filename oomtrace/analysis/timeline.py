@@ -5,8 +5,9 @@ Built from the ``requests`` table alone (lifecycle events), in bulk Polars opera
 * **segments**: resident intervals, one per admission; a preemption ends one and a resume starts
   the next. Where the source does not state the admission, the start is inferred: the first token
   (the request was surely resident by then) or, failing that, the arrival (an upper bound on
-  residency). A segment without a stated end ends at the next engine reset, at the moment its
-  contract would be spent at the observed decode rate, or at the end of the trace.
+  residency). A segment without a stated end ends at the next engine reset or at the end of the
+  trace; where the node's source never states a finish, also at the moment its contract would be
+  spent at the observed decode rate (a source that states finishes would have stated it).
 * **knots**: points ``(ts, tokens)`` of stored tokens (prompt + generated so far) per segment,
   linear in between. Stated knots come from the source (admission with the prompt, first token,
   progress, a final count); model knots extrapolate at the decode rate, capped by the contract

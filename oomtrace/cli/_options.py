@@ -215,14 +215,18 @@ class AnalysisChoices:
 
     def options(self, manifest: Manifest, node: str | None) -> AnalyzeOptions:
         """The library's options; with ``--config``, the KV rule comes from the model's
-        architecture (the tensor-parallel size defaulting to what ``manifest`` states)."""
+        architecture (the tensor-parallel size defaulting to what ``manifest`` states). A KV
+        exhaustion's remedy is sized by replaying its traffic (:mod:`oomtrace.replay.limits`)."""
         from oomtrace.analysis import AnalyzeOptions
         from oomtrace.analysis.kvmodel import architecture_spec
         from oomtrace.analysis.options import parse_duration
+        from oomtrace.analysis.step_bytes import model_dims
+        from oomtrace.replay.limits import replay_limits
 
         window_s = parse_duration(self.window, what="--window")
-        spec, label = None, "architecture"
+        spec, label, dims = None, "architecture", None
         if self.config_path is not None:
+            dims = model_dims(self.config_path)
             spec, label = architecture_spec(
                 self.config_path,
                 manifest,
@@ -230,7 +234,13 @@ class AnalysisChoices:
                 tensor_parallel=self.tensor_parallel,
             )
         return AnalyzeOptions(
-            window_s=window_s, top_culprits=self.top, node=node, kv_spec=spec, kv_spec_label=label
+            window_s=window_s,
+            top_culprits=self.top,
+            node=node,
+            kv_spec=spec,
+            kv_spec_label=label,
+            limit_search=replay_limits,
+            model_dims=dims,
         )
 
 

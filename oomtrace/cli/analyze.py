@@ -17,16 +17,28 @@ if TYPE_CHECKING:
 @click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=Path))
 @analysis_options
 @json_option("Print the full findings as a versioned JSON document instead of the summary.")
+@click.option(
+    "--fail-on-incident",
+    is_flag=True,
+    help="Exit 1 when an incident is found (0 when none; 2 stays bad input), for scripts and CI.",
+)
 @ingest_options
 def command(
-    *, inputs: tuple[Path, ...], as_json: bool, analysis: AnalysisChoices, ingest: IngestOptions
+    *,
+    inputs: tuple[Path, ...],
+    as_json: bool,
+    fail_on_incident: bool,
+    analysis: AnalysisChoices,
+    ingest: IngestOptions,
 ) -> None:
     """Find the requests and the moment that ran the GPU out of memory.
 
     INPUTS is a trace directory (from `oomtrace ingest` or a collector), or the raw files and
     folders a server left behind, ingested on the fly. With --node, a trace directory is
     analysed on that node only. Prints the incident, its class and reason, the top culprits with
-    their numbers, the attribution coverage and the data gaps; --json prints the findings.
+    their numbers, the attribution coverage and the data gaps, after the remedies that would
+    have prevented it; --json prints the findings. With --fail-on-incident the exit status says
+    whether an incident was found (1) or not (0), as `git diff --exit-code` does.
     """
     from oomtrace.analysis import analyze, open_trace
     from oomtrace.analysis.findings import dumps
@@ -40,3 +52,5 @@ def command(
     trace = open_trace(paths[0]) if one_dir else load_any(paths, ingest)
     findings = analyze(trace, analysis.options(trace.manifest, ingest.node))
     click.echo(dumps(findings) if as_json else render_summary(findings), nl=False)
+    if fail_on_incident and findings.incidents:
+        click.get_current_context().exit(1)

@@ -126,7 +126,7 @@ def search(
         return tried[value].passes
 
     goal: Literal["largest", "smallest"] = "smallest" if target == "kv-blocks" else "largest"
-    best = _bisect(passes, low, high, largest=goal == "largest")
+    best = bisect(passes, low, high, largest=goal == "largest")
     result = None
     if best is not None:
         result = runner.replay(workload, _with(settings, target, best), series_points=series_points)
@@ -142,7 +142,7 @@ def search(
     )
 
 
-def _bisect(passes: Callable[[int], bool], low: int, high: int, *, largest: bool) -> int | None:
+def bisect(passes: Callable[[int], bool], low: int, high: int, *, largest: bool) -> int | None:
     """Largest (or smallest) value in ``[low, high]`` that passes, with the neighbour one step
     further failing; None when the cautious end (``low`` for largest, ``high`` for smallest)
     fails."""

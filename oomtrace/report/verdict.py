@@ -79,6 +79,9 @@ CULPRIT_HIDDEN: Final = (
     "arrived",
     "admitted_in_window",
     "in_prefill",
+    "step_tokens",
+    "step_parameter",
+    "step_bytes",
 )
 
 

@@ -4,12 +4,13 @@ gaps, readable by a person on call in thirty seconds. Everything that came from 
 
 from __future__ import annotations
 
+import textwrap
 from datetime import datetime
 from pathlib import PurePath
 from typing import Final
 
 from oomtrace import escape
-from oomtrace.analysis.findings import NOT_REQUESTS, Culprit, Findings, Gap, Incident
+from oomtrace.analysis.findings import NOT_REQUESTS, Culprit, Findings, Gap, Incident, Remedy
 from oomtrace.isotime import iso_time
 from oomtrace.units import format_bytes
 
@@ -17,6 +18,8 @@ TOP_SHOWN: Final = 5
 # Gap kinds of inputs left out of the timeline (oomtrace.analysis.gaps.manifest_gaps).
 SET_APART_KINDS: Final = frozenset({"unaligned", "untimed"})
 GAPS_SHOWN: Final = 5
+REMEDIES_SHOWN: Final = 3
+WRAP: Final = 100
 ID_WIDTH: Final = 36
 
 
@@ -33,6 +36,8 @@ def render_summary(findings: Findings) -> str:
     lines = [_headline(findings), *_set_apart(findings), ""]
     if not findings.incidents:
         lines.append("No incident: no OOM event and no spike above the thresholds.")
+    if findings.remedies:
+        lines += [*_remedies(findings.remedies), ""]
     for incident in findings.incidents[:1]:
         lines += _incident(incident)
     others = findings.incidents[1:]
@@ -47,6 +52,21 @@ def render_summary(findings: Findings) -> str:
     if rate:
         lines.append(f"Decode rate: {rate}")
     return "\n".join(lines) + "\n"
+
+
+def _remedies(remedies: tuple[Remedy, ...]) -> list[str]:
+    """The remedies first: what to change, then the numbers behind it (escaped: a remedy names
+    processes and settings read from logs)."""
+    lines = ["Remedies (the first prevents it at the least cost):"]
+    for number, remedy in enumerate(remedies[:REMEDIES_SHOWN], start=1):
+        lines.append(
+            f"  {number}. {escape.terminal(remedy.action)}  [{remedy.incident}, {remedy.basis}]"
+        )
+        detail = textwrap.wrap(escape.terminal(remedy.detail), WRAP)
+        lines += [f"       {part}" for part in detail]
+    if len(remedies) > REMEDIES_SHOWN:
+        lines.append(f"  … {len(remedies) - REMEDIES_SHOWN} more in --json")
+    return lines
 
 
 def _headline(findings: Findings) -> str:
@@ -101,6 +121,8 @@ def _incident(incident: Incident) -> list[str]:
     shown = [p for p in incident.processes if incident.cls == "foreign_memory" or p.share >= 0.01]
     for process in shown[:3]:
         who = f"process {process.pid}" if process.pid is not None else "other processes"
+        if process.name:
+            who += f" ({escape.terminal(process.name, 60)})"
         grew = (
             f" (+{format_bytes(process.growth_bytes)} in the window)"
             if process.growth_bytes
@@ -140,6 +162,8 @@ def _coverage(incident: Incident) -> str:
     )
     if incident.unexplained_bytes:
         text += f"; {format_bytes(incident.unexplained_bytes)} unexplained"
+    if incident.model_note:
+        text += "\n  model:     " + escape.terminal(incident.model_note)
     return text
 
 

@@ -53,10 +53,11 @@ def test_three_scrape_files_give_the_facts_of_one_file(tmp_path: Path) -> None:
     assert per_file.equals(one_file)
     assert per_file_incident == one_file_incident
     # what a person reads off the scrapes: the pool full at the second scrape, 25 preemptions
-    # by then (0 at the first, 36 at the last)
+    # by then (0 at the first) and 36 at the last, 12 s after it filled: the storm the fill set off
     assert per_file_incident["class"] == "kv_exhaustion"
     assert per_file_incident["peak_ts"] == "2026-12-02T00:20:14.000000Z"
-    assert "25 preemptions in the window" in str(per_file_incident["reason"])
+    reason = str(per_file_incident["reason"])
+    assert "36 preemptions from the rise to a window after it filled" in reason
     counter = per_file.filter(pl.col("metric") == "preemptions_total")["value"].to_list()
     assert counter == [0.0, 25.0, 36.0]
 

@@ -23,10 +23,14 @@ from typing import Final
 
 from tools.sample_incidents import (
     foreign_process,
+    healthy_day,
     kv_exhaustion,
+    leak_headroom,
+    oom_names_process,
     prefill_capture,
     sglang_retraction,
     startup_misfit,
+    v0_plateau,
 )
 
 MODULES: Final[tuple[ModuleType, ...]] = (
@@ -35,6 +39,10 @@ MODULES: Final[tuple[ModuleType, ...]] = (
     startup_misfit,
     foreign_process,
     sglang_retraction,
+    healthy_day,
+    oom_names_process,
+    leak_headroom,
+    v0_plateau,
 )
 INCIDENTS: Final[dict[str, Callable[[Path], object]]] = {m.NAME: m.build for m in MODULES}
 # Recorded from a real server, not generated (tools/sample_incidents/vllm_cpu_recorded.py): the

@@ -92,6 +92,7 @@ class Run:
         raw = runner.simulate(self.workload, settings, record=True)
         self.raw_state = raw.state
         self.residencies = self._residencies(raw.log)
+        self._spans = self._first_and_last()
         self.preemptions = sorted(
             (int(t), int(i))
             for t, i, k in zip(raw.log[0], raw.log[1], raw.log[2], strict=True)
@@ -199,17 +200,37 @@ class Run:
 
     # -- throughput -------------------------------------------------------------------------------
 
+    def _active(self, t0_ns: int, t1_ns: int) -> list[int]:
+        """The requests resident at some moment of ``[t0_ns, t1_ns]``: the only ones whose
+        figures change in it (a request produces nothing before its first admission or after
+        its last residency ends)."""
+        starts, ends = self._spans
+        return np.flatnonzero((starts >= 0) & (starts <= t1_ns) & (ends >= t0_ns)).tolist()
+
+    def _first_and_last(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per request: its first admission and the end of its last residency (far in the
+        future while one is open; -1 for a request never admitted)."""
+        never, open_ = -1, 2**62
+        starts = [stays[0].start_ns if stays else never for stays in self.residencies]
+        ends = [
+            (open_ if any(s.end_ns < 0 for s in stays) else max(s.end_ns for s in stays))
+            if stays
+            else never
+            for stays in self.residencies
+        ]
+        return np.asarray(starts, np.int64), np.asarray(ends, np.int64)
+
     def generated_between(self, t0_ns: int, t1_ns: int) -> int:
         """Output tokens produced in ``(t0_ns, t1_ns]`` (recomputed ones are not produced again)."""
         return sum(
-            self.produced(i, t1_ns) - self.produced(i, t0_ns) for i in range(len(self.specs))
+            self.produced(i, t1_ns) - self.produced(i, t0_ns) for i in self._active(t0_ns, t1_ns)
         )
 
     def prefilled_between(self, t0_ns: int, t1_ns: int) -> int:
         """Prompt tokens (recomputations included) whose prefill ended in ``(t0_ns, t1_ns]``."""
         total = 0
-        for i, stays in enumerate(self.residencies):
-            for stay in stays:
+        for i in self._active(t0_ns, t1_ns):
+            for stay in self.residencies[i]:
                 if t0_ns < stay.first_ns <= t1_ns:
                     total += self.specs[i].prompt + stay.g0
         return total

@@ -39,8 +39,12 @@ class VllmLog:
         colour: bool = False,
         outer: Outer | None = None,
         delay: Callable[[], timedelta] | None = None,
+        debug: bool = True,
+        bracket: bool = True,
     ) -> None:
         self.tz = tz or ZoneInfo("UTC")
+        self.debug = debug  # False: the server logs at INFO, its DEBUG records are not printed
+        self.bracket = "[" if bracket else ""  # vLLM < 0.7 prints ``file.py:line]`` without "["
         self.colour = colour
         self.outer = outer
         self.delay = delay or (lambda: timedelta(0))
@@ -53,8 +57,10 @@ class VllmLog:
 
     def record(self, ts: datetime, proc: str | None, level: str, where: str, message: str) -> None:
         """One logging record; ``where`` is ``file.py:line``."""
+        if level == "DEBUG" and not self.debug:
+            return
         clock = ts.astimezone(self.tz).strftime("%m-%d %H:%M:%S")
-        head = f"{self._proc(proc)}{level} {clock} [{where}] "
+        head = f"{self._proc(proc)}{level} {clock} {self.bracket}{where}] "
         parts = message.split("\n")
         body = "\r\n".join(head + part for part in parts)
         self._add(ts, body.split("\n"))

@@ -129,6 +129,11 @@ REQUEST_FIELDS: Final = pl.Schema(
         "prompt_tokens": pl.Int64(),
         "max_tokens": pl.Int64(),
         "output_tokens": pl.Int64(),
+        # the SamplingParams that size a request's step (request_lines.PARAMS)
+        "n": pl.Int64(),
+        "best_of": pl.Int64(),
+        "logprobs": pl.Int64(),
+        "prompt_logprobs": pl.Int64(),
         # what the line told: arrived, details, response, delta, complete, ... (see
         # request_table), and whether its token count may be the INFO preview's cap.
         "line_kind": _STRING,

@@ -98,6 +98,7 @@ def _request_rows(hit: pl.DataFrame, event: str, pattern: str) -> pl.DataFrame:
         "prompt_tokens": pl.lit(None, pl.Int64),
         "max_tokens": pl.lit(None, pl.Int64),
         "output_tokens": pl.lit(None, pl.Int64),
+        **{name: pl.lit(None, pl.Int64) for name in PARAMS if name != "max_tokens"},
         "line_kind": pl.lit(event),
         "count_may_be_capped": pl.lit(value=False),
     }
@@ -184,27 +185,45 @@ def _match_received(rows: pl.DataFrame) -> pl.DataFrame:
     return frame.drop("_colon", "_word")
 
 
+# The SamplingParams fields a request row keeps: its length limit, and what sizes its step
+# (sequences sampled in parallel, top log-probabilities asked for, over the prompt too).
+PARAMS: Final = ("max_tokens", "n", "best_of", "logprobs", "prompt_logprobs")
+_PARAM_TEXT: Final = r"(?-u:\b)(?:" + "|".join(PARAMS) + r")=(?:[0-9]+|None)"
+
+
 def _with_max_tokens(frame: pl.DataFrame) -> pl.DataFrame:
-    """``max_tokens_text``: the ``max_tokens=N`` inside SamplingParams. The params come before
-    the prompt preview from 0.12 and after the prompt text before it: the first occurrence where
-    the params come first, else the last, never one inside the user's prompt."""
-    found = pl.col("_all").list
-    frame = frame.with_columns(
-        _all=pl.col("body").str.extract_all(r"(?-u:\b)max_tokens=(?:[0-9]+|None)")
-    )
-    if frame.get_column("params_first").all():
-        return frame.with_columns(max_tokens_text=found.first()).drop("_all")
-    return frame.with_columns(
-        max_tokens_text=pl.when(pl.col("params_first")).then(found.first()).otherwise(found.last())
-    ).drop("_all")
+    """``<field>_text`` for each of :data:`PARAMS`: its ``field=N`` inside SamplingParams, from
+    one scan of the line. The params come before the prompt preview from 0.12 and after the
+    prompt text before it: the first occurrence where the params come first, else the last,
+    never one inside the user's prompt (a word boundary keeps ``logprobs=`` apart from
+    ``prompt_logprobs=``, ``n=`` apart from ``min_tokens=``)."""
+    frame = frame.with_columns(_all=pl.col("body").str.extract_all(_PARAM_TEXT))
+    all_first = frame.get_column("params_first").all()
+    picked = []
+    for name in PARAMS:
+        mine = pl.col("_all").list.eval(
+            pl.element().filter(pl.element().str.starts_with(name + "="))
+        )
+        first, last = mine.list.first(), mine.list.last()
+        value = first if all_first else pl.when(pl.col("params_first")).then(first).otherwise(last)
+        picked.append(value.alias(f"{name}_text"))
+    return frame.with_columns(picked).drop("_all")
+
+
+def _param(name: str) -> pl.Expr:
+    text = pl.col(f"{name}_text").str.slice(len(name) + 1)
+    return text.cast(pl.Int64, strict=False)
 
 
 def _received() -> dict[str, pl.Expr]:
     details = pl.col("body").str.starts_with("Request ")
     return {
-        "max_tokens": pl.when(details)
-        .then(None)
-        .otherwise(pl.col("max_tokens_text").str.slice(11).cast(pl.Int64, strict=False)),
+        **{
+            name: pl.when(details).then(None).otherwise(_param(name))
+            for name in PARAMS
+            if name != "max_tokens"
+        },
+        "max_tokens": pl.when(details).then(None).otherwise(_param("max_tokens")),
         "prompt_tokens": pl.col("token_count"),
         "line_kind": pl.when(details).then(pl.lit("details")).otherwise(pl.lit("arrived")),
         "count_may_be_capped": pl.col("params_first") & pl.col("token_count").is_not_null(),

@@ -30,7 +30,18 @@ from oomtrace.ingest.vllm.frames import SETTLED_REQUEST_ROWS
 INFO_PREVIEW_IDS: Final = 512
 ENDING_WINDOW_S: Final = 60
 _INTERNAL_SUFFIX: Final = r"-[0-9a-f]{8}$"
-OUTPUT: Final = ["ts", "request_id", "event", "prompt_tokens", "max_tokens", "output_tokens"]
+OUTPUT: Final = [
+    "ts",
+    "request_id",
+    "event",
+    "prompt_tokens",
+    "max_tokens",
+    "output_tokens",
+    "n",
+    "best_of",
+    "logprobs",
+    "prompt_logprobs",
+]
 
 
 def finish_requests(

@@ -3,6 +3,7 @@ far below capacity is traffic."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import polars as pl
@@ -44,6 +45,13 @@ def _no_events() -> pl.DataFrame:
     return conform("events", pl.DataFrame(schema={**schema, "kind": pl.String}))
 
 
+def _no_requests() -> pl.DataFrame:
+    schema = {"ts": pl.Datetime("ns", "UTC"), "node": pl.String, "source": pl.String}
+    return conform(
+        "requests", pl.DataFrame(schema={**schema, "request_id": pl.String, "event": pl.String})
+    )
+
+
 def _trace(sample_rows: list[dict[str, Any]], reqs: pl.DataFrame, evs: pl.DataFrame) -> Trace:
     return Trace(samples(*sample_rows), reqs, evs, Manifest(nodes=["node-a"]))
 
@@ -58,15 +66,47 @@ def test_memory_taken_while_the_engine_starts_is_not_an_incident() -> None:
     assert findings.incidents == ()
 
 
-def test_without_requests_the_same_rise_is_still_an_incident() -> None:
-    # GIVEN the same rise and no request lifecycle at all (nothing tells start-up from serving)
+def _no_requests() -> pl.DataFrame:
     schema = {"ts": pl.Datetime("ns", "UTC"), "node": pl.String, "source": pl.String}
-    none = conform(
+    return conform(
         "requests", pl.DataFrame(schema={**schema, "request_id": pl.String, "event": pl.String})
     )
-    trace = _trace(_device(_starting), none, _no_events())
-    # WHEN it is analysed, THEN the rise to 97 % of the device is an incident
+
+
+def test_without_requests_a_device_left_without_room_is_an_incident() -> None:
+    # GIVEN a rise to 99.5 % of the device and no request lifecycle at all (nothing tells
+    # start-up from serving)
+    trace = _trace(_device(lambda t: min(t, 30) * 796 * GiB // 300), _no_requests(), _no_events())
+    # WHEN it is analysed, THEN the device left without room is an incident
     assert len(analyze(trace).incidents) == 1
+
+
+def test_a_device_at_its_engines_usual_level_is_not_an_incident() -> None:
+    # GIVEN the rise to 97 %, where a preallocating engine (gpu_memory_utilization 0.95 and its
+    # context) sits all day, and no OOM
+    trace = _trace(_device(_starting), _no_requests(), _no_events())
+    # WHEN it is analysed, THEN it is a spike in the findings, not an incident
+    findings = analyze(trace)
+    assert any(s.metric == "device_used_bytes" for s in findings.spikes)
+    assert findings.incidents == ()
+
+
+def test_memory_of_unknown_capacity_is_never_pressure() -> None:
+    # GIVEN the allocator's reserve rising by 30 GiB and falling back, with no device total
+    rows = [
+        {
+            "ts": at(t),
+            "metric": "torch_reserved_bytes",
+            "pid": 7,
+            "value": float((40 if 100 <= t < 110 else 10) * GiB),
+        }
+        for t in range(200)
+    ]
+    trace = _trace(rows, _requests(20, 60, 120), _no_events())
+    # WHEN it is analysed, THEN no incident: without the device's size nothing says it was full
+    findings = analyze(trace)
+    assert any(s.metric == "torch_reserved_bytes" for s in findings.spikes)
+    assert findings.incidents == ()
 
 
 def test_a_kv_pool_rising_well_below_full_is_traffic_not_an_incident() -> None:
@@ -88,12 +128,25 @@ def test_an_engine_failing_again_at_every_restart_is_one_incident() -> None:
     # the third is more than a window after the first, but each is within a window of the last
     refusal = {"kind": "startup_kv_insufficient", "requested_bytes": 16 * GiB, "free_bytes": GiB}
     evs = events(*[{**refusal, "ts": at(t)} for t in (46, 104, 162)])
-    none = conform(
-        "requests",
-        pl.DataFrame(schema={"ts": pl.Datetime("ns", "UTC"), "node": pl.String,
-                             "source": pl.String, "request_id": pl.String, "event": pl.String}),
-    )  # fmt: skip
     # WHEN the trace is analysed
-    findings = analyze(_trace(_device(lambda t: 0, until=200), none, evs))
+    findings = analyze(_trace(_device(lambda t: 0, until=200), _no_requests(), evs))
     # THEN the restart loop is one incident, anchored on the first refusal
     assert [(i.cls, i.peak_ts) for i in findings.incidents] == [("startup_misfit", at(46))]
+
+
+def test_a_refusal_reporting_the_oom_just_before_it_is_the_same_incident() -> None:
+    # GIVEN TGI's warm-up: the shard's OOM, then the router's refusal of the same warm-up 85 ms
+    # later; and, a minute on, another refusal (the launcher started the shard again)
+    oom = {"kind": "oom", "requested_bytes": 2 * GiB, "free_bytes": GiB, "ts": at(10)}
+    refusal = {"kind": "startup_kv_insufficient"}
+    evs = events(
+        oom,
+        {**refusal, "ts": at(10) + timedelta(milliseconds=85)},
+        {**refusal, "ts": at(70)},
+    )
+    findings = analyze(_trace(_device(lambda t: 0, until=100), _no_requests(), evs))
+    # THEN the OOM and its report are one incident; the refusal after a restart is another
+    assert [(i.anchor, i.peak_ts) for i in findings.incidents] == [
+        ("oom", at(10)),
+        ("startup", at(70)),
+    ]

@@ -78,8 +78,8 @@ def test_without_samples_an_oom_still_anchors_the_incident() -> None:
     assert {"no_samples", "single_source"} <= {g.kind for g in findings.gaps}
 
 
-def test_requests_alone_are_analysed_on_the_modelled_pool() -> None:
-    trace = Trace(
+def _requests_alone(*extra: dict[str, object]) -> Trace:
+    return Trace(
         requests=requests(
             *[
                 {
@@ -92,14 +92,29 @@ def test_requests_alone_are_analysed_on_the_modelled_pool() -> None:
                 for i in range(6)
             ],
             {"ts": at(60), "request_id": "r0", "event": "finished", "output_tokens": 5},
+            *extra,
         ),
         manifest=MANIFEST,
     )
+
+
+def test_requests_alone_are_analysed_on_the_modelled_pool() -> None:
+    # GIVEN only request lines, whose model fills the pool, and a preemption the engine stated
+    trace = _requests_alone({"ts": at(8), "request_id": "r5", "event": "preempted"})
     findings = analyze(trace)
     incident = findings.primary
     assert incident is not None
     assert incident.spikes[0].kind == "modelled"
     assert incident.coverage is None
+
+
+def test_a_modelled_pool_alone_is_not_evidence_of_an_incident() -> None:
+    # GIVEN the same requests without any preemption: the model counts the five that never
+    # finished until the trace ends, and nothing the engine said shows pressure
+    findings = analyze(_requests_alone())
+    # THEN the modelled spike stays a spike; a model that over-counts is not an incident
+    assert findings.spikes
+    assert findings.incidents == ()
 
 
 def test_requests_without_any_kv_bytes_statement_are_analysed_in_tokens() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import polars as pl
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -55,15 +56,22 @@ def test_every_event_anchored_shape_peaks_at_its_event(name: str) -> None:
     assert findings.primary.peak_ts == at(scenario.peak_ts)
 
 
-def test_long_requests_peak_when_the_pool_is_full_and_hold_almost_all_of_it() -> None:
+def test_long_requests_peak_when_the_pool_fills_and_hold_almost_all_of_it() -> None:
     scenario, findings = analysed("long_requests_growing")
     incident = findings.primary
     assert incident is not None
     assert scenario.peak_ts is not None
-    assert incident.peak_ts >= at(scenario.peak_ts)
+    # the moment the pool filled and ran dry: it entered the full level (95 %) at that sample,
+    # the last entry before the first preemption (the scenario's full second), not a later maximum
+    ratio = scenario.trace.samples.filter(pl.col("metric") == "kv_usage_ratio").sort("ts")
+    entered = ratio.filter((pl.col("value") >= 0.95) & (pl.col("value").shift(1) < 0.95))
+    assert incident.peak_ts == at(scenario.peak_ts)
+    assert incident.peak_ts in entered["ts"].to_list()
     assert incident.coverage_basis == "observed KV in use"
     assert sum(c.share for c in incident.culprits[:3]) > 0.9
+    # the storm that followed the fill is part of the incident
     assert "preemption storm" in incident.reason
+    assert "a window after it filled" in incident.reason
 
 
 def test_the_prefill_culprit_is_shown_with_its_prompt() -> None:

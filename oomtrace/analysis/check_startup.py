@@ -1,0 +1,145 @@
+"""The start-up misfit check: the engine's settings could not fit the device before it served.
+
+It matches when the engine refused to start because its KV cache cannot hold one request (or
+nothing is left for it), when the weights, KV cache and graphs it stated exceed its share of the
+device, or when an OOM came before the engine served anything since it (re)started. "Served" is
+read from every source, not from request lines alone (vLLM logs none by default since 0.11): a
+request event, a running request in a stats line or a scrape, tokens produced, KV in use.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any
+
+import polars as pl
+
+from oomtrace.analysis import evidence as ev
+from oomtrace.analysis.check_context import Context
+from oomtrace.analysis.evidence import Evidence
+from oomtrace.analysis.findings import ClassCheck
+from oomtrace.analysis.timeline import RESETS, lit_ts
+from oomtrace.units import format_bytes
+
+# Refusals that say the engine's own settings do not fit (not that others hold the memory).
+MISFIT_KINDS = ("startup_kv_insufficient", "startup_no_kv_memory")
+_MAX_LEN = re.compile(r"max seq len \(?(\d+)")
+# What the refusal states it can hold: vLLM V1's own estimate, V0's token count.
+_ESTIMATE = re.compile(r"estimated maximum model length (?:is )?(\d+)")
+_HOLDS = re.compile(r"(\d+) tokens the KV cache can hold|stored in KV cache \((\d+)\)")
+
+
+def startup(ctx: Context) -> ClassCheck:
+    before = pl.col("ts") <= lit_ts(ctx.peak_ts)
+    refused = ctx.events.filter(pl.col("kind").is_in(MISFIT_KINDS) & before)
+    if refused.height:
+        first = refused.row(0, named=True)
+        return ClassCheck(
+            "startup_misfit",
+            True,
+            f"the engine refused to start ({first['kind']}): its KV cache cannot hold one request "
+            "with the configured limits",
+            tuple(ev.event(r) for r in refused.head(5).iter_rows(named=True)),
+            _refusal_figures(ctx, first),
+        )
+    since = _started(ctx)
+    served = served_since(ctx, since)
+    if ctx.anchor == "oom" and served is None and ctx.oom is not None:
+        started = f" since it started at {since:%H:%M:%S}" if since is not None else ""
+        return ClassCheck(
+            "startup_misfit",
+            True,
+            f"the OOM came before the engine served anything{started} (no request, no running "
+            "request, no KV in use in any source): weights, cache and reserve did not fit",
+            (ev.event(ctx.oom),),
+            _oom_figures(ctx),
+        )
+    stated = _stated_parts(ctx)
+    if stated is not None:
+        return stated
+    why = "the engine started and served before the peak"
+    if served is not None:
+        why += f" ({_served_words(served)})"
+    return ClassCheck("startup_misfit", False, why, (served,) if served is not None else ())
+
+
+def _started(ctx: Context) -> datetime | None:
+    """The engine's last start (or death) before the peak: serving counts from there."""
+    before = pl.col("ts") < lit_ts(ctx.peak_ts)
+    resets = ctx.events.filter(pl.col("kind").is_in(RESETS) & before)["ts"]
+    return resets.max() if resets.len() else None  # type: ignore[return-value]
+
+
+def served_since(ctx: Context, since: datetime | None) -> Evidence | None:
+    """The first row showing the engine serving in ``[since, peak]``: a request event, or a
+    sample of a running request, produced tokens or KV in use."""
+    span = pl.col("ts") <= lit_ts(ctx.peak_ts)
+    if since is not None:
+        span &= pl.col("ts") >= lit_ts(since)
+    rows = ctx.serving.filter(span).head(1)
+    sample = ev.sample(rows.row(0, named=True)) if rows.height else None
+    first = ctx.requests.filter(span).sort("ts").head(1).collect()
+    request = ev.request(first.row(0, named=True)) if first.height else None
+    found = [e for e in (request, sample) if e is not None]
+    return min(found, key=lambda e: e.ts) if found else None  # type: ignore[arg-type,return-value]
+
+
+def _served_words(row: Evidence) -> str:
+    values = dict(row.values)
+    if row.table == "requests":
+        return f"request {values.get('request_id')} at {row.ts:%H:%M:%S}"
+    return f"{values.get('metric')} = {values.get('value')} at {row.ts:%H:%M:%S}"
+
+
+def _refusal_figures(ctx: Context, event: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """What the refusal states: the KV memory one request of the model's length needs, what
+    the engine had, the model's length, and the device."""
+    found = _MAX_LEN.search(str(event.get("detail") or ""))
+    length = int(found.group(1)) if found else ctx.config.get("max_model_len")
+    available = event.get("free_bytes")
+    if available is None:
+        available = ctx.config.get("available_kv_cache_bytes")
+    detail = str(event.get("detail") or "")
+    estimate, holds = _ESTIMATE.search(detail), _HOLDS.search(detail)
+    return (
+        ("kv_needed_bytes", event.get("requested_bytes")),
+        ("kv_available_bytes", available),
+        ("max_model_len", length if isinstance(length, int) else None),
+        ("engine_max_model_len", int(estimate.group(1)) if estimate else None),
+        ("kv_tokens", int(holds.group(1) or holds.group(2)) if holds else None),
+        ("device_total_bytes", ctx.capacity),
+    )
+
+
+def _oom_figures(ctx: Context) -> tuple[tuple[str, Any], ...]:
+    event = ctx.oom or {}
+    return (
+        ("requested_bytes", event.get("requested_bytes")),
+        ("free_bytes", event.get("free_bytes")),
+        ("kv_available_bytes", ctx.config.get("available_kv_cache_bytes")),
+        ("max_model_len", ctx.config.get("max_model_len")),
+        ("device_total_bytes", ctx.capacity),
+    )
+
+
+def _stated_parts(ctx: Context) -> ClassCheck | None:
+    """Weights + KV cache + graphs stated at start-up above what the utilisation allows."""
+    keys = ("model_weights_bytes", "available_kv_cache_bytes", "cuda_graph_bytes")
+    parts = {k: ctx.config[k] for k in keys if isinstance(ctx.config.get(k), int | float)}
+    # vLLM's utilisation covers all three; SGLang's mem_fraction_static is another budget
+    utilisation = ctx.config.get("gpu_memory_utilization")
+    if not ctx.capacity or len(parts) < 2 or not isinstance(utilisation, int | float):
+        return None
+    allowed = ctx.capacity * utilisation
+    total = sum(parts.values())
+    if total <= allowed:
+        return None
+    return ClassCheck(
+        "startup_misfit",
+        True,
+        f"weights + KV cache + graphs stated at startup ({format_bytes(round(total))}) "
+        f"exceed what gpu_memory_utilization allows ({format_bytes(round(allowed))})",
+        (ev.manifest({**parts, "gpu_memory_utilization": utilisation}),),
+        (("stated_bytes", round(total)), ("allowed_bytes", round(allowed))),
+    )

@@ -1,0 +1,265 @@
+"""Remedies: for each incident, the limit or setting that would have prevented it, computed from
+the trace (never a rule of thumb), with what it costs.
+
+* ``kv_exhaustion`` (:mod:`oomtrace.analysis.remedy_kv`): the ``--max-num-seqs``,
+  ``--max-num-batched-tokens`` or ``--max-model-len`` under which the incident's traffic,
+  replayed (:mod:`oomtrace.analysis.limits`), never runs the pool dry, with the queueing delay
+  each costs, the cheapest first; without a replay, the bound the budget gives (every admitted
+  request at its whole contract: ``pool tokens // largest contract``), its cost not measured;
+* ``startup_misfit``: the largest ``--max-model-len`` whose one request fits the KV memory the
+  engine had (in whole blocks, as vLLM sizes it), and the smallest ``--gpu-memory-utilization``
+  under which the model's own length fits, when one below 1 exists;
+* ``transient_peak`` (:mod:`oomtrace.analysis.remedy_transient`): the prefill chunk
+  (``--max-num-batched-tokens``) whose step fits the memory that was free at the OOM, from the
+  failed request's own step bytes (with ``prompt_logprobs``, the limit on them), and the
+  utilisation that leaves room for the allocation that failed;
+* ``fragmentation``: the allocator setting that returns reserved-but-unallocated memory
+  (``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``);
+* ``foreign_memory``: which process to move, and the utilisation that leaves it room;
+* ``leak``: the restart interval the trend allows before the headroom is gone.
+
+The checks of :mod:`oomtrace.analysis.classify` compute the figures (``ClassCheck.figures``);
+this module only turns them into settings.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from oomtrace.analysis.findings import ClassCheck, Incident, Remedy
+from oomtrace.analysis.remedy_base import (
+    MAX_UTILISATION,
+    RemedyFacts,
+    as_float,
+    as_int,
+    remedy,
+    set_flag,
+    set_utilisation,
+)
+from oomtrace.analysis.remedy_kv import kv_remedies
+from oomtrace.analysis.remedy_transient import transient_remedies
+from oomtrace.units import format_bytes
+
+__all__ = ["RemedyFacts", "remedies_for"]
+
+
+def remedies_for(incident: Incident, facts: RemedyFacts) -> tuple[Remedy, ...]:
+    """The incident's remedies, the one to apply first first."""
+    make = _MAKERS.get(incident.cls)
+    if make is None:
+        return ()
+    check = next((c for c in incident.checks if c.cls == incident.cls and c.matched), None)
+    if check is None:
+        return ()
+    return tuple(make(incident, check, facts))
+
+
+# -- start-up misfit ----------------------------------------------------------------------------
+
+
+def _misfit(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> list[Remedy]:
+    out: list[Remedy] = []
+    available = as_int(check.figure("kv_available_bytes"))
+    needed = as_int(check.figure("kv_needed_bytes"))
+    max_len = as_int(check.figure("max_model_len"))
+    length = _fitting_length(check, facts, available, needed, max_len)
+    if length is not None:
+        fits, how = length
+        out.append(
+            set_flag(
+                incident,
+                check,
+                facts,
+                "--max-model-len",
+                str(fits),
+                basis="budget",
+                detail=how
+                + (
+                    f"; the model's {max_len:,} need {format_bytes(needed)}"
+                    if needed and max_len
+                    else ""
+                ),
+                figures={"max_model_len": fits, "kv_available_bytes": available},
+            )
+        )
+    utilisation = as_float(facts.config.get("gpu_memory_utilization"))
+    total = as_int(check.figure("device_total_bytes"))
+    if needed and available is not None and utilisation and total:
+        # The engine's share of the device less the KV memory it had is what it holds besides
+        # the cache (weights, activations, graphs); the utilisation that fits adds the need.
+        other = utilisation * total - available
+        wanted = math.ceil((other + needed) / total * 100) / 100
+        if wanted <= MAX_UTILISATION:
+            out.append(
+                set_utilisation(
+                    incident,
+                    check,
+                    facts,
+                    wanted,
+                    detail=(
+                        f"{format_bytes(round(other))} besides the cache + the "
+                        f"{format_bytes(needed)} one request of the model's length needs = "
+                        f"{wanted:.0%} of the {format_bytes(total)} device"
+                    ),
+                )
+            )
+    return out
+
+
+def _fitting_length(
+    check: ClassCheck,
+    facts: RemedyFacts,
+    available: int | None,
+    needed: int | None,
+    max_len: int | None,
+) -> tuple[int, str] | None:
+    """The largest model length one request of which fits the engine's KV memory, and how it
+    was found: the engine's own estimate where it states one (vLLM V1, from its unrounded
+    figures), the tokens it says the cache holds (V0), else the memory over bytes a token, in
+    whole blocks."""
+    block = facts.kv.block_size
+    stated = as_int(check.figure("engine_max_model_len"))
+    if stated:
+        return stated, "the engine's own estimate of the longest request its KV cache holds"
+    tokens = as_int(check.figure("kv_tokens"))
+    if tokens:
+        fits = tokens // block * block
+        return fits, f"the engine's KV cache holds {tokens:,} tokens ({fits:,} in whole blocks)"
+    per_token = facts.kv.bytes_per_token or (needed / max_len if needed and max_len else None)
+    if available is None or available <= 0 or not per_token:
+        return None
+    per_block = per_token * block
+    fits = int(available // per_block) * block
+    if fits < block or (max_len is not None and fits >= max_len):
+        return None
+    return fits, (
+        f"the {format_bytes(available)} the engine had for its KV cache hold {fits:,} tokens of "
+        f"one request ({available // round(per_block):,} blocks of {block} tokens at "
+        f"{format_bytes(round(per_block))})"
+    )
+
+
+# -- foreign memory ------------------------------------------------------------------------------
+
+
+def _foreign(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> list[Remedy]:
+    out: list[Remedy] = []
+    pid = as_int(check.figure("pid"))
+    held = as_int(check.figure("foreign_bytes"))
+    name = check.figure("process_name")
+    device = incident.device
+    if held:
+        who = f"process {pid}" if pid is not None else "the other processes"
+        if isinstance(name, str) and name:
+            who += f" ({name})"
+        where = f"GPU {device}" if device is not None else "the engine's GPU"
+        shortfall = as_int(check.figure("shortfall_bytes"))
+        when = "when the engine started" if incident.anchor == "startup" else "at the peak"
+        detail = f"it held {format_bytes(held)} {when}"
+        if shortfall is not None:
+            failed = "the start-up" if incident.anchor == "startup" else "the failed allocation"
+            detail += (
+                f"; {failed} was short of {format_bytes(shortfall)}, which that "
+                "memory would have covered"
+            )
+        out.append(
+            remedy(
+                incident,
+                check,
+                f"move {who} off {where}",
+                setting=None,
+                value=None,
+                basis="process",
+                detail=detail,
+                figures={"pid": pid, "foreign_bytes": held},
+            )
+        )
+    total = incident.capacity_bytes
+    utilisation = as_float(facts.config.get("gpu_memory_utilization"))
+    if held and total and utilisation:
+        # Room for the other process as it was at its largest: the engine's share shrinks by it.
+        wanted = math.floor((total - held) / total * 0.99 * 100) / 100
+        if 0 < wanted < utilisation:
+            out.append(
+                set_utilisation(
+                    incident,
+                    check,
+                    facts,
+                    wanted,
+                    prefix="or set",
+                    suffix=" to share the GPU",
+                    detail=(
+                        f"leaves {format_bytes(total - math.floor(total * wanted))} of the "
+                        f"{format_bytes(total)} device to others, the {format_bytes(held)} the "
+                        "other process held and 1 % for contexts; the KV pool shrinks accordingly"
+                    ),
+                )
+            )
+    return out
+
+
+# -- fragmentation -------------------------------------------------------------------------------
+
+
+def _fragmentation(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> list[Remedy]:
+    slack = as_int(check.figure("slack_bytes"))
+    wanted = as_int(check.figure("requested_bytes"))
+    detail = "expandable segments let the allocator grow and reuse blocks instead of caching them"
+    if slack is not None:
+        detail = (
+            f"{format_bytes(slack)} were reserved but unallocated"
+            + (f", more than the {format_bytes(wanted)} that failed" if wanted else "")
+            + "; "
+            + detail
+        )
+    return [
+        remedy(
+            incident,
+            check,
+            "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True in the engine's environment",
+            setting="PYTORCH_CUDA_ALLOC_CONF",
+            value="expandable_segments:True",
+            basis="allocator",
+            detail=detail,
+            figures={"slack_bytes": slack, "requested_bytes": wanted},
+        )
+    ]
+
+
+# -- leak ----------------------------------------------------------------------------------------
+
+
+def _leak(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> list[Remedy]:
+    rate = as_float(check.figure("rise_bytes_per_hour"))
+    headroom = as_int(check.figure("headroom_bytes"))
+    if not rate or rate <= 0 or not headroom:
+        return []
+    hours = headroom / rate
+    # Restart at half the time the whole headroom lasts: the leak's rate varies with traffic.
+    every = max(math.floor(hours / 2), 1) if hours >= 2 else round(hours / 2, 1)
+    return [
+        remedy(
+            incident,
+            check,
+            f"restart the engine every {every} h until the leak is fixed",
+            setting=None,
+            value=None,
+            basis="trend",
+            detail=(
+                f"idle memory rose {format_bytes(round(rate))} an hour; the "
+                f"{format_bytes(headroom)} of headroom last {hours:.1f} h at that rate"
+            ),
+            figures={"restart_every_h": every, "hours_of_headroom": round(hours, 2)},
+        )
+    ]
+
+
+_MAKERS: dict[str, Callable[[Incident, ClassCheck, RemedyFacts], list[Remedy]]] = {
+    "startup_misfit": _misfit,
+    "foreign_memory": _foreign,
+    "fragmentation": _fragmentation,
+    "leak": _leak,
+    "kv_exhaustion": kv_remedies,
+    "transient_peak": transient_remedies,
+}

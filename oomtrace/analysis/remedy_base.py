@@ -1,0 +1,136 @@
+"""What every remedy is made of: the facts it reads besides its incident, each engine's spelling
+of a setting, and the constructors (:mod:`oomtrace.analysis.remedies` says what each class gets).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from oomtrace.analysis.evidence import Scalar
+from oomtrace.analysis.findings import ClassCheck, Incident, Remedy
+from oomtrace.analysis.kvmodel import KVModel
+from oomtrace.analysis.limits import LimitReplay
+
+# vLLM refuses a --gpu-memory-utilization above 1; one this close to it leaves nothing for the
+# CUDA context and other processes, so a remedy never proposes more.
+MAX_UTILISATION = 0.98
+# A limit whose replay queues the traffic this much longer (p99) than the recorded settings is
+# reported with its cost in the action itself: it trades the OOM for waiting.
+COSTLY_QUEUE_S = 60.0
+
+
+# Each engine's spelling of the settings a remedy changes (vLLM's ``vllm serve --help``,
+# SGLang's ``python -m sglang.launch_server --help``); vLLM's where an engine is not known.
+FLAGS: dict[str, dict[str, str]] = {
+    "vllm": {},
+    "sglang": {
+        "--max-num-seqs": "--max-running-requests",
+        "--max-num-batched-tokens": "--chunked-prefill-size",
+        "--max-model-len": "--context-length",
+        "--gpu-memory-utilization": "--mem-fraction-static",
+    },
+}
+
+
+@dataclass(frozen=True)
+class RemedyFacts:
+    """What the remedies of one incident read besides the incident itself."""
+
+    config: dict[str, Any]
+    kv: KVModel
+    replay: LimitReplay | None
+    engine: str | None = None
+
+    def flag(self, name: str) -> str:
+        """The engine's own spelling of a vLLM flag."""
+        return FLAGS.get(self.engine or "vllm", {}).get(name, name)
+
+
+def remedy(
+    incident: Incident,
+    check: ClassCheck,
+    action: str,
+    *,
+    setting: str | None,
+    value: str | None,
+    basis: str,
+    detail: str,
+    figures: dict[str, Scalar] | None = None,
+) -> Remedy:
+    return Remedy(
+        incident=incident.id,
+        cls=incident.cls,
+        action=action,
+        setting=setting,
+        value=value,
+        basis=basis,
+        detail=detail,
+        figures=tuple((figures or {}).items()),
+        evidence=check.evidence,
+    )
+
+
+def set_flag(
+    incident: Incident,
+    check: ClassCheck,
+    facts: RemedyFacts,
+    flag: str,
+    value: str,
+    *,
+    basis: str,
+    detail: str,
+    figures: dict[str, Scalar] | None = None,
+    prefix: str = "set",
+    suffix: str = "",
+) -> Remedy:
+    """A remedy that sets one engine flag (``flag`` in vLLM's spelling, written in the engine's)."""
+    name = facts.flag(flag)
+    return remedy(
+        incident,
+        check,
+        f"{prefix} {name} {value}{suffix}",
+        setting=name,
+        value=value,
+        basis=basis,
+        detail=detail,
+        figures=figures,
+    )
+
+
+def as_int(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return int(value)
+
+
+def as_float(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def set_utilisation(
+    incident: Incident,
+    check: ClassCheck,
+    facts: RemedyFacts,
+    share: float,
+    *,
+    detail: str,
+    prefix: str = "set",
+    suffix: str = "",
+    figures: dict[str, Any] | None = None,
+) -> Remedy:
+    """A remedy that sets the engine's share of the device (to two decimals, as vLLM takes it)."""
+    return set_flag(
+        incident,
+        check,
+        facts,
+        "--gpu-memory-utilization",
+        f"{share:.2f}",
+        prefix=prefix,
+        suffix=suffix,
+        basis="budget",
+        detail=detail,
+        figures={"gpu_memory_utilization": share, **(figures or {})},
+    )

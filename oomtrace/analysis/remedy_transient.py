@@ -1,0 +1,99 @@
+"""The remedies of a transient peak: the prefill chunk whose step fits what was free at the OOM
+(from the failed request's own step bytes, :mod:`oomtrace.analysis.step_bytes`), and the
+utilisation that leaves room for the allocation that failed.
+"""
+
+from __future__ import annotations
+
+import math
+
+from oomtrace.analysis.findings import ClassCheck, Incident, Remedy
+from oomtrace.analysis.remedy_base import (
+    RemedyFacts,
+    as_float,
+    as_int,
+    set_flag,
+    set_utilisation,
+)
+from oomtrace.units import format_bytes
+
+# No step of a transformer needs more per token than vocabulary-wide logits of a very large
+# vocabulary in float32 and bfloat16 (1M x 6 bytes): a failed allocation larger than this per
+# token of its step was not sized by the step's tokens, and chunking would not bound it.
+MAX_TOKEN_BYTES = 8 << 20
+
+
+def transient_remedies(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> list[Remedy]:
+    out = _chunking(incident, check, facts)
+    share = _shrink(incident, check, facts)
+    if share is not None:
+        out.append(share)
+    return out
+
+
+def _chunking(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> list[Remedy]:
+    """The prefill chunk whose step fits what was free at the OOM (a lower bound: the step's
+    other tensors shrink with it)."""
+    per_token = as_float(check.figure("step_bytes_per_token"))
+    room = as_int(check.figure("room_bytes"))
+    tokens = as_int(check.figure("step_tokens"))
+    if not per_token or per_token > MAX_TOKEN_BYTES or room is None or room <= 0:
+        return []
+    fits = int(room // per_token)
+    seqs = as_int(facts.config.get("max_num_seqs")) or 1
+    chunk = fits // 16 * 16
+    # vLLM refuses a token budget below --max-num-seqs; a chunk that small would not serve
+    if chunk < max(seqs, 16) or (tokens is not None and chunk >= tokens):
+        return []
+    prompt_logprobs = check.figure("parameter") == "prompt_logprobs"
+    what = "prompt logprobs take" if prompt_logprobs else "a step takes"
+    unit = "per prompt token of a prefill chunk" if prompt_logprobs else "per scheduled token"
+    detail = (
+        f"{what} {format_bytes(round(per_token))} {unit}; {format_bytes(room)} were free at the "
+        f"OOM, room for {fits:,} tokens"
+        + (f", not the {tokens:,} of the step that failed" if tokens else "")
+    )
+    return [
+        set_flag(
+            incident,
+            check,
+            facts,
+            "--max-num-batched-tokens",
+            str(chunk),
+            suffix=(
+                f" (or refuse prompt_logprobs on prompts over {chunk:,} tokens)"
+                if prompt_logprobs
+                else ""
+            ),
+            basis="parameters",
+            detail=detail,
+            figures={"max_num_batched_tokens": chunk, "room_bytes": room},
+        )
+    ]
+
+
+def _shrink(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> Remedy | None:
+    """The utilisation that leaves room for the allocation that failed: the engine's budget less
+    what the allocation lacked (and 1 % of the device for the allocator's rounding); the KV pool
+    shrinks by as much."""
+    utilisation = as_float(facts.config.get("gpu_memory_utilization"))
+    wanted, room = as_int(check.figure("requested_bytes")), as_int(check.figure("room_bytes"))
+    total = incident.capacity_bytes
+    if utilisation is None or wanted is None or room is None or not total or wanted <= room:
+        return None
+    lacked = wanted - room
+    share = math.floor((utilisation - lacked / total - 0.01) * 100) / 100
+    if share <= 0:
+        return None
+    return set_utilisation(
+        incident,
+        check,
+        facts,
+        share,
+        detail=(
+            f"the allocation of {format_bytes(wanted)} lacked {format_bytes(lacked)}; "
+            f"{utilisation:.2f} less that share of the {format_bytes(total)} device (and 1 % for "
+            "the allocator) leaves it room, at the cost of as much KV cache"
+        ),
+        figures={"lacked_bytes": lacked},
+    )
