@@ -14,6 +14,9 @@ directory (``$XDG_CACHE_HOME`` or ``~/.cache`` on Linux, ``~/Library/Caches`` on
 ``%LOCALAPPDATA%`` on Windows) under ``oomtrace/numba``, never beside the installed package
 (which is often read-only). ``NUMBA_CACHE_DIR``, when set, wins, as numba documents. Where no
 cache directory can be written, numba compiles without caching.
+
+``OOMTRACE_REPLAY_ENGINE=python`` (or ``compiled``) overrides the choice by size: the benchmark
+cross-checks the two on whole commands, and a machine where numba misbehaves can do without it.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final, Literal
 
+from oomtrace.errors import UsageError
 from oomtrace.replay import kernel
 
 log = logging.getLogger(__name__)
@@ -57,6 +61,8 @@ def cache_dir() -> Path:
 
 def simulator(requests: int, engine: Engine = "auto") -> Callable[..., Any]:
     """The ``simulate`` function to run for a workload of ``requests``: plain or compiled."""
+    if engine == "auto":
+        engine = _engine_from_environment()
     if engine == "python":
         return kernel.simulate
     if engine == "compiled" or requests >= COLD_CROSSOVER_REQUESTS:
@@ -64,6 +70,16 @@ def simulator(requests: int, engine: Engine = "auto") -> Callable[..., Any]:
     if requests >= CROSSOVER_REQUESTS and (_compiled or _cached()):
         return compiled_simulate()
     return kernel.simulate
+
+
+def _engine_from_environment() -> Engine:
+    value = os.environ.get("OOMTRACE_REPLAY_ENGINE", "auto").strip().lower() or "auto"
+    if value not in ENGINES:
+        raise UsageError(
+            f"OOMTRACE_REPLAY_ENGINE={value!r}: use one of {', '.join(ENGINES)}, or leave it unset"
+        )
+    engine: Engine = value  # type: ignore[assignment]  # checked against ENGINES just above
+    return engine
 
 
 def compiled_simulate() -> Callable[..., Any]:
