@@ -2,7 +2,7 @@
 a measured size, compiled once per machine and cached in the user's cache directory.
 
 numba earns its place on large workloads: a day of traffic (two million requests) replays in
-about two seconds compiled, and would take minutes as Python. But compiling costs about forty
+about two seconds compiled, and would take minutes as Python. But compiling costs about twenty
 CPU seconds the first time (loading the cache afterwards: about half a second, mostly importing
 numba), while the sample incidents (hundreds of requests) replay as plain Python in a few
 hundredths of a second. So the plain functions of :mod:`oomtrace.replay.kernel` run as they are
@@ -36,11 +36,13 @@ log = logging.getLogger(__name__)
 
 Engine = Literal["auto", "python", "compiled"]
 ENGINES: Final = ("auto", "python", "compiled")
-# Workloads of fewer requests run as plain Python: below it Python beats loading the compiled
-# kernel from the cache (numba's import included); measured by benchmarks/replay_bench.py.
-CROSSOVER_REQUESTS: Final = 2_000
-# While the kernel has not been compiled on this machine: below it Python beats compiling.
-COLD_CROSSOVER_REQUESTS: Final = 50_000
+# Workloads of fewer requests run as plain Python: below it Python (about 20 µs a request) beats
+# loading the compiled kernel from the cache (about half a CPU second, numba's import included);
+# measured by benchmarks/replay_bench.py.
+CROSSOVER_REQUESTS: Final = 25_000
+# While the kernel has not been compiled on this machine: compiling costs about 20 CPU seconds
+# once, so smaller workloads (5 s or less as Python) do not pay it; this size and larger compile.
+COLD_CROSSOVER_REQUESTS: Final = 200_000
 
 _compiled: dict[str, Callable[..., Any]] = {}
 
