@@ -107,14 +107,20 @@ def _per_request(requests: pl.DataFrame) -> pl.DataFrame:
         ended=pl.when(ends).then(ts).max(),
         server_rejected=(ev == "rejected").any(),
     )
-    return per.select(
+    out = per.select(
         "request_id",
         "arrival",
         frame["prompt_tokens"].gather(per["_prompt"]),
         frame["max_tokens"].gather(per["_max"]),
         frame["output_tokens"].gather(per["_output"]).alias("recorded_output"),
         *("admitted", "first_token", "ended", "server_rejected"),
-    ).sort("arrival", "request_id")
+    )
+    # The groups come in the order of their first row, which is arrival order; only ties (and
+    # nulls) need the sort, which orders them by id (a tenth of the grouping's time on a day).
+    arrival = out["arrival"]
+    if arrival.null_count() or not arrival.is_sorted() or arrival.n_unique() < out.height:
+        out = out.sort("arrival", "request_id")
+    return out
 
 
 def _end_to_end_decode_ns(per: pl.DataFrame, prefill_rate: float | None) -> float | None:
