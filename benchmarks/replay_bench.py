@@ -7,6 +7,9 @@
    alone under three settings: an ample pool, a tight pool (preemption storms at the daily
    peak), and ``reserve``.
 
+0. The crossover: plain Python against compiled by workload size, beside what loading the
+   compiled kernel costs a fresh process (``oomtrace.replay.compiled.CROSSOVER_REQUESTS``).
+
 Run: ``python benchmarks/replay_bench.py`` (about a minute on two cores; the first run also
 compiles the simulator). Figures are wall-clock seconds on this machine, not a promise.
 """
@@ -14,6 +17,7 @@ compiles the simulator). Figures are wall-clock seconds on this machine, not a p
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -91,12 +95,53 @@ def full_day(requests: int) -> None:
         )
 
 
+LOAD_COMPILED = """
+import time
+c = time.process_time()
+from oomtrace.replay.compiled import compiled_simulate
+compiled_simulate()
+print(time.process_time() - c)
+"""
+
+
+def crossover(sizes: list[int]) -> None:
+    """Where the compiled kernel starts to pay: plain Python against compiled by workload size, and
+    what loading the compiled kernel from its cache costs a fresh process (numba's import
+    included): :data:`oomtrace.replay.compiled.CROSSOVER_REQUESTS` is where they meet."""
+    runner.simulate(day_of_traffic(100), ReplaySettings(1_000), engine="compiled")  # compiled once
+    load = float(
+        subprocess.run(
+            [sys.executable, "-c", LOAD_COMPILED], capture_output=True, text=True, check=True
+        ).stdout
+    )
+    print(f"crossover: loading the compiled kernel in a fresh process costs {load:.2f} CPU s")
+    day = day_of_traffic(max(sizes))
+    settings = ReplaySettings(30_000, max_num_seqs=256)
+    for size in sizes:
+        part = workload_from_frame(day.requests.head(size).drop("arrival"))
+        arrays = runner.request_arrays(part, settings)
+        cpu = {}
+        for engine in ("python", "compiled"):
+            start = time.process_time()
+            runner.simulate(part, settings, arrays=arrays, engine=engine)
+            cpu[engine] = time.process_time() - start
+        cheaper = "compiled" if cpu["python"] > cpu["compiled"] + load else "python"
+        print(
+            f"  {size:>9,} requests: python {cpu['python']:7.3f} s, compiled "
+            f"{cpu['compiled']:7.3f} s (+{load:.2f} s to load): {cheaper} is cheaper"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--slice", type=int, default=3_000)
     parser.add_argument("--slice-blocks", type=int, default=1_500)
     parser.add_argument("--requests", type=int, default=2_000_000)
+    parser.add_argument(
+        "--crossover", type=int, nargs="+", default=[2_000, 10_000, 20_000, 50_000, 200_000]
+    )
     args = parser.parse_args()
+    crossover(args.crossover)
     compare_on_slice(args.slice, args.slice_blocks)
     full_day(args.requests)
 

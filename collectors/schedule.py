@@ -98,7 +98,9 @@ class SourceRunner:
     def _run(self) -> None:
         interval = self.schedule.interval_s
         due = time.monotonic()
-        while not self._stop.is_set():
+        # Each source is polled at least once, even when the stop came before this thread ran
+        # (a short --duration on a loaded machine): a capture holds every source's first reading.
+        while True:
             started = time.monotonic()
             late = started - due
             if late >= interval:
@@ -112,7 +114,8 @@ class SourceRunner:
                 due += interval
             else:
                 due = time.monotonic() + self._backoff_s()
-            self._stop.wait(max(0.0, due - time.monotonic()))
+            if self._stop.wait(max(0.0, due - time.monotonic())):
+                break
         self._end_gap(self._clock_ns(), stopping=True)
         try:
             self.source.close()

@@ -17,11 +17,11 @@ from typing import Any, Final, Literal, get_args
 import polars as pl
 
 from oomtrace.analysis.evidence import Evidence, Scalar, scalar
-from oomtrace.analysis.jsonfmt import TIME_DIGITS, number, share
+from oomtrace.analysis.jsonfmt import TIME_DIGITS, WHOLE_UNITS, number, share
 from oomtrace.analysis.observed_series import downsample
 from oomtrace.analysis.spikes import Spike
 from oomtrace.diagnostics import Category, kind_category
-from oomtrace.isotime import iso_time
+from oomtrace.isotime import iso_time, iso_time_expr
 
 FINDINGS_VERSION: Final = 1
 
@@ -472,16 +472,23 @@ def _frame_rows(frame: pl.DataFrame) -> list[dict[str, Any]]:
 
 
 def _series_json(frame: pl.DataFrame) -> list[dict[str, Any]]:
+    """Each series with its points ``[time, value]``: times formatted by Polars in one pass, and
+    whole-unit values rounded there too (half to even, as Python's ``round``)."""
     if frame.is_empty():
         return []
     keys = ["series", "kind", "node", "source", "device", "pid", "metric", "unit"]
-    grouped = frame.group_by(keys, maintain_order=True).agg("ts", "value").sort("series")
+    value = pl.col("value")
+    finite = value.is_not_null() & value.is_finite()
+    whole = pl.col("unit").is_in(list(WHOLE_UNITS))
+    texts = frame.with_columns(
+        ts=iso_time_expr(pl.col("ts"), TIME_DIGITS),
+        whole=pl.when(finite & whole).then(value.round(0, mode="half_to_even").cast(pl.Int64)),
+    )
+    grouped = texts.group_by(keys, maintain_order=True).agg("ts", "value", "whole").sort("series")
     out = []
     for row in grouped.iter_rows(named=True):
         unit = row["unit"]
-        points = [
-            [iso_time(t, TIME_DIGITS), number(v, unit)]
-            for t, v in zip(row["ts"], row["value"], strict=True)
-        ]
+        values = row["whole"] if unit in WHOLE_UNITS else [number(v, unit) for v in row["value"]]
+        points = [[t, v] for t, v in zip(row["ts"], values, strict=True)]
         out.append({**{k: row[k] for k in keys}, "points": points})
     return out

@@ -8,14 +8,14 @@ from typing import Final
 
 # Decimals of the second in the findings document's timestamps.
 TIME_DIGITS: Final = 6
-_WHOLE_UNITS: Final = frozenset({"bytes", "blocks", "tokens", "count"})
+WHOLE_UNITS: Final = frozenset({"bytes", "blocks", "tokens", "count"})
 
 
 def number(value: float | None, unit: str) -> int | float | None:
     """Integers for whole units, six decimals for ratios and everything else; NaN is null."""
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return None
-    if unit in _WHOLE_UNITS:
+    if unit in WHOLE_UNITS:
         return round(value)
     return round(float(value), 6)
 

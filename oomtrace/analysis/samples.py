@@ -128,7 +128,9 @@ def split_series(
         parts = coded.partition_by("_code", as_dict=True, maintain_order=True, include_key=False)
         for (code,), part in parts.items():
             chunks.setdefault(int(code), []).append(part)
-    out = {_unpack(numberings, code): _in_time_order(parts) for code, parts in chunks.items()}
+    out = {}
+    for code in list(chunks):  # one series at a time: its batches go as it is put together
+        out[_unpack(numberings, code)] = _in_time_order(chunks.pop(code))
     return dict(sorted(out.items(), key=lambda kv: _sort_key(kv[0])))
 
 

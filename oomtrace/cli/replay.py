@@ -134,6 +134,7 @@ def command(
     preemptions, how much queueing. --node also picks the node to replay in a multi-node trace."""
     from oomtrace.ingest import load_any
     from oomtrace.replay import ReplayOptions, run_replay
+    from oomtrace.replay.calibrate import SAMPLE_METRICS
     from oomtrace.terminal import render_run
     from oomtrace.units import parse_bytes
 
@@ -159,8 +160,10 @@ def command(
         search=target,  # type: ignore[arg-type]  # click.Choice(TARGET_CHOICES)
         calibrate=calibrate,
         node=ingest.node,
+        series=out is not None,  # the pool over time is written only with --out
     )
-    run = run_replay(load_any(list(inputs), ingest), options)
+    trace = load_any(list(inputs), ingest, sample_metrics=SAMPLE_METRICS)
+    run = run_replay(trace, options)
     if out is not None:
         run.write_tables(out)
     if as_json:

@@ -13,7 +13,7 @@ their parser says they belong together (:class:`~oomtrace.ingest.parser_api.Seri
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -65,8 +65,11 @@ def load_any(
     paths: Sequence[Path],
     options: IngestOptions | None = None,
     parsers: Mapping[str, Parser] | None = None,
+    *,
+    sample_metrics: Collection[str] | None = None,
 ) -> Trace:
-    """A trace directory as it is, or the trace ingested from raw files and folders."""
+    """A trace directory as it is, or the trace ingested from raw files and folders. With
+    ``sample_metrics``, a trace directory's samples are read for those metrics only."""
     paths = [Path(p) for p in paths]
     if not paths:
         raise UsageError("no input given; pass a trace directory or the files of the incident")
@@ -76,7 +79,7 @@ def load_any(
             f"{traces[0]} is a trace directory; analyse it alone, or pass only raw files"
         )
     if traces:
-        return read_trace(traces[0])
+        return read_trace(traces[0], sample_metrics=sample_metrics)
     return ingest_paths(paths, options or IngestOptions(), parsers)
 
 

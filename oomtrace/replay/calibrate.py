@@ -2,9 +2,10 @@
 reported, and say how far the what-if can be trusted.
 
 Observed KV usage comes from ``kv_blocks_used`` samples (divided by ``num_gpu_blocks``) or
-``kv_usage_ratio`` samples; the simulated level is read at the same instants. Observed
-preemptions come from ``preempted`` request events, else the increase of ``preemptions_total``,
-else the sum of ``preemptions_in_interval``.
+``kv_usage_ratio`` samples; the simulated level is read at the same instants (when the replay's
+own settings are the recorded ones, in the replay's own run: see :func:`calibration_probes`).
+Observed preemptions come from ``preempted`` request events, else the increase of
+``preemptions_total``, else the sum of ``preemptions_in_interval``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,15 @@ from oomtrace.replay.settings import ReplaySettings
 from oomtrace.replay.workload import Workload
 from oomtrace.trace import Manifest, Trace
 
+# The sample metrics a replay reads: the pool's size (kv_model), usage and preemptions.
+SAMPLE_METRICS: Final = (
+    "kv_blocks_total",
+    "kv_tokens_total",
+    "kv_blocks_used",
+    "kv_usage_ratio",
+    "preemptions_total",
+    "preemptions_in_interval",
+)
 CLOSE_MAE: Final = 0.05
 ROUGH_MAE: Final = 0.15
 
@@ -135,14 +145,12 @@ def _observed_preemptions(
     return None, None
 
 
-def calibrate(
+def calibration_probes(
     trace: Trace, workload: Workload, settings: ReplaySettings, *, node: str | None = None
-) -> Calibration:
-    """Replay ``workload`` under ``settings`` (normally :func:`recorded_settings`) and compare."""
-    requests, samples = trace.requests, trace.samples
-    if node is not None:
-        requests = requests.filter(pl.col("node") == node)
-        samples = samples.filter(pl.col("node") == node)
+) -> tuple[pl.DataFrame, str | None, Any]:
+    """The observed KV usage while ``workload`` ran (``ts, observed``), where it came from, and
+    its instants as probes of the simulator (ns from ``workload.t0``)."""
+    requests, samples = _of_node(trace, node)
     observed, observed_from = _observed_usage(samples, settings.kv_blocks)
     start = workload.t0
     end = requests["ts"].max()
@@ -153,7 +161,31 @@ def calibrate(
         .to_numpy()
         .astype(np.int64)
     )
-    raw = runner.simulate(workload, settings, probes)
+    return observed, observed_from, probes
+
+
+def _of_node(trace: Trace, node: str | None) -> tuple[pl.DataFrame, pl.DataFrame]:
+    requests, samples = trace.requests, trace.samples
+    if node is not None:
+        requests = requests.filter(pl.col("node") == node)
+        samples = samples.filter(pl.col("node") == node)
+    return requests, samples
+
+
+def calibrate(
+    trace: Trace,
+    workload: Workload,
+    settings: ReplaySettings,
+    *,
+    node: str | None = None,
+    raw: runner.RawRun | None = None,
+) -> Calibration:
+    """Replay ``workload`` under ``settings`` (normally :func:`recorded_settings`) and compare.
+    ``raw``: that run already made, read at :func:`calibration_probes` (it is not run again)."""
+    requests, samples = _of_node(trace, node)
+    observed, observed_from, probes = calibration_probes(trace, workload, settings, node=node)
+    if raw is None:
+        raw = runner.simulate(workload, settings, probes, peaks=False)
     comparison = observed.with_columns(
         simulated=pl.Series(raw.series[:, 0] / settings.kv_blocks, dtype=pl.Float64)
     ).with_columns(error=pl.col("simulated") - pl.col("observed"))

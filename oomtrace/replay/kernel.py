@@ -1,4 +1,5 @@
-"""The fast simulator, compiled with numba: no event per token.
+"""The fast simulator: no event per token. Plain Python and NumPy, compiled with numba for large
+workloads (:mod:`oomtrace.replay.compiled`); the same functions run uncompiled for small ones.
 
 Events are arrivals, admissions, prefill ends, finishes, and block boundaries. A request's
 block boundaries are computed in closed form (after its prefill it produces one token every
@@ -15,6 +16,8 @@ arrival, so both simulators compute identical instants.
 Arrays in, arrays out: everything here is numba-typed; :mod:`oomtrace.replay.runner` wraps it.
 Functions take many positional arrays and the main loop is one long function on purpose: under
 numba every call that passes arrays costs reference counting, which would dominate this loop.
+Nothing here imports numba: :func:`_jit` and :func:`_inline` only mark how
+:mod:`oomtrace.replay.compiled` compiles each function.
 """
 
 # ruff: noqa: PLR0912, PLR0915, PLR0917
@@ -22,23 +25,25 @@ numba every call that passes arrays costs reference counting, which would domina
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import numpy as np
-from numba import njit
 
 F = TypeVar("F", bound=Callable[..., Any])
+COMPILE_AS = "_oomtrace_numba"  # the attribute that marks a function for the compiler
 
 
 def _jit(func: F) -> F:
-    """numba's njit, typed so that mypy keeps each function's signature."""
-    return cast("F", njit(cache=True, nogil=True)(func))
+    """Compiled on its own (numba's ``njit``)."""
+    setattr(func, COMPILE_AS, "jit")
+    return func
 
 
 def _inline(func: F) -> F:
-    """Small helpers are inlined into their callers: a call that passes arrays costs reference
-    counting, which would dominate a loop this tight."""
-    return cast("F", njit(cache=True, nogil=True, inline="always")(func))
+    """Small helpers are inlined into their callers when compiled: a call that passes arrays
+    costs reference counting, which would dominate a loop this tight."""
+    setattr(func, COMPILE_AS, "inline")
+    return func
 
 
 INF = 1 << 61  # doubled in comparisons below, so well inside int64
@@ -255,6 +260,21 @@ def _sync(
 
 
 @_inline
+def _level_at(t: int, st: Any, sc: Any, arrays: tuple[Any, Any, Any, Any, Any], block: int) -> int:
+    """The level at instant ``t`` while dormant, in closed form as :func:`_sync` computes it,
+    changing nothing (a probe that reads only the level leaves the bound as it was)."""
+    p, o, dl = arrays[0], arrays[1], arrays[3]
+    total = 0
+    i = sc[C_HEAD]
+    while i >= 0:
+        g0 = st[i, S_G0]
+        done = _produced(i, t, st, o, dl) - g0
+        total += _blocks(p[i] + g0 + min(done, o[i] - 1 - g0), block)
+        i = st[i, S_NEXT]
+    return total
+
+
+@_inline
 def _bound(t: int, sc: Any, rate: Any) -> int:
     """An upper bound of the level at ``t`` while dormant: each running request has started at
     most ``(t - tau) / (block * dl) + 1`` blocks since ``tau`` (or since its admission)."""
@@ -452,11 +472,13 @@ def simulate(
     tokens, ``o`` output tokens (>= 1), ``pre`` prefill ns (>= 1), ``dl`` ns per output token
     (>= 1), ``res`` blocks reserved at admission (reserve) or held at the final length
     (on-demand). ``limits`` = [block_size, policy, max_num_seqs (0: none), prefill token budget
-    (0: none), max waiting (-1: none), 1 to keep the event log]. ``probes``: sorted instants at
-    which to read the pool.
+    (0: none), max waiting (-1: none), 1 to keep the event log, 1 to read the highest level
+    between probes]. ``probes``: sorted instants at which to read the pool.
 
     Returns ``st`` (per-request state, columns ``S_*``), ``series`` (one row per probe: blocks
-    held just before the probe, running, waiting, highest level since the previous probe) and
+    held just before the probe, running, waiting, and the highest level since the previous probe
+    when asked for, else the level again: finding it costs a closed-form pass over the running
+    requests at most finishes, which dense probes that only read the level do not need) and
     ``totals`` = [peak blocks, first exhaustion ns or -1, preemptions, most running at once, most
     prefill tokens in flight at once], and the event log (rows: time, request, kind ``LOG_*``,
     extra; empty unless asked for).
@@ -478,6 +500,7 @@ def simulate(
     xh = np.empty((3, 64), dtype=np.int64)
     lg = np.empty((4, 64), dtype=np.int64)
     record = limits[5] == 1
+    peaks = limits[6] == 1
     series = np.zeros((probes.shape[0], 4), dtype=np.int64)
     totals = np.zeros(5, dtype=np.int64)
     totals[1] = -1
@@ -514,6 +537,14 @@ def simulate(
                 _sleep(now, st, sc, rate, dl, block)
                 continue
         if j < probes.shape[0] and probes[j] <= t_evt:
+            if not peaks:
+                level = sc[C_USED]
+                if sc[C_ACTIVE] == 0:
+                    level = _level_at(probes[j] - 1, st, sc, arrays, block)
+                series[j, 0], series[j, 1], series[j, 2] = level, sc[C_NRUN], sc[C_WLEN]
+                series[j, 3] = level
+                j += 1
+                continue
             if sc[C_ACTIVE] == 0:
                 xh = _sync(probes[j] - 1, st, sc, xh, rate, arrays, block)
             level = sc[C_USED]

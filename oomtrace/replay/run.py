@@ -21,9 +21,15 @@ from typing import Any
 
 from oomtrace.analysis.kvmodel import architecture_spec, kv_model
 from oomtrace.errors import UsageError
-from oomtrace.replay.calibrate import Calibration, calibrate, recorded_pool, recorded_settings
+from oomtrace.replay.calibrate import (
+    Calibration,
+    calibrate,
+    calibration_probes,
+    recorded_pool,
+    recorded_settings,
+)
 from oomtrace.replay.results import ReplayResult
-from oomtrace.replay.runner import replay
+from oomtrace.replay.runner import SERIES_POINTS, empty_series, replay, result_from_raw, simulate
 from oomtrace.replay.search import SearchResult, SearchTarget, search
 from oomtrace.replay.settings import Policy, ReplaySettings, blocks_from_budget
 from oomtrace.replay.workload import TimeOptions, build_workload
@@ -44,7 +50,9 @@ class ReplayOptions:
     ``max_num_batched_tokens``) means none; ``max_waiting`` None means an unbounded queue.
     ``config`` (a config.json or model directory) with ``kv_cache_dtype`` and
     ``tensor_parallel`` gives the KV bytes per token; ``search`` also looks for the best value of
-    one setting; ``calibrate`` None calibrates when the trace allows it.
+    one setting; ``calibrate`` None calibrates when the trace allows it. ``series`` reads the
+    pool over time (:meth:`ReplayRun.write_tables`); without it, a replay under the recorded
+    settings is one run of the simulator, shared with the calibration.
     """
 
     policy: Policy = "on-demand"
@@ -65,6 +73,7 @@ class ReplayOptions:
     search: SearchTarget | None = None
     calibrate: bool | None = None
     node: str | None = None
+    series: bool = True
 
 
 @dataclass(frozen=True)
@@ -120,13 +129,22 @@ def run_replay(trace: Trace, options: ReplayOptions) -> ReplayRun:
     )
     times = TimeOptions(options.decode_tokens_per_s, options.prefill_tokens_per_s)
     workload = build_workload(trace, options=times, node=options.node)
-    result = replay(workload, settings)
+    recorded = None
+    if _calibrates(options.calibrate, trace, config):
+        recorded = recorded_settings(trace.manifest, kv_bytes_per_token=bytes_per_token)
+    calibration = None
+    if recorded == settings and not options.series:
+        # the replay is the recorded run: one simulation, read at the observed instants
+        probes = calibration_probes(trace, workload, settings, node=options.node)[2]
+        raw = simulate(workload, settings, probes, peaks=False)
+        result = result_from_raw(workload, settings, raw, empty_series())
+        calibration = calibrate(trace, workload, settings, node=options.node, raw=raw)
+    else:
+        result = replay(workload, settings, series_points=SERIES_POINTS if options.series else 0)
     if note:
         result = dataclasses.replace(result, notes=(*result.notes, note))
     found = search(workload, settings, options.search) if options.search else None
-    calibration = None
-    if _calibrates(options.calibrate, trace, config):
-        recorded = recorded_settings(trace.manifest, kv_bytes_per_token=bytes_per_token)
+    if recorded is not None and calibration is None:
         calibration = calibrate(trace, workload, recorded, node=options.node)
     return ReplayRun(result, found, calibration)
 

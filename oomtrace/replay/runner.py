@@ -11,6 +11,7 @@ import numpy as np
 import polars as pl
 
 from oomtrace.replay import kernel
+from oomtrace.replay.compiled import Engine, simulator
 from oomtrace.replay.results import (
     OUTCOME_SCHEMA,
     OUTCOMES,
@@ -59,7 +60,7 @@ def request_arrays(workload: Workload, settings: ReplaySettings) -> dict[str, An
     }
 
 
-def limits_array(settings: ReplaySettings, *, record: bool = False) -> Any:
+def limits_array(settings: ReplaySettings, *, record: bool = False, peaks: bool = True) -> Any:
     return np.array(
         [
             settings.block_size,
@@ -68,6 +69,7 @@ def limits_array(settings: ReplaySettings, *, record: bool = False) -> Any:
             settings.max_num_batched_tokens or 0,
             -1 if settings.max_waiting is None else settings.max_waiting,
             1 if record else 0,
+            1 if peaks else 0,
         ],
         dtype=np.int64,
     )
@@ -80,14 +82,19 @@ def simulate(
     arrays: dict[str, Any] | None = None,
     *,
     record: bool = False,
+    peaks: bool = True,
+    engine: Engine = "auto",
 ) -> RawRun:
-    """Run the compiled simulator; ``probes_ns`` are sorted instants (ns from ``workload.t0``);
-    ``record`` keeps the event log (admissions, preemptions, finishes, rejections)."""
+    """Run the simulator (plain or compiled by the workload's size, see
+    :mod:`oomtrace.replay.compiled`); ``probes_ns`` are sorted instants (ns from
+    ``workload.t0``); ``record`` keeps the event log (admissions, preemptions, finishes,
+    rejections); ``peaks`` reads the highest level between probes (else only the level)."""
     a = arrays if arrays is not None else request_arrays(workload, settings)
     probes = np.empty(0, dtype=np.int64) if probes_ns is None else np.asarray(probes_ns, np.int64)
-    state, series, totals, log = kernel.simulate(
+    run = simulator(workload.size, engine)
+    state, series, totals, log = run(
         a["arr"], a["p"], a["o"], a["pre"], a["dl"], a["res"], settings.kv_blocks,
-        limits_array(settings, record=record), probes,
+        limits_array(settings, record=record, peaks=peaks), probes,
     )  # fmt: skip
     return RawRun(state, series, totals, log)
 

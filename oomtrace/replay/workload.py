@@ -89,23 +89,38 @@ class Workload:
 
 
 def _per_request(requests: pl.DataFrame) -> pl.DataFrame:
-    ev = pl.col("event")
+    """One row per request (see the module docstring), in arrival order. One grouping with plain
+    minima and maxima: the row of a value taken "first where" or "last where" is its smallest or
+    largest row number where it applies (the rows are in time order), gathered afterwards."""
+    frame = requests if requests["ts"].is_sorted() else requests.sort("ts", maintain_order=True)
+    ev, ts, row = pl.col("event"), pl.col("ts"), pl.col("_row")
     ends = ev.is_in(["finished", "aborted"])
-    return (
-        requests.sort("ts", maintain_order=True)
-        .group_by("request_id", maintain_order=True)
-        .agg(
-            arrival=pl.col("ts").first(),
-            prompt_tokens=pl.col("prompt_tokens").drop_nulls().first(),
-            max_tokens=pl.col("max_tokens").drop_nulls().first(),
-            recorded_output=pl.col("output_tokens").filter(ends).drop_nulls().last(),
-            admitted=pl.col("ts").filter(ev == "admitted").first(),
-            first_token=pl.col("ts").filter(ev == "first_token").first(),
-            ended=pl.col("ts").filter(ends).last(),
-            server_rejected=(ev == "rejected").any(),
-        )
-        .sort("arrival", "request_id")
+    columns = ("request_id", "ts", "event", "prompt_tokens", "max_tokens", "output_tokens")
+    rows = frame.select(*columns).with_row_index("_row")
+    per = rows.group_by("request_id", maintain_order=True).agg(
+        arrival=ts.first(),
+        _prompt=pl.when(pl.col("prompt_tokens").is_not_null()).then(row).min(),
+        _max=pl.when(pl.col("max_tokens").is_not_null()).then(row).min(),
+        _output=pl.when(ends & pl.col("output_tokens").is_not_null()).then(row).max(),
+        admitted=pl.when(ev == "admitted").then(ts).min(),
+        first_token=pl.when(ev == "first_token").then(ts).min(),
+        ended=pl.when(ends).then(ts).max(),
+        server_rejected=(ev == "rejected").any(),
     )
+    out = per.select(
+        "request_id",
+        "arrival",
+        frame["prompt_tokens"].gather(per["_prompt"]),
+        frame["max_tokens"].gather(per["_max"]),
+        frame["output_tokens"].gather(per["_output"]).alias("recorded_output"),
+        *("admitted", "first_token", "ended", "server_rejected"),
+    )
+    # The groups come in the order of their first row, which is arrival order; only ties (and
+    # nulls) need the sort, which orders them by id (a tenth of the grouping's time on a day).
+    arrival = out["arrival"]
+    if arrival.null_count() or not arrival.is_sorted() or arrival.n_unique() < out.height:
+        out = out.sort("arrival", "request_id")
+    return out
 
 
 def _end_to_end_decode_ns(per: pl.DataFrame, prefill_rate: float | None) -> float | None:

@@ -112,3 +112,17 @@ def test_health_reports_every_runner_with_its_counters() -> None:
     last = sink.kind("health")[-1]
     assert (last["src"], last["target"], last["up"], last["errors"]) == ("log", "target-log", 1, 0)
     assert last["samples"] > 0
+
+
+def test_a_source_is_polled_once_even_when_the_stop_came_before_its_thread_ran() -> None:
+    # GIVEN a run already told to stop when its runner starts (a short --duration, a busy machine)
+    source, sink, stop = Scripted("log"), MemorySink(), threading.Event()
+    stop.set()
+    runner = SourceRunner(source, Schedule(10.0), sink, stop)
+    # WHEN the runner starts and ends
+    runner.start()
+    assert runner.join(HANG_S)
+    # THEN the source was polled exactly once, then closed: the capture holds its first reading
+    assert len(source.polls) == 1
+    assert runner.samples == 1
+    assert source.closed

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
 from oomtrace.replay import ReplaySettings, Workload, replay, runner, search
+from oomtrace.replay.compiled import Engine
 from oomtrace.replay.reference import simulate_reference
 from tests.unit.replay import strategies
 
@@ -18,16 +19,17 @@ OUTCOME_COLUMNS = [5, 6, 7, 8]  # first admission, finish, preemptions, rejectio
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("engine", ["python", "compiled"])
 @settings(max_examples=300, deadline=None)
 @given(strategies.workloads(), strategies.settings(), st.integers(1, 20))
 def test_fast_and_per_token_simulators_agree_exactly(
-    workload: Workload, replay_settings: ReplaySettings, step_quarters: int
+    engine: Engine, workload: Workload, replay_settings: ReplaySettings, step_quarters: int
 ) -> None:
     # GIVEN a random small trace, random limits and probes every few quarter-seconds
     arrays = runner.request_arrays(workload, replay_settings)
     probes = np.arange(0, 60 * 10**9, step_quarters * 250_000_000, dtype=np.int64)
-    # WHEN both simulators run
-    fast = runner.simulate(workload, replay_settings, probes, arrays=arrays)
+    # WHEN both simulators run (the fast one as plain Python, and compiled)
+    fast = runner.simulate(workload, replay_settings, probes, arrays=arrays, engine=engine)
     state, series, totals = simulate_reference(
         arrays, replay_settings.kv_blocks, runner.limits_array(replay_settings), probes
     )
@@ -35,6 +37,32 @@ def test_fast_and_per_token_simulators_agree_exactly(
     np.testing.assert_array_equal(fast.state[:, OUTCOME_COLUMNS], state[:, OUTCOME_COLUMNS])
     np.testing.assert_array_equal(fast.series, series)
     np.testing.assert_array_equal(fast.totals, totals)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ["python", "compiled"])
+@settings(max_examples=200, deadline=None)
+@given(strategies.workloads(), strategies.settings(), st.integers(1, 20))
+def test_probes_that_read_only_the_level_change_nothing_else(
+    engine: Engine, workload: Workload, replay_settings: ReplaySettings, step_quarters: int
+) -> None:
+    # GIVEN a random small trace and probes every few quarter-seconds
+    arrays = runner.request_arrays(workload, replay_settings)
+    probes = np.arange(0, 60 * 10**9, step_quarters * 250_000_000, dtype=np.int64)
+    # WHEN it runs with probes that read only the level, and with none
+    level = runner.simulate(
+        workload, replay_settings, probes, arrays=arrays, peaks=False, engine=engine
+    )
+    plain = runner.simulate(workload, replay_settings, arrays=arrays, engine=engine)
+    _, series, totals = simulate_reference(
+        arrays, replay_settings.kv_blocks, runner.limits_array(replay_settings), probes
+    )
+    # THEN outcomes and totals are those of the run without probes, and the level, running and
+    # waiting counts those the per-token reference reads
+    np.testing.assert_array_equal(level.state, plain.state)
+    np.testing.assert_array_equal(level.totals, plain.totals)
+    np.testing.assert_array_equal(level.totals, totals)
+    np.testing.assert_array_equal(level.series[:, :3], series[:, :3])
 
 
 @pytest.mark.slow

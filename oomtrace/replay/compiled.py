@@ -1,0 +1,160 @@
+"""Which simulator runs: the kernel as plain Python for small workloads, compiled with numba above
+a measured size, compiled once per machine and cached in the user's cache directory.
+
+numba earns its place on large workloads: a day of traffic (two million requests) replays in
+about two seconds compiled, and would take minutes as Python. But compiling costs about twenty
+CPU seconds the first time (loading the cache afterwards: about half a second, mostly importing
+numba), while the sample incidents (hundreds of requests) replay as plain Python in a few
+hundredths of a second. So the plain functions of :mod:`oomtrace.replay.kernel` run as they are
+below :data:`CROSSOVER_REQUESTS` (and below :data:`COLD_CROSSOVER_REQUESTS` while nothing is
+compiled yet), and compiled above; ``benchmarks/replay_bench.py`` measures both crossovers.
+
+The compiled code is cached in ``$OOMTRACE_CACHE_DIR/numba``, else the platform's user cache
+directory (``$XDG_CACHE_HOME`` or ``~/.cache`` on Linux, ``~/Library/Caches`` on macOS,
+``%LOCALAPPDATA%`` on Windows) under ``oomtrace/numba``, never beside the installed package
+(which is often read-only). ``NUMBA_CACHE_DIR``, when set, wins, as numba documents. Where no
+cache directory can be written, numba compiles without caching.
+
+``OOMTRACE_REPLAY_ENGINE=python`` (or ``compiled``) overrides the choice by size: the benchmark
+cross-checks the two on whole commands, and a machine where numba misbehaves can do without it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import types
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from oomtrace.errors import UsageError
+from oomtrace.replay import kernel
+
+log = logging.getLogger(__name__)
+
+Engine = Literal["auto", "python", "compiled"]
+ENGINES: Final = ("auto", "python", "compiled")
+# Workloads of fewer requests run as plain Python: below it Python (about 20 µs a request) beats
+# loading the compiled kernel from the cache (about half a CPU second, numba's import included);
+# measured by benchmarks/replay_bench.py.
+CROSSOVER_REQUESTS: Final = 25_000
+# While the kernel has not been compiled on this machine: compiling costs about 20 CPU seconds
+# once, so smaller workloads (5 s or less as Python) do not pay it; this size and larger compile.
+COLD_CROSSOVER_REQUESTS: Final = 200_000
+
+_compiled: dict[str, Callable[..., Any]] = {}
+
+
+def cache_dir() -> Path:
+    """Where the compiled kernel is kept (see the module docstring)."""
+    override = os.environ.get("OOMTRACE_CACHE_DIR")
+    if override:
+        return Path(override) / "numba"
+    if sys.platform == "darwin":
+        base = Path.home() / "Library" / "Caches"
+    elif os.name == "nt":
+        base = Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local")
+    else:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "oomtrace" / "numba"
+
+
+def simulator(requests: int, engine: Engine = "auto") -> Callable[..., Any]:
+    """The ``simulate`` function to run for a workload of ``requests``: plain or compiled."""
+    if engine == "auto":
+        engine = _engine_from_environment()
+    if engine == "python":
+        return kernel.simulate
+    if engine == "compiled" or requests >= COLD_CROSSOVER_REQUESTS:
+        return compiled_simulate()
+    if requests >= CROSSOVER_REQUESTS and (_compiled or _cached()):
+        return compiled_simulate()
+    return kernel.simulate
+
+
+def _engine_from_environment() -> Engine:
+    value = os.environ.get("OOMTRACE_REPLAY_ENGINE", "auto").strip().lower() or "auto"
+    if value not in ENGINES:
+        raise UsageError(
+            f"OOMTRACE_REPLAY_ENGINE={value!r}: use one of {', '.join(ENGINES)}, or leave it unset"
+        )
+    engine: Engine = value  # type: ignore[assignment]  # checked against ENGINES just above
+    return engine
+
+
+def compiled_simulate() -> Callable[..., Any]:
+    """:func:`oomtrace.replay.kernel.simulate` compiled (numba imported on the first call)."""
+    if not _compiled:
+        _compiled.update(_compile())
+    return _compiled["simulate"]
+
+
+def _marker() -> Path:
+    """A file written once the kernel has compiled here: its name changes with the kernel's
+    source, Python and numba, as numba's own cache index does."""
+    source = Path(kernel.__file__)
+    stamp = source.stat()
+    try:
+        from importlib.metadata import version  # noqa: PLC0415 - only here
+
+        numba_version = version("numba")
+    except Exception:  # noqa: BLE001 - any failure: treat as not compiled
+        numba_version = "unknown"
+    python = f"py{sys.version_info.major}{sys.version_info.minor}"
+    name = f"kernel-{int(stamp.st_mtime)}-{stamp.st_size}-{python}-numba{numba_version}.ok"
+    return cache_dir() / name
+
+
+def _cached() -> bool:
+    try:
+        return _marker().is_file()
+    except OSError:
+        return False
+
+
+def _compile() -> dict[str, Callable[..., Any]]:
+    """numba versions of the marked functions of :mod:`oomtrace.replay.kernel`, in a namespace of
+    their own whose globals are the compiled functions (so that they call one another
+    compiled), cached in :func:`cache_dir`."""
+    import numba  # noqa: PLC0415 - only when a large workload needs it
+    from numba.core import config  # noqa: PLC0415
+
+    directory = os.environ.get("NUMBA_CACHE_DIR") or str(cache_dir())
+    namespace: dict[str, Any] = dict(vars(kernel))
+    settings: Any = config  # numba's configuration module (untyped)
+    previous = settings.CACHE_DIR
+    settings.CACHE_DIR = directory  # read once per function, when its cache is set up below
+    try:
+        for name, func in vars(kernel).items():
+            how = getattr(func, kernel.COMPILE_AS, None)
+            if how is None or not isinstance(func, types.FunctionType):
+                continue
+            clone = types.FunctionType(
+                func.__code__, namespace, name, func.__defaults__, func.__closure__
+            )
+            clone.__qualname__, clone.__module__ = func.__qualname__, func.__module__
+            inline: Literal["always", "never"] = "always" if how == "inline" else "never"
+            namespace[name] = numba.njit(clone, cache=True, nogil=True, inline=inline)
+    finally:
+        settings.CACHE_DIR = previous
+    log.debug("replay kernel compiled with numba, cached in %s", directory)
+    return {"simulate": _marking(namespace["simulate"])}
+
+
+def _marking(simulate: Callable[..., Any]) -> Callable[..., Any]:
+    """``simulate``, writing the marker of :func:`_cached` after its first call compiled it."""
+
+    def run(*args: Any) -> Any:
+        out = simulate(*args)
+        if _compiled.get("simulate") is run:
+            _compiled["simulate"] = simulate
+            try:
+                _marker().parent.mkdir(parents=True, exist_ok=True)
+                _marker().touch()
+            except OSError:
+                log.debug("cannot write %s: the next run may use the Python kernel", _marker())
+        return out
+
+    return run
