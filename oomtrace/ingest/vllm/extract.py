@@ -41,6 +41,8 @@ from oomtrace.ingest.vllm.startup_patterns import CONFIG_LINES, ConfigLine
 L = TypeVar("L", ConfigLine, EventLine)
 
 OOM_LITERALS: Final = ("out of memory", "ALLOC_FAILED", "preemptively rejected")
+# The request lines that carry prompt or output text.
+USER_TEXT_LEADS: Final = r"^(?:Received request |Generated response |Request \S+ details: )"
 _LITERALS: Final = tuple(
     sorted(
         {STATS_LITERAL, V0_PREFIX_LITERAL}
@@ -49,8 +51,8 @@ _LITERALS: Final = tuple(
         | {e.literal for e in REQUEST_LINES}
     )
 )
-_LITERAL_ALT: Final = "|".join(re.escape(literal) for literal in _LITERALS)
-_OOM_ALT: Final = "|".join(re.escape(literal) for literal in OOM_LITERALS)
+LITERAL_ALT: Final = "|".join(re.escape(literal) for literal in _LITERALS)
+OOM_ALT: Final = "|".join(re.escape(literal) for literal in OOM_LITERALS)
 _REQUEST_KIND: Final = (
     r"^(?:Engine [0-9]+: |[0-9]+ Engines Aggregated: )?(?P<stats>Avg prompt throughput: )?"
     r"(?P<req>Received request |Added request |Finished request |Aborted request|Request |"
@@ -72,20 +74,29 @@ class Extracted:
     evidence: set[Family] = field(default_factory=set)
 
     def merge(self, other: Extracted) -> None:
-        """Append ``other``'s rows (a later chunk) to these, in buffers of their own."""
+        """Append ``other``'s rows (a later chunk, :meth:`own` already) to these."""
         for name in ("stats", "config", "events", "requests", "ooms"):
-            getattr(self, name).extend(owned(part) for part in getattr(other, name))
+            getattr(self, name).extend(getattr(other, name))
         self.evidence |= other.evidence
 
+    def own(self) -> None:
+        """Copy the text the rows keep out of their chunk's buffers (see :func:`owned`): done
+        by the chunk's reader, side by side with the others. A request row's only text from
+        the line is its id (its event and kind are the parser's words)."""
+        for name in ("stats", "config", "events", "ooms"):
+            setattr(self, name, [owned(part) for part in getattr(self, name)])
+        self.requests = [owned(part, ["request_id"]) for part in self.requests]
 
-def owned(frame: pl.DataFrame) -> pl.DataFrame:
-    """``frame`` with its text copied out of the buffers it may share with its chunk.
+
+def owned(frame: pl.DataFrame, columns: list[str] | None = None) -> pl.DataFrame:
+    """``frame`` with its text (``columns``, default every string column) copied out of the
+    buffers it may share with its chunk.
 
     Slicing a string column (``body``, ``proc``) gives views into the chunk's line buffers, so
     a handful of kept rows would keep every chunk's text alive: memory would grow with the
     file, not with the output. Concatenating with an empty string writes each value anew.
     """
-    text = [name for name, dtype in frame.schema.items() if dtype == pl.String]
+    text = columns or [name for name, dtype in frame.schema.items() if dtype == pl.String]
     if not text or frame.height == 0:
         return frame
     return frame.with_columns(pl.concat_str(pl.col(name), pl.lit("")).alias(name) for name in text)
@@ -97,8 +108,8 @@ def flags() -> dict[str, pl.Expr]:
     regex engine's literal search is several times faster than ``str.contains_any`` here."""
     line = pl.col("line")
     return {
-        "has_literal": line.str.contains(_LITERAL_ALT),
-        "may_be_oom": line.str.contains(_OOM_ALT),
+        "has_literal": line.str.contains(LITERAL_ALT),
+        "may_be_oom": line.str.contains(OOM_ALT),
     }
 
 
@@ -110,7 +121,8 @@ def extract(records: pl.DataFrame, out: Extracted) -> None:
     cand = cand.drop("is_candidate")
     if cand.height == 0:
         return
-    ooms = cand.filter(pl.col("may_be_oom"))
+    # A request line's prompt or output text is the user's, never an OOM message.
+    ooms = cand.filter(pl.col("may_be_oom") & ~pl.col("body").str.contains(USER_TEXT_LEADS))
     if ooms.height:
         out.ooms.append(check_frame(ooms.select(*TIME_COLUMNS, "body"), OOM_ROWS, "vLLM OOM rows"))
         out.used.append(ooms.get_column("record_seq"))

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from functools import cache
 from typing import Final
 
 import polars as pl
 
 from oomtrace.ingest.frame_check import check_frame
+from oomtrace.ingest.text.input_file import TextChunk
 from oomtrace.ingest.text.outer_prefixes import (
     ANSI,
     REPEATED,
@@ -39,22 +39,20 @@ from oomtrace.ingest.text.outer_prefixes import (
     outer_pattern,
     parse_iso,
 )
-from oomtrace.ingest.text.yearless_clock import (
-    ChunkYears,
-    FullAnchor,
-    printed_minus_full,
-    year_offsets,
-)
-from oomtrace.ingest.vllm.frames import RECORD_TIME, RECORDS, UNPARSED_LINES
+from oomtrace.ingest.vllm.frames import RECORD_TIME, RECORDS, SCANNED_RUNS, UNPARSED_LINES
 from oomtrace.ingest.vllm.line_patterns import GLUED
 from oomtrace.ingest.vllm.log_header import HEADER_AT, HEADER_FIELDS, read_header
+from oomtrace.ingest.vllm.record_times import ChunkInfo, place, place_with
+from oomtrace.ingest.vllm.skipped_lines import UVICORN
 from oomtrace.schema import TS
 
 TIME_COLUMNS: Final = tuple(RECORD_TIME)
 FLAG_NAMES: Final = ("has_literal", "may_be_oom")
 _LEVEL_TS: Final = HEADER_AT + " "
 _TS_ONLY: Final = frozenset({"timestamp", "process", "nested"})
-_UNUSUAL: Final = "\x1b|" + re.escape(REPEATED_LITERAL) + "|" + _LEVEL_TS
+# What a record's body may hold that needs a second look: colour codes, Ray's repeat suffix, a
+# record glued on.
+UNUSUAL: Final = "\x1b|" + re.escape(REPEATED_LITERAL) + "|" + _LEVEL_TS
 _SAMPLE: Final = 256
 
 
@@ -68,21 +66,6 @@ def _prefix_test(kinds: frozenset[PrefixKind]) -> str:
     return "^" + _plain(outer_pattern(kinds)) + "$"
 
 
-@dataclass
-class ChunkInfo:
-    """What one chunk tells the whole file: its clock brief and its counters."""
-
-    years: ChunkYears = field(default_factory=ChunkYears)
-    full_anchor: FullAnchor | None = None
-    full_lines: int = 0
-    timed_lines: int = 0
-    disagreement: dict[int, int] = field(default_factory=dict)
-    hosts: dict[str, int] = field(default_factory=dict)
-    bracketed: int = 0
-    glued: int = 0
-    ray_collapsed: int = 0
-
-
 def build_records(
     lines: pl.DataFrame,
     flags: Mapping[str, pl.Expr],
@@ -90,8 +73,14 @@ def build_records(
     chunk: int,
     first_line: int,
     tz: str,
-) -> tuple[pl.DataFrame, pl.DataFrame, ChunkInfo]:
-    """One chunk read: ``(records, rest, info)``.
+    scanned: pl.DataFrame | None = None,
+) -> tuple[pl.DataFrame, pl.DataFrame, ChunkInfo, pl.DataFrame | None]:
+    """One chunk read: ``(records, rest, info, scanned)``.
+
+    ``lines`` are the chunk's lines from ``first_line`` on, or (with a ``record_seq`` column)
+    the lines of it the scanner left (:mod:`.line_scanner`); ``scanned`` are the runs of the
+    records it read (:data:`~.frames.SCANNED_RUNS`), placed here with the others and given back
+    with ``year_offset``.
 
     ``records`` (:data:`~.frames.RECORDS`) are the lines that were parsed, in file order: the
     printed time (:data:`~.frames.RECORD_TIME`), ``line``,
@@ -103,14 +92,20 @@ def build_records(
     if "arrival_ts" not in lines.columns:
         lines = lines.with_columns(arrival_ts=pl.lit(None, TS))
     line = pl.col("line")
+    if "record_seq" not in lines.columns:
+        seq = pl.int_range(first_line, first_line + lines.height, dtype=pl.Int64) * 256
+        lines = lines.with_columns(record_seq=seq)
     frame = lines.with_columns(
-        record_seq=pl.int_range(first_line, first_line + lines.height, dtype=pl.Int64) * 256,
         header_at=line.str.find(HEADER_AT),
         **flags,
     ).with_columns(is_candidate=pl.any_horizontal(*flags))
     # A candidate without a header of its own (a traceback line) takes the time of the header
     # line before it, so then every header line of the chunk is parsed too.
-    headerless = frame.select((pl.col("is_candidate") & pl.col("header_at").is_null()).any()).item()
+    bare = pl.col("is_candidate") & pl.col("header_at").is_null()
+    headerless = frame.select(bare.any()).item()
+    if headerless:
+        frame = _not_access_lines(frame, bare)
+        headerless = frame.select(bare.any()).item()
     parse = pl.col("is_candidate") | (pl.col("header_at").is_not_null() if headerless else False)
     rest = frame.filter(~parse).select(
         "record_seq", "line", has_header=pl.col("header_at").is_not_null()
@@ -119,7 +114,7 @@ def build_records(
     # Colour codes past the prefix, Ray's repeat suffix and glued records are all rare: one
     # scan of the candidate bodies finds the records that may have any of them, and only those
     # go through the steps that look for each.
-    unusual = pl.col("is_candidate") & pl.col("body").str.contains(_UNUSUAL).fill_null(value=False)
+    unusual = pl.col("is_candidate") & pl.col("body").str.contains(UNUSUAL).fill_null(value=False)
     if records.select(unusual.any()).item():
         odd = _unusual(records.filter(unusual), flags, info)
         plain = records.filter(~unusual).with_columns(repeat=pl.lit(1, pl.Int32))
@@ -128,13 +123,40 @@ def build_records(
         )
     else:
         records = records.with_columns(repeat=pl.lit(1, pl.Int32))
-    records = _place(records.with_columns(chunk=pl.lit(chunk, pl.Int32)), info, tz)
+    records = records.with_columns(chunk=pl.lit(chunk, pl.Int32))
+    if scanned is None or scanned.height == 0:
+        records = place(records, info, tz)
+    else:
+        records, scanned = place_with(
+            records, check_frame(scanned, SCANNED_RUNS, "scanned runs"), info, tz
+        )
     _count(records, info)
     return (
         check_frame(records, RECORDS, "vLLM records"),
         check_frame(rest, UNPARSED_LINES, "vLLM unparsed lines"),
         info,
+        scanned,
     )
+
+
+def _not_access_lines(frame: pl.DataFrame, bare: pl.Expr) -> pl.DataFrame:
+    """``frame`` with uvicorn's access lines among the headerless candidates made
+    non-candidates: an access line is never a record, whatever its URL holds."""
+    rows = frame.select(bare.arg_true()).to_series()
+    access = frame[rows].get_column("line").str.contains(UVICORN)
+    if not access.any():
+        return frame
+    candidate = frame.get_column("is_candidate").scatter(rows.filter(access), False)
+    return frame.with_columns(candidate)
+
+
+def numbered_lines(piece: TextChunk, number: int) -> tuple[pl.DataFrame, int]:
+    """The lines of the file's piece ``number`` with their ``record_seq`` (numbered within the
+    piece: see :mod:`.frames`), and how many held invalid UTF-8."""
+    lines, bad = piece.lines()
+    first = number << 32
+    seq = pl.int_range(first, first + lines.len(), dtype=pl.Int64, eager=True) * 256
+    return pl.DataFrame({"record_seq": seq, "line": lines}), bad
 
 
 def _body() -> pl.Expr:
@@ -330,37 +352,6 @@ def _split_glued(frame: pl.DataFrame, info: ChunkInfo) -> pl.DataFrame:
     if rest.height:
         parts.append(rest.select(columns))
     return pl.concat(parts, how="vertical_relaxed").sort("record_seq")
-
-
-def _place(frame: pl.DataFrame, info: ChunkInfo, tz: str) -> pl.DataFrame:
-    """Local year offsets, the full-time anchor, the printed-versus-full disagreement, then
-    the printed time handed down to lines without a header of their own."""
-    offsets, info.years = year_offsets(
-        frame.get_column("printed_month_day"), frame.get_column("printed_second_of_day")
-    )
-    frame = frame.with_columns(offsets.alias("year_offset"))
-    full = pl.coalesce(pl.col("arrival_ts"), pl.col("outer_ts"))
-    # Rows with a year offset: those whose printed time exists and names a real month.
-    printed = frame.select(
-        "printed_month_day", "printed_second_of_day", "year_offset", full.alias("full_ts")
-    ).filter(pl.col("year_offset").is_not_null())
-    info.timed_lines = printed.height
-    both = printed.filter(pl.col("full_ts").is_not_null())
-    if both.height:
-        info.full_lines = both.height
-        last = both.row(-1, named=True)
-        info.full_anchor = FullAnchor(
-            last["printed_month_day"],
-            last["printed_second_of_day"],
-            last["year_offset"],
-            last["full_ts"],
-        )
-        for value, count in printed_minus_full(both, tz).value_counts().iter_rows():
-            if value is not None:
-                info.disagreement[int(value)] = info.disagreement.get(int(value), 0) + int(count)
-    return frame.with_columns(
-        pl.col("printed_month_day", "printed_second_of_day", "year_offset").forward_fill()
-    )
 
 
 def _count(frame: pl.DataFrame, info: ChunkInfo) -> None:

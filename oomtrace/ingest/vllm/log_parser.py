@@ -41,15 +41,13 @@ import os
 import re
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Final
 
 import polars as pl
 
 from oomtrace.diagnostics import WITHHELD, SourceDiagnostics
 from oomtrace.ingest.parser_api import ParseContext, ParseResult
-from oomtrace.ingest.text.input_file import InputFile
-from oomtrace.ingest.text.outer_prefixes import ANSI, OUTER
+from oomtrace.ingest.text.input_file import InputFile, note_invalid_utf8
 from oomtrace.ingest.text.yearless_clock import (
     ClockDecision,
     FullAnchor,
@@ -57,39 +55,44 @@ from oomtrace.ingest.text.yearless_clock import (
     decide,
     report_disagreement,
 )
-from oomtrace.ingest.vllm.extract import Extracted, extract, flags
+from oomtrace.ingest.vllm.chunk_reading import (
+    ReadChunk,
+    Scanner,
+    chunks,
+    input_size,
+    read_chunk,
+)
+from oomtrace.ingest.vllm.extract import Extracted
 from oomtrace.ingest.vllm.file_tables import (
     Ledger,
     event_rows,
     interval_preemptions,
     oom_rows,
-    settled,
     stats_samples,
     with_ts,
 )
 from oomtrace.ingest.vllm.frames import CHUNK_CARRY, PRINTED_TIME
-from oomtrace.ingest.vllm.line_patterns import PRIVATE_MARKERS, SNIFF_MARKERS
-from oomtrace.ingest.vllm.line_records import ChunkInfo, build_records
+from oomtrace.ingest.vllm.line_patterns import SNIFF_MARKERS
+from oomtrace.ingest.vllm.record_times import ChunkInfo
 from oomtrace.ingest.vllm.request_table import finish_requests
+from oomtrace.ingest.vllm.skipped_lines import (
+    EMPTY,
+    NO_HEADER,
+    NOT_USED,
+    UNKNOWN_STATS,
+    UVICORN_LINE,
+    WITHHELD,
+)
 from oomtrace.ingest.vllm.startup_config import engine_config, version_family
 
 _SNIFF_HEADER: Final = re.compile(
     r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d \[?[^\s\]]+\.py:\d+\] "
 )
-# Unanchored on purpose: whatever prefix precedes it, this text is an access line.
-_UVICORN: Final = r"(?:INFO|WARNING|ERROR):\s+\S+ - \""
-_OUTER: Final = re.compile("^(?:" + OUTER + ")")
-_ANSI: Final = re.compile(ANSI)
-_PRIVATE: Final = "|".join(re.escape(marker) for marker in PRIVATE_MARKERS)
-_PRIVATE_RE: Final = re.compile(_PRIVATE)
-# How many lines of each skip reason are looked at for a first example free of private text.
-_EXAMPLE_HEAD: Final = 64
 _NOT_CONFIG: Final = ("block_device", "kv_device")
-UNKNOWN_STATS: Final = "stats line in an unrecognised shape"
-UVICORN_LINE: Final = "uvicorn access line (no timestamp; not used)"
-NOT_USED: Final = "vLLM record of a kind not used"
-NO_HEADER: Final = "line without a vLLM header (traceback, progress bar or print)"
-EMPTY: Final = "empty line"
+__all__ = [
+    "EMPTY", "NOT_USED", "NO_HEADER", "PARSER", "UNKNOWN_STATS", "UVICORN_LINE", "WITHHELD",
+    "VllmLogParser",
+]  # fmt: skip
 NO_TIME: Final = "no timestamp could be placed"
 
 
@@ -121,18 +124,22 @@ class VllmLogParser:
 
     def parse(self, source: InputFile, ctx: ParseContext, diag: SourceDiagnostics) -> ParseResult:
         run = _Run(ctx, diag, "kubectl/docker timestamps")
+        scanner = Scanner(input_size(source))
         # Chunks share no state until finish(): WORKERS of them are read side by side (Polars
-        # releases the GIL while it works), and their results are added in file order. Memory
-        # stays bounded by the chunks in flight plus the rows they yield.
-        with ThreadPoolExecutor(WORKERS) as pool:
-            pending: deque[Future[_Chunk]] = deque()
-            for index, chunk in enumerate(source.line_chunks(diag)):
-                lines = chunk.lines.to_frame("line")
-                pending.append(pool.submit(_read_chunk, lines, index, chunk.first_line, run.tz))
-                if len(pending) >= WORKERS:
+        # and the scanner release the GIL while they work), and their results are added in file
+        # order. Memory stays bounded by the chunks in flight plus the rows they yield.
+        try:
+            with ThreadPoolExecutor(WORKERS) as pool:
+                pending: deque[Future[ReadChunk]] = deque()
+                for index, work in enumerate(chunks(source, diag, run.tz, scanner)):
+                    pending.append(pool.submit(work, index))
+                    if len(pending) >= WORKERS:
+                        run.add(pending.popleft().result())
+                while pending:
                     run.add(pending.popleft().result())
-            while pending:
-                run.add(pending.popleft().result())
+        finally:
+            scanner.close()
+        note_invalid_utf8(diag, run.invalid_lines)
         return run.finish()
 
     def parse_lines(
@@ -160,13 +167,16 @@ class _Run:
         self.tz = ctx.clock.tz or "UTC"
         self.out = Extracted()
         self.infos: list[ChunkInfo] = []
+        self.invalid_lines = 0
 
     def feed(self, lines: pl.DataFrame, first_line: int) -> None:
         """Read one chunk (chunks must be fed in file order)."""
-        chunk = _read_chunk(lines, len(self.infos), first_line, self.tz)
+        chunk = read_chunk(lines, len(self.infos), first_line=first_line, tz=self.tz)
         self.add(chunk)
 
-    def add(self, chunk: _Chunk) -> None:
+    def add(self, chunk: ReadChunk) -> None:
+        self.diag.lines_read += chunk.lines
+        self.invalid_lines += chunk.invalid_lines
         self.infos.append(chunk.info)
         self.out.merge(chunk.out)
         self.diag.lines_recognised += chunk.recognised
@@ -318,73 +328,6 @@ class _Run:
                 "RAY_DEDUP_LOGS=0)",
                 lost=True,
             )
-
-
-@dataclass
-class _Chunk:
-    """What reading one chunk gives: records put to use, skipped lines, the clock brief."""
-
-    out: Extracted
-    info: ChunkInfo
-    recognised: int
-    skipped: list[tuple[str, int, str]]
-
-
-def _read_chunk(lines: pl.DataFrame, index: int, first_line: int, tz: str) -> _Chunk:
-    """Everything one chunk yields, with no state shared with other chunks."""
-    records, rest, info = build_records(lines, flags(), chunk=index, first_line=first_line, tz=tz)
-    out = Extracted()
-    extract(records, out)
-    used = pl.concat(out.used).unique() if out.used else pl.Series([], dtype=pl.Int64)
-    odd = pl.concat(out.unmatched) if out.unmatched else pl.Series([], dtype=pl.Int64)
-    out.used.clear()
-    out.unmatched.clear()
-    out.requests = [settled(part) for part in out.requests]
-    unused = pl.concat(
-        [records.filter(~pl.col("record_seq").is_in(used.implode())).select(rest.columns), rest]
-    )
-    return _Chunk(out, info, used.len(), _skips(unused, odd))
-
-
-def _skips(unused: pl.DataFrame, odd: pl.Series) -> list[tuple[str, int, str]]:
-    """Every record not put to use, under one reason each, with a safe first example; reasons
-    in the order their first line comes in ``unused``."""
-    if unused.height == 0:
-        return []
-    line = pl.col("line")
-    unused = unused.with_row_index("_i")
-    if odd.len():
-        unused = unused.with_columns(_odd=pl.col("record_seq").is_in(odd.implode()))
-    else:
-        unused = unused.with_columns(_odd=pl.lit(value=False))
-    # Only lines without an engine header can be access lines, blank or headerless: the tests
-    # for those run on them alone.
-    plain = pl.col("_odd") | pl.col("has_header")
-    bare = unused.filter(~plain).with_columns(
-        _reason=pl.when(line.str.contains(_UVICORN))
-        .then(pl.lit(UVICORN_LINE))
-        .when(line.str.contains(r"^\s*$"))
-        .then(pl.lit(EMPTY))
-        .otherwise(pl.lit(NO_HEADER))
-    )
-    known = unused.filter(plain).with_columns(
-        _reason=pl.when(pl.col("_odd")).then(pl.lit(UNKNOWN_STATS)).otherwise(pl.lit(NOT_USED))
-    )
-    groups = [
-        part.group_by("_reason").agg(pl.len(), pl.col("_i").first(), _head=line.head(_EXAMPLE_HEAD))
-        for part in (known, bare)
-        if part.height
-    ]
-    found = []
-    for why, count, _, head in pl.concat(groups).sort("_i").iter_rows():
-        example = next((text for text in head if not _PRIVATE_RE.search(text)), None)
-        if example is None and count > len(head):
-            # Every line in the head may hold text: look further (rare).
-            whole = pl.concat([known, bare]).filter(pl.col("_reason") == why).sort("_i")
-            example = whole.select(line.filter(~line.str.contains(_PRIVATE)).first()).item()
-        shown = WITHHELD if example is None else _OUTER.sub("", _ANSI.sub("", example), 1)
-        found.append((why, count, shown))
-    return found
 
 
 def _concat(frames: list[pl.DataFrame]) -> pl.DataFrame | None:
