@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -22,7 +23,7 @@ from oomtrace.ingest.vllm.frames import (
     STATS_ROWS,
     timed,
 )
-from oomtrace.ingest.vllm.line_patterns import EVENT_LINES, PREEMPT_LOG_EVERY
+from oomtrace.ingest.vllm.line_patterns import EVENT_LINES, PREEMPT_LOG_EVERY, STARTUP_REFUSALS
 from oomtrace.schema import TS
 from oomtrace.units import parse_bytes
 
@@ -44,6 +45,8 @@ _METRICS: Final = {
 }
 _GAUGES: Final = ("running", "waiting", "swapped", "deferred", "kv_pct", "prefix_pct")
 _DETAILS: Final = {e.name: e.detail for e in EVENT_LINES}
+_OPTIONAL: Final = re.compile(r"\[([^\]]*)\]")
+_FIELD: Final = re.compile(r"\{(\w+)\}")
 
 
 def with_ts(frame: pl.DataFrame, decision: ClockDecision, chunks: pl.DataFrame) -> pl.DataFrame:
@@ -197,6 +200,7 @@ def event_rows(
             "kind": pl.String,
             "detail": pl.String,
             "requested_bytes": pl.Int64,
+            "total_bytes": pl.Int64,
             "free_bytes": pl.Int64,
         },
     )
@@ -215,6 +219,12 @@ def _detail(row: dict[str, Any], groups: dict[str, Any], config: dict[str, Any])
             f"{PREEMPT_LOG_EVERY}th one)"
         )
     template = str(_DETAILS.get(row["line_name"], row["line_name"]))
+    # A [bracketed] part of a template is left out where a group it names matched nothing.
+    template = _OPTIONAL.sub(
+        lambda part: "" if any(groups.get(name) is None for name in _FIELD.findall(part[1]))
+        else part[1],
+        template,
+    )  # fmt: skip
     try:
         return str(template.format(**groups))
     except (KeyError, IndexError, ValueError):
@@ -242,9 +252,7 @@ def _merge_runs(events: pl.DataFrame) -> pl.DataFrame:
     if events.height == 0:
         return events
     events = events.sort("ts", maintain_order=True)
-    merged = pl.col("kind").is_in(
-        ["engine_dead", "startup_kv_insufficient", "startup_no_kv_memory"]
-    )
+    merged = pl.col("kind").is_in(["engine_dead", *STARTUP_REFUSALS])
     key = pl.when(pl.col("kind") == "engine_dead").then(pl.lit("")).otherwise(pl.col("detail"))
     events = events.with_columns(_key=key, _merged=merged)
     gap = (pl.col("ts") - pl.col("ts").shift(1)).over("kind", "_key").dt.total_seconds()
@@ -258,6 +266,7 @@ def _merge_runs(events: pl.DataFrame) -> pl.DataFrame:
             pl.col("ts").first(),
             pl.col("detail").first(),
             pl.col("requested_bytes").first(),
+            pl.col("total_bytes").first(),
             pl.col("free_bytes").first(),
             _n=pl.len(),
         )
@@ -267,7 +276,7 @@ def _merge_runs(events: pl.DataFrame) -> pl.DataFrame:
             .otherwise(pl.col("detail"))
         )
     )
-    columns = ["ts", "kind", "detail", "requested_bytes", "free_bytes"]
+    columns = ["ts", "kind", "detail", "requested_bytes", "total_bytes", "free_bytes"]
     return pl.concat([singles.select(columns), runs.select(columns)]).sort(
         "ts", maintain_order=True
     )

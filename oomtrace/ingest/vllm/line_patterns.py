@@ -167,19 +167,34 @@ EVENT_LINES: Final[tuple[EventLine, ...]] = (
         "`gpu_memory_utilization` when initializing the engine.",
     ),
     EventLine(
+        # 0.8.x says no estimate yet (vllm/v1/core/kv_cache_utils.py, PR 16168 added it)
         "KV cache too small for one request (V1)", "startup_kv_insufficient", "KV cache is needed",
         r"max seq len \((?P<len>\d+)\), \((?P<requested_bytes__gib>[\d.]+) GiB KV cache is needed"
         r", which is larger than the available KV cache memory \((?P<free_bytes__gib>-?[\d.]+) "
-        r"GiB\)\. Based on the available memory, the estimated maximum model length is "
-        r"(?P<estimate>\d+)",
+        r"GiB\)\.(?: Based on the available memory, the estimated maximum model length is "
+        r"(?P<estimate>\d+))?",
         "max seq len {len} needs {requested_bytes__gib} GiB of KV cache; "
-        "{free_bytes__gib} GiB available; estimated maximum model length {estimate}",
+        "{free_bytes__gib} GiB available[; estimated maximum model length {estimate}]",
         "ValueError: To serve at least one request with the models's max seq len (131072), "
         "(16.00 GiB KV cache is needed, which is larger than the available KV cache memory (9.38 "
         "GiB). Based on the available memory, the estimated maximum model length is 76784. Try "
         "increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the "
         "engine.",
         "v1-0.7",
+    ),
+    EventLine(
+        "less memory free at start-up than asked for (V1 0.9+)", "startup_memory_insufficient",
+        "on startup is less than desired GPU memory utilization",
+        r"Free memory on device(?: (?P<device>\S+))? \((?P<free_bytes__gib>[\d.]+)/"
+        r"(?P<total_bytes__gib>[\d.]+) GiB\) on startup is less than desired GPU memory "
+        r"utilization \((?P<utilization>[\d.]+), (?P<requested_bytes__gib>[\d.]+) GiB\)",
+        "{free_bytes__gib} GiB of [{device}'s ]{total_bytes__gib} GiB free at start-up, less than "
+        "the {requested_bytes__gib} GiB asked for (gpu_memory_utilization {utilization}): other "
+        "processes hold the rest",
+        "ValueError: Free memory on device (59.32/79.15 GiB) on startup is less than desired GPU "
+        "memory utilization (0.9, 71.24 GiB). Decrease GPU memory utilization or reduce GPU memory "
+        "used by other processes.",
+        "v1-0.8.5",
     ),
     EventLine(
         "KV cache too small for one request (V0)", "startup_kv_insufficient",
@@ -256,6 +271,11 @@ EVENT_LINES: Final[tuple[EventLine, ...]] = (
         "already.",
         "v0",
     ),
+)  # fmt: skip
+
+# The start-up refusals: however many lines (ranks, tracebacks) tell of one, it is one event.
+STARTUP_REFUSALS: Final = (
+    "startup_kv_insufficient", "startup_no_kv_memory", "startup_memory_insufficient"
 )  # fmt: skip
 
 PREEMPT_LITERAL: Final = "is preempted by PreemptionMode."

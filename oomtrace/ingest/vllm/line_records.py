@@ -204,10 +204,20 @@ def _parse(frame: pl.DataFrame, kinds: frozenset[PrefixKind] | None = None) -> p
         more = detect_kinds(rejected, "prefix_text") - kinds
         if more:
             return _parse(frame.drop("prefix_text", "_ok"), kinds | more)
-    frame = read_header(frame).with_columns(
-        has_header=pl.col("_ok") & pl.col("header_chars").is_not_null()
+    # A prefix of no form the grammar knows (TorchServe's "... MODEL_LOG - ", a script's own
+    # "[date time]", a progress bar the record was printed after) still ends where vLLM's
+    # header starts: the record is read after it, with no time or process taken from it.
+    unknown = (hpos > 0) & ~pl.col("_ok") & pl.col("prefix_text").str.ends_with(" ")
+    frame = read_header(frame.with_columns(_unknown=unknown.fill_null(value=False)))
+    frame = frame.with_columns(
+        has_header=(pl.col("_ok") | pl.col("_unknown")) & pl.col("header_chars").is_not_null()
     )
     outer = _outer(frame, kinds)
+    if outer.select(pl.col("_unknown").any()).item():
+        outer = outer.with_columns(
+            pl.when(~pl.col("_unknown")).then(pl.col(name)).alias(name)
+            for name in ("outer_ts", "host", "proc")
+        )
     header = pl.col("has_header")
     return outer.with_columns(
         body_start=pl.col("prefix_chars")
@@ -216,7 +226,7 @@ def _parse(frame: pl.DataFrame, kinds: frozenset[PrefixKind] | None = None) -> p
         bracketed=header & pl.col("header_bracketed"),
         printed_month_day=pl.when(header).then(pl.col("header_month_day")),
         printed_second_of_day=pl.when(header).then(pl.col("header_second_of_day")),
-    ).drop("prefix_text", "_ok", *HEADER_FIELDS)
+    ).drop("prefix_text", "_ok", "_unknown", *HEADER_FIELDS)
 
 
 def _sample(frame: pl.DataFrame) -> pl.DataFrame:
@@ -237,8 +247,9 @@ def _outer(frame: pl.DataFrame, kinds: frozenset[PrefixKind]) -> pl.DataFrame:
     (cheaply when the chunk has only timestamps and process prefixes), else by matching the
     outer-prefix pattern at the start of the line (headerless lines: rare)."""
     if not kinds:
+        # No prefix of a known form: where a header follows one of no known form, it ends there.
         return frame.with_columns(
-            prefix_chars=pl.lit(0, pl.UInt32),
+            prefix_chars=pl.col("prefix_text").str.len_chars().fill_null(0).cast(pl.UInt32),
             outer_ts=pl.lit(None, TS),
             host=pl.lit(None, pl.String),
             proc=pl.lit(None, pl.String),

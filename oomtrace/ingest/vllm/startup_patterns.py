@@ -85,6 +85,27 @@ CONFIG_LINES: Final[tuple[ConfigLine, ...]] = (
         "Loading model weights took 67.7229 GB", {"model_weights_bytes": _gib(67.7229)},
     ),
     ConfigLine(
+        "weights 0.7.x, 'GB' meaning GiB (V1 and V0)", "Model loading took",
+        r"^Model loading took (?P<model_weights_bytes__gb_means_gib>[\d.]+) GB and "
+        r"(?P<model_load_seconds__float>[\d.]+) seconds",
+        "Model loading took 14.9889 GB and 5.263157 seconds",
+        {"model_weights_bytes": _gib(14.9889), "model_load_seconds": 5.263157},
+    ),
+    ConfigLine(
+        "free memory refused at start-up (V1 0.9+)",
+        "on startup is less than desired GPU memory utilization",
+        r"Free memory on device(?: \S+)? \((?P<initial_free_bytes__gib>[\d.]+)/"
+        r"(?P<device_total_bytes__gib>[\d.]+) GiB\) on startup is less than desired GPU memory "
+        r"utilization \((?P<gpu_memory_utilization__float>[\d.]+), "
+        r"(?P<requested_memory_bytes__gib>[\d.]+) GiB\)",
+        "ValueError: Free memory on device cuda:0 (22.76/24.0 GiB) on startup is less than desired "
+        "GPU memory utilization (0.97, 23.28 GiB). Decrease GPU memory utilization or reduce GPU "
+        "memory used by other processes.",
+        {"initial_free_bytes": _gib(22.76), "device_total_bytes": _gib(24.0),
+         "gpu_memory_utilization": 0.97, "requested_memory_bytes": _gib(23.28)},
+        "v1-0.8.5",
+    ),
+    ConfigLine(
         "weights 0.8 - 0.11", "Model loading took",
         r"^Model loading took (?P<model_weights_bytes__gib>[\d.]+) GiB and "
         r"(?P<model_load_seconds__float>[\d.]+) seconds",
