@@ -153,6 +153,7 @@ def _read_pieces(
         scanned.general, flags(), chunk=index, first_line=0, tz=tz, scanned=scanned.runs
     )
     info.bracketed += scanned.bracketed
+    info.header_lines += scanned.records
     requests = None
     if runs is not None and scanned.requests.height:
         requests = scanned_requests(scanned.requests, runs, index)

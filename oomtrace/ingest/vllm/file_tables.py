@@ -11,6 +11,7 @@ from typing import Any, Final
 import polars as pl
 
 from oomtrace.diagnostics import SourceDiagnostics
+from oomtrace.ingest.alignment.anchoring import ORDER
 from oomtrace.ingest.frame_check import check_frame
 from oomtrace.ingest.text.yearless_clock import ClockDecision, placed_utc
 from oomtrace.ingest.torch.oom_text import REPEAT_WINDOW_S, extract_ooms
@@ -43,10 +44,30 @@ _METRICS: Final = {
     "kv_pct": ("kv_usage_ratio", 0.01),
     "prefix_pct": ("prefix_cache_hit_ratio", 0.01),
 }
+UNTIMED_NOTE: Final = (
+    "no line of this log carries a time (records pasted without their logger prefix): its "
+    "events keep their order and are placed only where another input of the incident saw the "
+    "same failure; the others stay without a time"
+)
 _GAUGES: Final = ("running", "waiting", "swapped", "deferred", "kv_pct", "prefix_pct")
 _DETAILS: Final = {e.name: e.detail for e in EVENT_LINES}
 _OPTIONAL: Final = re.compile(r"\[([^\]]*)\]")
 _FIELD: Final = re.compile(r"\{(\w+)\}")
+
+
+def untimed_instant() -> pl.Expr:
+    """A stand-in ``ts`` for a log with no time: its line number in seconds from the epoch, so
+    that repeats and deaths are told apart by lines (:func:`untimed_rows` takes it back)."""
+    line = pl.col("record_seq") // 256
+    return pl.from_epoch(line, time_unit="s").dt.replace_time_zone("UTC").cast(TS)
+
+
+def untimed_rows(frame: pl.DataFrame | None) -> pl.DataFrame | None:
+    """Rows of a log without times: their line as ``order`` and no time (see
+    :mod:`oomtrace.ingest.alignment.anchoring`)."""
+    if frame is None:
+        return None
+    return frame.with_columns(pl.col("ts").dt.epoch("s").alias(ORDER), ts=pl.lit(None, TS))
 
 
 def with_ts(frame: pl.DataFrame, decision: ClockDecision, chunks: pl.DataFrame) -> pl.DataFrame:

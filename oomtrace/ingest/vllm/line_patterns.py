@@ -295,6 +295,17 @@ PREEMPT_LOG_EVERY: Final = 50
 # Lines that can carry prompt or output text: never shown as a skipped-line example.
 PRIVATE_MARKERS: Final = ("prompt", "output", "JSON body", "messages", "text", "Received ")
 
+# What only vLLM prints, read in a file of records pasted without their logger prefix (an issue,
+# a wrapper's error message): start-up figures, refusals, the V0 preemption warning.
+BARE_SNIFF: Final = (
+    r"GPU KV cache size: [\d,]+ tokens|Available KV cache memory: -?[\d.]+ GiB|"
+    r"# GPU blocks: \d+|Memory profiling results:|Loading model weights took [\d.]+ GB|"
+    r"Maximum concurrency for [\d,]+ tokens per request|on startup is less than desired GPU memory"
+    r"|Desired GPU memory utilization is \(|"
+    + PREEMPT_LITERAL.replace(".", r"\.")
+    + r"|KV cache is needed, which is larger than the available KV cache memory"
+    r"|is larger than the maximum number of tokens that can be stored in KV cache"
+)
 SNIFF_MARKERS: Final = (
     STATS_LITERAL,
     "vLLM API server version",

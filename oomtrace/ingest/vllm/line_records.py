@@ -54,6 +54,7 @@ _TS_ONLY: Final = frozenset({"timestamp", "process", "nested"})
 # record glued on.
 UNUSUAL: Final = "\x1b|" + re.escape(REPEATED_LITERAL) + "|" + _LEVEL_TS
 _SAMPLE: Final = 256
+_BARE_LEAD: Final = r"^[ \t]*(?:\[[\w./-]+\.py:\d+\][ \t]+)?"
 
 
 def _plain(pattern: str) -> str:
@@ -111,6 +112,13 @@ def build_records(
         "record_seq", "line", has_header=pl.col("header_at").is_not_null()
     )
     records = _parse(frame.filter(parse)).drop("header_at").with_columns(_body())
+    if headerless:
+        # A record pasted without its header may keep the indent of where it was pasted, or the
+        # "[file.py:N] " left of a header cut short.
+        bare = pl.col("is_candidate") & ~pl.col("has_header")
+        records = records.with_columns(
+            body=pl.when(bare).then(pl.col("body").str.replace(_BARE_LEAD, "")).otherwise("body")
+        )
     # Colour codes past the prefix, Ray's repeat suffix and glued records are all rare: one
     # scan of the candidate bodies finds the records that may have any of them, and only those
     # go through the steps that look for each.
@@ -131,6 +139,9 @@ def build_records(
             records, check_frame(scanned, SCANNED_RUNS, "scanned runs"), info, tz
         )
     _count(records, info)
+    info.header_lines = int(records.get_column("has_header").sum()) + int(
+        rest.get_column("has_header").sum()
+    )
     return (
         check_frame(records, RECORDS, "vLLM records"),
         check_frame(rest, UNPARSED_LINES, "vLLM unparsed lines"),
@@ -150,11 +161,17 @@ def _not_access_lines(frame: pl.DataFrame, bare: pl.Expr) -> pl.DataFrame:
     return frame.with_columns(candidate)
 
 
+def piece_first_line(number: int) -> int:
+    """The number of piece ``number``'s first line: counted from 1 like a file's lines, so a
+    file read in one piece is numbered alike by both readers."""
+    return (number << 32) + 1
+
+
 def numbered_lines(piece: TextChunk, number: int) -> tuple[pl.DataFrame, int]:
     """The lines of the file's piece ``number`` with their ``record_seq`` (numbered within the
     piece: see :mod:`.frames`), and how many held invalid UTF-8."""
     lines, bad = piece.lines()
-    first = number << 32
+    first = piece_first_line(number)
     seq = pl.int_range(first, first + lines.len(), dtype=pl.Int64, eager=True) * 256
     return pl.DataFrame({"record_seq": seq, "line": lines}), bad
 

@@ -64,15 +64,18 @@ from oomtrace.ingest.vllm.chunk_reading import (
 )
 from oomtrace.ingest.vllm.extract import Extracted
 from oomtrace.ingest.vllm.file_tables import (
+    UNTIMED_NOTE,
     Ledger,
     event_rows,
     interval_preemptions,
     oom_rows,
     stats_samples,
+    untimed_instant,
+    untimed_rows,
     with_ts,
 )
 from oomtrace.ingest.vllm.frames import CHUNK_CARRY, PRINTED_TIME
-from oomtrace.ingest.vllm.line_patterns import SNIFF_MARKERS
+from oomtrace.ingest.vllm.line_patterns import BARE_SNIFF, SNIFF_MARKERS
 from oomtrace.ingest.vllm.record_times import ChunkInfo
 from oomtrace.ingest.vllm.request_table import finish_requests
 from oomtrace.ingest.vllm.skipped_lines import (
@@ -81,13 +84,16 @@ from oomtrace.ingest.vllm.skipped_lines import (
     NOT_USED,
     UNKNOWN_STATS,
     UVICORN_LINE,
-    WITHHELD,
 )
 from oomtrace.ingest.vllm.startup_config import engine_config, version_family
 
 _SNIFF_HEADER: Final = re.compile(
     r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d \[?[^\s\]]+\.py:\d+\] "
 )
+_SNIFF_BARE: Final = re.compile(BARE_SNIFF)
+# Records without their header are vLLM's only by their wording: below a parser that knows the
+# file's shape, above PyTorch's OOM text (which this parser reads too).
+BARE_CONFIDENCE: Final = 0.6
 _NOT_CONFIG: Final = ("block_device", "kv_device")
 __all__ = [
     "EMPTY", "NOT_USED", "NO_HEADER", "PARSER", "UNKNOWN_STATS", "UVICORN_LINE", "WITHHELD",
@@ -117,13 +123,14 @@ class VllmLogParser:
     def sniff(self, head: str, name: str) -> float:
         headers = len(_SNIFF_HEADER.findall(head))
         if headers == 0:
-            return 0.0
+            return BARE_CONFIDENCE if _SNIFF_BARE.search(head) else 0.0
         if any(marker in head for marker in SNIFF_MARKERS) or "vllm" in name.lower():
             return 0.95
         return 0.7
 
     def parse(self, source: InputFile, ctx: ParseContext, diag: SourceDiagnostics) -> ParseResult:
         run = _Run(ctx, diag, "kubectl/docker timestamps")
+        run.untimed_allowed = True
         scanner = Scanner(input_size(source))
         # Chunks share no state until finish(): WORKERS of them are read side by side (Polars
         # and the scanner release the GIL while they work), and their results are added in file
@@ -168,6 +175,8 @@ class _Run:
         self.out = Extracted()
         self.infos: list[ChunkInfo] = []
         self.invalid_lines = 0
+        # A file may be read without any time (its rows keep their order); tailed lines may not.
+        self.untimed_allowed = False
 
     def feed(self, lines: pl.DataFrame, first_line: int) -> None:
         """Read one chunk (chunks must be fed in file order)."""
@@ -203,7 +212,7 @@ class _Run:
         chunks = self._chunk_table(bases)
         ledger = Ledger(diag)
         frames = {
-            name: self._timed_frame(parts, decision, chunks, ledger, printed=name != "requests")
+            name: self._timed_frame(parts, decision, chunks, printed=name != "requests")
             for name, parts in (
                 ("stats", out.stats),
                 ("config", out.config),
@@ -212,6 +221,21 @@ class _Run:
                 ("ooms", out.ooms),
             )
         }
+        # Untimed: a file none of whose lines has vLLM's header, or any time of its own.
+        untimed = (
+            self.untimed_allowed
+            and not any(info.header_lines for info in self.infos)
+            and not any(
+                f.height and f.get_column("ts").is_not_null().any() for f in frames.values()
+            )
+        )
+        if untimed:
+            # Records pasted without their logger prefix (an issue, a wrapper's error): nothing
+            # places them in time, but their order is the file's (see _untimed).
+            self.diag.note(UNTIMED_NOTE)
+            frames = {name: f.with_columns(ts=untimed_instant()) if f.height else f
+                      for name, f in frames.items()}  # fmt: skip
+        frames = {name: _placed(f, ledger) for name, f in frames.items()}
         config, version = (
             engine_config(frames["config"], ledger) if frames["config"].height else ({}, None)
         )
@@ -245,10 +269,14 @@ class _Run:
         for info in self.infos:
             for host, count in info.hosts.items():
                 hosts[host] = hosts.get(host, 0) + count
+        result_samples, result_events = _concat(samples), _concat(events)
+        if untimed:
+            result_samples = untimed_rows(result_samples)
+            result_events = untimed_rows(result_events)
         return ParseResult(
-            samples=_concat(samples),
+            samples=result_samples,
             requests=requests if requests is not None and requests.height else None,
-            events=_concat(events),
+            events=result_events,
             engine=engine,
             engine_config={k: v for k, v in config.items() if k not in _NOT_CONFIG},
             clock=decision.manifest,
@@ -286,11 +314,10 @@ class _Run:
         parts: list[pl.DataFrame],
         decision: ClockDecision,
         chunks: pl.DataFrame,
-        ledger: Ledger,
         *,
         printed: bool,
     ) -> pl.DataFrame:
-        """The rows of ``parts`` with ``ts``; rows no time places are dropped, counted.
+        """The rows of ``parts`` with ``ts`` (null where no time places them).
         ``printed``: keep the printed time fields, completed across chunks (the de-duplication
         of ranks groups by them); without it, rows that all carry a full time skip them."""
         if not parts:
@@ -308,10 +335,7 @@ class _Run:
             frame = with_ts(frame, decision, chunks)
             if "_ts" in frame.columns:
                 frame = frame.with_columns(ts=pl.coalesce("_ts", "ts")).drop("_ts")
-        if not frame.select(pl.col("ts").is_null().any()).item():
-            return frame
-        ledger.lose(NO_TIME, frame.filter(pl.col("ts").is_null()).get_column("record_seq"))
-        return frame.filter(pl.col("ts").is_not_null())
+        return frame
 
     def _notes(self) -> None:
         glued = sum(info.glued for info in self.infos)
@@ -328,6 +352,14 @@ class _Run:
                 "RAY_DEDUP_LOGS=0)",
                 lost=True,
             )
+
+
+def _placed(frame: pl.DataFrame, ledger: Ledger) -> pl.DataFrame:
+    """``frame`` without the rows no time places (dropped, counted)."""
+    if frame.height == 0 or not frame.select(pl.col("ts").is_null().any()).item():
+        return frame
+    ledger.lose(NO_TIME, frame.filter(pl.col("ts").is_null()).get_column("record_seq"))
+    return frame.filter(pl.col("ts").is_not_null())
 
 
 def _concat(frames: list[pl.DataFrame]) -> pl.DataFrame | None:

@@ -30,6 +30,7 @@ class ChunkInfo:
     full_anchor: FullAnchor | None = None
     full_lines: int = 0
     timed_lines: int = 0
+    header_lines: int = 0  # lines with vLLM's header, placeable or not
     disagreement: dict[int, int] = field(default_factory=dict)
     hosts: dict[str, int] = field(default_factory=dict)
     bracketed: int = 0

@@ -27,7 +27,7 @@ from oomtrace.ingest.text.prefix_scanner import NO_TIME
 from oomtrace.ingest.vllm import line_scanner as scanner
 from oomtrace.ingest.vllm import record_scanner as record
 from oomtrace.ingest.vllm.frames import REQUEST_FIELDS, SCANNED_RUNS
-from oomtrace.ingest.vllm.line_records import numbered_lines
+from oomtrace.ingest.vllm.line_records import numbered_lines, piece_first_line
 from oomtrace.ingest.vllm.skipped_lines import EXAMPLE_HEAD, PRIVATE, example_rows
 from oomtrace.schema import TS
 
@@ -87,7 +87,7 @@ def scan_pieces(pieces: list[tuple[TextChunk, int]]) -> ScannedChunk:
     the vectorised reader whole, its bytes replaced and counted."""
     parts: list[ScannedChunk] = []
     for piece, number in pieces:
-        first_line = number << 32
+        first_line = piece_first_line(number)
         scanned = scan_chunk(piece, first_line)
         if scanned is None:
             general, bad = numbered_lines(piece, number)

@@ -8,6 +8,7 @@ from typing import Final
 
 import polars as pl
 
+from oomtrace.diagnostics import WITHHELD
 from oomtrace.ingest.text.outer_prefixes import ANSI, OUTER
 from oomtrace.ingest.vllm.line_patterns import PRIVATE_MARKERS
 
@@ -16,7 +17,6 @@ UVICORN_LINE: Final = "uvicorn access line (no timestamp; not used)"
 NOT_USED: Final = "vLLM record of a kind not used"
 NO_HEADER: Final = "line without a vLLM header (traceback, progress bar or print)"
 EMPTY: Final = "empty line"
-WITHHELD: Final = "<withheld: the line may hold prompt or output text>"
 # Unanchored on purpose: whatever prefix precedes it, this text is an access line.
 UVICORN: Final = r"(?:INFO|WARNING|ERROR):\s+\S+ - \""
 _OUTER: Final = re.compile("^(?:" + OUTER + ")")

@@ -106,6 +106,39 @@ CONFIG_LINES: Final[tuple[ConfigLine, ...]] = (
         "v1-0.8.5",
     ),
     ConfigLine(
+        # vllm/v1/worker/utils.py (0.11+), an INFO pair on a start-up that passed the check
+        "free memory at start-up (V1 0.11+)", "on startup.",
+        r"Free memory on device(?: \S+)? \((?P<initial_free_bytes__gib>[\d.]+)/"
+        r"(?P<device_total_bytes__gib>[\d.]+) GiB\) on startup\.",
+        "Free memory on device (110.37/121.69 GiB) on startup.",
+        {"initial_free_bytes": _gib(110.37), "device_total_bytes": _gib(121.69)},
+    ),
+    ConfigLine(
+        "utilisation asked for (V1 0.11+)", "Desired GPU memory utilization is (",
+        r"Desired GPU memory utilization is \((?P<gpu_memory_utilization__float>[\d.]+), "
+        r"(?P<requested_memory_bytes__gib>[\d.]+) GiB\)",
+        "Desired GPU memory utilization is (0.87, 105.87 GiB).",
+        {"gpu_memory_utilization": 0.87, "requested_memory_bytes": _gib(105.87)},
+    ),
+    ConfigLine(
+        # The refusal states the length asked for and (V0) the tokens the cache holds.
+        "max seq len refused (V0)",
+        "is larger than the maximum number of tokens that can be stored in KV cache",
+        r"max seq len \((?P<max_model_len__int>\d+)\) is larger than the maximum number of "
+        r"tokens that can be stored in KV cache \((?P<kv_cache_tokens__int>\d+)\)",
+        "ValueError: The model's max seq len (4096) is larger than the maximum number of tokens "
+        "that can be stored in KV cache (3664). Try increasing gpu_memory_utilization or "
+        "decreasing max_model_len when initializing the engine.",
+        {"max_model_len": 4096, "kv_cache_tokens": 3664},
+    ),
+    ConfigLine(
+        "max seq len refused (V1)", "KV cache is needed",
+        r"max seq len \((?P<max_model_len__int>\d+)\), \([\d.]+ GiB KV cache is needed",
+        "ValueError: To serve at least one request with the models's max seq len (262144), (36.0 "
+        "GiB KV cache is needed, which is larger than the available KV cache memory (6.94 GiB).",
+        {"max_model_len": 262144}, "v1-0.7",
+    ),
+    ConfigLine(
         "weights 0.8 - 0.11", "Model loading took",
         r"^Model loading took (?P<model_weights_bytes__gib>[\d.]+) GiB and "
         r"(?P<model_load_seconds__float>[\d.]+) seconds",
