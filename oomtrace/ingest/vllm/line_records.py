@@ -39,6 +39,7 @@ from oomtrace.ingest.text.outer_prefixes import (
     outer_pattern,
     parse_iso,
 )
+from oomtrace.ingest.text.split_records import find_split_records
 from oomtrace.ingest.vllm.frames import RECORD_TIME, RECORDS, SCANNED_RUNS, UNPARSED_LINES
 from oomtrace.ingest.vllm.line_patterns import GLUED
 from oomtrace.ingest.vllm.log_header import HEADER_AT, HEADER_FIELDS, read_header
@@ -54,6 +55,9 @@ _TS_ONLY: Final = frozenset({"timestamp", "process", "nested"})
 # record glued on.
 UNUSUAL: Final = "\x1b|" + re.escape(REPEATED_LITERAL) + "|" + _LEVEL_TS
 _SAMPLE: Final = 256
+# What begins a record, so never goes on the one before: vLLM's header anywhere on the line, or a
+# supervisor's date at its start.
+RECORD_START: Final = HEADER_AT + r"|^\d{4}-\d\d-\d\d[T ]|^[A-Z][a-z]{2} [ \d]\d \d\d:"
 _BARE_LEAD: Final = r"^[ \t]*(?:\[[\w./-]+\.py:\d+\][ \t]+)?"
 
 
@@ -96,6 +100,11 @@ def build_records(
     if "record_seq" not in lines.columns:
         seq = pl.int_range(first_line, first_line + lines.height, dtype=pl.Int64) * 256
         lines = lines.with_columns(record_seq=seq)
+    split = find_split_records(lines.get_column("line"), starts=RECORD_START)
+    if split.joined:
+        # Records folded at a fixed width: read whole on their first line; the pieces counted.
+        lines = lines.with_columns(split.lines).filter(~split.continued)
+        info.rejoined = split.joined
     frame = lines.with_columns(
         header_at=line.str.find(HEADER_AT),
         **flags,

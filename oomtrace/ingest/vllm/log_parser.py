@@ -100,6 +100,7 @@ __all__ = [
     "VllmLogParser",
 ]  # fmt: skip
 NO_TIME: Final = "no timestamp could be placed"
+REJOINED: Final = "piece of a record folded at a fixed width (read with the line before)"
 
 
 def _cores() -> int:
@@ -191,6 +192,7 @@ class _Run:
         self.diag.lines_recognised += chunk.recognised
         for why, count, example in chunk.skipped:
             self.diag.skip(why, count, example)
+        self.diag.skip(REJOINED, chunk.info.rejoined, None)
 
     def finish(self) -> ParseResult:
         diag, out = self.diag, self.out

@@ -35,6 +35,7 @@ class ChunkInfo:
     hosts: dict[str, int] = field(default_factory=dict)
     bracketed: int = 0
     glued: int = 0
+    rejoined: int = 0  # pieces of records folded at a fixed width, joined to the line before
     ray_collapsed: int = 0
 
 

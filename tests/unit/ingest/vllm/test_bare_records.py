@@ -20,7 +20,7 @@ from oomtrace.ingest.alignment.anchoring import ORDER
 from oomtrace.ingest.parser_api import ParseContext
 from oomtrace.ingest.sniffing import sniff
 from oomtrace.ingest.text.input_file import InputFile
-from oomtrace.ingest.vllm.log_parser import PARSER
+from oomtrace.ingest.vllm.log_parser import PARSER, REJOINED
 from oomtrace.trace import Trace
 from oomtrace.units import parse_bytes
 
@@ -125,3 +125,23 @@ def test_untimed_rows_keep_the_order_of_their_lines() -> None:
     assert result.events is not None
     # the refusal is the file's 17th line
     assert result.events.get_column(ORDER).to_list() == [17]
+
+
+def test_stats_lines_folded_at_a_fixed_width_are_read_whole() -> None:
+    # docker logs folded at 159 columns, stats broken in "throughpu" / "t: 569.6":
+    # https://github.com/vllm-project/vllm/issues/27073
+    trace = ingest_paths(
+        [DATA / "docker_folded_v0.11.log"], IngestOptions(tz="America/Los_Angeles")
+    )
+    samples = trace.samples.sort("ts")
+
+    def series(metric: str) -> list[float]:
+        return samples.filter(pl.col("metric") == metric).get_column("value").to_list()
+
+    assert series("requests_running") == [27.0, 26.0, 26.0]
+    assert series("requests_waiting") == [62.0, 63.0, 63.0]
+    assert series("kv_usage_ratio") == pytest.approx([0.997, 0.979, 0.986])
+    assert series("generation_throughput_tokens_per_s") == [569.6, 605.4, 543.4]
+    source = trace.manifest.sources[0]
+    assert source.skipped[REJOINED].count == 3
+    assert source.lines_recognised + source.lines_skipped == source.lines_read == 10
