@@ -68,7 +68,7 @@ def find_split_records(lines: pl.Series, *, starts: str, opens: str | None = Non
     none = SplitRecords(lines, pl.Series("continued", [False] * lines.len()), 0, None)
     if frame.height < 2:
         return none
-    width = int(frame.get_column("n").max() or 0)
+    width = int(frame.select(pl.col("n").max().fill_null(0)).item())
     # Cheap first: a fold leaves several lines of the very same, longest, length.
     folds = int((frame.get_column("n") == width).sum()) if width >= MIN_WIDTH else 0
     if folds < MIN_FOLDS and opens is None:
