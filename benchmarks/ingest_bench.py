@@ -8,7 +8,10 @@ runs, round after round (``--repeat``), each in a fresh process:
 * ``baseline``: :func:`ingest_log.baseline`, one Python ``re`` pass per family on every line
   (wall time from start to the end of its parsing; its facts are written after, untimed);
 * ``oomtrace``: ``python -m oomtrace ingest LOG -o DIR --force``, the command a user runs (format
-  sniffed, canonical Parquet tables and manifest written), from start to exit.
+  sniffed, canonical Parquet tables and manifest written), from start to exit;
+* ``no-scan``: the same command without the compiled scanner (as where numba is not installed);
+* ``cold``: the same command with numba's cache empty: a machine's first run, the scanner
+  compiled alongside the reading.
 
 CPU seconds and peak memory are what the operating system counted for each process. Then it
 cross-checks that oomtrace and the baseline read the same facts off the same lines: every
@@ -41,7 +44,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import ingest_log  # noqa: E402
 
-PEERS: Final = ("floor", "baseline", "oomtrace")
+PEERS: Final = ("floor", "baseline", "oomtrace", "no-scan", "cold")
+# oomtrace without its compiled scanner (as where numba is not installed), and with numba's cache
+# empty (the first run on a machine: the scanner compiled alongside the reading).
+_NO_SCANNER: Final = (
+    "import sys; from oomtrace.ingest.vllm import chunk_reading as c; "
+    "c.scanner_available = lambda: False; from oomtrace.cli import cli; cli(sys.argv[1:])"
+)
 _FLOOR: Final = (
     "import sys\nwith open(sys.argv[1], 'rb') as f:\n    while f.read(1 << 20):\n        pass\n"
 )
@@ -59,14 +68,17 @@ _STATS_FIELDS: Final = (
 )  # fmt: skip
 
 
-def _measured(argv: list[str], name: str, *, timed_itself: bool = False) -> dict[str, Any]:
+def _measured(
+    argv: list[str], name: str, *, timed_itself: bool = False, env: dict[str, str] | None = None
+) -> dict[str, Any]:
     """Run ``argv`` in its own process: wall time from start to exit, and the CPU seconds and
     peak resident memory the operating system counted for it (wait4); ``timed_itself``: the
     process prints those of its own work as its last line, and they count instead."""
     started = time.perf_counter()
     proc = subprocess.Popen(
-        argv, cwd=ROOT, stdout=subprocess.PIPE if timed_itself else subprocess.DEVNULL
-    )
+        argv, cwd=ROOT, stdout=subprocess.PIPE if timed_itself else subprocess.DEVNULL,
+        env=None if env is None else {**os.environ, **env},
+    )  # fmt: skip
     out = proc.stdout.read() if proc.stdout else b""
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - started
@@ -85,6 +97,7 @@ def run_round(log: Path, work: Path) -> dict[str, dict[str, Any]]:
     """One measurement of each peer, in turn."""
     facts = work / "facts"
     trace = work / "trace"
+    command = ["ingest", str(log), "-o", str(trace), "--force"]
     return {
         "floor": _measured([sys.executable, "-S", "-c", _FLOOR, str(log)], "floor"),
         "baseline": _measured(
@@ -92,9 +105,12 @@ def run_round(log: Path, work: Path) -> dict[str, dict[str, Any]]:
             "baseline",
             timed_itself=True,
         ),
-        "oomtrace": _measured(
-            [sys.executable, "-m", "oomtrace", "ingest", str(log), "-o", str(trace), "--force"],
-            "oomtrace",
+        "oomtrace": _measured([sys.executable, "-m", "oomtrace", *command], "oomtrace"),
+        "no-scan": _measured([sys.executable, "-c", _NO_SCANNER, *command], "no-scan"),
+        "cold": _measured(
+            [sys.executable, "-m", "oomtrace", *command],
+            "cold",
+            env={"NUMBA_CACHE_DIR": tempfile.mkdtemp(dir=work, prefix="numba-")},
         ),
     }
 
@@ -228,12 +244,14 @@ def _report(results: dict[str, dict[str, Any]], size: int) -> None:
             f"  {name:9} {r['wall_s']:7.2f} s wall ({mb / r['wall_s']:7.1f} MB/s)  "
             f"{r['cpu_s']:7.2f} s CPU  peak {r['peak_rss_mib']:6.0f} MiB"
         )
-    ours, base, floor = results["oomtrace"], results["baseline"], results["floor"]
-    print(
-        f"  oomtrace is {base['wall_s'] / ours['wall_s']:.1f}x the baseline in wall time and "
-        f"{base['cpu_s'] / ours['cpu_s']:.1f}x in CPU time; it takes "
-        f"{ours['wall_s'] / floor['wall_s']:.1f}x the floor's wall time ({mb:,.0f} MB)"
-    )
+    base, floor = results["baseline"], results["floor"]
+    for name in PEERS[2:]:
+        ours = results[name]
+        print(
+            f"  {name} is {base['wall_s'] / ours['wall_s']:.1f}x the baseline in wall time and "
+            f"{base['cpu_s'] / ours['cpu_s']:.1f}x in CPU time; it takes "
+            f"{ours['wall_s'] / floor['wall_s']:.1f}x the floor's wall time ({mb:,.0f} MB)"
+        )
 
 
 def main() -> None:

@@ -26,6 +26,8 @@ from oomtrace.ingest.vllm.frames import (
 )
 from oomtrace.ingest.vllm.line_patterns import (
     EVENT_LINES,
+    SCHEDULER_DUMP,
+    SCHEDULER_DUMP_LITERAL,
     STATS,
     STATS_LITERAL,
     V0_PREFIX,
@@ -40,12 +42,18 @@ from oomtrace.ingest.vllm.startup_patterns import CONFIG_LINES, ConfigLine
 
 L = TypeVar("L", ConfigLine, EventLine)
 
-OOM_LITERALS: Final = ("out of memory", "ALLOC_FAILED", "preemptively rejected")
+OOM_LITERALS: Final = (
+    "out of memory", "ALLOC_FAILED", "preemptively rejected",
+    # the lines after PyTorch's memory-fraction refusal (oomtrace/ingest/torch/oom_fraction.py),
+    # each with a figure the refusal is read from
+    "Currently allocated", "Requested      ", "Device limit", "Free (according to CUDA)",
+    "user-supplied memory fraction", "          : ",
+)  # fmt: skip
 # The request lines that carry prompt or output text.
 USER_TEXT_LEADS: Final = r"^(?:Received request |Generated response |Request \S+ details: )"
 _LITERALS: Final = tuple(
     sorted(
-        {STATS_LITERAL, V0_PREFIX_LITERAL}
+        {STATS_LITERAL, V0_PREFIX_LITERAL, SCHEDULER_DUMP_LITERAL}
         | {e.literal for e in CONFIG_LINES}
         | {e.literal for e in EVENT_LINES}
         | {e.literal for e in REQUEST_LINES}
@@ -142,6 +150,7 @@ def extract(records: pl.DataFrame, out: Extracted) -> None:
         _config(others, out)
         _events(others, out)
         _v0_prefix_rate(others, out)
+        _scheduler_dump(others, out)
 
 
 def _route(cand: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, pl.DataFrame], pl.DataFrame]:
@@ -200,6 +209,23 @@ def _stats(rows: pl.DataFrame, out: Extracted) -> None:
     stats = ok.select(*TIME_COLUMNS, "level", *STATS_FIELDS)
     out.stats.append(check_frame(stats, STATS_ROWS, "vLLM stats rows"))
     out.evidence |= _stats_evidence(ok)
+
+
+def _scheduler_dump(others: pl.DataFrame, out: Extracted) -> None:
+    """The engine core's dump of the scheduler at its death: a stats row of what it states."""
+    rows = others.filter(pl.col("body").str.contains(SCHEDULER_DUMP_LITERAL, literal=True))
+    if rows.height == 0:
+        return
+    parsed = rows.with_columns(_g=pl.col("body").str.extract_groups(SCHEDULER_DUMP)).unnest("_g")
+    ok = parsed.filter(pl.col("running").is_not_null())
+    if ok.height == 0:
+        return
+    out.used.append(ok.get_column("record_seq"))
+    kv_pct = (pl.col("kv_fraction").cast(pl.Float64) * 100).cast(pl.String)
+    fields = {name: pl.lit(None, pl.String) for name in STATS_FIELDS}
+    fields |= {"running": pl.col("running"), "waiting": pl.col("waiting"), "kv_pct": kv_pct}
+    stats = ok.select(*TIME_COLUMNS, "level", **fields)
+    out.stats.append(check_frame(stats, STATS_ROWS, "vLLM scheduler dump rows"))
 
 
 def _stats_evidence(ok: pl.DataFrame) -> set[Family]:

@@ -322,7 +322,9 @@ def oom_rows(ooms: pl.DataFrame, ledger: Ledger) -> tuple[pl.DataFrame, pl.DataF
     """PyTorch OOM events and per-process samples (shared extractor, after rank de-dup)."""
     check_frame(ooms, timed(OOM_ROWS), "vLLM OOM rows")
     ooms = drop_rank_repeats(ooms, ["body"], ledger)
-    events, samples = extract_ooms(ooms.select("ts", text="body"), diag=ledger.diag)
+    # The pid of the process prefix ("(EngineCore_DP0 pid=494) ") names the failing process.
+    pid = pl.col("proc").str.extract(r"\bpid=(\d+)", 1).cast(pl.Int64, strict=False)
+    events, samples = extract_ooms(ooms.select("ts", text="body", pid=pid), diag=ledger.diag)
     return _fold_wrappers(events), samples
 
 

@@ -51,9 +51,18 @@ STATS: Final = (
     r"Waiting: (?P<waiting>\d+) reqs)"
     r"(?:, Deferred: (?P<deferred>\d+) reqs)?"
     r"(?:, Preemptions: (?P<preemptions>\d+))?"
+    # 0.33 adds the asynchronous KV loads where there are any (vllm/v1/metrics/loggers.py)
+    r"(?:, KV fetch: \d+ waiting to start, \d+ in progress, \d+ completed waiting)?"
     r"(?:, (?P<device>[A-Za-z]+(?: \+ host)?) KV cache usage: (?P<kv_pct>[\d.]+)%)?"
     r"(?:, CPU KV cache usage: [\d.]+%)?"
     r"(?:, Prefix cache hit rate: (?P<prefix_pct>[\d.]+)%)?"
+)
+# V1's dump of the scheduler's state when the engine core dies (vllm/v1/engine/dump_input.py,
+# 0.9+): the running and waiting counts and the KV cache usage as a fraction.
+SCHEDULER_DUMP_LITERAL: Final = "Dumping scheduler stats: SchedulerStats("
+SCHEDULER_DUMP: Final = (
+    r"Dumping scheduler stats: SchedulerStats\(num_running_reqs=(?P<running>\d+), "
+    r"num_waiting_reqs=(?P<waiting>\d+),.*?\bkv_cache_usage=(?P<kv_fraction>[\d.]+)"
 )
 V0_PREFIX_LITERAL: Final = "Prefix cache hit rate: GPU: "
 V0_PREFIX: Final = r"^Prefix cache hit rate: GPU: (?P<prefix_pct>[\d.]+)%"
@@ -129,6 +138,15 @@ STATS_FORMS: Final[tuple[StatsForm, ...]] = (
         "tokens/s, Running: 5 reqs, Waiting: 7 reqs, Deferred: 3 reqs, GPU KV cache usage: "
         "50.5%, Prefix cache hit rate: 1.5%",
         {"requests_waiting": 7, "requests_deferred": 3, "kv_usage_ratio": 0.505},
+    ),
+    StatsForm(
+        "V1 0.33 with asynchronous KV loads",
+        "v1-0.8.5",  # what the engine prefix proves; the KV fetch part is not told apart
+        "Engine 000: Avg prompt throughput: 12.0 tokens/s, Avg generation throughput: 30.5 "
+        "tokens/s, Running: 4 reqs, Waiting: 2 reqs, KV fetch: 1 waiting to start, 2 in progress, "
+        "0 completed waiting, GPU KV cache usage: 41.3%, Prefix cache hit rate: 12.0%",
+        {"requests_running": 4, "requests_waiting": 2, "kv_usage_ratio": 0.413,
+         "prefix_cache_hit_ratio": 0.12},
     ),
     StatsForm(
         "V1 0.30+ device-aware, no prefix-cache queries",

@@ -308,6 +308,18 @@ CONFIG_LINES: Final[tuple[ConfigLine, ...]] = (
         extras=_ENGINE_CONFIG,
     ),
     ConfigLine(
+        # 0.2.x printed no version in it (vllm/engine/llm_engine.py of 0.2.7)
+        "engine config line, no version (<= 0.2)", "LLM engine with config:",
+        r"^Initializing an LLM engine with config: model='?(?P<model__str>[^',]+)'?,",
+        "Initializing an LLM engine with config: model='/models/alpaca-2', tokenizer='/models/"
+        "alpaca-2', tokenizer_mode=auto, revision=None, tokenizer_revision=None, trust_remote_code"
+        "=False, dtype=torch.float16, max_seq_len=4096, download_dir=None, load_format=auto, "
+        "tensor_parallel_size=1, quantization=None, enforce_eager=False, seed=0)",
+        {"model": "/models/alpaca-2", "max_model_len": 4096, "dtype": "float16",
+         "tensor_parallel_size": 1},
+        "v0", extras=_ENGINE_CONFIG,
+    ),
+    ConfigLine(
         "API server version", "vLLM API server version",
         r"^vLLM API server version (?P<version__str>\S+)",
         "vLLM API server version 0.10.1", {"version": "0.10.1"},
