@@ -13,7 +13,9 @@ can be read by both, chunk by chunk.
 The scanner's machine code is compiled by numba the first time, once per machine (about ten
 seconds of a core), and cached. Where the cache holds it, the scanner reads inputs from
 :data:`SCAN_MIN_BYTES` on; where it does not, an input from :data:`COMPILE_MIN_BYTES` on has it
-compiled alongside the reading, and the chunks read once it is ready use it.
+compiled alongside the reading, and the chunks read once it is ready use it. Below that, the code
+is compiled once on request (``python -m oomtrace.ingest.vllm.scanned_chunk``); it is cached in
+the user's cache directory (:mod:`oomtrace.compiled_cache`).
 """
 
 from __future__ import annotations
@@ -41,7 +43,11 @@ from oomtrace.ingest.vllm.skipped_lines import UVICORN_LINE, Skipped, skipped_li
 # below it, loading numba costs more than the scanner saves (benchmarks/ingest_bench.py).
 SCAN_MIN_BYTES: Final = 48 << 20
 # From this size on the scanner is compiled alongside the reading where its code is not cached.
-COMPILE_MIN_BYTES: Final = 256 << 20
+# Measured on 2 busy cores (benchmarks/ingest_bench.py, 1 GB): compiling costs a first run some
+# 33 s of wall time (45 s, against 12 s without the scanner), the cached scanner saves 4.6 s a
+# GB: an input pays for the compilation only from about 8 GB, so a read under the default input
+# cap never compiles it; `python -m oomtrace.ingest.vllm.scanned_chunk` compiles it once.
+COMPILE_MIN_BYTES: Final = 8 << 30
 # How many times larger than its file a compressed log is taken to be, to choose the reader.
 COMPRESSION: Final = 8
 # Pieces of the file, PIECE_BYTES each, read as one chunk in the scanner's way: what the

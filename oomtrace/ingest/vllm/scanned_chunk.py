@@ -254,3 +254,10 @@ def _valid_utf8(piece: TextChunk) -> bool:
     except pl.exceptions.ComputeError:
         return False
     return True
+
+
+if __name__ == "__main__":  # compile the scanner once, into the user's cache
+    import os
+
+    warm()
+    print(f"vLLM line scanner compiled and cached in {os.environ['NUMBA_CACHE_DIR']}")
