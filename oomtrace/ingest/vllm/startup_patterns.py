@@ -107,7 +107,7 @@ CONFIG_LINES: Final[tuple[ConfigLine, ...]] = (
     ),
     ConfigLine(
         # vllm/v1/worker/utils.py (0.11+), an INFO pair on a start-up that passed the check
-        "free memory at start-up (V1 0.11+)", "on startup.",
+        "free memory at start-up (V1 0.11+)", "GiB) on startup.",
         r"Free memory on device(?: \S+)? \((?P<initial_free_bytes__gib>[\d.]+)/"
         r"(?P<device_total_bytes__gib>[\d.]+) GiB\) on startup\.",
         "Free memory on device (110.37/121.69 GiB) on startup.",
