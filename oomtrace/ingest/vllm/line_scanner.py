@@ -38,15 +38,19 @@ from oomtrace.ingest.text.prefix_scanner import (
     outer_prefix,
 )
 from oomtrace.ingest.vllm.record_scanner import (
+    R_BEST_OF,
     R_BRACKETED,
     R_ID_START,
     R_ID_STOP,
     R_KIND,
     R_LINE,
+    R_LOGPROBS,
     R_MAX_TOKENS,
     R_MONTH_DAY,
+    R_N,
     R_OUTER,
     R_PARAMS_FIRST,
+    R_PROMPT_LOGPROBS,
     R_PROMPT_TOKENS,
     R_RUN,
     R_SECOND,
@@ -158,6 +162,8 @@ def scan_lines(
             records[R_KIND, k] = kind
             for field in range(R_MONTH_DAY, R_TOLD):
                 records[field, k] = row[field]
+            for field in range(R_N, R_PROMPT_LOGPROBS + 1):
+                records[field, k] = row[field]
             # Told only with a full time: one whose printed time places nothing is counted so.
             told = kind == ADDED and row[R_OUTER] != NO_TIME
             told = told and _told(b, ids, records, k, row[R_ID_START], row[R_ID_STOP])
@@ -215,6 +221,7 @@ def _read_line(b: np.ndarray, p: int, e: int, row: np.ndarray, cache: np.ndarray
     """The kind of the line ``b[p:e]`` (:data:`GENERAL` for any this reader does not take),
     with a record's fields in ``row``. ``cache`` is :func:`~.prefix_scanner.outer_prefix`'s."""
     row[R_MAX_TOKENS] = row[R_PROMPT_TOKENS] = -1
+    row[R_N] = row[R_BEST_OF] = row[R_LOGPROBS] = row[R_PROMPT_LOGPROBS] = -1
     row[R_PARAMS_FIRST] = 0
     # --- the outer prefixes: a kubectl/docker time, vLLM's and Ray's process prefixes ------
     q = outer_prefix(b, p, e, cache)

@@ -32,7 +32,12 @@ R_PROMPT_TOKENS: Final = 9
 R_PARAMS_FIRST: Final = 10
 R_TOLD: Final = 11  # an "Added request" right after its "Received request"
 R_RUN: Final = 12
-RECORD_FIELDS: Final = 13
+# the SamplingParams that size a request's step (request_lines.PARAMS), -1 for null
+R_N: Final = 13
+R_BEST_OF: Final = 14
+R_LOGPROBS: Final = 15
+R_PROMPT_LOGPROBS: Final = 16
+RECORD_FIELDS: Final = 17
 _ALLOC_FAILED: Final = np.frombuffer(b"ALLOC_FAILED", np.uint8)
 _ACROSS: Final = np.frombuffer(b"x across cluster]", np.uint8)
 _LEVEL_INFO: Final = np.frombuffer(b"INFO", np.uint8)
@@ -45,6 +50,10 @@ _ERROR: Final = np.frombuffer(b"ERROR:", np.uint8)
 _WARNING: Final = np.frombuffer(b"WARNING:", np.uint8)
 _HTTP: Final = np.frombuffer(b" HTTP/", np.uint8)
 _MAX_TOKENS: Final = np.frombuffer(b"max_tokens=", np.uint8)
+_N: Final = np.frombuffer(b"n=", np.uint8)
+_BEST_OF: Final = np.frombuffer(b"best_of=", np.uint8)
+_LOGPROBS: Final = np.frombuffer(b"logprobs=", np.uint8)
+_PROMPT_LOGPROBS: Final = np.frombuffer(b"prompt_logprobs=", np.uint8)
 _NONE: Final = np.frombuffer(b"None", np.uint8)
 _TOKEN_IDS_KEY: Final = np.frombuffer(b"prompt_token_ids: ", np.uint8)
 _TOKEN_IDS: Final = np.frombuffer(b" token ids>", np.uint8)
@@ -106,6 +115,28 @@ def plain_id(b: np.ndarray, first: int, stop: int) -> bool:
 
 
 @compiled
+def _param(b: np.ndarray, body: int, stop: int, key: np.ndarray, params_first: bool) -> int:
+    """The value of ``key`` (``name=``, a word of its own, then digits or "None") in
+    ``b[body:stop]``: the first where the params come first, else the last; -1 for null."""
+    base = b.ctypes.data
+    n = key.shape[0]
+    found = -1
+    k = find(base, body, stop, key.ctypes.data, n)
+    while k >= 0:
+        c = b[k - 1]
+        word = 48 <= c <= 57 or 65 <= c <= 90 or 97 <= c <= 122 or c == 95
+        if k == body or not word:
+            v = k + n
+            value = _integer(b, v, stop)
+            if value != -2 or (v + 4 <= stop and is_at(b, v, _NONE)):
+                found = value if value != -2 else -1
+                if params_first:
+                    return found
+        k = find(base, k + 1, stop, key.ctypes.data, n)
+    return found
+
+
+@compiled
 def request_fields(
     b: np.ndarray,
     body: int,
@@ -125,24 +156,12 @@ def request_fields(
     row[R_ID_START] = id_start
     row[R_ID_STOP] = colon - 1 if b[colon - 1] == 46 else colon
     row[R_PARAMS_FIRST] = 1 if params_first else 0
-    row[R_MAX_TOKENS] = -1
     row[R_PROMPT_TOKENS] = -1
-    k = find(base, body, stop, _MAX_TOKENS.ctypes.data, 11)
-    while k >= 0:
-        c = b[k - 1]
-        word = 48 <= c <= 57 or 65 <= c <= 90 or 97 <= c <= 122 or c == 95
-        if k == body or not word:
-            v = k + 11
-            value = _integer(b, v, stop)
-            if value != -2:
-                row[R_MAX_TOKENS] = value
-                if params_first:
-                    break
-            elif v + 4 <= stop and is_at(b, v, _NONE):
-                row[R_MAX_TOKENS] = -1
-                if params_first:
-                    break
-        k = find(base, k + 1, stop, _MAX_TOKENS.ctypes.data, 11)
+    row[R_MAX_TOKENS] = _param(b, body, stop, _MAX_TOKENS, params_first)
+    row[R_N] = _param(b, body, stop, _N, params_first)
+    row[R_BEST_OF] = _param(b, body, stop, _BEST_OF, params_first)
+    row[R_LOGPROBS] = _param(b, body, stop, _LOGPROBS, params_first)
+    row[R_PROMPT_LOGPROBS] = _param(b, body, stop, _PROMPT_LOGPROBS, params_first)
     # "prompt_token_ids: " then "[" (a list: the last one counts) or "<" (a stated count: the
     # first one counts, where no list does).
     listed = stated = -1

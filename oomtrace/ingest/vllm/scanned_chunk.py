@@ -197,6 +197,10 @@ def _requests(records: np.ndarray, first_line: int, ids: np.ndarray) -> pl.DataF
             "request_id": request_ids,
             "_kind": records[record.R_KIND],
             "_max": records[record.R_MAX_TOKENS],
+            "_n": records[record.R_N],
+            "_best_of": records[record.R_BEST_OF],
+            "_logprobs": records[record.R_LOGPROBS],
+            "_prompt_logprobs": records[record.R_PROMPT_LOGPROBS],
             "_prompt": records[record.R_PROMPT_TOKENS],
             "_params_first": records[record.R_PARAMS_FIRST] == 1,
             "outer_ts": _outer_ts(records[record.R_OUTER]),
@@ -209,6 +213,10 @@ def _requests(records: np.ndarray, first_line: int, ids: np.ndarray) -> pl.DataF
         prompt_tokens=pl.when(arrived & known).then(pl.col("_prompt")),
         max_tokens=pl.when(arrived & (pl.col("_max") >= 0)).then(pl.col("_max")),
         output_tokens=pl.lit(None, pl.Int64),
+        **{
+            name: pl.when(arrived & (pl.col(f"_{name}") >= 0)).then(pl.col(f"_{name}"))
+            for name in ("n", "best_of", "logprobs", "prompt_logprobs")
+        },
         line_kind=pl.lit(event),
         count_may_be_capped=arrived & known & pl.col("_params_first"),
         outer_ts=pl.col("outer_ts"),
