@@ -42,6 +42,8 @@ LOG_RECORD_START: Final = (
 )
 # A fold narrower than this is no terminal's; a shorter line before a piece is no wrapped line.
 MIN_WIDTH: Final = 60
+# Re-flowing: wider than this, a line broken once was folded by a terminal, not re-flowed.
+MIN_FOLDED: Final = 100
 # Word wrap: the line before a continuation is at least this long (a short line ended there).
 MIN_WRAPPED: Final = 40
 # Fixed width: at least this many lines end at the fold and go on (one could be chance).
@@ -82,18 +84,21 @@ def find_split_records(lines: pl.Series, *, starts: str, opens: str | None = Non
     broken = pl.col("start").shift(1) | (n.shift(2) == width)
     fixed = pl.col("piece") & (n.shift(1) == width) & broken
     continued = frame.select(fixed.fill_null(value=False)).to_series()
-    separator = ""
+    spaced = pl.Series([False] * frame.height)
     if int(continued.sum()) < MIN_FOLDS:
         continued = pl.Series([False] * frame.height)
         width = 0
     if not continued.any() and opens is not None:
         continued = _reflowed(frame, opens)
-        separator = " "
+        # A break after a line wider than anyone re-flows text is a terminal's or a form's fold
+        # (mid-word); after a narrower one it was a space.
+        folded = n.shift(1) >= MIN_FOLDED
+        spaced = frame.select(~folded.fill_null(value=False)).to_series() & continued
     joined = int(continued.sum())
     if not joined:
         return none
     return SplitRecords(
-        _join(lines, continued, separator), continued.alias("continued"), joined, width or None
+        _join(lines, continued, spaced), continued.alias("continued"), joined, width or None
     )
 
 
@@ -110,11 +115,13 @@ def _reflowed(frame: pl.DataFrame, opens: str) -> pl.Series:
     return frame.select((cand & head_opens).alias("continued")).to_series()
 
 
-def _join(lines: pl.Series, continued: pl.Series, separator: str) -> pl.Series:
-    """Each record's lines joined on its first; the others empty."""
-    frame = pl.DataFrame({"line": lines, "c": continued}).with_columns(
+def _join(lines: pl.Series, continued: pl.Series, spaced: pl.Series) -> pl.Series:
+    """Each record's lines joined on its first (a ``spaced`` line after a space); the others
+    empty."""
+    frame = pl.DataFrame({"line": lines, "c": continued, "s": spaced}).with_columns(
         record=(~pl.col("c")).cum_sum()
     )
-    whole = pl.col("line").fill_null("").str.join(separator).over("record")
+    text = pl.when(pl.col("s")).then(pl.lit(" ") + pl.col("line")).otherwise(pl.col("line"))
+    whole = text.fill_null("").str.join("").over("record")
     out = frame.select(pl.when(pl.col("c")).then(pl.lit("")).otherwise(whole).alias(lines.name))
     return out.to_series()

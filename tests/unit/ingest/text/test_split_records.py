@@ -87,3 +87,19 @@ def test_any_log_folded_at_any_width_reads_back_whole(kinds: list[int], width: i
         assert [line for line in split.lines.to_list() if line] == whole
     else:
         assert len(folded) - len(whole) < 2
+
+
+def test_an_oom_message_folded_once_by_a_terminal_is_joined_mid_word() -> None:
+    # vllm issue 26863: a PyTorch OOM pasted from a terminal 180 columns wide, "this proce" /
+    # "ss has 23.40 GiB memory in use"
+    head = (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 232.00 MiB. GPU 0 has a "
+        "total capacity of 23.57 GiB of which 154.25 MiB is free. Including non-PyTorch memory, "
+        "this proce"
+    )
+    lines = [head, "ss has 23.40 GiB memory in use.", "", "I am using an RTX 3090"]
+    split = find_split_records(
+        pl.Series("line", lines), starts=LOG_RECORD_START, opens="OutOfMemoryError"
+    )
+    assert split.joined == 1
+    assert split.lines[0].endswith("this process has 23.40 GiB memory in use.")
