@@ -44,8 +44,8 @@ from oomtrace.ingest.vllm.skipped_lines import UVICORN_LINE, Skipped, skipped_li
 SCAN_MIN_BYTES: Final = 48 << 20
 # From this size on the scanner is compiled alongside the reading where its code is not cached.
 # Measured on 2 busy cores (benchmarks/ingest_bench.py, 1 GB): compiling costs a first run some
-# 33 s of wall time (45 s, against 12 s without the scanner), the cached scanner saves 4.6 s a
-# GB: an input pays for the compilation only from about 8 GB, so a read under the default input
+# 33 s of wall time (45 s, against 12 s without the scanner), the cached scanner saves 4.6-9 s a
+# GB: an input pays for the compilation only from about 4-8 GB, so a read under the default input
 # cap never compiles it; `python -m oomtrace.ingest.vllm.scanned_chunk` compiles it once.
 COMPILE_MIN_BYTES: Final = 8 << 30
 # How many times larger than its file a compressed log is taken to be, to choose the reader.
