@@ -1,20 +1,28 @@
-"""Ingest speed: oomtrace's vectorised vLLM parser against a straightforward per-line parser.
+"""Ingest speed: the whole ``oomtrace ingest`` command on a large vLLM log, beside a per-line
+regex parser (the baseline) and reading the file (the floor), in one run.
 
-Generates a realistic vLLM V1 log (0.10/0.11 shapes: coloured process prefixes, every line behind
-a ``kubectl logs --timestamps`` prefix; request lines with long SamplingParams, prompt text and
-token id lists; uvicorn access lines; stats every 10 s; now and then a worker traceback with a
-PyTorch OOM message) of ``--size`` bytes in a temporary directory, then parses it twice in the
-same run, each in its own process so that each peak RSS is its own:
+Generates the log of :mod:`ingest_log` (``--size``, ``--shape``) in a temporary directory, then
+runs, round after round (``--repeat``), each in a fresh process:
 
-* ``oomtrace``: :data:`oomtrace.ingest.vllm.log_parser.PARSER` through ``ingest_paths`` (the real
-  command path, canonical tables and manifest included);
-* ``baseline``: one Python ``re`` pass per line extracting the same fields (prefixes, header,
-  stats values, request id / max_tokens / prompt token count, events, OOM sizes).
+* ``floor``: reading the file in 1 MiB pieces (wall time from start to exit);
+* ``baseline``: :func:`ingest_log.baseline`, one Python ``re`` pass per family on every line
+  (wall time from start to the end of its parsing; its facts are written after, untimed);
+* ``oomtrace``: ``python -m oomtrace ingest LOG -o DIR --force``, the command a user runs (format
+  sniffed, canonical Parquet tables and manifest written), from start to exit;
+* ``no-scan``: the same command without the compiled scanner (as where numba is not installed);
+* ``cold``: the same command with numba's cache empty: a machine's first run, the scanner
+  compiled alongside the reading.
 
-Reports MB/s (10**6 bytes per second of wall time), peak RSS and the speed ratio::
+CPU seconds and peak memory are what the operating system counted for each process. Then it
+cross-checks that oomtrace and the baseline read the same facts off the same lines: every
+request's arrival (time, id, ``max_tokens``, prompt token count) and abort, that each "Added
+request" is the arrival already told, every stats value, every OOM's sizes and device, and the
+start-up figures. A difference is printed and the run fails (exit 1).
 
-    python benchmarks/ingest_bench.py --size 1GB
-    python benchmarks/ingest_bench.py --size 200MB --keep /tmp/bench.log
+It prints each round, then each peer's best round and the ratios::
+
+    python benchmarks/ingest_bench.py --size 1GB --repeat 3
+    python benchmarks/ingest_bench.py --size 200MB --shape 0.11 --keep /tmp/bench.log
 """
 
 from __future__ import annotations
@@ -22,398 +30,273 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
-import re
 import resource
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
-from oomtrace.units import parse_bytes
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-CYAN, RESET = "\x1b[1;36m", "\x1b[0;0m"
-API = f"{CYAN}(APIServer pid=1){RESET} "
-CORE = f"{CYAN}(EngineCore_DP0 pid=413){RESET} "
-WORKERS = [f"{CYAN}(Worker_TP{i} pid={549 + i}){RESET} " for i in range(2)]
-_PARAGRAPH = (
-    "the of and to in a is that for it as was with be by on not he this are or his from at "
-    "which but have an they you were her she there been one all we their has would when if so "
-    "no what up out them then more other into some could time these two may first do any my now "
-    "such like our over man me even most made after also did many before must through back years"
+import ingest_log  # noqa: E402
+
+PEERS: Final = ("floor", "baseline", "oomtrace", "no-scan", "cold")
+# oomtrace without its compiled scanner (as where numba is not installed), and with numba's cache
+# empty (the first run on a machine: the scanner compiled alongside the reading).
+_NO_SCANNER: Final = (
+    "import sys; from oomtrace.ingest.vllm import chunk_reading as c; "
+    "c.scanner_available = lambda: False; from oomtrace.cli import cli; cli(sys.argv[1:])"
 )
-WORDS = _PARAGRAPH.split()
-
-
-def _sampling(max_tokens: int, rng: random.Random) -> str:
-    return (
-        f"SamplingParams(n=1, presence_penalty=0.0, frequency_penalty=0.0, repetition_penalty=1.0, "
-        f"temperature={rng.choice([0.0, 0.7, 1.0])}, top_p=1.0, top_k=-1, min_p=0.0, seed=None, "
-        f"stop=[], stop_token_ids=[], bad_words=[], include_stop_str_in_output=False, "
-        f"ignore_eos=False, max_tokens={max_tokens}, min_tokens=0, logprobs=None, "
-        f"prompt_logprobs=None, skip_special_tokens=True, spaces_between_special_tokens=True, "
-        f"truncate_prompt_tokens=None, guided_decoding=None, extra_args=None)"
-    )
-
-
-def _startup(stamp: str) -> list[str]:
-    return [
-        f"{API}INFO {stamp} [api_server.py:1805] vLLM API server version 0.10.1",
-        (
-            f"{API}INFO {stamp} [utils.py:326] non-default args: {{'model': "
-            "'Qwen/Qwen2.5-7B-Instruct', 'max_model_len': 32768, 'gpu_memory_utilization': 0.9, "
-            "'max_num_seqs': 128}"
-        ),
-        (
-            f"{CORE}INFO {stamp} [core.py:74] Initializing a V1 LLM engine (v0.10.1) with config: "
-            "model='Qwen/Qwen2.5-7B-Instruct', dtype=torch.bfloat16, max_seq_len=32768, "
-            "tensor_parallel_size=2, enable_prefix_caching=True"
-        ),
-        *(
-            f"{w}INFO {stamp} [gpu_model_runner.py:1892] Model loading took 7.1074 GiB and "
-            "4.261813 seconds"
-            for w in WORKERS
-        ),
-        *(
-            f"{w}INFO {stamp} [gpu_worker.py:276] Available KV cache memory: 58.12 GiB"
-            for w in WORKERS
-        ),
-        f"{CORE}INFO {stamp} [kv_cache_utils.py:849] GPU KV cache size: 2,176,944 tokens",
-        (
-            f"{CORE}INFO {stamp} [kv_cache_utils.py:853] Maximum concurrency for 32,768 tokens per "
-            "request: 66.43x"
-        ),
-        (
-            f"{CORE}INFO {stamp} [core.py:193] init engine (profile, create kv cache, warmup "
-            "model) took 61.02 seconds"
-        ),
-    ]
-
-
-def _oom(stamp: str, rng: random.Random) -> list[str]:
-    w = WORKERS[rng.randrange(2)]
-    tried = rng.choice(["1.25 GiB", "896.00 MiB", "3.02 GiB"])
-    return [
-        f"{w}ERROR {stamp} [multiproc_executor.py:596] WorkerProc hit an exception.",
-        f"{w}ERROR {stamp} [multiproc_executor.py:596] Traceback (most recent call last):",
-        (
-            f'{w}ERROR {stamp} [multiproc_executor.py:596]   File "/usr/lib/python3/vllm/v1/worker/'
-            'gpu_model_runner.py", line 1420, in execute_model'
-        ),
-        (
-            f"{w}ERROR {stamp} [multiproc_executor.py:596] torch.OutOfMemoryError: CUDA out of "
-            f"memory. Tried to allocate {tried}. GPU 1 has a total capacity of 79.19 GiB of which "
-            "301.06 MiB is free. Process 2752205 has 78.88 GiB memory in use. Of the allocated "
-            "memory 75.63 GiB is allocated by PyTorch, and 1.20 GiB is reserved by PyTorch but "
-            "unallocated."
-        ),
-    ]
-
-
-def _received(rid: str, max_tokens: int, n: int, shape: str, rng: random.Random, prompts: list[str],
-              id_lists: list[str]) -> str:  # fmt: skip
-    if shape == "0.11":
-        return (
-            f"Received request {rid}: prompt: {prompts[n % 64]!r}, params: "
-            f"{_sampling(max_tokens, rng)}, prompt_token_ids: {id_lists[n % 64]}, "
-            "prompt_embeds shape: None, lora_request: None."
-        )
-    return f"Received request {rid}: params: {_sampling(max_tokens, rng)}, lora_request: None."
-
-
-def generate(path: Path, size: int, shape: str = "0.12", seed: int = 7) -> int:
-    """Write a log of at least ``size`` bytes; returns the byte count. ``shape`` "0.12": request
-    lines carry SamplingParams only (vLLM 0.12+ at INFO); "0.11": also the prompt text and its
-    token ids (vLLM <= 0.11 with request logging on)."""
-    rng = random.Random(seed)
-    clock = datetime(2025, 6, 2, 8, 0, 0, tzinfo=UTC)
-    prompts = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(20, 400))) for _ in range(64)]
-    id_lists = [
-        "[" + ", ".join(str(rng.randint(10, 151000)) for _ in range(n)) + "]"
-        for n in (rng.randint(20, 600) for _ in range(64))
-    ]
-    written = 0
-    request = 0
-    next_stats = clock
-    with path.open("w", encoding="utf-8", newline="\n") as out:
-        buffer: list[str] = []
-        outer = clock.strftime("%Y-%m-%dT%H:%M:%S.%f000Z")
-        buffer += [f"{outer} {line}" for line in _startup(clock.strftime("%m-%d %H:%M:%S"))]
-        while written < size:
-            clock += timedelta(milliseconds=rng.randint(5, 40))
-            stamp = clock.strftime("%m-%d %H:%M:%S")
-            outer = clock.strftime("%Y-%m-%dT%H:%M:%S.%f") + f"{rng.randint(0, 999):03d}Z"
-            request += 1
-            rid = f"chatcmpl-{rng.getrandbits(128):032x}"
-            received = _received(rid, rng.randint(16, 4096), request, shape, rng, prompts, id_lists)
-            lines = [
-                f"{API}INFO {stamp} [logger.py:43] {received}",
-                f"{API}INFO {stamp} [async_llm.py:269] Added request {rid}.",
-                (
-                    f"{API}INFO:     10.0.0.{rng.randint(2, 250)}:{rng.randint(30000, 60000)}"
-                    ' - "POST '
-                    '/v1/chat/completions HTTP/1.1" 200 OK'
-                ),
-            ]
-            if rng.random() < 0.02:
-                lines.append(f"{API}INFO {stamp} [async_llm.py:437] Aborted request {rid}.")
-            if clock >= next_stats:
-                next_stats = clock + timedelta(seconds=10)
-                lines.append(
-                    f"{API}INFO {stamp} [loggers.py:123] Engine 000: Avg prompt throughput: "
-                    f"{rng.uniform(0, 9000):.1f} tokens/s, Avg generation throughput: "
-                    f"{rng.uniform(0, 3000):.1f} tokens/s, Running: {rng.randint(0, 128)} reqs, "
-                    f"Waiting: {rng.randint(0, 40)} reqs, GPU KV cache usage: "
-                    f"{rng.uniform(0, 100):.1f}%, Prefix cache hit rate: {rng.uniform(0, 60):.1f}%"
-                )
-            if rng.random() < 0.0002:
-                lines += _oom(stamp, rng)
-            buffer += [f"{outer} {line}" for line in lines]
-            if len(buffer) > 4096:
-                text = "\n".join(buffer) + "\n"
-                out.write(text)
-                written += len(text.encode("utf-8"))
-                buffer.clear()
-        if buffer:
-            text = "\n".join(buffer) + "\n"
-            out.write(text)
-            written += len(text.encode("utf-8"))
-    return written
-
-
-# --- the per-line peers ---------------------------------------------------------------------
-
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
-_OUTER = re.compile(
-    r"^(?:(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d)) )?"
-    r"((?:\((?:[^()\n]|\([^()\n]*\))*? ?pid=\d+(?:, ip=[\w.:-]+)?\) )*)"
+_FLOOR: Final = (
+    "import sys\nwith open(sys.argv[1], 'rb') as f:\n    while f.read(1 << 20):\n        pass\n"
 )
-_HEADER = re.compile(
-    r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d) \[?[^\s\]]+?:\d+\] "
-)
-_STATS = re.compile(
-    r"^(?:Engine (\d+): )?Avg prompt throughput: ([\d.]+) tokens/s, Avg generation throughput: "
-    r"([\d.]+) tokens/s, Running: (\d+) reqs, (?:Swapped: (\d+) reqs, Pending: (\d+) reqs|"
-    r"Waiting: (\d+) reqs)(?:, Deferred: (\d+) reqs)?(?:, Preemptions: (\d+))?"
-    r"(?:, \w+ KV cache usage: ([\d.]+)%)?(?:, CPU KV cache usage: [\d.]+%)?"
-    r"(?:, Prefix cache hit rate: ([\d.]+)%)?"
-)
-_RECEIVED = re.compile(r"^Received request (\S+?): ")
-_MAX_TOKENS = re.compile(r"max_tokens=(\d+|None)")
-_PROMPT_IDS = re.compile(r"prompt_token_ids: \[([\d, ]*)\]")
-_SIMPLE = re.compile(r"^(Added|Finished|Aborted) request(?:\(s\))? (.+?)\.?$")
-_OOM = re.compile(
-    r"out of memory\. Tried to allocate ([\d.]+ \w+)\. GPU (\d+) has a total capacity of "
-    r"([\d.]+ \w+) of which ([\d.]+ \w+) is free"
-)
-_CONFIG = (
-    re.compile(r"Model loading took ([\d.]+) GiB"),
-    re.compile(r"Available KV cache memory: (-?[\d.]+) GiB"),
-    re.compile(r"GPU KV cache size: ([\d,]+) tokens"),
-    re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x"),
-)
+_STATS: Final = {
+    "prompt_throughput_tokens_per_s": ("prompt_tps", 1.0),
+    "generation_throughput_tokens_per_s": ("gen_tps", 1.0),
+    "requests_running": ("running", 1.0),
+    "requests_waiting": ("waiting", 1.0),
+    "kv_usage_ratio": ("kv_pct", 0.01),
+    "prefix_cache_hit_ratio": ("prefix_pct", 0.01),
+}
+_STATS_FIELDS: Final = (
+    "engine", "prompt_tps", "gen_tps", "running", "swapped", "pending", "waiting", "deferred",
+    "preemptions", "kv_pct", "prefix_pct",
+)  # fmt: skip
 
 
-class _Rows:
-    def __init__(self) -> None:
-        self.stats: list[tuple[object, ...]] = []
-        self.requests: list[tuple[object, ...]] = []
-        self.events: list[tuple[object, ...]] = []
-        self.config: dict[str, object] = {}
-
-    def counts(self) -> dict[str, int]:
-        return {"samples": len(self.stats), "requests": len(self.requests),
-                "events": len(self.events)}  # fmt: skip
-
-    def received(self, when: object, body: str) -> bool:
-        m = _RECEIVED.match(body)
-        if m is None:
-            return False
-        tokens = _MAX_TOKENS.findall(body)
-        ids = _PROMPT_IDS.findall(body)
-        count = (ids[-1].count(",") + 1 if ids[-1] else 0) if ids else None
-        self.requests.append((when, m.group(1), tokens[-1] if tokens else None, count))
-        return True
-
-    def simple(self, when: object, body: str) -> bool:
-        m = _SIMPLE.match(body)
-        if m is None:
-            return False
-        self.requests.extend((when, r.strip(), m.group(1)) for r in m.group(2).split(","))
-        return True
-
-    def stats_line(self, when: object, body: str) -> bool:
-        m = _STATS.match(body)
-        if m is not None:
-            self.stats.append((when, *m.groups()))
-        return m is not None
-
-    def oom(self, when: object, body: str) -> bool:
-        m = _OOM.search(body)
-        if m is not None:
-            sizes = [parse_bytes(m.group(i)) for i in (1, 3, 4)]
-            self.events.append((when, m.group(2), *sizes))
-        return m is not None
-
-    def config_line(self, when: object, body: str) -> bool:
-        for pattern in _CONFIG:
-            m = pattern.search(body)
-            if m:
-                self.config[pattern.pattern] = m.groups()
-                return True
-        return False
-
-
-def _lines(path: Path) -> Iterator[tuple[object, str]]:
-    """Prefixes and header off each line: (time fields, body)."""
-    with path.open(encoding="utf-8", errors="replace") as lines:
-        for raw in lines:
-            line = _ANSI.sub("", raw.rstrip("\r\n"))
-            outer = _OUTER.match(line)
-            rest = line[outer.end() :] if outer else line
-            header = _HEADER.match(rest)
-            if header is None:
-                continue
-            yield (
-                (header.group(2, 3, 4, 5, 6), outer.group(1) if outer else None),
-                rest[header.end() :],
-            )
-
-
-def baseline(path: Path) -> dict[str, int]:
-    """The straightforward per-line parser: each family's regex tried in turn on every line."""
-    rows = _Rows()
-    handlers = (rows.stats_line, rows.received, rows.simple, rows.oom, rows.config_line)
-    for when, body in _lines(path):
-        for handler in handlers:
-            if handler(when, body):
-                break
-    return rows.counts()
-
-
-def tuned(path: Path) -> dict[str, int]:
-    """A hand-tuned per-line parser: cheap literal tests choose the one regex to run."""
-    rows = _Rows()
-    for when, body in _lines(path):
-        if "Avg prompt throughput" in body:
-            rows.stats_line(when, body)
-        elif body.startswith("Received request "):
-            rows.received(when, body)
-        elif body.startswith(("Added request", "Finished request", "Aborted request")):
-            rows.simple(when, body)
-        elif "out of memory" in body:
-            rows.oom(when, body)
-        elif "took" in body or "KV cache" in body or "concurrency" in body:
-            rows.config_line(when, body)
-    return rows.counts()
-
-
-def oomtrace_run(path: Path) -> dict[str, int]:
-    from oomtrace.ingest import IngestOptions, ingest_paths
-
-    trace = ingest_paths([path], IngestOptions(format="vllm-log"))
-    return {"samples": trace.samples.height, "requests": trace.requests.height,
-            "events": trace.events.height}  # fmt: skip
-
-
-def _child(which: str, path: Path) -> None:
-    start = time.perf_counter()
-    run = {"oomtrace": oomtrace_run, "baseline": baseline, "tuned": tuned}[which]
-    start_cpu = time.process_time()
-    counts = run(path)
-    cpu = time.process_time() - start_cpu
-    elapsed = time.perf_counter() - start
-    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(
-        json.dumps(
-            {
-                "seconds": elapsed,
-                "cpu_seconds": cpu,
-                "peak_rss_mib": peak_kib / 1024,
-                "rows": counts,
-            }
-        )
-    )
-
-
-def _measure(which: str, path: Path) -> dict[str, object]:
-    out = subprocess.run(
-        [sys.executable, __file__, "--child", which, str(path)],
-        check=True, capture_output=True, text=True,
+def _measured(
+    argv: list[str], name: str, *, timed_itself: bool = False, env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Run ``argv`` in its own process: wall time from start to exit, and the CPU seconds and
+    peak resident memory the operating system counted for it (wait4); ``timed_itself``: the
+    process prints those of its own work as its last line, and they count instead."""
+    started = time.perf_counter()
+    proc = subprocess.Popen(
+        argv, cwd=ROOT, stdout=subprocess.PIPE if timed_itself else subprocess.DEVNULL,
+        env=None if env is None else {**os.environ, **env},
     )  # fmt: skip
-    result: dict[str, object] = json.loads(out.stdout.strip().splitlines()[-1])
+    out = proc.stdout.read() if proc.stdout else b""
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - started
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode:
+        raise SystemExit(f"{name} failed with exit code {proc.returncode}")
+    result = {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime,
+              "peak_rss_mib": usage.ru_maxrss / 1024}  # fmt: skip
+    if timed_itself:
+        # The baseline times its parsing itself: writing its facts afterwards is not its work.
+        result |= json.loads(out.decode().strip().splitlines()[-1])
     return result
 
 
-def _size(text: str) -> int:
-    return parse_bytes(text, what="--size")
+def run_round(log: Path, work: Path) -> dict[str, dict[str, Any]]:
+    """One measurement of each peer, in turn."""
+    facts = work / "facts"
+    trace = work / "trace"
+    command = ["ingest", str(log), "-o", str(trace), "--force"]
+    return {
+        "floor": _measured([sys.executable, "-S", "-c", _FLOOR, str(log)], "floor"),
+        "baseline": _measured(
+            [sys.executable, __file__, "--child", str(log), str(facts), repr(time.time())],
+            "baseline",
+            timed_itself=True,
+        ),
+        "oomtrace": _measured([sys.executable, "-m", "oomtrace", *command], "oomtrace"),
+        "no-scan": _measured([sys.executable, "-c", _NO_SCANNER, *command], "no-scan"),
+        "cold": _measured(
+            [sys.executable, "-m", "oomtrace", *command],
+            "cold",
+            env={"NUMBA_CACHE_DIR": tempfile.mkdtemp(dir=work, prefix="numba-")},
+        ),
+    }
+
+
+def _child(log: Path, facts_dir: Path, spawned: float) -> None:
+    """The baseline in its own process: parse, report the time it took from the moment it was
+    started, then write what it read (for the cross-check)."""
+    facts, _ = ingest_log.baseline(log)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    timing = {"wall_s": time.time() - spawned, "cpu_s": usage.ru_utime + usage.ru_stime,
+              "peak_rss_mib": usage.ru_maxrss / 1024}  # fmt: skip
+    _write_facts(facts, facts_dir)
+    print(json.dumps(timing))
+
+
+def _write_facts(facts: ingest_log.Facts, out: Path) -> None:
+    import polars as pl
+
+    out.mkdir(parents=True, exist_ok=True)
+    pl.DataFrame(facts.received, schema=["when", "request_id", "max_tokens", "prompt_tokens"],
+                 orient="row").write_parquet(out / "received.parquet")  # fmt: skip
+    pl.DataFrame(facts.simple, schema=["when", "what", "request_id"], orient="row").write_parquet(
+        out / "simple.parquet"
+    )
+    pl.DataFrame(facts.stats, schema=["when", *_STATS_FIELDS], orient="row").write_parquet(
+        out / "stats.parquet"
+    )
+    pl.DataFrame(facts.ooms, schema=["when", "tried", "device", "total", "free"],
+                 orient="row").write_parquet(out / "ooms.parquet")  # fmt: skip
+    (out / "config.json").write_text(json.dumps(facts.config))
+
+
+def cross_check(facts_dir: Path, trace_dir: Path) -> list[str]:
+    """What oomtrace's trace and the baseline's facts disagree on (empty: nothing), and what
+    was compared."""
+    import polars as pl
+
+    from oomtrace.ingest.torch.oom_text import REPEAT_WINDOW_S
+    from oomtrace.units import parse_bytes
+
+    def when(frame: pl.DataFrame) -> pl.DataFrame:
+        stamp = pl.col("when").str.to_datetime(
+            "%Y-%m-%dT%H:%M:%S%.fZ", time_unit="ns", time_zone="UTC"
+        )
+        return frame.with_columns(ts=stamp).drop("when")
+
+    requests = pl.read_parquet(trace_dir / "requests.parquet")
+    samples = pl.read_parquet(trace_dir / "samples.parquet")
+    events = pl.read_parquet(trace_dir / "events.parquet")
+    config = json.loads((trace_dir / "manifest.json").read_text())["engine_config"]
+    problems: list[str] = []
+
+    def same(name: str, ours: pl.DataFrame, theirs: pl.DataFrame) -> None:
+        keys = ours.columns
+        ours, theirs = ours.sort(keys), theirs.select(keys).sort(keys)
+        if ours.equals(theirs):
+            print(f"  {name}: {ours.height:,} the same")
+            return
+        only_ours = ours.join(theirs, on=keys, how="anti", nulls_equal=True)
+        only_theirs = theirs.join(ours, on=keys, how="anti", nulls_equal=True)
+        problems.append(
+            f"{name}: oomtrace {ours.height:,}, baseline {theirs.height:,}; only in oomtrace "
+            f"{only_ours.head(3).rows()}, only in the baseline {only_theirs.head(3).rows()}"
+        )
+
+    received = when(pl.read_parquet(facts_dir / "received.parquet")).with_columns(
+        pl.col("max_tokens").cast(pl.Int64, strict=False), pl.col("prompt_tokens").cast(pl.Int64)
+    )
+    same("arrivals (time, id, max_tokens, prompt tokens)",
+         requests.filter(pl.col("event") == "arrived").select(
+             "ts", "request_id", "max_tokens", "prompt_tokens"), received)  # fmt: skip
+    simple = when(pl.read_parquet(facts_dir / "simple.parquet"))
+    same("aborts (time, id)",
+         requests.filter(pl.col("event") == "aborted").select("ts", "request_id"),
+         simple.filter(pl.col("what") == "Aborted"))  # fmt: skip
+    added = simple.filter(pl.col("what") == "Added").get_column("request_id")
+    arrived = requests.filter(pl.col("event") == "arrived").get_column("request_id")
+    untold = added.filter(~added.is_in(arrived.implode()))
+    if untold.len() or requests.filter(pl.col("event") == "admitted").height:
+        problems.append(f"'Added request' lines not joined to their arrival: {untold.head(3)}")
+    else:
+        print(f"  'Added request' lines: {added.len():,}, each the arrival already told")
+    stats = when(pl.read_parquet(facts_dir / "stats.parquet"))
+    theirs = pl.concat(
+        stats.select("ts", metric=pl.lit(metric), value=pl.col(field).cast(pl.Float64) * scale)
+        for metric, (field, scale) in _STATS.items()
+    )
+    ours = samples.filter(pl.col("metric").is_in(list(_STATS))).select("ts", "metric", "value")
+    same("stats samples (time, metric, value)", ours.with_columns(pl.col("value").round(9)),
+         theirs.with_columns(pl.col("value").round(9)))  # fmt: skip
+    ooms = when(pl.read_parquet(facts_dir / "ooms.parquet")).select(
+        "ts",
+        device=pl.col("device").cast(pl.Int32),
+        requested_bytes=pl.col("tried").map_elements(parse_bytes, return_dtype=pl.Int64),
+        total_bytes=pl.col("total").map_elements(parse_bytes, return_dtype=pl.Int64),
+        free_bytes=pl.col("free").map_elements(parse_bytes, return_dtype=pl.Int64),
+    )
+    # One failure printed again (a worker's traceback, then its wrapper) is one OOM: identical
+    # messages for one device within REPEAT_WINDOW_S count once (oomtrace.ingest.torch.oom_text).
+    key = ["device", "requested_bytes", "free_bytes"]
+    previous = pl.col("ts").shift(1).over(key)
+    gap = (pl.col("ts") - previous).dt.total_seconds()
+    ooms = ooms.sort("ts").filter(previous.is_null() | (gap > REPEAT_WINDOW_S))
+    same("OOMs (time, device, requested, total, free)",
+         events.filter(pl.col("kind") == "oom").select(ooms.columns), ooms)  # fmt: skip
+    stated = json.loads((facts_dir / "config.json").read_text())
+    expected = {
+        "model_weights_bytes": parse_bytes(f"{stated['model_weights_bytes']} GiB"),
+        "available_kv_cache_bytes": parse_bytes(f"{stated['available_kv_cache_bytes']} GiB"),
+        "kv_cache_tokens": int(stated["kv_cache_tokens"].replace(",", "")),
+        "max_concurrency": float(stated["max_concurrency"]),
+    }
+    got = {key: config.get(key) for key in expected}
+    if got != expected:
+        problems.append(f"start-up figures: oomtrace {got}, baseline {expected}")
+    else:
+        print(f"  start-up figures: {len(expected)} the same")
+    return problems
+
+
+def _best(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Each peer's best round (least wall time; on a shared machine the others are noise)."""
+    return {name: min((r[name] for r in rounds), key=lambda m: m["wall_s"]) for name in PEERS}
+
+
+def _report(results: dict[str, dict[str, Any]], size: int) -> None:
+    mb = size / 1e6
+    for name in PEERS:
+        r = results[name]
+        print(
+            f"  {name:9} {r['wall_s']:7.2f} s wall ({mb / r['wall_s']:7.1f} MB/s)  "
+            f"{r['cpu_s']:7.2f} s CPU  peak {r['peak_rss_mib']:6.0f} MiB"
+        )
+    base, floor = results["baseline"], results["floor"]
+    for name in PEERS[2:]:
+        ours = results[name]
+        print(
+            f"  {name} is {base['wall_s'] / ours['wall_s']:.1f}x the baseline in wall time and "
+            f"{base['cpu_s'] / ours['cpu_s']:.1f}x in CPU time; it takes "
+            f"{ours['wall_s'] / floor['wall_s']:.1f}x the floor's wall time ({mb:,.0f} MB)"
+        )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--size", default="1GB", help="log size, e.g. 1GB, 200MB (default 1GB)")
-    parser.add_argument("--keep", type=Path, help="write the log here and keep it")
+    parser.add_argument("--keep", type=Path, help="write the log here and keep it (reused)")
     parser.add_argument(
         "--shape", choices=["0.12", "0.11"], default="0.12",
         help="request lines as vLLM 0.12+ prints them (params only, the default) or as 0.11 "
         "does (also prompt text and token ids)",
     )  # fmt: skip
     parser.add_argument(
-        "--repeat", type=int, default=1,
-        help="rounds of the three measurements, interleaved (on a shared machine: at least 2); "
-        "the summary takes each parser's best round",
+        "--repeat", type=int, default=3,
+        help="rounds of the three measurements (default 3); the summary takes each peer's best",
     )  # fmt: skip
-    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        _child(args.child[0], Path(args.child[1]))
+        _child(Path(args.child[0]), Path(args.child[1]), float(args.child[2]))
         return
+    from oomtrace.units import parse_bytes
+
     with tempfile.TemporaryDirectory() as tmp:
-        path = args.keep or Path(tmp) / "vllm-server.log"
-        if not (args.keep and path.exists()):
+        work = Path(tmp)
+        log = args.keep or work / "vllm-server.log"
+        if not (args.keep and log.exists()):
             started = time.perf_counter()
-            size = generate(path, _size(args.size), args.shape)
-            print(
-                f"generated {size / 1e6:,.0f} MB in {time.perf_counter() - started:.0f} s: {path}"
-            )
-        size = path.stat().st_size
+            size = ingest_log.generate(log, parse_bytes(args.size, what="--size"), args.shape)
+            print(f"generated {size / 1e6:,.0f} MB in {time.perf_counter() - started:.0f} s: {log}")
+        size = log.stat().st_size
         rounds = []
         for number in range(1, args.repeat + 1):
             load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
             print(f"round {number} (load average {load:.1f}, {os.cpu_count()} CPUs):")
-            rounds.append({name: _measure(name, path) for name in PEERS})
+            rounds.append(run_round(log, work))
             _report(rounds[-1], size)
+        print("cross-check, the facts both read off the same lines:")
+        problems = cross_check(work / "facts", work / "trace")
     if len(rounds) > 1:
-        best = {
-            name: min((r[name] for r in rounds), key=lambda m: float(str(m["seconds"])))
-            for name in PEERS
-        }
         print(f"best of {len(rounds)} rounds:")
-        _report(best, size)
-
-
-PEERS: Final = ("oomtrace", "baseline", "tuned")
-
-
-def _report(results: dict[str, dict[str, object]], size: int) -> None:
-    mb = size / 1e6
-    for name, r in results.items():
-        wall, cpu = float(str(r["seconds"])), float(str(r["cpu_seconds"]))
-        print(
-            f"{name:9} {mb / wall:7.1f} MB/s wall ({wall:6.1f} s)  {mb / cpu:7.1f} MB/s per CPU "
-            f"second ({cpu:6.1f} s)  peak RSS {float(str(r['peak_rss_mib'])):6.0f} MiB  "
-            f"rows {r['rows']}"
-        )
-    ours = results["oomtrace"]
-    for peer in ("baseline", "tuned"):
-        wall = float(str(results[peer]["seconds"])) / float(str(ours["seconds"]))
-        cpu = float(str(results[peer]["cpu_seconds"])) / float(str(ours["cpu_seconds"]))
-        print(f"oomtrace vs {peer}: {wall:.1f}x faster in wall time, {cpu:.1f}x in CPU time "
-              f"({mb:,.0f} MB)")  # fmt: skip
+        _report(_best(rounds), size)
+    if problems:
+        for problem in problems:
+            print(f"DIFFERENT: {problem}")
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

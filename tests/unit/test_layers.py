@@ -34,7 +34,9 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "oomtrace"
 
 LAYERS: Final[tuple[frozenset[str], ...]] = (
-    frozenset({"oomtrace", "units", "errors", "schema", "isotime", "escape", "lazy"}),
+    frozenset(
+        {"oomtrace", "units", "errors", "schema", "isotime", "escape", "lazy", "compiled_cache"}
+    ),
     frozenset({"trace", "diagnostics"}),
     frozenset({"ingest", "budget"}),
     frozenset({"analysis"}),
@@ -50,6 +52,7 @@ WITHIN_A_LAYER: Final = frozenset(
         ("schema", "units"),
         ("trace", "diagnostics"),
         ("__main__", "cli"),
+        ("oomtrace", "compiled_cache"),
     }
 )
 LEVEL: Final = {part: level for level, parts in enumerate(LAYERS) for part in parts}

@@ -42,6 +42,7 @@ EVENT_POINTS: Final = {
     "engine_dead": ("exit", "the engine's death"),
     "startup_kv_insufficient": ("exit", "the start-up refusal"),
     "startup_no_kv_memory": ("exit", "the start-up refusal"),
+    "startup_memory_insufficient": ("exit", "the start-up refusal"),
     "engine_start": ("start", "the engine start"),
 }
 # A level crossing or a step counts when it is this share of the most the series held.

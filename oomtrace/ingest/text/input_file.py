@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Final
+from typing import BinaryIO, Final
 
 import polars as pl
 
@@ -43,14 +43,11 @@ HEAD_BYTES: Final = 64 * 1024
 # every block (measured: reading and cutting a block costs a third of what it does at 32 MiB).
 CHUNK_BYTES: Final = 24 * 1024 * 1024
 _GZIP_WBITS: Final = 16 + zlib.MAX_WBITS
-# Starts that Polars' CSV reader treats specially: a byte-order mark, and the magic numbers of
-# gzip, zlib and zstd streams.
-_NOT_FOR_CSV: Final = (
-    b"\xef\xbb\xbf", GZIP_MAGIC, b"\x78\x01", b"\x78\x5e", b"\x78\x9c", b"\x78\xda",
-    b"\x28\xb5\x2f\xfd",
+# Starts that Polars' line reader takes for a compressed stream: the magic numbers of gzip, zlib
+# and zstd streams.
+_COMPRESSED_STARTS: Final = (
+    GZIP_MAGIC, b"\x78\x01", b"\x78\x5e", b"\x78\x9c", b"\x78\xda", b"\x28\xb5\x2f\xfd",
 )  # fmt: skip
-# Control bytes that logs hardly ever hold, tried in turn as a CSV separator the text lacks.
-_SEPARATORS: Final = (b"\x1f", b"\x1e", b"\x1d", b"\x1c", b"\x01", b"\x02", b"\x03")
 
 
 @dataclass(frozen=True)
@@ -165,72 +162,168 @@ class InputFile:
                 )
         return out.getvalue()
 
+    def text_chunks(
+        self, diag: SourceDiagnostics | None, chunk_bytes: int = CHUNK_BYTES
+    ) -> Iterator[TextChunk]:
+        """The decompressed content in pieces of about ``chunk_bytes`` that end at a newline (the
+        last may end at the end of the file), not yet split into lines. A damaged or truncated
+        compressed stream is noted in ``diag``. A line longer than :data:`MAX_LINE_BYTES` that
+        runs over more than one piece is skipped (counted in ``diag`` as read and skipped), never
+        gathered; one that fits in a piece is left to the reader of the piece.
+
+        A plain file is read piece by piece with no copy: where a piece ends inside a line, the
+        file is read again from that line's start for the next piece. A compressed stream's
+        pieces are cut and the cut line carried over (the only bytes copied twice)."""
+        long = _LongLines(diag)
+        with self.path.open("rb") as raw:
+            plain = raw.read(2) != GZIP_MAGIC and raw.seekable()
+            raw.seek(0)
+            if plain:
+                yield from _plain_pieces(raw, chunk_bytes, long)
+                long.close()
+                return
+        yield from _cut_pieces(self.blocks(diag, chunk_bytes), long)
+        long.close()
+
     def line_chunks(
         self, diag: SourceDiagnostics, chunk_bytes: int = CHUNK_BYTES
     ) -> Iterator[LineChunk]:
         """The file's lines, in chunks cut at newlines. Counts ``diag.lines_read``. A line longer
         than :data:`MAX_LINE_BYTES` is skipped (the lines after it in its chunk move up one)."""
-        lines_in = _LineCounts(diag)
-        line_no = 1
-        carry = b""
-        skipping = False  # inside a line already known to be too long: read on to its end
-        for read in self.blocks(diag, chunk_bytes):
-            block = read
-            if skipping:
-                end = read.find(b"\n")
-                if end < 0:
-                    continue
-                block, skipping = read[end + 1 :], False
-                lines_in.skipped_one()
-                line_no += 1
-            cut = block.rfind(b"\n")
-            if cut < 0:
-                carry += block
-                if len(carry) > MAX_LINE_BYTES:
-                    carry, skipping = b"", True
+        start = diag.lines_read
+        invalid_lines = long_lines = 0
+        for piece in self.text_chunks(diag, chunk_bytes):
+            # Lines read so far, skipped long ones included, number this chunk's first line.
+            first_line = diag.lines_read - start + 1
+            lines, bad = piece.lines()
+            invalid_lines += bad
+            diag.lines_read += lines.len()
+            too_long = lines.str.len_bytes() > MAX_LINE_BYTES
+            if too_long.any():
+                long_lines += int(too_long.sum())
+                lines = lines.filter(~too_long)
+            yield LineChunk(lines, first_line)
+        diag.skip(LONG_LINE, long_lines, None)
+        note_invalid_utf8(diag, invalid_lines)
+
+
+@dataclass(frozen=True)
+class TextChunk:
+    """Whole lines of a file as bytes: ``data[:size]`` (``data`` may run on into a line the next
+    chunk holds). Parsers with a scanner of their own read the bytes; others split them
+    (:meth:`lines`)."""
+
+    data: bytes
+    size: int
+
+    @property
+    def text(self) -> memoryview:
+        return memoryview(self.data)[: self.size]
+
+    def lines(self) -> tuple[pl.Series, int]:
+        """The lines, and how many held invalid UTF-8 (see :func:`decode_lines`)."""
+        return decode_lines(self.data if self.size == len(self.data) else self.data[: self.size])
+
+
+class _LongLines:
+    """Lines over :data:`MAX_LINE_BYTES` met while cutting pieces: the bytes of the one being
+    gathered, and how many were skipped (counted as read and skipped in ``diag`` at the end)."""
+
+    def __init__(self, diag: SourceDiagnostics | None) -> None:
+        self.diag = diag
+        self.skipped = 0
+        self.gathered = 0
+
+    def gather(self, size: int) -> bool:
+        """Add ``size`` bytes to the line being gathered: whether it is now too long."""
+        self.gathered += size
+        if self.gathered <= MAX_LINE_BYTES:
+            return False
+        self.gathered = 0
+        return True
+
+    def skip_one(self) -> None:
+        self.skipped += 1
+        if self.diag is not None:
+            self.diag.lines_read += 1
+
+    def close(self) -> None:
+        if self.diag is not None:
+            self.diag.skip(LONG_LINE, self.skipped, None)
+
+
+def _plain_pieces(raw: BinaryIO, size: int, long: _LongLines) -> Iterator[TextChunk]:
+    pending: list[bytes] = []  # pieces of one line longer than `size`
+    skipping = False  # inside a line already known to be too long: read on to its end
+    while data := raw.read(size):
+        if skipping:
+            end = data.find(b"\n")
+            if end < 0:
                 continue
-            # Only the piece of a line cut at the block's edges is copied twice.
-            text = b"".join((carry, memoryview(block)[: cut + 1])) if carry else block[: cut + 1]
-            carry = block[cut + 1 :]
+            skipping = False
+            long.skip_one()
+            raw.seek(end + 1 - len(data), io.SEEK_CUR)
+            continue
+        if len(data) < size:  # the end of the file: whatever is left is whole lines
+            yield _joined(pending, data, len(data))
+            return
+        cut = data.rfind(b"\n")
+        if cut < 0:
+            pending.append(data)
+            if long.gather(len(data)):
+                pending, skipping = [], True
+            continue
+        long.gathered = 0
+        yield _joined(pending, data, cut + 1)
+        pending = []
+        # Read the cut line again with the next piece rather than copy it over.
+        raw.seek(cut + 1 - len(data), io.SEEK_CUR)
+    if skipping:  # a too long last line without its newline
+        long.skip_one()
+    elif pending:
+        yield _joined(pending[:-1], pending[-1], len(pending[-1]))
+
+
+def _joined(pending: list[bytes], data: bytes, size: int) -> TextChunk:
+    if not pending:
+        return TextChunk(data, size)
+    whole = b"".join((*pending, memoryview(data)[:size]))
+    return TextChunk(whole, len(whole))
+
+
+def _cut_pieces(blocks: Iterator[bytes], long: _LongLines) -> Iterator[TextChunk]:
+    carry = b""
+    skipping = False  # inside a line already known to be too long: read on to its end
+    for read in blocks:
+        block = read
+        if skipping:
+            end = read.find(b"\n")
+            if end < 0:
+                continue
+            block, skipping = read[end + 1 :], False
+            long.skip_one()
+        cut = block.rfind(b"\n")
+        if cut < 0:
+            carry += block
             if len(carry) > MAX_LINE_BYTES:
                 carry, skipping = b"", True
-            lines = lines_in.decode(text)
-            yield LineChunk(lines, line_no)
-            line_no += lines.len() + lines_in.long_in_last
-        if carry:
-            yield LineChunk(lines_in.decode(carry), line_no)
-        if skipping:  # a too long last line without its newline
-            lines_in.skipped_one()
-        diag.skip(LONG_LINE, lines_in.long, None)
-        if lines_in.invalid:
-            diag.note(
-                f"{lines_in.invalid:,} line(s) held invalid UTF-8 bytes (shown as U+FFFD)",
-                lost=True,
-            )
+            continue
+        # Only the piece of a line cut at the block's edges is copied twice.
+        text = b"".join((carry, memoryview(block)[: cut + 1])) if carry else block[: cut + 1]
+        carry = block[cut + 1 :]
+        if len(carry) > MAX_LINE_BYTES:
+            carry, skipping = b"", True
+        yield TextChunk(text, len(text))
+    if skipping:  # a too long last line without its newline
+        long.skip_one()
+    elif carry:
+        yield TextChunk(carry, len(carry))
 
 
-class _LineCounts:
-    """What :meth:`InputFile.line_chunks` counts as it goes: lines read (on ``diag``), too
-    long, with invalid UTF-8."""
-
-    def __init__(self, diag: SourceDiagnostics) -> None:
-        self.diag = diag
-        self.long = self.invalid = self.long_in_last = 0
-
-    def skipped_one(self) -> None:
-        self.long += 1
-        self.diag.lines_read += 1
-
-    def decode(self, text: bytes) -> pl.Series:
-        lines, bad = decode_lines(text)
-        self.invalid += bad
-        self.diag.lines_read += lines.len()
-        too_long = lines.str.len_bytes() > MAX_LINE_BYTES
-        self.long_in_last = int(too_long.sum())
-        if self.long_in_last:
-            lines = lines.filter(~too_long)
-            self.long += self.long_in_last
-        return lines
+def note_invalid_utf8(diag: SourceDiagnostics, lines: int) -> None:
+    """The note a source gets when ``lines`` of its lines held invalid UTF-8."""
+    if lines:
+        diag.note(f"{lines:,} line(s) held invalid UTF-8 bytes (shown as U+FFFD)", lost=True)
 
 
 def decode_lines(text: bytes) -> tuple[pl.Series, int]:
@@ -238,28 +331,14 @@ def decode_lines(text: bytes) -> tuple[pl.Series, int]:
     before each newline dropped) and how many held invalid UTF-8 (replaced by U+FFFD)."""
     if not text:
         return pl.Series("line", [], dtype=pl.String), 0
-    separator = next((s for s in _SEPARATORS if s not in text), None)
-    if separator is not None and not text.startswith(_NOT_FOR_CSV):
-        # Polars' CSV reader with a separator the text lacks and no quoting is a line splitter
-        # that validates UTF-8 as it goes: twice as fast as splitting in Python. It also drops
-        # the CR of a CRLF (as below) and, only at the very start, a byte-order mark, and it
-        # takes text that starts like a compressed stream for one: those starts go to Python.
+    if not text.startswith(_COMPRESSED_STARTS):
+        # Polars' own line reader splits, drops the CR of a CRLF and validates UTF-8 in one pass
+        # over the bytes (tests/unit/ingest/text holds it to splitting in Python). It takes text
+        # that starts like a compressed stream for one: those starts go to Python.
         try:
-            lines = pl.read_csv(
-                text,
-                has_header=False,
-                separator=separator.decode(),
-                quote_char=None,
-                schema={"line": pl.String},
-                empty_string_is_null=False,
-                raise_if_empty=False,
-            ).to_series()
+            return pl.read_lines(text, name="line").to_series(), 0
         except (pl.exceptions.ComputeError, OSError):
-            pass  # invalid UTF-8 (or a start read as compressed): the Python path handles it
-        else:
-            # Whatever else the reader might make of odd text, it must have given every line.
-            if lines.len() == text.count(b"\n") + (not text.endswith(b"\n")):
-                return lines, 0
+            pass  # invalid UTF-8: the Python path replaces and counts it
     parts = text.split(b"\n")
     if text.endswith(b"\n"):
         parts.pop()

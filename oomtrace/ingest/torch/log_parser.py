@@ -35,6 +35,7 @@ from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.ingest.alignment.anchoring import line_instant, untimed_rows
 from oomtrace.ingest.parser_api import ParseContext, ParseResult
 from oomtrace.ingest.text.input_file import InputFile, first_line
+from oomtrace.ingest.text.split_records import LOG_RECORD_START, find_split_records
 from oomtrace.ingest.text.timestamps import StampForms, line_stamps
 from oomtrace.ingest.torch import llamacpp_log, tgi_log
 from oomtrace.ingest.torch.oom_text import OOM_SHAPES, PREFILTER, extract_ooms
@@ -100,6 +101,7 @@ class _Acc:
         self.durations = False
 
     def add(self, lines: pl.Series, arrival: pl.Series | None = None) -> None:
+        lines = find_split_records(lines, starts=LOG_RECORD_START, opens=OOM_SHAPES).lines
         stamps, forms = line_stamps(lines, self.tz, self.ctx.clock.year, self.ctx.mtime)
         self.forms += forms
         first = self.lines_seen + 1

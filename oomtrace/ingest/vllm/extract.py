@@ -26,6 +26,8 @@ from oomtrace.ingest.vllm.frames import (
 )
 from oomtrace.ingest.vllm.line_patterns import (
     EVENT_LINES,
+    SCHEDULER_DUMP,
+    SCHEDULER_DUMP_LITERAL,
     STATS,
     STATS_LITERAL,
     V0_PREFIX,
@@ -40,17 +42,25 @@ from oomtrace.ingest.vllm.startup_patterns import CONFIG_LINES, ConfigLine
 
 L = TypeVar("L", ConfigLine, EventLine)
 
-OOM_LITERALS: Final = ("out of memory", "ALLOC_FAILED", "preemptively rejected")
+OOM_LITERALS: Final = (
+    "out of memory", "ALLOC_FAILED", "preemptively rejected",
+    # the lines after PyTorch's memory-fraction refusal (oomtrace/ingest/torch/oom_fraction.py),
+    # each with a figure the refusal is read from
+    "Currently allocated", "Requested      ", "Device limit", "Free (according to CUDA)",
+    "user-supplied memory fraction", "          : ",
+)  # fmt: skip
+# The request lines that carry prompt or output text.
+USER_TEXT_LEADS: Final = r"^(?:Received request |Generated response |Request \S+ details: )"
 _LITERALS: Final = tuple(
     sorted(
-        {STATS_LITERAL, V0_PREFIX_LITERAL}
+        {STATS_LITERAL, V0_PREFIX_LITERAL, SCHEDULER_DUMP_LITERAL}
         | {e.literal for e in CONFIG_LINES}
         | {e.literal for e in EVENT_LINES}
         | {e.literal for e in REQUEST_LINES}
     )
 )
-_LITERAL_ALT: Final = "|".join(re.escape(literal) for literal in _LITERALS)
-_OOM_ALT: Final = "|".join(re.escape(literal) for literal in OOM_LITERALS)
+LITERAL_ALT: Final = "|".join(re.escape(literal) for literal in _LITERALS)
+OOM_ALT: Final = "|".join(re.escape(literal) for literal in OOM_LITERALS)
 _REQUEST_KIND: Final = (
     r"^(?:Engine [0-9]+: |[0-9]+ Engines Aggregated: )?(?P<stats>Avg prompt throughput: )?"
     r"(?P<req>Received request |Added request |Finished request |Aborted request|Request |"
@@ -72,20 +82,29 @@ class Extracted:
     evidence: set[Family] = field(default_factory=set)
 
     def merge(self, other: Extracted) -> None:
-        """Append ``other``'s rows (a later chunk) to these, in buffers of their own."""
+        """Append ``other``'s rows (a later chunk, :meth:`own` already) to these."""
         for name in ("stats", "config", "events", "requests", "ooms"):
-            getattr(self, name).extend(owned(part) for part in getattr(other, name))
+            getattr(self, name).extend(getattr(other, name))
         self.evidence |= other.evidence
 
+    def own(self) -> None:
+        """Copy the text the rows keep out of their chunk's buffers (see :func:`owned`): done
+        by the chunk's reader, side by side with the others. A request row's only text from
+        the line is its id (its event and kind are the parser's words)."""
+        for name in ("stats", "config", "events", "ooms"):
+            setattr(self, name, [owned(part) for part in getattr(self, name)])
+        self.requests = [owned(part, ["request_id"]) for part in self.requests]
 
-def owned(frame: pl.DataFrame) -> pl.DataFrame:
-    """``frame`` with its text copied out of the buffers it may share with its chunk.
+
+def owned(frame: pl.DataFrame, columns: list[str] | None = None) -> pl.DataFrame:
+    """``frame`` with its text (``columns``, default every string column) copied out of the
+    buffers it may share with its chunk.
 
     Slicing a string column (``body``, ``proc``) gives views into the chunk's line buffers, so
     a handful of kept rows would keep every chunk's text alive: memory would grow with the
     file, not with the output. Concatenating with an empty string writes each value anew.
     """
-    text = [name for name, dtype in frame.schema.items() if dtype == pl.String]
+    text = columns or [name for name, dtype in frame.schema.items() if dtype == pl.String]
     if not text or frame.height == 0:
         return frame
     return frame.with_columns(pl.concat_str(pl.col(name), pl.lit("")).alias(name) for name in text)
@@ -97,8 +116,8 @@ def flags() -> dict[str, pl.Expr]:
     regex engine's literal search is several times faster than ``str.contains_any`` here."""
     line = pl.col("line")
     return {
-        "has_literal": line.str.contains(_LITERAL_ALT),
-        "may_be_oom": line.str.contains(_OOM_ALT),
+        "has_literal": line.str.contains(LITERAL_ALT),
+        "may_be_oom": line.str.contains(OOM_ALT),
     }
 
 
@@ -110,7 +129,8 @@ def extract(records: pl.DataFrame, out: Extracted) -> None:
     cand = cand.drop("is_candidate")
     if cand.height == 0:
         return
-    ooms = cand.filter(pl.col("may_be_oom"))
+    # A request line's prompt or output text is the user's, never an OOM message.
+    ooms = cand.filter(pl.col("may_be_oom") & ~pl.col("body").str.contains(USER_TEXT_LEADS))
     if ooms.height:
         out.ooms.append(check_frame(ooms.select(*TIME_COLUMNS, "body"), OOM_ROWS, "vLLM OOM rows"))
         out.used.append(ooms.get_column("record_seq"))
@@ -130,6 +150,7 @@ def extract(records: pl.DataFrame, out: Extracted) -> None:
         _config(others, out)
         _events(others, out)
         _v0_prefix_rate(others, out)
+        _scheduler_dump(others, out)
 
 
 def _route(cand: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, pl.DataFrame], pl.DataFrame]:
@@ -188,6 +209,23 @@ def _stats(rows: pl.DataFrame, out: Extracted) -> None:
     stats = ok.select(*TIME_COLUMNS, "level", *STATS_FIELDS)
     out.stats.append(check_frame(stats, STATS_ROWS, "vLLM stats rows"))
     out.evidence |= _stats_evidence(ok)
+
+
+def _scheduler_dump(others: pl.DataFrame, out: Extracted) -> None:
+    """The engine core's dump of the scheduler at its death: a stats row of what it states."""
+    rows = others.filter(pl.col("body").str.contains(SCHEDULER_DUMP_LITERAL, literal=True))
+    if rows.height == 0:
+        return
+    parsed = rows.with_columns(_g=pl.col("body").str.extract_groups(SCHEDULER_DUMP)).unnest("_g")
+    ok = parsed.filter(pl.col("running").is_not_null())
+    if ok.height == 0:
+        return
+    out.used.append(ok.get_column("record_seq"))
+    kv_pct = (pl.col("kv_fraction").cast(pl.Float64) * 100).cast(pl.String)
+    fields = {name: pl.lit(None, pl.String) for name in STATS_FIELDS}
+    fields |= {"running": pl.col("running"), "waiting": pl.col("waiting"), "kv_pct": kv_pct}
+    stats = ok.select(*TIME_COLUMNS, "level", **fields)
+    out.stats.append(check_frame(stats, STATS_ROWS, "vLLM scheduler dump rows"))
 
 
 def _stats_evidence(ok: pl.DataFrame) -> set[Family]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -10,6 +11,7 @@ from typing import Any, Final
 import polars as pl
 
 from oomtrace.diagnostics import SourceDiagnostics
+from oomtrace.ingest.alignment.anchoring import ORDER
 from oomtrace.ingest.frame_check import check_frame
 from oomtrace.ingest.text.yearless_clock import ClockDecision, placed_utc
 from oomtrace.ingest.torch.oom_text import REPEAT_WINDOW_S, extract_ooms
@@ -22,7 +24,7 @@ from oomtrace.ingest.vllm.frames import (
     STATS_ROWS,
     timed,
 )
-from oomtrace.ingest.vllm.line_patterns import EVENT_LINES, PREEMPT_LOG_EVERY
+from oomtrace.ingest.vllm.line_patterns import EVENT_LINES, PREEMPT_LOG_EVERY, STARTUP_REFUSALS
 from oomtrace.schema import TS
 from oomtrace.units import parse_bytes
 
@@ -42,8 +44,30 @@ _METRICS: Final = {
     "kv_pct": ("kv_usage_ratio", 0.01),
     "prefix_pct": ("prefix_cache_hit_ratio", 0.01),
 }
+UNTIMED_NOTE: Final = (
+    "no line of this log carries a time (records pasted without their logger prefix): its "
+    "events keep their order and are placed only where another input of the incident saw the "
+    "same failure; the others stay without a time"
+)
 _GAUGES: Final = ("running", "waiting", "swapped", "deferred", "kv_pct", "prefix_pct")
 _DETAILS: Final = {e.name: e.detail for e in EVENT_LINES}
+_OPTIONAL: Final = re.compile(r"\[([^\]]*)\]")
+_FIELD: Final = re.compile(r"\{(\w+)\}")
+
+
+def untimed_instant() -> pl.Expr:
+    """A stand-in ``ts`` for a log with no time: its line number in seconds from the epoch, so
+    that repeats and deaths are told apart by lines (:func:`untimed_rows` takes it back)."""
+    line = pl.col("record_seq") // 256
+    return pl.from_epoch(line, time_unit="s").dt.replace_time_zone("UTC").cast(TS)
+
+
+def untimed_rows(frame: pl.DataFrame | None) -> pl.DataFrame | None:
+    """Rows of a log without times: their line as ``order`` and no time (see
+    :mod:`oomtrace.ingest.alignment.anchoring`)."""
+    if frame is None:
+        return None
+    return frame.with_columns(pl.col("ts").dt.epoch("s").alias(ORDER), ts=pl.lit(None, TS))
 
 
 def with_ts(frame: pl.DataFrame, decision: ClockDecision, chunks: pl.DataFrame) -> pl.DataFrame:
@@ -197,6 +221,7 @@ def event_rows(
             "kind": pl.String,
             "detail": pl.String,
             "requested_bytes": pl.Int64,
+            "total_bytes": pl.Int64,
             "free_bytes": pl.Int64,
         },
     )
@@ -215,6 +240,12 @@ def _detail(row: dict[str, Any], groups: dict[str, Any], config: dict[str, Any])
             f"{PREEMPT_LOG_EVERY}th one)"
         )
     template = str(_DETAILS.get(row["line_name"], row["line_name"]))
+    # A [bracketed] part of a template is left out where a group it names matched nothing.
+    template = _OPTIONAL.sub(
+        lambda part: "" if any(groups.get(name) is None for name in _FIELD.findall(part[1]))
+        else part[1],
+        template,
+    )  # fmt: skip
     try:
         return str(template.format(**groups))
     except (KeyError, IndexError, ValueError):
@@ -242,9 +273,7 @@ def _merge_runs(events: pl.DataFrame) -> pl.DataFrame:
     if events.height == 0:
         return events
     events = events.sort("ts", maintain_order=True)
-    merged = pl.col("kind").is_in(
-        ["engine_dead", "startup_kv_insufficient", "startup_no_kv_memory"]
-    )
+    merged = pl.col("kind").is_in(["engine_dead", *STARTUP_REFUSALS])
     key = pl.when(pl.col("kind") == "engine_dead").then(pl.lit("")).otherwise(pl.col("detail"))
     events = events.with_columns(_key=key, _merged=merged)
     gap = (pl.col("ts") - pl.col("ts").shift(1)).over("kind", "_key").dt.total_seconds()
@@ -258,6 +287,7 @@ def _merge_runs(events: pl.DataFrame) -> pl.DataFrame:
             pl.col("ts").first(),
             pl.col("detail").first(),
             pl.col("requested_bytes").first(),
+            pl.col("total_bytes").first(),
             pl.col("free_bytes").first(),
             _n=pl.len(),
         )
@@ -267,7 +297,7 @@ def _merge_runs(events: pl.DataFrame) -> pl.DataFrame:
             .otherwise(pl.col("detail"))
         )
     )
-    columns = ["ts", "kind", "detail", "requested_bytes", "free_bytes"]
+    columns = ["ts", "kind", "detail", "requested_bytes", "total_bytes", "free_bytes"]
     return pl.concat([singles.select(columns), runs.select(columns)]).sort(
         "ts", maintain_order=True
     )
@@ -292,7 +322,9 @@ def oom_rows(ooms: pl.DataFrame, ledger: Ledger) -> tuple[pl.DataFrame, pl.DataF
     """PyTorch OOM events and per-process samples (shared extractor, after rank de-dup)."""
     check_frame(ooms, timed(OOM_ROWS), "vLLM OOM rows")
     ooms = drop_rank_repeats(ooms, ["body"], ledger)
-    events, samples = extract_ooms(ooms.select("ts", text="body"), diag=ledger.diag)
+    # The pid of the process prefix ("(EngineCore_DP0 pid=494) ") names the failing process.
+    pid = pl.col("proc").str.extract(r"\bpid=(\d+)", 1).cast(pl.Int64, strict=False)
+    events, samples = extract_ooms(ooms.select("ts", text="body", pid=pid), diag=ledger.diag)
     return _fold_wrappers(events), samples
 
 

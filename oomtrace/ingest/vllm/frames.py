@@ -80,6 +80,19 @@ RECORDS: Final = pl.Schema(
     }
 )
 
+# The records the scanner read (line_scanner), a row per run of them (the same printed second
+# and full second, no other record between), placed with the records': the run's last record
+# and how many records it holds.
+SCANNED_RUNS: Final = pl.Schema(
+    {
+        "record_seq": pl.Int64(),
+        "printed_month_day": _INT32,
+        "printed_second_of_day": _INT32,
+        "outer_ts": TS,
+        "weight": pl.UInt32(),
+    }
+)
+
 # The lines nothing needed parsed: counted as skipped, by reason.
 UNPARSED_LINES: Final = pl.Schema({"record_seq": pl.Int64(), "line": _STRING, "has_header": _BOOL})
 

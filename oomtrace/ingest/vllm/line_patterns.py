@@ -51,9 +51,18 @@ STATS: Final = (
     r"Waiting: (?P<waiting>\d+) reqs)"
     r"(?:, Deferred: (?P<deferred>\d+) reqs)?"
     r"(?:, Preemptions: (?P<preemptions>\d+))?"
+    # 0.33 adds the asynchronous KV loads where there are any (vllm/v1/metrics/loggers.py)
+    r"(?:, KV fetch: \d+ waiting to start, \d+ in progress, \d+ completed waiting)?"
     r"(?:, (?P<device>[A-Za-z]+(?: \+ host)?) KV cache usage: (?P<kv_pct>[\d.]+)%)?"
     r"(?:, CPU KV cache usage: [\d.]+%)?"
     r"(?:, Prefix cache hit rate: (?P<prefix_pct>[\d.]+)%)?"
+)
+# V1's dump of the scheduler's state when the engine core dies (vllm/v1/engine/dump_input.py,
+# 0.9+): the running and waiting counts and the KV cache usage as a fraction.
+SCHEDULER_DUMP_LITERAL: Final = "Dumping scheduler stats: SchedulerStats("
+SCHEDULER_DUMP: Final = (
+    r"Dumping scheduler stats: SchedulerStats\(num_running_reqs=(?P<running>\d+), "
+    r"num_waiting_reqs=(?P<waiting>\d+),.*?\bkv_cache_usage=(?P<kv_fraction>[\d.]+)"
 )
 V0_PREFIX_LITERAL: Final = "Prefix cache hit rate: GPU: "
 V0_PREFIX: Final = r"^Prefix cache hit rate: GPU: (?P<prefix_pct>[\d.]+)%"
@@ -131,6 +140,15 @@ STATS_FORMS: Final[tuple[StatsForm, ...]] = (
         {"requests_waiting": 7, "requests_deferred": 3, "kv_usage_ratio": 0.505},
     ),
     StatsForm(
+        "V1 0.33 with asynchronous KV loads",
+        "v1-0.8.5",  # what the engine prefix proves; the KV fetch part is not told apart
+        "Engine 000: Avg prompt throughput: 12.0 tokens/s, Avg generation throughput: 30.5 "
+        "tokens/s, Running: 4 reqs, Waiting: 2 reqs, KV fetch: 1 waiting to start, 2 in progress, "
+        "0 completed waiting, GPU KV cache usage: 41.3%, Prefix cache hit rate: 12.0%",
+        {"requests_running": 4, "requests_waiting": 2, "kv_usage_ratio": 0.413,
+         "prefix_cache_hit_ratio": 0.12},
+    ),
+    StatsForm(
         "V1 0.30+ device-aware, no prefix-cache queries",
         "v1-0.30",
         "Engine 000: Avg prompt throughput: 0.9 tokens/s, Avg generation throughput: 6.3 "
@@ -167,19 +185,34 @@ EVENT_LINES: Final[tuple[EventLine, ...]] = (
         "`gpu_memory_utilization` when initializing the engine.",
     ),
     EventLine(
+        # 0.8.x says no estimate yet (vllm/v1/core/kv_cache_utils.py, PR 16168 added it)
         "KV cache too small for one request (V1)", "startup_kv_insufficient", "KV cache is needed",
         r"max seq len \((?P<len>\d+)\), \((?P<requested_bytes__gib>[\d.]+) GiB KV cache is needed"
         r", which is larger than the available KV cache memory \((?P<free_bytes__gib>-?[\d.]+) "
-        r"GiB\)\. Based on the available memory, the estimated maximum model length is "
-        r"(?P<estimate>\d+)",
+        r"GiB\)\.(?: Based on the available memory, the estimated maximum model length is "
+        r"(?P<estimate>\d+))?",
         "max seq len {len} needs {requested_bytes__gib} GiB of KV cache; "
-        "{free_bytes__gib} GiB available; estimated maximum model length {estimate}",
+        "{free_bytes__gib} GiB available[; estimated maximum model length {estimate}]",
         "ValueError: To serve at least one request with the models's max seq len (131072), "
         "(16.00 GiB KV cache is needed, which is larger than the available KV cache memory (9.38 "
         "GiB). Based on the available memory, the estimated maximum model length is 76784. Try "
         "increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the "
         "engine.",
         "v1-0.7",
+    ),
+    EventLine(
+        "less memory free at start-up than asked for (V1 0.9+)", "startup_memory_insufficient",
+        "on startup is less than desired GPU memory utilization",
+        r"Free memory on device(?: (?P<device>\S+))? \((?P<free_bytes__gib>[\d.]+)/"
+        r"(?P<total_bytes__gib>[\d.]+) GiB\) on startup is less than desired GPU memory "
+        r"utilization \((?P<utilization>[\d.]+), (?P<requested_bytes__gib>[\d.]+) GiB\)",
+        "{free_bytes__gib} GiB of [{device}'s ]{total_bytes__gib} GiB free at start-up, less than "
+        "the {requested_bytes__gib} GiB asked for (gpu_memory_utilization {utilization}): other "
+        "processes hold the rest",
+        "ValueError: Free memory on device (59.32/79.15 GiB) on startup is less than desired GPU "
+        "memory utilization (0.9, 71.24 GiB). Decrease GPU memory utilization or reduce GPU memory "
+        "used by other processes.",
+        "v1-0.8.5",
     ),
     EventLine(
         "KV cache too small for one request (V0)", "startup_kv_insufficient",
@@ -258,6 +291,11 @@ EVENT_LINES: Final[tuple[EventLine, ...]] = (
     ),
 )  # fmt: skip
 
+# The start-up refusals: however many lines (ranks, tracebacks) tell of one, it is one event.
+STARTUP_REFUSALS: Final = (
+    "startup_kv_insufficient", "startup_no_kv_memory", "startup_memory_insufficient"
+)  # fmt: skip
+
 PREEMPT_LITERAL: Final = "is preempted by PreemptionMode."
 PREEMPT: Final = (
     r"^Sequence group (?P<id>\S+) is preempted by PreemptionMode\.(?P<mode>\w+) mode because "
@@ -275,6 +313,17 @@ PREEMPT_LOG_EVERY: Final = 50
 # Lines that can carry prompt or output text: never shown as a skipped-line example.
 PRIVATE_MARKERS: Final = ("prompt", "output", "JSON body", "messages", "text", "Received ")
 
+# What only vLLM prints, read in a file of records pasted without their logger prefix (an issue,
+# a wrapper's error message): start-up figures, refusals, the V0 preemption warning.
+BARE_SNIFF: Final = (
+    r"GPU KV cache size: [\d,]+ tokens|Available KV cache memory: -?[\d.]+ GiB|"
+    r"# GPU blocks: \d+|Memory profiling results:|Loading model weights took [\d.]+ GB|"
+    r"Maximum concurrency for [\d,]+ tokens per request|on startup is less than desired GPU memory"
+    r"|Desired GPU memory utilization is \(|"
+    + PREEMPT_LITERAL.replace(".", r"\.")
+    + r"|KV cache is needed, which is larger than the available KV cache memory"
+    r"|is larger than the maximum number of tokens that can be stored in KV cache"
+)
 SNIFF_MARKERS: Final = (
     STATS_LITERAL,
     "vLLM API server version",

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from functools import cache
 from typing import Final
 
 import polars as pl
 
 from oomtrace.ingest.frame_check import check_frame
+from oomtrace.ingest.text.input_file import TextChunk
 from oomtrace.ingest.text.outer_prefixes import (
     ANSI,
     REPEATED,
@@ -39,23 +39,26 @@ from oomtrace.ingest.text.outer_prefixes import (
     outer_pattern,
     parse_iso,
 )
-from oomtrace.ingest.text.yearless_clock import (
-    ChunkYears,
-    FullAnchor,
-    printed_minus_full,
-    year_offsets,
-)
-from oomtrace.ingest.vllm.frames import RECORD_TIME, RECORDS, UNPARSED_LINES
+from oomtrace.ingest.text.split_records import find_split_records
+from oomtrace.ingest.vllm.frames import RECORD_TIME, RECORDS, SCANNED_RUNS, UNPARSED_LINES
 from oomtrace.ingest.vllm.line_patterns import GLUED
 from oomtrace.ingest.vllm.log_header import HEADER_AT, HEADER_FIELDS, read_header
+from oomtrace.ingest.vllm.record_times import ChunkInfo, place, place_with
+from oomtrace.ingest.vllm.skipped_lines import UVICORN
 from oomtrace.schema import TS
 
 TIME_COLUMNS: Final = tuple(RECORD_TIME)
 FLAG_NAMES: Final = ("has_literal", "may_be_oom")
 _LEVEL_TS: Final = HEADER_AT + " "
 _TS_ONLY: Final = frozenset({"timestamp", "process", "nested"})
-_UNUSUAL: Final = "\x1b|" + re.escape(REPEATED_LITERAL) + "|" + _LEVEL_TS
+# What a record's body may hold that needs a second look: colour codes, Ray's repeat suffix, a
+# record glued on.
+UNUSUAL: Final = "\x1b|" + re.escape(REPEATED_LITERAL) + "|" + _LEVEL_TS
 _SAMPLE: Final = 256
+# What begins a record, so never goes on the one before: vLLM's header anywhere on the line, or a
+# supervisor's date at its start.
+RECORD_START: Final = HEADER_AT + r"|^\d{4}-\d\d-\d\d[T ]|^[A-Z][a-z]{2} [ \d]\d \d\d:"
+_BARE_LEAD: Final = r"^[ \t]*(?:\[[\w./-]+\.py:\d+\][ \t]+)?"
 
 
 def _plain(pattern: str) -> str:
@@ -68,21 +71,6 @@ def _prefix_test(kinds: frozenset[PrefixKind]) -> str:
     return "^" + _plain(outer_pattern(kinds)) + "$"
 
 
-@dataclass
-class ChunkInfo:
-    """What one chunk tells the whole file: its clock brief and its counters."""
-
-    years: ChunkYears = field(default_factory=ChunkYears)
-    full_anchor: FullAnchor | None = None
-    full_lines: int = 0
-    timed_lines: int = 0
-    disagreement: dict[int, int] = field(default_factory=dict)
-    hosts: dict[str, int] = field(default_factory=dict)
-    bracketed: int = 0
-    glued: int = 0
-    ray_collapsed: int = 0
-
-
 def build_records(
     lines: pl.DataFrame,
     flags: Mapping[str, pl.Expr],
@@ -90,8 +78,14 @@ def build_records(
     chunk: int,
     first_line: int,
     tz: str,
-) -> tuple[pl.DataFrame, pl.DataFrame, ChunkInfo]:
-    """One chunk read: ``(records, rest, info)``.
+    scanned: pl.DataFrame | None = None,
+) -> tuple[pl.DataFrame, pl.DataFrame, ChunkInfo, pl.DataFrame | None]:
+    """One chunk read: ``(records, rest, info, scanned)``.
+
+    ``lines`` are the chunk's lines from ``first_line`` on, or (with a ``record_seq`` column)
+    the lines of it the scanner left (:mod:`.line_scanner`); ``scanned`` are the runs of the
+    records it read (:data:`~.frames.SCANNED_RUNS`), placed here with the others and given back
+    with ``year_offset``.
 
     ``records`` (:data:`~.frames.RECORDS`) are the lines that were parsed, in file order: the
     printed time (:data:`~.frames.RECORD_TIME`), ``line``,
@@ -103,23 +97,41 @@ def build_records(
     if "arrival_ts" not in lines.columns:
         lines = lines.with_columns(arrival_ts=pl.lit(None, TS))
     line = pl.col("line")
+    if "record_seq" not in lines.columns:
+        seq = pl.int_range(first_line, first_line + lines.height, dtype=pl.Int64) * 256
+        lines = lines.with_columns(record_seq=seq)
+    split = find_split_records(lines.get_column("line"), starts=RECORD_START)
+    if split.joined:
+        # Records folded at a fixed width: read whole on their first line; the pieces counted.
+        lines = lines.with_columns(split.lines).filter(~split.continued)
+        info.rejoined = split.joined
     frame = lines.with_columns(
-        record_seq=pl.int_range(first_line, first_line + lines.height, dtype=pl.Int64) * 256,
         header_at=line.str.find(HEADER_AT),
         **flags,
     ).with_columns(is_candidate=pl.any_horizontal(*flags))
     # A candidate without a header of its own (a traceback line) takes the time of the header
     # line before it, so then every header line of the chunk is parsed too.
-    headerless = frame.select((pl.col("is_candidate") & pl.col("header_at").is_null()).any()).item()
+    bare = pl.col("is_candidate") & pl.col("header_at").is_null()
+    headerless = frame.select(bare.any()).item()
+    if headerless:
+        frame = _not_access_lines(frame, bare)
+        headerless = frame.select(bare.any()).item()
     parse = pl.col("is_candidate") | (pl.col("header_at").is_not_null() if headerless else False)
     rest = frame.filter(~parse).select(
         "record_seq", "line", has_header=pl.col("header_at").is_not_null()
     )
     records = _parse(frame.filter(parse)).drop("header_at").with_columns(_body())
+    if headerless:
+        # A record pasted without its header may keep the indent of where it was pasted, or the
+        # "[file.py:N] " left of a header cut short.
+        bare = pl.col("is_candidate") & ~pl.col("has_header")
+        records = records.with_columns(
+            body=pl.when(bare).then(pl.col("body").str.replace(_BARE_LEAD, "")).otherwise("body")
+        )
     # Colour codes past the prefix, Ray's repeat suffix and glued records are all rare: one
     # scan of the candidate bodies finds the records that may have any of them, and only those
     # go through the steps that look for each.
-    unusual = pl.col("is_candidate") & pl.col("body").str.contains(_UNUSUAL).fill_null(value=False)
+    unusual = pl.col("is_candidate") & pl.col("body").str.contains(UNUSUAL).fill_null(value=False)
     if records.select(unusual.any()).item():
         odd = _unusual(records.filter(unusual), flags, info)
         plain = records.filter(~unusual).with_columns(repeat=pl.lit(1, pl.Int32))
@@ -128,13 +140,49 @@ def build_records(
         )
     else:
         records = records.with_columns(repeat=pl.lit(1, pl.Int32))
-    records = _place(records.with_columns(chunk=pl.lit(chunk, pl.Int32)), info, tz)
+    records = records.with_columns(chunk=pl.lit(chunk, pl.Int32))
+    if scanned is None or scanned.height == 0:
+        records = place(records, info, tz)
+    else:
+        records, scanned = place_with(
+            records, check_frame(scanned, SCANNED_RUNS, "scanned runs"), info, tz
+        )
     _count(records, info)
+    info.header_lines = int(records.get_column("has_header").sum()) + int(
+        rest.get_column("has_header").sum()
+    )
     return (
         check_frame(records, RECORDS, "vLLM records"),
         check_frame(rest, UNPARSED_LINES, "vLLM unparsed lines"),
         info,
+        scanned,
     )
+
+
+def _not_access_lines(frame: pl.DataFrame, bare: pl.Expr) -> pl.DataFrame:
+    """``frame`` with uvicorn's access lines among the headerless candidates made
+    non-candidates: an access line is never a record, whatever its URL holds."""
+    rows = frame.select(bare.arg_true()).to_series()
+    access = frame[rows].get_column("line").str.contains(UVICORN)
+    if not access.any():
+        return frame
+    candidate = frame.get_column("is_candidate").scatter(rows.filter(access), False)
+    return frame.with_columns(candidate)
+
+
+def piece_first_line(number: int) -> int:
+    """The number of piece ``number``'s first line: counted from 1 like a file's lines, so a
+    file read in one piece is numbered alike by both readers."""
+    return (number << 32) + 1
+
+
+def numbered_lines(piece: TextChunk, number: int) -> tuple[pl.DataFrame, int]:
+    """The lines of the file's piece ``number`` with their ``record_seq`` (numbered within the
+    piece: see :mod:`.frames`), and how many held invalid UTF-8."""
+    lines, bad = piece.lines()
+    first = piece_first_line(number)
+    seq = pl.int_range(first, first + lines.len(), dtype=pl.Int64, eager=True) * 256
+    return pl.DataFrame({"record_seq": seq, "line": lines}), bad
 
 
 def _body() -> pl.Expr:
@@ -182,10 +230,20 @@ def _parse(frame: pl.DataFrame, kinds: frozenset[PrefixKind] | None = None) -> p
         more = detect_kinds(rejected, "prefix_text") - kinds
         if more:
             return _parse(frame.drop("prefix_text", "_ok"), kinds | more)
-    frame = read_header(frame).with_columns(
-        has_header=pl.col("_ok") & pl.col("header_chars").is_not_null()
+    # A prefix of no form the grammar knows (TorchServe's "... MODEL_LOG - ", a script's own
+    # "[date time]", a progress bar the record was printed after) still ends where vLLM's
+    # header starts: the record is read after it, with no time or process taken from it.
+    unknown = (hpos > 0) & ~pl.col("_ok") & pl.col("prefix_text").str.ends_with(" ")
+    frame = read_header(frame.with_columns(_unknown=unknown.fill_null(value=False)))
+    frame = frame.with_columns(
+        has_header=(pl.col("_ok") | pl.col("_unknown")) & pl.col("header_chars").is_not_null()
     )
     outer = _outer(frame, kinds)
+    if outer.select(pl.col("_unknown").any()).item():
+        outer = outer.with_columns(
+            pl.when(~pl.col("_unknown")).then(pl.col(name)).alias(name)
+            for name in ("outer_ts", "host", "proc")
+        )
     header = pl.col("has_header")
     return outer.with_columns(
         body_start=pl.col("prefix_chars")
@@ -194,7 +252,7 @@ def _parse(frame: pl.DataFrame, kinds: frozenset[PrefixKind] | None = None) -> p
         bracketed=header & pl.col("header_bracketed"),
         printed_month_day=pl.when(header).then(pl.col("header_month_day")),
         printed_second_of_day=pl.when(header).then(pl.col("header_second_of_day")),
-    ).drop("prefix_text", "_ok", *HEADER_FIELDS)
+    ).drop("prefix_text", "_ok", "_unknown", *HEADER_FIELDS)
 
 
 def _sample(frame: pl.DataFrame) -> pl.DataFrame:
@@ -215,8 +273,9 @@ def _outer(frame: pl.DataFrame, kinds: frozenset[PrefixKind]) -> pl.DataFrame:
     (cheaply when the chunk has only timestamps and process prefixes), else by matching the
     outer-prefix pattern at the start of the line (headerless lines: rare)."""
     if not kinds:
+        # No prefix of a known form: where a header follows one of no known form, it ends there.
         return frame.with_columns(
-            prefix_chars=pl.lit(0, pl.UInt32),
+            prefix_chars=pl.col("prefix_text").str.len_chars().fill_null(0).cast(pl.UInt32),
             outer_ts=pl.lit(None, TS),
             host=pl.lit(None, pl.String),
             proc=pl.lit(None, pl.String),
@@ -330,37 +389,6 @@ def _split_glued(frame: pl.DataFrame, info: ChunkInfo) -> pl.DataFrame:
     if rest.height:
         parts.append(rest.select(columns))
     return pl.concat(parts, how="vertical_relaxed").sort("record_seq")
-
-
-def _place(frame: pl.DataFrame, info: ChunkInfo, tz: str) -> pl.DataFrame:
-    """Local year offsets, the full-time anchor, the printed-versus-full disagreement, then
-    the printed time handed down to lines without a header of their own."""
-    offsets, info.years = year_offsets(
-        frame.get_column("printed_month_day"), frame.get_column("printed_second_of_day")
-    )
-    frame = frame.with_columns(offsets.alias("year_offset"))
-    full = pl.coalesce(pl.col("arrival_ts"), pl.col("outer_ts"))
-    # Rows with a year offset: those whose printed time exists and names a real month.
-    printed = frame.select(
-        "printed_month_day", "printed_second_of_day", "year_offset", full.alias("full_ts")
-    ).filter(pl.col("year_offset").is_not_null())
-    info.timed_lines = printed.height
-    both = printed.filter(pl.col("full_ts").is_not_null())
-    if both.height:
-        info.full_lines = both.height
-        last = both.row(-1, named=True)
-        info.full_anchor = FullAnchor(
-            last["printed_month_day"],
-            last["printed_second_of_day"],
-            last["year_offset"],
-            last["full_ts"],
-        )
-        for value, count in printed_minus_full(both, tz).value_counts().iter_rows():
-            if value is not None:
-                info.disagreement[int(value)] = info.disagreement.get(int(value), 0) + int(count)
-    return frame.with_columns(
-        pl.col("printed_month_day", "printed_second_of_day", "year_offset").forward_fill()
-    )
 
 
 def _count(frame: pl.DataFrame, info: ChunkInfo) -> None:

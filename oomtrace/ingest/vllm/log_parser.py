@@ -41,15 +41,13 @@ import os
 import re
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Final
 
 import polars as pl
 
 from oomtrace.diagnostics import WITHHELD, SourceDiagnostics
 from oomtrace.ingest.parser_api import ParseContext, ParseResult
-from oomtrace.ingest.text.input_file import InputFile
-from oomtrace.ingest.text.outer_prefixes import ANSI, OUTER
+from oomtrace.ingest.text.input_file import InputFile, note_invalid_utf8
 from oomtrace.ingest.text.yearless_clock import (
     ClockDecision,
     FullAnchor,
@@ -57,40 +55,52 @@ from oomtrace.ingest.text.yearless_clock import (
     decide,
     report_disagreement,
 )
-from oomtrace.ingest.vllm.extract import Extracted, extract, flags
+from oomtrace.ingest.vllm.chunk_reading import (
+    ReadChunk,
+    Scanner,
+    chunks,
+    input_size,
+    read_chunk,
+)
+from oomtrace.ingest.vllm.extract import Extracted
 from oomtrace.ingest.vllm.file_tables import (
+    UNTIMED_NOTE,
     Ledger,
     event_rows,
     interval_preemptions,
     oom_rows,
-    settled,
     stats_samples,
+    untimed_instant,
+    untimed_rows,
     with_ts,
 )
 from oomtrace.ingest.vllm.frames import CHUNK_CARRY, PRINTED_TIME
-from oomtrace.ingest.vllm.line_patterns import PRIVATE_MARKERS, SNIFF_MARKERS
-from oomtrace.ingest.vllm.line_records import ChunkInfo, build_records
+from oomtrace.ingest.vllm.line_patterns import BARE_SNIFF, SNIFF_MARKERS
+from oomtrace.ingest.vllm.record_times import ChunkInfo
 from oomtrace.ingest.vllm.request_table import finish_requests
+from oomtrace.ingest.vllm.skipped_lines import (
+    EMPTY,
+    NO_HEADER,
+    NOT_USED,
+    UNKNOWN_STATS,
+    UVICORN_LINE,
+)
 from oomtrace.ingest.vllm.startup_config import engine_config, version_family
 
 _SNIFF_HEADER: Final = re.compile(
     r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d \[?[^\s\]]+\.py:\d+\] "
 )
-# Unanchored on purpose: whatever prefix precedes it, this text is an access line.
-_UVICORN: Final = r"(?:INFO|WARNING|ERROR):\s+\S+ - \""
-_OUTER: Final = re.compile("^(?:" + OUTER + ")")
-_ANSI: Final = re.compile(ANSI)
-_PRIVATE: Final = "|".join(re.escape(marker) for marker in PRIVATE_MARKERS)
-_PRIVATE_RE: Final = re.compile(_PRIVATE)
-# How many lines of each skip reason are looked at for a first example free of private text.
-_EXAMPLE_HEAD: Final = 64
+_SNIFF_BARE: Final = re.compile(BARE_SNIFF)
+# Records without their header are vLLM's only by their wording: below a parser that knows the
+# file's shape, above PyTorch's OOM text (which this parser reads too).
+BARE_CONFIDENCE: Final = 0.6
 _NOT_CONFIG: Final = ("block_device", "kv_device")
-UNKNOWN_STATS: Final = "stats line in an unrecognised shape"
-UVICORN_LINE: Final = "uvicorn access line (no timestamp; not used)"
-NOT_USED: Final = "vLLM record of a kind not used"
-NO_HEADER: Final = "line without a vLLM header (traceback, progress bar or print)"
-EMPTY: Final = "empty line"
+__all__ = [
+    "EMPTY", "NOT_USED", "NO_HEADER", "PARSER", "UNKNOWN_STATS", "UVICORN_LINE", "WITHHELD",
+    "VllmLogParser",
+]  # fmt: skip
 NO_TIME: Final = "no timestamp could be placed"
+REJOINED: Final = "piece of a record folded at a fixed width (read with the line before)"
 
 
 def _cores() -> int:
@@ -114,25 +124,30 @@ class VllmLogParser:
     def sniff(self, head: str, name: str) -> float:
         headers = len(_SNIFF_HEADER.findall(head))
         if headers == 0:
-            return 0.0
+            return BARE_CONFIDENCE if _SNIFF_BARE.search(head) else 0.0
         if any(marker in head for marker in SNIFF_MARKERS) or "vllm" in name.lower():
             return 0.95
         return 0.7
 
     def parse(self, source: InputFile, ctx: ParseContext, diag: SourceDiagnostics) -> ParseResult:
         run = _Run(ctx, diag, "kubectl/docker timestamps")
+        run.untimed_allowed = True
+        scanner = Scanner(input_size(source))
         # Chunks share no state until finish(): WORKERS of them are read side by side (Polars
-        # releases the GIL while it works), and their results are added in file order. Memory
-        # stays bounded by the chunks in flight plus the rows they yield.
-        with ThreadPoolExecutor(WORKERS) as pool:
-            pending: deque[Future[_Chunk]] = deque()
-            for index, chunk in enumerate(source.line_chunks(diag)):
-                lines = chunk.lines.to_frame("line")
-                pending.append(pool.submit(_read_chunk, lines, index, chunk.first_line, run.tz))
-                if len(pending) >= WORKERS:
+        # and the scanner release the GIL while they work), and their results are added in file
+        # order. Memory stays bounded by the chunks in flight plus the rows they yield.
+        try:
+            with ThreadPoolExecutor(WORKERS) as pool:
+                pending: deque[Future[ReadChunk]] = deque()
+                for index, work in enumerate(chunks(source, diag, run.tz, scanner)):
+                    pending.append(pool.submit(work, index))
+                    if len(pending) >= WORKERS:
+                        run.add(pending.popleft().result())
+                while pending:
                     run.add(pending.popleft().result())
-            while pending:
-                run.add(pending.popleft().result())
+        finally:
+            scanner.close()
+        note_invalid_utf8(diag, run.invalid_lines)
         return run.finish()
 
     def parse_lines(
@@ -160,18 +175,24 @@ class _Run:
         self.tz = ctx.clock.tz or "UTC"
         self.out = Extracted()
         self.infos: list[ChunkInfo] = []
+        self.invalid_lines = 0
+        # A file may be read without any time (its rows keep their order); tailed lines may not.
+        self.untimed_allowed = False
 
     def feed(self, lines: pl.DataFrame, first_line: int) -> None:
         """Read one chunk (chunks must be fed in file order)."""
-        chunk = _read_chunk(lines, len(self.infos), first_line, self.tz)
+        chunk = read_chunk(lines, len(self.infos), first_line=first_line, tz=self.tz)
         self.add(chunk)
 
-    def add(self, chunk: _Chunk) -> None:
+    def add(self, chunk: ReadChunk) -> None:
+        self.diag.lines_read += chunk.lines
+        self.invalid_lines += chunk.invalid_lines
         self.infos.append(chunk.info)
         self.out.merge(chunk.out)
         self.diag.lines_recognised += chunk.recognised
         for why, count, example in chunk.skipped:
             self.diag.skip(why, count, example)
+        self.diag.skip(REJOINED, chunk.info.rejoined, None)
 
     def finish(self) -> ParseResult:
         diag, out = self.diag, self.out
@@ -193,7 +214,7 @@ class _Run:
         chunks = self._chunk_table(bases)
         ledger = Ledger(diag)
         frames = {
-            name: self._timed_frame(parts, decision, chunks, ledger, printed=name != "requests")
+            name: self._timed_frame(parts, decision, chunks, printed=name != "requests")
             for name, parts in (
                 ("stats", out.stats),
                 ("config", out.config),
@@ -202,6 +223,21 @@ class _Run:
                 ("ooms", out.ooms),
             )
         }
+        # Untimed: a file none of whose lines has vLLM's header, or any time of its own.
+        untimed = (
+            self.untimed_allowed
+            and not any(info.header_lines for info in self.infos)
+            and not any(
+                f.height and f.get_column("ts").is_not_null().any() for f in frames.values()
+            )
+        )
+        if untimed:
+            # Records pasted without their logger prefix (an issue, a wrapper's error): nothing
+            # places them in time, but their order is the file's (see _untimed).
+            self.diag.note(UNTIMED_NOTE)
+            frames = {name: f.with_columns(ts=untimed_instant()) if f.height else f
+                      for name, f in frames.items()}  # fmt: skip
+        frames = {name: _placed(f, ledger) for name, f in frames.items()}
         config, version = (
             engine_config(frames["config"], ledger) if frames["config"].height else ({}, None)
         )
@@ -235,10 +271,14 @@ class _Run:
         for info in self.infos:
             for host, count in info.hosts.items():
                 hosts[host] = hosts.get(host, 0) + count
+        result_samples, result_events = _concat(samples), _concat(events)
+        if untimed:
+            result_samples = untimed_rows(result_samples)
+            result_events = untimed_rows(result_events)
         return ParseResult(
-            samples=_concat(samples),
+            samples=result_samples,
             requests=requests if requests is not None and requests.height else None,
-            events=_concat(events),
+            events=result_events,
             engine=engine,
             engine_config={k: v for k, v in config.items() if k not in _NOT_CONFIG},
             clock=decision.manifest,
@@ -276,11 +316,10 @@ class _Run:
         parts: list[pl.DataFrame],
         decision: ClockDecision,
         chunks: pl.DataFrame,
-        ledger: Ledger,
         *,
         printed: bool,
     ) -> pl.DataFrame:
-        """The rows of ``parts`` with ``ts``; rows no time places are dropped, counted.
+        """The rows of ``parts`` with ``ts`` (null where no time places them).
         ``printed``: keep the printed time fields, completed across chunks (the de-duplication
         of ranks groups by them); without it, rows that all carry a full time skip them."""
         if not parts:
@@ -298,10 +337,7 @@ class _Run:
             frame = with_ts(frame, decision, chunks)
             if "_ts" in frame.columns:
                 frame = frame.with_columns(ts=pl.coalesce("_ts", "ts")).drop("_ts")
-        if not frame.select(pl.col("ts").is_null().any()).item():
-            return frame
-        ledger.lose(NO_TIME, frame.filter(pl.col("ts").is_null()).get_column("record_seq"))
-        return frame.filter(pl.col("ts").is_not_null())
+        return frame
 
     def _notes(self) -> None:
         glued = sum(info.glued for info in self.infos)
@@ -320,71 +356,12 @@ class _Run:
             )
 
 
-@dataclass
-class _Chunk:
-    """What reading one chunk gives: records put to use, skipped lines, the clock brief."""
-
-    out: Extracted
-    info: ChunkInfo
-    recognised: int
-    skipped: list[tuple[str, int, str]]
-
-
-def _read_chunk(lines: pl.DataFrame, index: int, first_line: int, tz: str) -> _Chunk:
-    """Everything one chunk yields, with no state shared with other chunks."""
-    records, rest, info = build_records(lines, flags(), chunk=index, first_line=first_line, tz=tz)
-    out = Extracted()
-    extract(records, out)
-    used = pl.concat(out.used).unique() if out.used else pl.Series([], dtype=pl.Int64)
-    odd = pl.concat(out.unmatched) if out.unmatched else pl.Series([], dtype=pl.Int64)
-    out.used.clear()
-    out.unmatched.clear()
-    out.requests = [settled(part) for part in out.requests]
-    unused = pl.concat(
-        [records.filter(~pl.col("record_seq").is_in(used.implode())).select(rest.columns), rest]
-    )
-    return _Chunk(out, info, used.len(), _skips(unused, odd))
-
-
-def _skips(unused: pl.DataFrame, odd: pl.Series) -> list[tuple[str, int, str]]:
-    """Every record not put to use, under one reason each, with a safe first example; reasons
-    in the order their first line comes in ``unused``."""
-    if unused.height == 0:
-        return []
-    line = pl.col("line")
-    unused = unused.with_row_index("_i")
-    if odd.len():
-        unused = unused.with_columns(_odd=pl.col("record_seq").is_in(odd.implode()))
-    else:
-        unused = unused.with_columns(_odd=pl.lit(value=False))
-    # Only lines without an engine header can be access lines, blank or headerless: the tests
-    # for those run on them alone.
-    plain = pl.col("_odd") | pl.col("has_header")
-    bare = unused.filter(~plain).with_columns(
-        _reason=pl.when(line.str.contains(_UVICORN))
-        .then(pl.lit(UVICORN_LINE))
-        .when(line.str.contains(r"^\s*$"))
-        .then(pl.lit(EMPTY))
-        .otherwise(pl.lit(NO_HEADER))
-    )
-    known = unused.filter(plain).with_columns(
-        _reason=pl.when(pl.col("_odd")).then(pl.lit(UNKNOWN_STATS)).otherwise(pl.lit(NOT_USED))
-    )
-    groups = [
-        part.group_by("_reason").agg(pl.len(), pl.col("_i").first(), _head=line.head(_EXAMPLE_HEAD))
-        for part in (known, bare)
-        if part.height
-    ]
-    found = []
-    for why, count, _, head in pl.concat(groups).sort("_i").iter_rows():
-        example = next((text for text in head if not _PRIVATE_RE.search(text)), None)
-        if example is None and count > len(head):
-            # Every line in the head may hold text: look further (rare).
-            whole = pl.concat([known, bare]).filter(pl.col("_reason") == why).sort("_i")
-            example = whole.select(line.filter(~line.str.contains(_PRIVATE)).first()).item()
-        shown = WITHHELD if example is None else _OUTER.sub("", _ANSI.sub("", example), 1)
-        found.append((why, count, shown))
-    return found
+def _placed(frame: pl.DataFrame, ledger: Ledger) -> pl.DataFrame:
+    """``frame`` without the rows no time places (dropped, counted)."""
+    if frame.height == 0 or not frame.select(pl.col("ts").is_null().any()).item():
+        return frame
+    ledger.lose(NO_TIME, frame.filter(pl.col("ts").is_null()).get_column("record_seq"))
+    return frame.filter(pl.col("ts").is_not_null())
 
 
 def _concat(frames: list[pl.DataFrame]) -> pl.DataFrame | None:

@@ -79,6 +79,26 @@ def read_requests(by_req: dict[str, pl.DataFrame]) -> RequestLines:
     return out
 
 
+def scanned_requests(requests: pl.DataFrame, runs: pl.DataFrame, chunk: int) -> pl.DataFrame:
+    """Request rows of the records the scanner read (:mod:`.scanned_chunk`): their fields and
+    the placed times of their runs (``runs``: printed fields and ``year_offset``, by ``run``)."""
+    rows = requests.with_columns(
+        runs.select(pl.all().gather(requests.get_column("run"))),
+        chunk=pl.lit(chunk, REQUEST_TIME["chunk"]),
+        arrival_ts=pl.lit(None, REQUEST_TIME["arrival_ts"]),
+    )
+    return check_frame(rows.select(*REQUEST_ROWS), REQUEST_ROWS, "vLLM request rows")
+
+
+def merge_request_rows(parts: list[pl.DataFrame]) -> pl.DataFrame:
+    """One chunk's request rows from both readers, in file order."""
+    if len(parts) == 1:
+        return parts[0]
+    # An abort line naming several requests gives rows of one record_seq, in the order it names
+    # them: the sort must keep it.
+    return pl.concat(parts).sort("record_seq", maintain_order=True)
+
+
 @cache
 def _lead_of(req: str) -> str:
     """The words a request lead starts with (``"Received request "`` -> "Received request")."""

@@ -85,6 +85,60 @@ CONFIG_LINES: Final[tuple[ConfigLine, ...]] = (
         "Loading model weights took 67.7229 GB", {"model_weights_bytes": _gib(67.7229)},
     ),
     ConfigLine(
+        "weights 0.7.x, 'GB' meaning GiB (V1 and V0)", "Model loading took",
+        r"^Model loading took (?P<model_weights_bytes__gb_means_gib>[\d.]+) GB and "
+        r"(?P<model_load_seconds__float>[\d.]+) seconds",
+        "Model loading took 14.9889 GB and 5.263157 seconds",
+        {"model_weights_bytes": _gib(14.9889), "model_load_seconds": 5.263157},
+    ),
+    ConfigLine(
+        "free memory refused at start-up (V1 0.9+)",
+        "on startup is less than desired GPU memory utilization",
+        r"Free memory on device(?: \S+)? \((?P<initial_free_bytes__gib>[\d.]+)/"
+        r"(?P<device_total_bytes__gib>[\d.]+) GiB\) on startup is less than desired GPU memory "
+        r"utilization \((?P<gpu_memory_utilization__float>[\d.]+), "
+        r"(?P<requested_memory_bytes__gib>[\d.]+) GiB\)",
+        "ValueError: Free memory on device cuda:0 (22.76/24.0 GiB) on startup is less than desired "
+        "GPU memory utilization (0.97, 23.28 GiB). Decrease GPU memory utilization or reduce GPU "
+        "memory used by other processes.",
+        {"initial_free_bytes": _gib(22.76), "device_total_bytes": _gib(24.0),
+         "gpu_memory_utilization": 0.97, "requested_memory_bytes": _gib(23.28)},
+        "v1-0.8.5",
+    ),
+    ConfigLine(
+        # vllm/v1/worker/utils.py (0.11+), an INFO pair on a start-up that passed the check
+        "free memory at start-up (V1 0.11+)", "GiB) on startup.",
+        r"Free memory on device(?: \S+)? \((?P<initial_free_bytes__gib>[\d.]+)/"
+        r"(?P<device_total_bytes__gib>[\d.]+) GiB\) on startup\.",
+        "Free memory on device (110.37/121.69 GiB) on startup.",
+        {"initial_free_bytes": _gib(110.37), "device_total_bytes": _gib(121.69)},
+    ),
+    ConfigLine(
+        "utilisation asked for (V1 0.11+)", "Desired GPU memory utilization is (",
+        r"Desired GPU memory utilization is \((?P<gpu_memory_utilization__float>[\d.]+), "
+        r"(?P<requested_memory_bytes__gib>[\d.]+) GiB\)",
+        "Desired GPU memory utilization is (0.87, 105.87 GiB).",
+        {"gpu_memory_utilization": 0.87, "requested_memory_bytes": _gib(105.87)},
+    ),
+    ConfigLine(
+        # The refusal states the length asked for and (V0) the tokens the cache holds.
+        "max seq len refused (V0)",
+        "is larger than the maximum number of tokens that can be stored in KV cache",
+        r"max seq len \((?P<max_model_len__int>\d+)\) is larger than the maximum number of "
+        r"tokens that can be stored in KV cache \((?P<kv_cache_tokens__int>\d+)\)",
+        "ValueError: The model's max seq len (4096) is larger than the maximum number of tokens "
+        "that can be stored in KV cache (3664). Try increasing gpu_memory_utilization or "
+        "decreasing max_model_len when initializing the engine.",
+        {"max_model_len": 4096, "kv_cache_tokens": 3664},
+    ),
+    ConfigLine(
+        "max seq len refused (V1)", "KV cache is needed",
+        r"max seq len \((?P<max_model_len__int>\d+)\), \([\d.]+ GiB KV cache is needed",
+        "ValueError: To serve at least one request with the models's max seq len (262144), (36.0 "
+        "GiB KV cache is needed, which is larger than the available KV cache memory (6.94 GiB).",
+        {"max_model_len": 262144}, "v1-0.7",
+    ),
+    ConfigLine(
         "weights 0.8 - 0.11", "Model loading took",
         r"^Model loading took (?P<model_weights_bytes__gib>[\d.]+) GiB and "
         r"(?P<model_load_seconds__float>[\d.]+) seconds",
@@ -252,6 +306,18 @@ CONFIG_LINES: Final[tuple[ConfigLine, ...]] = (
         {"version": "0.8.3", "model": "Qwen/Qwen2.5-7B-Instruct", "max_model_len": 102400,
          "tensor_parallel_size": 1, "dtype": "bfloat16", "enable_prefix_caching": True},
         extras=_ENGINE_CONFIG,
+    ),
+    ConfigLine(
+        # 0.2.x printed no version in it (vllm/engine/llm_engine.py of 0.2.7)
+        "engine config line, no version (<= 0.2)", "LLM engine with config:",
+        r"^Initializing an LLM engine with config: model='?(?P<model__str>[^',]+)'?,",
+        "Initializing an LLM engine with config: model='/models/alpaca-2', tokenizer='/models/"
+        "alpaca-2', tokenizer_mode=auto, revision=None, tokenizer_revision=None, trust_remote_code"
+        "=False, dtype=torch.float16, max_seq_len=4096, download_dir=None, load_format=auto, "
+        "tensor_parallel_size=1, quantization=None, enforce_eager=False, seed=0)",
+        {"model": "/models/alpaca-2", "max_model_len": 4096, "dtype": "float16",
+         "tensor_parallel_size": 1},
+        "v0", extras=_ENGINE_CONFIG,
     ),
     ConfigLine(
         "API server version", "vLLM API server version",

@@ -6,6 +6,7 @@ import gzip
 from pathlib import Path
 
 import polars as pl
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -31,6 +32,34 @@ def test_lines_survive_chunk_boundaries_and_count(tmp_path: Path) -> None:
     lines, diag = _lines(path, chunk=97)
     assert lines == text.splitlines()
     assert diag.lines_read == 1000
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(min_value=0, max_value=300), min_size=1, max_size=40),
+    st.integers(min_value=1, max_value=120),
+    st.booleans(),
+    st.booleans(),
+)
+def test_pieces_end_at_newlines_and_hold_the_whole_text(
+    tmp_path_factory: pytest.TempPathFactory,
+    widths: list[int],
+    chunk: int,
+    final_newline: bool,
+    compressed: bool,
+) -> None:
+    # GIVEN lines of any width (some longer than a piece), plain or gzip, with or without a
+    # final newline
+    text = "\n".join(f"{i}:" + "x" * width for i, width in enumerate(widths)).encode()
+    text += b"\n" if final_newline else b""
+    path = tmp_path_factory.mktemp("pieces") / "a.log"
+    path.write_bytes(gzip.compress(text) if compressed else text)
+    # WHEN the file is read in pieces of about `chunk` bytes
+    pieces = list(InputFile(path, "a").text_chunks(_diag(), chunk_bytes=chunk))
+    # THEN every piece but the last ends at a newline, and together they are the text
+    assert b"".join(bytes(piece.text) for piece in pieces) == text
+    assert all(bytes(piece.text).endswith(b"\n") for piece in pieces[:-1])
+    assert all(piece.size for piece in pieces)
 
 
 def test_chunks_number_their_first_line(tmp_path: Path) -> None:
@@ -124,7 +153,7 @@ def _reference_lines(text: bytes) -> tuple[list[str], int]:
 
 
 # Separators, quotes, CRs, a byte-order mark, invalid UTF-8, and starts of compressed streams
-# (gzip, zlib, zstd) that a CSV reader could take for a whole compressed input.
+# (gzip, zlib, zstd) that Polars' line reader would take for a whole compressed input.
 _ODD_BYTES = [
     b"\n", b"\r", b"\r\n", b'"', b"\xef\xbb\xbf", b"\x1f", b"\x1e", b"\xff", b"\xc3",
     b"\x1f\x8b", b"x^", b"x\x01", b"x\xda\x80", b"(\xb5/\xfd",

@@ -420,9 +420,8 @@ def test_the_refusal_printed_on_six_lines_is_one_event_and_all_its_lines_are_rea
 
 
 # A record split across lines by whoever pasted it (a terminal, an issue form): verl's notes on a
-# checkpoint resume quote the OOM wrapped at 78 columns. Rejoining split records is the shared
-# text machinery's job (oomtrace/ingest/text/, issue 17), not this parser's; until it reads them,
-# only the size its first line states comes out of this paste.
+# checkpoint resume quote the OOM re-flowed at 78 columns or less. The shared text machinery
+# (oomtrace/ingest/text/split_records.py) joins it back.
 WRAPPED_OOM = (
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 74.00 MiB. GPU 0\n"
     "has a total capacity of 79.25 GiB of which 38.06 MiB is free. Process 1016459\n"
@@ -433,7 +432,6 @@ WRAPPED_OOM = (
 )
 
 
-@pytest.mark.xfail(reason="split records wait for the shared text machinery", strict=True)
 def test_an_oom_message_wrapped_at_a_fixed_width_keeps_its_sizes(tmp_path: Path) -> None:
     path = tmp_path / "wrapped.log"
     path.write_text(WRAPPED_OOM)

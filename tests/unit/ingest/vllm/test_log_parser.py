@@ -261,6 +261,49 @@ def test_kv_cache_too_small_for_one_request_is_an_event_with_the_sizes() -> None
     assert trace.events.filter(pl.col("kind") == "engine_dead").height == 1
 
 
+def test_kv_cache_too_small_before_vllm_estimated_a_length_is_an_event_with_the_sizes() -> None:
+    # vLLM 0.8.x (issue 16118, Llama 4 Scout at 1M tokens): no estimated length yet
+    trace = _ingest("startup_kv_insufficient_v1_0.8.log")
+    refusal = trace.events.filter(pl.col("kind") == "startup_kv_insufficient").row(0, named=True)
+    assert (refusal["requested_bytes"], refusal["free_bytes"]) == (
+        24 * GiB,
+        parse_bytes("9.97 GiB"),
+    )
+    assert (
+        refusal["detail"] == "max seq len 1048576 needs 24.00 GiB of KV cache; 9.97 GiB available"
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "free", "total", "utilisation", "requested", "device"),
+    [
+        # 0.9.1 (issue 20305): a worker's traceback, the engine core's after it
+        ("startup_free_memory_v1.log", "31.44 GiB", "47.38 GiB", 0.95, "45.01 GiB", ""),
+        # 0.19 with the device named, printed bare by the engine core's multiprocessing
+        ("startup_free_memory_cuda.log", "22.76 GiB", "24.0 GiB", 0.97, "23.28 GiB", "cuda:0's "),
+    ],
+)
+def test_less_memory_free_at_start_up_than_asked_for_is_a_refusal_and_the_configuration(
+    name: str, free: str, total: str, utilisation: float, requested: str, device: str
+) -> None:
+    trace = _ingest(name)
+    config = trace.manifest.engine_config
+    assert config["initial_free_bytes"] == parse_bytes(free)
+    assert config["device_total_bytes"] == parse_bytes(total)
+    assert config["gpu_memory_utilization"] == utilisation
+    assert config["requested_memory_bytes"] == parse_bytes(requested)
+    (refusal,) = trace.events.filter(pl.col("kind") == "startup_memory_insufficient").to_dicts()
+    assert refusal["free_bytes"] == parse_bytes(free)
+    assert refusal["total_bytes"] == parse_bytes(total)
+    assert refusal["requested_bytes"] == parse_bytes(requested)
+    # another process holds the difference between the device and what was free
+    assert refusal["detail"] == (
+        f"{free} of {device}{total} free at start-up, less than the {requested} asked for "
+        f"(gpu_memory_utilization {utilisation}): other processes hold the rest"
+    )
+    assert trace.events.filter(pl.col("kind") == "engine_dead").height == 1
+
+
 def test_negative_kv_budget_is_a_no_kv_memory_event() -> None:
     trace = _ingest("startup_no_kv_memory_v1.log")
     assert trace.manifest.engine_config["available_kv_cache_bytes"] == -parse_bytes("1.46 GiB")
@@ -278,6 +321,39 @@ def test_v0_max_seq_len_above_the_cache_is_an_event_in_tokens() -> None:
 
 
 # --- outer prefixes -----------------------------------------------------------------------------
+
+
+def test_a_supervisor_prefix_of_no_known_form_is_read_past() -> None:
+    # TorchServe's "<time> [INFO ] W-9000-model_1.0-stdout MODEL_LOG - " (pytorch/serve 3343)
+    trace = _ingest("torchserve.log")
+    assert trace.manifest.engine == {
+        "name": "vllm", "version_family": "v0", "version": "0.6.1.dev238+ge2c6e0a82"
+    }  # fmt: skip
+    config = trace.manifest.engine_config
+    assert (config["model_weights_bytes"], config["num_gpu_blocks"]) == (
+        parse_bytes("6.0160 GiB"), 13273
+    )  # fmt: skip
+    assert _series(trace, "requests_running") == [2.0]
+    # its time has no zone: the engine's printed time places the line
+    assert trace.samples.get_column("ts").min() == _at(2025, 10, 7, 22, 56, 12)
+
+
+def test_model_loading_in_gb_behind_a_script_prefix_is_the_weights_in_gib() -> None:
+    # vLLM 0.7.x prints "GB" for bytes / 2**30 (v1/worker/gpu_model_runner.py); a launcher's own
+    # "[date time]" before each line
+    trace = _ingest("script_prefix_v0.7.log")
+    config = trace.manifest.engine_config
+    assert config["model_weights_bytes"] == parse_bytes("14.9889 GiB")
+    assert (config["model_load_seconds"], config["num_gpu_blocks"]) == (5.263157, 27794)
+    assert trace.manifest.sources[0].lines_recognised == 3
+
+
+def test_a_record_printed_after_a_progress_bar_on_its_line_keeps_its_own_time() -> None:
+    # a tqdm bar left without its newline, the engine core's fatal error after it (kvcached 191)
+    trace = _ingest("progress_bar_glued.log")
+    (death,) = trace.events.filter(pl.col("kind") == "engine_dead").to_dicts()
+    assert death["ts"] == _at(2025, 10, 25, 11, 17, 27)
+    assert death["detail"] == "EngineCore encountered a fatal error"
 
 
 def test_journald_names_the_node_and_the_unit_lines_are_counted() -> None:
@@ -492,7 +568,8 @@ def test_cli_ingest_and_inspect_a_vllm_log(tmp_path: Path) -> None:
         cli, ["ingest", str(DATA / "v0_0.6.6_tp2.log"), "--out", str(out), "--year", "2025"]
     )
     assert result.exit_code == 0, result.output
-    assert result.output.startswith(f"wrote {out}: 15 samples, 5 request events, 5 events\n")
+    # 16 samples: the OOM's worker (pid 507 in its prefix) holds its "this process" bytes
+    assert result.output.startswith(f"wrote {out}: 16 samples, 5 request events, 5 events\n")
     result = runner.invoke(cli, ["inspect", str(DATA / "v1_0.20_stream.log"), "--json"])
     assert result.exit_code == 0, result.output
     doc = json.loads(result.output)

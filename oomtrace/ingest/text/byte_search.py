@@ -1,0 +1,95 @@
+"""Byte searches for compiled line scanners: the C library's ``memchr`` and ``memmem`` (vector
+instructions, several bytes a cycle), called from numba-compiled code.
+
+A scanner walks a chunk's lines one by one; finding each line's end, or a word in a long line,
+byte by byte costs it a branch a byte. These are the C library's own searches, bound by name when
+the scanner is compiled (so the compiled code stays cacheable), on addresses: a call passes
+integers only, so it costs no reference counting however often it is made.
+
+:func:`available` says whether this platform's C library has both (Linux and macOS do; where it
+does not, parsers read their input without a compiled scanner).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any, Final, TypeVar, cast
+
+import numpy as np
+from numba import njit, types
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# Typed for numba, which calls them; to mypy they are opaque.
+_MEMCHR: Final[Any] = types.ExternalFunction(
+    "memchr", types.intp(types.intp, types.intc, types.uintp)
+)
+_MEMMEM: Final[Any] = types.ExternalFunction(
+    "memmem", types.intp(types.intp, types.uintp, types.intp, types.uintp)
+)
+
+
+def available() -> bool:
+    """Whether the C library has ``memchr`` and ``memmem`` (not on Windows)."""
+    return sys.platform != "win32"
+
+
+def compiled(func: F) -> F:
+    """numba's njit (cached on disk, the GIL released), typed so mypy keeps the signature."""
+    return cast("F", njit(cache=True, nogil=True, boundscheck=False)(func))
+
+
+@compiled
+def find_byte(base: int, start: int, stop: int, byte: int) -> int:
+    """The offset of the first ``byte`` in ``[start, stop)`` of the text at address ``base``;
+    -1 when there is none."""
+    if stop <= start:
+        return -1
+    found = _MEMCHR(base + start, byte, stop - start)
+    return -1 if found == 0 else found - base
+
+
+@compiled
+def find(base: int, start: int, stop: int, needle: int, size: int) -> int:
+    """The offset of the first ``size`` bytes at address ``needle`` in ``[start, stop)`` of the
+    text at ``base``; -1 when they are not there."""
+    if stop - start < size:
+        return -1
+    found = _MEMMEM(base + start, stop - start, needle, size)
+    return -1 if found == 0 else found - base
+
+
+@compiled
+def line_ends(text: np.ndarray, ends: np.ndarray) -> int:
+    """Where each line of ``text`` ends (its newline, or the end of the text for a last line
+    without one) into ``ends``, which must have room for :func:`count_lines` of them; returns
+    how many."""
+    base = text.ctypes.data
+    size = text.shape[0]
+    start = 0
+    count = 0
+    while start < size:
+        end = find_byte(base, start, size, 10)
+        if end < 0:
+            end = size
+        ends[count] = end
+        count += 1
+        start = end + 1
+    return count
+
+
+@compiled
+def count_lines(text: np.ndarray) -> int:
+    """How many lines ``text`` holds (a last line without a newline counts)."""
+    base = text.ctypes.data
+    size = text.shape[0]
+    start = 0
+    count = 0
+    while start < size:
+        end = find_byte(base, start, size, 10)
+        count += 1
+        if end < 0:
+            break
+        start = end + 1
+    return count

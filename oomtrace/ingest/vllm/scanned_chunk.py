@@ -1,0 +1,271 @@
+"""A chunk of a large log read by the compiled scanner first (:mod:`.line_scanner`).
+
+The scanner reads the request records and access lines of a busy server's log in one pass over
+the bytes, and gives their fields as arrays. Every line it does not take is handed to the
+vectorised reader as a string view into the chunk's bytes: nothing is copied until a field is
+kept.
+
+The scanner needs numba; without it (or for a small input, where its start-up costs more than it
+saves: ``log_parser.SCAN_MIN_BYTES``) every line goes to the vectorised reader, and this module
+is never imported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from oomtrace.ingest.frame_check import check_frame
+from oomtrace.ingest.text.byte_search import count_lines
+from oomtrace.ingest.text.input_file import TextChunk
+from oomtrace.ingest.text.prefix_scanner import NO_TIME
+from oomtrace.ingest.vllm import line_scanner as scanner
+from oomtrace.ingest.vllm import record_scanner as record
+from oomtrace.ingest.vllm.frames import REQUEST_FIELDS, SCANNED_RUNS
+from oomtrace.ingest.vllm.line_records import numbered_lines, piece_first_line
+from oomtrace.ingest.vllm.skipped_lines import EXAMPLE_HEAD, PRIVATE, example_rows
+from oomtrace.schema import TS
+
+_ENTRY_POINTS: Final[tuple[Any, ...]] = (count_lines, scanner.scan_lines, scanner.write_views)
+
+
+def cached() -> bool:
+    """Whether numba's cache holds the scanner's machine code (compiling it takes seconds of a
+    core, once per machine and numba version). Reads numba's cache index files: an answer it
+    cannot find is no."""
+    try:
+        return all(
+            Path(function._cache._cache_file._index_path).is_file() for function in _ENTRY_POINTS
+        )
+    except AttributeError:
+        return False
+
+
+def warm() -> None:
+    """Load the scanner's machine code from numba's cache, or compile it (and cache it)."""
+    text = b"2025-06-02T08:00:00.5Z INFO 06-02 08:00:00 [x.py:1] Added request a\n"
+    scan_chunk(TextChunk(text, len(text)), 0)
+
+
+@dataclass(frozen=True)
+class ScannedChunk:
+    """A chunk as the scanner split it.
+
+    * ``general``: ``record_seq`` and ``line`` of the lines the vectorised reader must read;
+    * ``runs``: :data:`~.frames.SCANNED_RUNS`, the printed and full times of the request
+      records the scanner read, a row per run of them (``line_scanner.scan_lines``);
+      ``bracketed``: how many of those records had a bracketed header;
+    * ``requests``: the ``record_seq``, :data:`~.frames.REQUEST_FIELDS` (their text copied out
+      of the chunk), ``outer_ts`` and ``run`` of those records, but for an "Added request" right
+      after its "Received request" (the request table would drop it:
+      ``request_table.drop_told_additions``); ``records``: how many records there were;
+    * ``access``: the count of access lines it read, and in ``access_head`` the few of them
+      (``record_seq``, ``line``, ``has_header``) to choose the skipped-line example from;
+    * ``lines``: how many lines it held, ``invalid_lines`` how many held invalid UTF-8.
+    """
+
+    general: pl.DataFrame
+    runs: pl.DataFrame
+    bracketed: int
+    requests: pl.DataFrame
+    records: int
+    access: int
+    access_head: pl.DataFrame
+    lines: int
+    invalid_lines: int = 0
+
+
+def scan_pieces(pieces: list[tuple[TextChunk, int]]) -> ScannedChunk:
+    """Consecutive pieces of a file (each with its number in the file) read as one chunk: the
+    vectorised reader's work on the lines the scanner leaves costs per call, not per line, so a
+    chunk is several of the pieces the file is read in. A piece with invalid UTF-8 is left to
+    the vectorised reader whole, its bytes replaced and counted."""
+    parts: list[ScannedChunk] = []
+    for piece, number in pieces:
+        first_line = piece_first_line(number)
+        scanned = scan_chunk(piece, first_line)
+        if scanned is None:
+            general, bad = numbered_lines(piece, number)
+            scanned = ScannedChunk(
+                general, _NO_RUNS, 0, _NO_REQUESTS, 0, 0, _NO_ACCESS, general.height, bad
+            )
+        parts.append(scanned)
+    if len(parts) == 1:
+        return parts[0]
+    # Runs are numbered within each piece: from the piece's first run on in the whole.
+    offsets = np.cumsum([0, *(part.runs.height for part in parts[:-1])])
+    return ScannedChunk(
+        general=pl.concat([part.general for part in parts]),
+        runs=pl.concat([part.runs for part in parts]),
+        bracketed=sum(part.bracketed for part in parts),
+        requests=pl.concat(
+            part.requests.with_columns(pl.col("run") + int(offset))
+            for part, offset in zip(parts, offsets, strict=True)
+        ),
+        records=sum(part.records for part in parts),
+        access=sum(part.access for part in parts),
+        access_head=pl.concat([part.access_head for part in parts]),
+        lines=sum(part.lines for part in parts),
+        invalid_lines=sum(part.invalid_lines for part in parts),
+    )
+
+
+def scan_chunk(piece: TextChunk, first_line: int) -> ScannedChunk | None:
+    """``piece`` read by the scanner, its lines numbered from ``first_line``; None when it holds
+    invalid UTF-8 (the vectorised reader then reads it all, replacing and counting the bytes)."""
+    buf = np.frombuffer(piece.data, np.uint8, count=piece.size)
+    if piece.size and int(buf.max()) >= 0x80 and not _valid_utf8(piece):
+        return None
+    n = count_lines(buf)
+    general = np.empty((scanner.LINE_FIELDS, n), np.int64)
+    access = np.empty((scanner.LINE_FIELDS, n), np.int64)
+    records = np.empty((record.RECORD_FIELDS, n), np.int64)
+    runs = np.empty((scanner.RUN_FIELDS, n), np.int64)
+    ids = np.empty(piece.size, np.uint8)
+    n_general, n_access, n_records, n_runs = scanner.scan_lines(
+        buf, general, access, records, runs, ids
+    )
+    general, access = general[:, :n_general], access[:, :n_access]
+    records, runs = records[:, :n_records], runs[:, :n_runs]
+    head = access[:, : EXAMPLE_HEAD + 1]
+    head_lines = _views(piece.data, buf, head[scanner.L_START], head[scanner.L_STOP])
+    if n_access > EXAMPLE_HEAD and head_lines.head(EXAMPLE_HEAD).str.contains(PRIVATE).all():
+        head = access
+        head_lines = _views(piece.data, buf, head[scanner.L_START], head[scanner.L_STOP])
+    return ScannedChunk(
+        general=pl.DataFrame(
+            {
+                "record_seq": _seq(general[scanner.L_LINE], first_line),
+                "line": _views(piece.data, buf, general[scanner.L_START], general[scanner.L_STOP]),
+            }
+        ),
+        runs=_runs(records, runs, first_line),
+        bracketed=int(records[record.R_BRACKETED].sum()),
+        requests=_requests(records, first_line, ids),
+        records=n_records,
+        access=n_access,
+        access_head=pl.DataFrame(
+            {"record_seq": _seq(head[scanner.L_LINE], first_line), "line": head_lines}
+        )[example_rows(head_lines)].with_columns(has_header=pl.lit(value=False)),
+        lines=n,
+    )
+
+
+def _seq(lines: np.ndarray, first_line: int) -> np.ndarray:
+    """``record_seq`` of lines numbered within their piece (see :mod:`.frames`)."""
+    return (lines + first_line) * 256
+
+
+def _outer_ts(ns: np.ndarray) -> pl.Series:
+    return pl.Series(ns).set(pl.Series(ns == NO_TIME), None).cast(TS)
+
+
+def _runs(records: np.ndarray, runs: np.ndarray, first_line: int) -> pl.DataFrame:
+    last = runs[scanner.RUN_LAST]
+    frame = pl.DataFrame(
+        {
+            "record_seq": _seq(records[record.R_LINE, last], first_line),
+            "printed_month_day": records[record.R_MONTH_DAY, last].astype(np.int32),
+            "printed_second_of_day": records[record.R_SECOND, last].astype(np.int32),
+            "outer_ts": _outer_ts(records[record.R_OUTER, last]),
+            "weight": runs[scanner.RUN_WEIGHT].astype(np.uint32),
+        }
+    )
+    return check_frame(frame, SCANNED_RUNS, "scanned runs")
+
+
+def _requests(records: np.ndarray, first_line: int, ids: np.ndarray) -> pl.DataFrame:
+    """The request fields (:data:`~.frames.REQUEST_FIELDS`) of the scanner's records, as
+    :func:`~.request_lines.read_requests` makes them of the same lines; their ids are in
+    ``ids``, copied there by the scanner."""
+    records = records[:, records[record.R_TOLD] == 0]
+    starts, stops = records[record.R_ID_START], records[record.R_ID_STOP]
+    # A buffer of their own size: the rows are kept to the end of the file.
+    kept = ids[: stops[-1] if stops.shape[0] else 0].copy()
+    request_ids = _views(kept, kept, starts, stops)
+    arrived = pl.col("_kind") == scanner.RECEIVED
+    known = pl.col("_prompt") >= 0
+    event = _EVENTS.gather(records[record.R_KIND] - scanner.RECEIVED)
+    frame = pl.DataFrame(
+        {
+            "record_seq": _seq(records[record.R_LINE], first_line),
+            "request_id": request_ids,
+            "_kind": records[record.R_KIND],
+            "_max": records[record.R_MAX_TOKENS],
+            "_n": records[record.R_N],
+            "_best_of": records[record.R_BEST_OF],
+            "_logprobs": records[record.R_LOGPROBS],
+            "_prompt_logprobs": records[record.R_PROMPT_LOGPROBS],
+            "_prompt": records[record.R_PROMPT_TOKENS],
+            "_params_first": records[record.R_PARAMS_FIRST] == 1,
+            "outer_ts": _outer_ts(records[record.R_OUTER]),
+            "run": records[record.R_RUN],
+        }
+    ).select(
+        "record_seq",
+        "request_id",
+        event=pl.lit(event),
+        prompt_tokens=pl.when(arrived & known).then(pl.col("_prompt")),
+        max_tokens=pl.when(arrived & (pl.col("_max") >= 0)).then(pl.col("_max")),
+        output_tokens=pl.lit(None, pl.Int64),
+        **{
+            name: pl.when(arrived & (pl.col(f"_{name}") >= 0)).then(pl.col(f"_{name}"))
+            for name in ("n", "best_of", "logprobs", "prompt_logprobs")
+        },
+        line_kind=pl.lit(event),
+        count_may_be_capped=arrived & known & pl.col("_params_first"),
+        outer_ts=pl.col("outer_ts"),
+        run=pl.col("run"),
+    )
+    return check_frame(frame, _REQUESTS, "scanned requests")
+
+
+# What each kind of record is in the request table (line_scanner's RECEIVED, ADDED, ABORTED).
+_EVENTS: Final = pl.Series(["arrived", "admitted", "aborted"])
+_REQUESTS: Final = pl.Schema(
+    {"record_seq": pl.Int64(), **REQUEST_FIELDS, "outer_ts": TS, "run": pl.Int64()}
+)
+_NO_RUNS: Final = pl.DataFrame(schema=SCANNED_RUNS)
+_NO_REQUESTS: Final = pl.DataFrame(schema=_REQUESTS)
+_NO_ACCESS: Final = pl.DataFrame(
+    schema={"record_seq": pl.Int64(), "line": pl.String(), "has_header": pl.Boolean()}
+)
+
+
+def _views(
+    data: bytes | np.ndarray, buf: np.ndarray, starts: np.ndarray, stops: np.ndarray
+) -> pl.Series:
+    """``data[starts[k]:stops[k]]`` (``buf`` is ``data`` as an array) as a Polars string column
+    of views into ``data``: the text stays where it is (it is valid UTF-8, cut at ASCII
+    bytes)."""
+    views = np.empty((starts.shape[0], 16), np.uint8)
+    if starts.shape[0]:
+        scanner.write_views(buf, starts, stops, views)
+    return _from_views(views, data)
+
+
+def _from_views(views: np.ndarray, data: bytes | np.ndarray) -> pl.Series:
+    array = pa.Array.from_buffers(
+        pa.string_view(), views.shape[0], [None, pa.py_buffer(views), pa.py_buffer(data)]
+    )
+    return pl.Series(pl.from_arrow(array))
+
+
+def _valid_utf8(piece: TextChunk) -> bool:
+    try:
+        pl.Series([piece.data[: piece.size]], dtype=pl.Binary).cast(pl.String)
+    except pl.exceptions.ComputeError:
+        return False
+    return True
+
+
+if __name__ == "__main__":  # compile the scanner once, into the user's cache
+    import os
+
+    warm()
+    print(f"vLLM line scanner compiled and cached in {os.environ['NUMBA_CACHE_DIR']}")

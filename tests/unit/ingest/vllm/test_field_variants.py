@@ -1,0 +1,60 @@
+"""Shapes of vLLM's text met in the field beyond the periodic lines: the engine core's dump of
+the scheduler at its death, and 0.2.x's engine line without a version. Each file in
+``tests/data/vllm`` is a faithful rewrite of the report named beside its test."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from oomtrace.ingest import IngestOptions, ingest_paths
+
+DATA = Path(__file__).resolve().parents[3] / "data" / "vllm"
+
+
+def test_the_scheduler_dump_at_an_engine_cores_death_is_a_stats_sample() -> None:
+    # DeepSeek V3.2 on vLLM 0.11.1rc2: https://github.com/vllm-project/vllm/issues/43222
+    trace = ingest_paths([DATA / "v1_scheduler_dump.log"], IngestOptions(year=2026))
+    values = dict(trace.samples.select("metric", "value").iter_rows())
+    assert values["requests_running"] == 809
+    assert values["requests_waiting"] == 0
+    assert values["kv_usage_ratio"] == pytest.approx(0.47516605700935377)
+    assert trace.samples.get_column("ts").unique().len() == 1
+
+
+def test_the_versionless_engine_line_of_0_2_gives_the_length_and_dtype() -> None:
+    # vLLM 0.2.7 loading a LLaMA-2 fine-tune: https://github.com/vllm-project/vllm/issues/2418
+    trace = ingest_paths([DATA / "v0_0.2.7_startup.log"], IngestOptions(year=2024))
+    config = trace.manifest.engine_config
+    assert (config["max_model_len"], config["dtype"], config["num_gpu_blocks"]) == (
+        4096,
+        "float16",
+        229,
+    )
+    assert config["model"] == "/home/user/models/alpaca-2"
+    assert trace.manifest.engine is not None
+    assert trace.manifest.engine["version_family"] == "v0"
+    assert trace.events.filter(pl.col("kind") == "oom").height == 0
+
+
+def test_the_memory_fraction_refusal_behind_a_worker_prefix_keeps_its_sizes() -> None:
+    # PyTorch's refusal when a memory fraction is set, printed on six lines, here by a V0 worker
+    # (the text as ComfyUI's log shows it, tests/data/torch/fraction-refusal-lines.log)
+    trace = ingest_paths([DATA / "v0_fraction_refusal.log"], IngestOptions(year=2024))
+    (oom,) = trace.events.filter(pl.col("kind") == "oom").to_dicts()
+    assert oom["requested_bytes"] == 320 * 2**20
+    assert oom["total_bytes"] == round(23.69 * 2**30)
+    assert oom["device"] == 0
+    source = trace.manifest.sources[0]
+    assert source.lines_recognised == 8
+
+
+def test_an_oom_names_the_engine_core_that_printed_it_by_its_pid() -> None:
+    # "this process" of PyTorch's message is the one whose prefix says pid=494
+    trace = ingest_paths([DATA / "v1_oom_engine_core_pid.log"], IngestOptions(year=2026))
+    (oom,) = trace.events.filter(pl.col("kind") == "oom").to_dicts()
+    assert oom["pid"] == 494
+    held = trace.samples.filter(pl.col("metric") == "process_used_bytes")
+    assert sorted(held.get_column("pid").to_list()) == [494, 9981]
