@@ -99,7 +99,12 @@ def command(
     from oomtrace.errors import UsageError
     from oomtrace.ingest import load_any
     from oomtrace.report import ReportOptions, build_report, render
-    from oomtrace.report.inputs import from_findings_document, from_findings_object, load_document
+    from oomtrace.report.inputs import (
+        from_findings_document,
+        from_findings_object,
+        load_document,
+        load_findings,
+    )
 
     fmt = output_format(out, report_format)
     if max_points < 1 or max_lanes < 1:
@@ -112,9 +117,7 @@ def command(
 
         inputs_ = from_findings_object(analyze(trace, options), trace, worksheet)
     else:
-        inputs_ = from_findings_document(
-            load_document(findings_path, "--findings"), trace, worksheet
-        )
+        inputs_ = from_findings_document(load_findings(findings_path), trace, worksheet)
     report = build_report(inputs_, ReportOptions(buckets=max_points, max_lanes=max_lanes))
     asset_dir = f"{out.stem}-charts" if out is not None else "charts"
     if fmt == "text":

@@ -15,6 +15,7 @@ from typing import Any, Final, Protocol
 
 import polars as pl
 
+from oomtrace.analysis.findings import FINDINGS_VERSION
 from oomtrace.errors import InputError, special_file_error
 from oomtrace.report.build import ReportInputs
 from oomtrace.report.chart_data import SERIES_SCHEMA
@@ -61,6 +62,37 @@ def load_document(path: Path, what: str) -> dict[str, Any]:
     if not isinstance(document, dict):
         raise InputError(f"{what} {path}: expected a JSON object, found {type(document).__name__}")
     return document
+
+
+def load_findings(path: Path) -> dict[str, Any]:
+    """``--findings``: the JSON document ``oomtrace analyze --json`` wrote, or an InputError that
+    says what the file is instead (a report, a worksheet, any other JSON would otherwise read as
+    findings without an incident)."""
+    document = load_document(path, "--findings")
+    version = document.get("findings_version")
+    remedy = "pass the file `oomtrace analyze TRACE --json > findings.json` wrote"
+    if version is None:
+        what = _what_document(document)
+        raise InputError(
+            f"--findings {path}: {what}, not the findings of oomtrace analyze; {remedy}"
+        )
+    if version != FINDINGS_VERSION or not isinstance(document.get("incidents"), list):
+        raise InputError(
+            f"--findings {path}: findings version {version!r}, this oomtrace reads version "
+            f"{FINDINGS_VERSION}; run `oomtrace analyze` again with this version"
+        )
+    return document
+
+
+def _what_document(document: Mapping[str, Any]) -> str:
+    """What a JSON object that is not findings looks like, in words."""
+    if "report_version" in document:
+        return "an oomtrace report"
+    if "kv_bytes_per_token" in document and "device_bytes" in document:
+        return "an oomtrace budget worksheet"
+    if "schema_version" in document and "sources" in document:
+        return "a trace manifest"
+    return "a JSON object without findings_version"
 
 
 def from_findings_object(

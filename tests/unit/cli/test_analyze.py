@@ -163,9 +163,7 @@ def test_long_request_ids_are_printed_whole_so_they_can_be_grepped(tmp_path: Pat
     # GIVEN a culprit whose id is as long as vLLM's (cmpl- + 32 hex digits + -0) and then some
     scenario = scenarios.long_requests_growing()
     long_id = "cmpl-858c08ce99bf0b8b50aaa8ab891a490f-0-with-a-suffix-a-proxy-added"
-    requests = scenario.trace.requests.with_columns(
-        pl.col("request_id").replace("long-1", long_id)
-    )
+    requests = scenario.trace.requests.with_columns(pl.col("request_id").replace("long-1", long_id))
     trace = Trace(scenario.trace.samples, requests, scenario.trace.events, scenario.trace.manifest)
     # WHEN the summary is printed
     code, out, _ = run(str(trace_dir(tmp_path, trace)))

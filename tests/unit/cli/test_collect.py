@@ -133,6 +133,8 @@ def test_the_stdlib_entry_point_also_exits_1_when_nothing_was_collected(
         ["--out", str(tmp_path / "capture"), "--log", str(missing), "--duration", "300ms"]
     )
     assert code == 1
-    assert capsys.readouterr().err.splitlines()[-1].startswith(
-        "collectors: error: every source failed for the whole run"
+    assert (
+        capsys.readouterr()
+        .err.splitlines()[-1]
+        .startswith("collectors: error: every source failed for the whole run")
     )

@@ -195,3 +195,67 @@ def test_the_model_config_sets_the_bytes_per_token_as_analyze_does(tmp_path: Pat
     basis = next(p for p in ledger["paragraphs"] if "KV model" in p)
     assert "model architecture (llama-3.1-8b" in basis
     assert "128.00 KiB per token" in basis
+
+
+@pytest.mark.parametrize(
+    ("document", "what"),
+    [
+        ({"report_version": 2, "verdict": {"class": "none"}}, "an oomtrace report"),
+        (
+            {"device_bytes": 1, "kv_bytes_per_token": 2, "fits": True},
+            "an oomtrace budget worksheet",
+        ),
+        ({"incidents": []}, "a JSON object without findings_version"),
+    ],
+)
+def test_findings_that_are_not_analyze_output_are_refused_in_one_line(
+    inputs: tuple[Path, Path], tmp_path: Path, document: dict[str, object], what: str
+) -> None:
+    # GIVEN a JSON object that is not what `oomtrace analyze --json` writes (a report, say)
+    trace_dir, _ = inputs
+    wrong = tmp_path / "wrong.json"
+    wrong.write_text(json.dumps(document), encoding="utf-8")
+    # WHEN it is passed as --findings
+    code, out, err = _run("report", str(trace_dir), "--findings", str(wrong))
+    # THEN the report is not written as "no incident found": one line says what the file is
+    assert code == 2
+    assert out == ""
+    assert err == (
+        f"oomtrace: error: --findings {wrong}: {what}, not the findings of oomtrace analyze; "
+        "pass the file `oomtrace analyze TRACE --json > findings.json` wrote\n"
+    )
+
+
+def test_findings_of_another_version_are_refused(inputs: tuple[Path, Path], tmp_path: Path) -> None:
+    trace_dir, _ = inputs
+    future = tmp_path / "future.json"
+    future.write_text(json.dumps({"findings_version": 99, "incidents": []}), encoding="utf-8")
+    code, _, err = _run("report", str(trace_dir), "--findings", str(future))
+    assert code == 2
+    assert err == (
+        f"oomtrace: error: --findings {future}: findings version 99, this oomtrace reads version "
+        "1; run `oomtrace analyze` again with this version\n"
+    )
+
+
+def test_findings_written_by_analyze_are_rendered_without_analysing_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN the findings `oomtrace analyze --json` wrote for a trace
+    trace_dir = tmp_path / "trace"
+    write_trace(incident_trace(), trace_dir)
+    analysed = CliRunner().invoke(cli, ["analyze", str(trace_dir), "--json"])
+    assert analysed.exit_code == 0, analysed.output
+    saved = tmp_path / "findings.json"
+    saved.write_text(analysed.stdout, encoding="utf-8")
+
+    # WHEN the report is asked for them, with the analysis made to fail if it runs
+    def no_analysis(*_: object, **__: object) -> None:
+        raise AssertionError("the report analysed the trace again")
+
+    monkeypatch.setattr("oomtrace.analysis.analyze", no_analysis)
+    code, out, err = _run("report", str(trace_dir), "--findings", str(saved), "--format", "json")
+    # THEN the report is the saved findings' verdict
+    assert code == 0, err
+    primary = json.loads(analysed.stdout)["incidents"][0]
+    assert json.loads(out)["verdict"]["class"] == primary["class"]
