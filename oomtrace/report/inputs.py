@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import is_dataclass, replace
 from pathlib import Path
 from typing import Any, Final, Protocol
 
 import polars as pl
 
 from oomtrace.analysis.findings import FINDINGS_VERSION
+from oomtrace.analysis.trace_scan import TraceScan
 from oomtrace.errors import InputError, special_file_error
 from oomtrace.report.build import ReportInputs
-from oomtrace.report.chart_data import SERIES_SCHEMA
+from oomtrace.report.chart_data import ANALYSIS_SCHEMA
 from oomtrace.report.records import parse_time
 from oomtrace.schema import TS
 from oomtrace.trace import Trace
@@ -34,6 +36,7 @@ LANES_SCHEMA: Final = pl.Schema(
         "start": TS,
         "end": TS,
         "state": pl.String(),
+        "start_tokens": pl.Int64(),
         "stored_tokens": pl.Int64(),
         "kv_bytes": pl.Int64(),
     }
@@ -96,9 +99,12 @@ def _what_document(document: Mapping[str, Any]) -> str:
 
 
 def from_findings_object(
-    findings: FindingsLike, trace: Trace, worksheet: Mapping[str, Any] | None = None
+    findings: FindingsLike, trace: Trace | TraceScan, worksheet: Mapping[str, Any] | None = None
 ) -> ReportInputs:
-    doc = findings.to_json()
+    # The document without its series: the report draws the full-resolution frame, so writing
+    # every point as JSON text first would be wasted.
+    bare = replace(findings, series=findings.series.clear()) if is_dataclass(findings) else findings
+    doc = bare.to_json()
     incidents = getattr(findings, "incidents", ())
     segments = getattr(incidents[0], "window_segments", None) if incidents else None
     lanes = lanes_from_segments(segments) if isinstance(segments, pl.DataFrame) else None
@@ -106,7 +112,7 @@ def from_findings_object(
 
 
 def from_findings_document(
-    doc: Mapping[str, Any], trace: Trace, worksheet: Mapping[str, Any] | None = None
+    doc: Mapping[str, Any], trace: Trace | TraceScan, worksheet: Mapping[str, Any] | None = None
 ) -> ReportInputs:
     incidents = [i for i in doc.get("incidents") or [] if isinstance(i, Mapping)]
     rows = incidents[0].get("requests_in_window") if incidents else None
@@ -124,33 +130,37 @@ def from_findings_document(
 
 
 def series_from_frame(series: pl.DataFrame) -> pl.DataFrame:
-    """The analysis' long series frame -> the report's ``ts, series, value`` (bytes only)."""
+    """The analysis' long series frame -> the report's ``ts, series, source, value`` (bytes
+    only)."""
     if series.is_empty():
-        return pl.DataFrame(schema=SERIES_SCHEMA)
+        return pl.DataFrame(schema=ANALYSIS_SCHEMA)
     chosen = series.filter(
         pl.col("metric").is_in(list(ANALYSIS_SERIES)) & (pl.col("unit") == "bytes")
     )
     return chosen.select(
         pl.col("ts").cast(TS),
         pl.col("metric").replace_strict(ANALYSIS_SERIES, return_dtype=pl.String).alias("series"),
+        pl.col("source").cast(pl.String).fill_null(""),
         pl.col("value").cast(pl.Float64),
     )
 
 
 def series_from_points(series: Any) -> pl.DataFrame:
-    """The ``series`` list of a findings document -> ``ts, series, value`` (bytes only)."""
-    rows: list[tuple[Any, str, float]] = []
+    """The ``series`` list of a findings document -> ``ts, series, source, value`` (bytes
+    only)."""
+    rows: list[tuple[Any, str, str, float]] = []
     for item in series if isinstance(series, Sequence) else []:
         if not isinstance(item, Mapping) or item.get("unit") != "bytes":
             continue
         name = ANALYSIS_SERIES.get(str(item.get("metric")))
         if name is None:
             continue
+        source = str(item.get("source") or "")
         for point in item.get("points") or []:
             ts = parse_time(point[0]) if isinstance(point, Sequence) and point else None
             if ts is not None and isinstance(point[1], int | float):
-                rows.append((ts, name, float(point[1])))
-    return pl.DataFrame(rows, schema=SERIES_SCHEMA, orient="row")
+                rows.append((ts, name, source, float(point[1])))
+    return pl.DataFrame(rows, schema=ANALYSIS_SCHEMA, orient="row")
 
 
 def lanes_from_segments(segments: pl.DataFrame) -> pl.DataFrame:
@@ -163,11 +173,17 @@ def lanes_from_segments(segments: pl.DataFrame) -> pl.DataFrame:
         if "end_basis" in segments.columns
         else pl.lit("resident")
     )
+    start_tokens = (
+        pl.col("tokens_from").cast(pl.Int64)
+        if "tokens_from" in segments.columns
+        else pl.lit(None, pl.Int64)
+    )
     return segments.select(
         pl.col("request_id").cast(pl.String),
         pl.col("from_ts").cast(TS).alias("start"),
         pl.col("to_ts").cast(TS).alias("end"),
         state.fill_null("resident").alias("state"),
+        start_tokens.alias("start_tokens"),
         pl.col("tokens_to").cast(pl.Int64).alias("stored_tokens"),
         pl.col("bytes_to").cast(pl.Int64).alias("kv_bytes"),
     )

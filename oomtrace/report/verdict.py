@@ -56,42 +56,25 @@ CLASS_EXPLANATIONS: Final[dict[str, str]] = {
     "none": "The trace shows no out-of-memory event and no memory spike worth reporting.",
 }
 
+# The culprits' columns, in this order; every other field of a culprit is in the findings
+# document and the ledger (a table of fifteen columns does not fit a page).
 CULPRIT_ORDER: Final = (
     "rank",
     "request_id",
     "share",
-    "tokens",
-    "blocks",
     "bytes",
+    "tokens",
     "basis",
+    "blocks_basis",
+    "preemptions",
     "prompt_tokens",
     "max_tokens",
-    "growth_tokens",
-    "resident_since",
-    "resident_since_basis",
+    "step_bytes",
     "reason",
 )
-# Shown in the reason text or in the findings document, not as columns.
-CULPRIT_HIDDEN: Final = (
-    "evidence",
-    "tokens_low",
-    "tokens_high",
-    "arrived",
-    "admitted_in_window",
-    "in_prefill",
-    "step_tokens",
-    "step_parameter",
-    "step_bytes",
-)
-
-
-def incident_label(incident_class: str) -> str:
-    return CLASS_LABELS.get(incident_class, incident_class.replace("_", " "))
-
-
 # Columns only some sources can fill (the vLLM plugin states blocks and preemptions per
 # request): shown where a row has a value, left out where every row would say "not stated".
-ENGINE_STATED: Final = ("blocks_basis", "preemptions")
+ENGINE_STATED: Final = ("blocks_basis", "preemptions", "step_bytes")
 
 
 def unstated(rows: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
@@ -99,15 +82,79 @@ def unstated(rows: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
     return tuple(c for c in ENGINE_STATED if all(r.get(c) is None for r in rows))
 
 
+REMEDY_ORDER: Final = ("action", "basis", "detail")
+# The verdict names this many culprits by id; the table below has them all.
+NAMED: Final = 3
+
+
+def incident_label(incident_class: str) -> str:
+    return CLASS_LABELS.get(incident_class, incident_class.replace("_", " "))
+
+
 def culprit_table(culprits: Sequence[Mapping[str, Any]]) -> Table:
     ranked = [{"rank": i + 1, **c} for i, c in enumerate(culprits)]
     note = "" if ranked else "The analysis named no request."
-    drop = (*CULPRIT_HIDDEN, *unstated(ranked))
-    return table_from_records(ranked, order=CULPRIT_ORDER, drop=drop, note=note)
+    left_out = unstated(ranked)
+    order = tuple(k for k in CULPRIT_ORDER if k not in left_out)
+    hidden = sorted({k for c in ranked for k in c} - set(order))
+    return table_from_records(ranked, order=order, drop=hidden, note=note)
 
 
-def build_verdict(incident: Mapping[str, Any] | None) -> Verdict:
-    """The verdict of the primary incident (``None``: the analysis found none)."""
+def remedy_table(remedies: Sequence[Mapping[str, Any]]) -> Table:
+    """What would have prevented the incident, the one to apply first first."""
+    rows = [{k: r.get(k) for k in REMEDY_ORDER} for r in remedies]
+    note = "" if rows else "The analysis computed no remedy for this incident."
+    return table_from_records(rows, order=REMEDY_ORDER, note=note)
+
+
+def incident_remedies(
+    findings: Mapping[str, Any], incident: Mapping[str, Any] | None
+) -> list[Mapping[str, Any]]:
+    """The remedies of ``incident`` (the findings' ``remedies`` name their incident by id; an
+    incident may also carry its own)."""
+    if incident is None:
+        return []
+    own = incident.get("remedies")
+    listed = own if isinstance(own, list) else findings.get("remedies") or []
+    ident = incident.get("id")
+    return [
+        r
+        for r in listed
+        if isinstance(r, Mapping) and (ident is None or r.get("incident") in (None, ident))
+    ]
+
+
+def verdict_lines(
+    incident: Mapping[str, Any] | None, remedies: Sequence[Mapping[str, Any]]
+) -> tuple[str, ...]:
+    """At most three short lines: what happened and when; the culprits by full id (or the
+    cause, for a class whose cause is not a request); the fix."""
+    if incident is None:
+        return (CLASS_LABELS["none"] + ": no out-of-memory event and no memory spike.",)
+    cls = str(incident.get("class") or "unknown")
+    peak = parse_time(incident.get("peak_ts"))
+    what = incident_label(cls) + (f" at {iso_time(peak)}" if peak else "")
+    culprits = [c for c in incident.get("culprits") or [] if isinstance(c, Mapping)]
+    ids = [str(c["request_id"]) for c in culprits[:NAMED] if c.get("request_id") is not None]
+    if ids:
+        more = len(culprits) - len(ids)
+        who = "Culprits: " + ", ".join(ids) + (f" (and {more} more below)" if more > 0 else "")
+    else:
+        reason = str(incident.get("reason") or "").strip()
+        who = "Cause: " + (reason[:1].upper() + reason[1:] if reason else "not a request")
+    if remedies:
+        first = remedies[0]
+        fix = f"Fix: {first.get('action')}" + (f" ({first['basis']})" if first.get("basis") else "")
+    else:
+        fix = "Fix: the analysis computed none for this incident; the evidence is below."
+    return (what, who, fix)
+
+
+def build_verdict(
+    incident: Mapping[str, Any] | None, remedies: Sequence[Mapping[str, Any]] = ()
+) -> Verdict:
+    """The verdict of the primary incident (``None``: the analysis found none) and the
+    remedies the analysis computed for it."""
     if incident is None:
         return Verdict(
             incident_class="none",
@@ -116,6 +163,8 @@ def build_verdict(incident: Mapping[str, Any] | None) -> Verdict:
             paragraph=CLASS_EXPLANATIONS["none"],
             figures=(),
             culprits=culprit_table([]),
+            lines=verdict_lines(None, ()),
+            remedies=remedy_table([]),
         )
     cls = str(incident.get("class") or "unknown")
     culprits = list(incident.get("culprits") or [])
@@ -124,7 +173,7 @@ def build_verdict(incident: Mapping[str, Any] | None) -> Verdict:
     coverage = incident.get("coverage")
     figures = [
         Figure("class", "class", cls, "text"),
-        Figure("start", "window start", parse_time(incident.get("start")), "time"),
+        Figure("start", "rise began", parse_time(incident.get("start")), "time"),
         Figure("peak_ts", "peak", peak_ts, "time"),
         Figure("peak_bytes", "peak memory", peak_bytes, "bytes"),
         Figure("coverage", "attribution coverage", coverage, "share"),
@@ -132,19 +181,23 @@ def build_verdict(incident: Mapping[str, Any] | None) -> Verdict:
     for key, label in (("explained_bytes", "explained"), ("unexplained_bytes", "unexplained")):
         if incident.get(key) is not None:
             figures.append(Figure(key, label, incident[key], "bytes"))
+    # a figure the analysis does not state is left out, not shown as n/a
+    figures = [f for f in figures if f.value is not None]
     headline = incident_label(cls) + (f" at {iso_time(peak_ts)}" if peak_ts else "")
     return Verdict(
         incident_class=cls,
         label=incident_label(cls),
         headline=headline,
-        paragraph=_paragraph(cls, incident, culprits),
+        paragraph=_paragraph(cls, incident),
         figures=tuple(figures),
         culprits=culprit_table(culprits),
         evidence=tuple(_evidence_lines(incident.get("evidence"))),
+        lines=verdict_lines(incident, remedies),
+        remedies=remedy_table(remedies),
     )
 
 
-def _paragraph(cls: str, incident: Mapping[str, Any], culprits: list[Mapping[str, Any]]) -> str:
+def _paragraph(cls: str, incident: Mapping[str, Any]) -> str:
     parts = [CLASS_EXPLANATIONS.get(cls, CLASS_EXPLANATIONS["unknown"])]
     reason = str(incident.get("reason") or incident.get("summary") or "").strip()
     if reason:
@@ -155,17 +208,6 @@ def _paragraph(cls: str, incident: Mapping[str, Any], culprits: list[Mapping[str
             f"Memory peaked at {value_text(incident['peak_bytes'], 'bytes')} "
             f"at {iso_time(peak_ts)} (UTC)."
         )
-    named = [c for c in culprits[:3] if c.get("request_id") is not None]
-    if named:
-        shown = [
-            str(c["request_id"])
-            + (f" ({value_text(c['share'], 'share')})" if c.get("share") is not None else "")
-            for c in named
-        ]
-        listing = shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " and " + shown[-1]
-        more = len(culprits) - len(named)
-        tail = f", with {more} more named below" if more > 0 else ""
-        parts.append(f"The requests most responsible were {listing}{tail}.")
     coverage = incident.get("coverage")
     if coverage is not None:
         parts.append(

@@ -131,10 +131,13 @@ def incident_findings(ids: tuple[str, ...] = CULPRITS) -> dict[str, Any]:
     ]
     incidents: list[dict[str, Any]] = [
         {
+            "id": "I1",
             "class": "kv_exhaustion",
             "start": _iso(OOM_S - 60),
+            "window_start": _iso(OOM_S - 60),
             "peak_ts": _iso(OOM_S),
             "peak_bytes": 23 * GiB + 900 * MiB,
+            "capacity_bytes": 4 * GiB,
             "coverage": 0.92,
             "culprits": culprits,
             "evidence": [
@@ -145,6 +148,7 @@ def incident_findings(ids: tuple[str, ...] = CULPRITS) -> dict[str, Any]:
             ],
         },
         {
+            "id": "I2",
             "class": "transient_peak",
             "start": _iso(20),
             "peak_ts": _iso(30),
@@ -155,6 +159,32 @@ def incident_findings(ids: tuple[str, ...] = CULPRITS) -> dict[str, Any]:
     ]
     return {
         "findings_version": 1,
+        "kv_model": {
+            "pool_bytes": 4 * GiB,
+            "statement": "engine statements",
+            "bytes_per_token": 131072,
+        },
+        "remedies": [
+            {
+                "incident": "I1",
+                "class": "kv_exhaustion",
+                "action": "set --max-num-seqs 12",
+                "setting": "--max-num-seqs",
+                "value": "12",
+                "basis": "replay",
+                "detail": "the recorded traffic replayed with at most 12 requests running never "
+                "filled the pool; the 99th percentile wait grows from 0.4 s to 2.1 s",
+            },
+            {
+                "incident": "I1",
+                "class": "kv_exhaustion",
+                "action": "set --max-model-len 8192",
+                "setting": "--max-model-len",
+                "value": "8192",
+                "basis": "replay",
+                "detail": "refuses 3 of 23 requests",
+            },
+        ],
         "ledger": {
             "ts": _iso(OOM_S),
             "rows": [
@@ -185,6 +215,18 @@ def incident_findings(ids: tuple[str, ...] = CULPRITS) -> dict[str, Any]:
             },
         ],
         "gaps": [{"kind": "no KV usage series", "detail": "the log states no KV cache usage"}],
+        "series": [
+            {
+                "series": "kv_used from kv_usage_ratio (vllm-log:incident/server.log)",
+                "metric": "kv_used",
+                "unit": "bytes",
+                "source": "vllm-log:incident/server.log",
+                "points": [
+                    [_iso(s), min(4 * GiB, 480 * MiB + 58 * MiB * s)]
+                    for s in range(0, int(OOM_S) + 1, 4)
+                ],
+            }
+        ],
     } | {"incidents": [_with_window(i, ids) if k == 0 else i for k, i in enumerate(incidents)]}
 
 
@@ -245,16 +287,28 @@ def incident_lanes(ids: tuple[str, ...] = CULPRITS) -> pl.DataFrame:
 
 
 def modelled_series() -> pl.DataFrame:
-    ts = [at(s) for s in range(0, int(OOM_S) + 1, 2)]
+    """The analysis' KV series: modelled every 2 s, observed every 4 s (from the log)."""
+    rows = [
+        (at(s), "KV modelled", "", float(min(4 * GiB, 512 * MiB + 60 * MiB * s)))
+        for s in range(0, int(OOM_S) + 1, 2)
+    ] + [
+        (
+            at(s),
+            "KV observed",
+            "vllm-log:incident/server.log",
+            float(min(4 * GiB, 480 * MiB + 58 * MiB * s)),
+        )
+        for s in range(0, int(OOM_S) + 1, 4)
+    ]
     return pl.DataFrame(
-        {
-            "ts": ts,
-            "series": ["KV modelled"] * len(ts),
-            "value": [
-                float(min(4 * GiB, 512 * MiB + 60 * MiB * s)) for s in range(0, int(OOM_S) + 1, 2)
-            ],
+        rows,
+        schema={
+            "ts": pl.Datetime("ns", "UTC"),
+            "series": pl.String,
+            "source": pl.String,
+            "value": pl.Float64,
         },
-        schema={"ts": pl.Datetime("ns", "UTC"), "series": pl.String, "value": pl.Float64},
+        orient="row",
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 
 import polars as pl
 from polars.testing import assert_frame_equal
@@ -28,7 +29,10 @@ def test_an_empty_trace_without_incidents_still_reports_what_is_missing() -> Non
     text = render_report(report)
     # THEN the verdict says so and every section says why it is empty
     assert report.verdict.incident_class == "none"
-    assert "VERDICT: No incident found" in text
+    assert report.verdict.lines == (
+        "No incident found: no out-of-memory event and no memory spike.",
+    )
+    assert "No incident found" in text
     assert "The trace has no memory samples: memory cannot be charted." in text
     assert "No per-request resident intervals are known for the incident window" in text
     assert report.charts == ()
@@ -55,10 +59,10 @@ def test_a_spike_between_flat_samples_reaches_the_chart_and_its_summary() -> Non
 
 
 def test_swimlanes_keep_culprits_first_and_say_how_many_are_left_out() -> None:
-    # GIVEN 23 requests in the window, three of them culprits
+    # GIVEN 13 requests in the window, three of them culprits
     inputs = ReportInputs(incident_findings(), incident_trace(), lanes=incident_lanes())
-    # WHEN at most five lanes may be drawn
-    report = build_report(inputs, ReportOptions(max_lanes=5))
+    # WHEN at most two other requests may be drawn beside the culprits
+    report = build_report(inputs, ReportOptions(context_lanes=2))
     section = report.section("lanes")
     shown = section.charts[0].data
     # THEN the three culprits are among them, with their ranks
@@ -69,7 +73,12 @@ def test_swimlanes_keep_culprits_first_and_say_how_many_are_left_out() -> None:
         "req-long-3": 3,
     }
     assert shown["request_id"].n_unique() == 5
-    assert "Showing 5 of 13 requests" in section.paragraphs[0]
+    assert "then 2 of the other 10 requests" in section.paragraphs[0]
+    # AND the lanes are labelled with the rank and the whole id, culprits first in rank order
+    spec = section.charts[0].spec
+    order = spec["layer"][0]["encoding"]["y"]["sort"]
+    assert order[:3] == ["#1 req-long-1", "#2 req-long-2", "#3 req-long-3"]
+    assert len(order) == 5
 
 
 def test_swimlanes_are_clipped_to_the_incident_window() -> None:
@@ -82,10 +91,20 @@ def test_swimlanes_are_clipped_to_the_incident_window() -> None:
 
 
 def test_modelled_series_are_drawn_beside_the_observed_ones() -> None:
+    # GIVEN the analysis' modelled KV series beside the trace
     inputs = ReportInputs(incident_findings(), incident_trace(), series=modelled_series())
-    data = build_report(inputs).section("memory").charts[0].data
+    report = build_report(inputs)
+    data = report.section("memory").charts[0].data
+    # THEN every modelled point inside the charts' span is drawn as the analysis gave it
+    start, end = (datetime.fromisoformat(t) for t in report.meta["span"])
     modelled = data.filter(pl.col("series") == "KV modelled").sort("ts")
-    expected = modelled_series().sort("ts")
+    expected = (
+        modelled_series()
+        .filter((pl.col("series") == "KV modelled") & pl.col("ts").is_between(start, end))
+        .select("ts", "series", "value")
+        .sort("ts")
+    )
+    assert modelled.height > 10
     assert_frame_equal(modelled, expected)
 
 

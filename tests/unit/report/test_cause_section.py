@@ -1,0 +1,158 @@
+"""The section after the verdict: for each incident class, one chart that shows the cause, drawn
+from the figures the findings state (the check's figures, the OOM event, the culprits' step
+estimates, the remedies) and the samples of the incident's span."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from oomtrace.report import ReportInputs, build_report
+from oomtrace.report.document import Report
+from oomtrace.trace import Trace
+from oomtrace.units import GiB, MiB
+from tests.factories import at
+from tests.unit.report.class_scenarios import foreign, iso, leak, misfit, transient_findings
+from tests.unit.report.scenario import (
+    incident_findings,
+    incident_lanes,
+    incident_trace,
+    modelled_series,
+)
+
+
+def dataset(report: Report, name: str) -> list[dict[str, Any]]:
+    spec = report.section("cause").charts[0].spec
+    rows: list[dict[str, Any]] = spec["datasets"][f"cause_{name}"]
+    return rows
+
+
+def test_kv_exhaustion_draws_the_pool_capacity_and_splits_the_use_by_culprits() -> None:
+    # GIVEN a KV pool of 4 GiB filling up, three culprits resident all window
+    inputs = ReportInputs(
+        incident_findings(), incident_trace(), modelled_series(), incident_lanes()
+    )
+    # WHEN the report is built
+    report = build_report(inputs)
+    section = report.section("cause")
+    # THEN the chart has the capacity as a rule, named with its size
+    (capacity,) = dataset(report, "capacity")
+    assert capacity["value"] == 4 * GiB
+    assert capacity["label"] == "KV pool capacity 4.00 GiB"
+    # AND the use is split in two parts that add up to what was observed, the culprits' part
+    # never above it
+    use = section.charts[0].data
+    assert set(use["part"]) == {"held by the culprits", "the rest in use"}
+    total = use.group_by("ts").agg(pl.col("value").sum()).sort("ts")
+    observed = (
+        modelled_series()
+        .filter(pl.col("series") == "KV observed")
+        .join(total, on="ts")
+        .select((pl.col("value") - pl.col("value_right")).abs().max())
+        .item()
+    )
+    assert observed < 1.0
+    assert use.filter(pl.col("value") < 0).is_empty()
+    # AND the text reads the figures aloud
+    assert section.paragraphs[0].startswith("The pool holds 4.00 GiB.")
+
+
+def test_a_transient_peak_sets_the_failed_allocation_against_the_headroom() -> None:
+    # GIVEN an OOM asking 4.64 GiB with 797.79 MiB free, and two requests of that step
+    report = build_report(ReportInputs(transient_findings([3_900_000_000, 200_000_000]), Trace()))
+    bars = report.section("cause").charts[0].data
+    rows = {(r["row"], r["part"]): r["value"] for r in bars.to_dicts()}
+    # THEN the failed allocation, the headroom (free, and the allocator's slack) and each
+    # request's estimated step bytes are bars, the requests labelled by rank and whole id
+    assert rows[("allocation that failed", "allocation that failed")] == 4_982_833_152
+    assert rows[("headroom at the failure", "free on the device")] == 836_543_079
+    assert rows[("headroom at the failure", "reserved but unallocated (allocator slack)")] == (
+        65_011_712
+    )
+    first = f"#1 cmpl-{0:032x}-0"
+    assert rows[(first, "estimated for this request's step")] == 3_900_000_000
+    # AND the basis of each estimate is kept for its tooltip
+    notes = bars.filter(pl.col("row") == first)["note"].to_list()
+    assert notes == ["prompt_logprobs=5 x 14,210 prompt tokens x 152,064-token vocabulary"]
+    (headroom,) = dataset(report, "headroom")
+    assert headroom["value"] == 836_543_079
+    text = report.section("cause").paragraphs[0]
+    assert text.startswith("An allocation of 4.64 GiB failed with 797.79 MiB free")
+
+
+def test_without_step_estimates_the_transient_chart_says_so() -> None:
+    report = build_report(ReportInputs(transient_findings([None]), Trace()))
+    section = report.section("cause")
+    assert "estimated no per-request step bytes" in section.paragraphs[0]
+    assert set(section.charts[0].data["row"]) == {
+        "allocation that failed",
+        "headroom at the failure",
+    }
+
+
+def test_foreign_memory_stacks_memory_per_process_with_names() -> None:
+    # GIVEN the engine (pid 100) and another process (pid 51377, a training job) that grows
+    findings, trace = foreign()
+    report = build_report(ReportInputs(findings, trace))
+    section = report.section("cause")
+    # THEN each process is a band, the engine first, the other named
+    frame = section.charts[0].data
+    assert list(dict.fromkeys(frame["process"])) == [
+        "engine (pid 100)",
+        "pid 51377 python train.py",
+    ]
+    (total,) = dataset(report, "total")
+    assert total["value"] == 40 * GiB
+    assert section.paragraphs[0].startswith("Process 51377 (python train.py) held 5.00 GiB")
+    # AND the span reaches back before the analysis window, to the other process's growth
+    assert frame["ts"].min() < at(60)
+
+
+def test_a_leak_draws_idle_levels_their_trend_and_the_device() -> None:
+    # GIVEN memory that rises 100 MiB per idle period over an hour, busy in between
+    findings, trace = leak()
+    report = build_report(ReportInputs(findings, trace))
+    section = report.section("cause")
+    # THEN the idle moments (every tenth minute) are drawn with a rising trend
+    idle = dataset(report, "at_idle_moments")
+    assert len(idle) == 7
+    trend = dataset(report, "trend_at_idle")
+    assert trend[1]["value"] > trend[0]["value"]
+    (limit,) = dataset(report, "limit")
+    assert limit["value"] == 24 * GiB
+    assert (
+        "rise of 600.00 MiB per hour at idle against 5.00 GiB of headroom"
+        in (section.paragraphs[0])
+    )
+
+
+def test_a_startup_misfit_sets_weights_reserve_and_kv_against_the_device() -> None:
+    # GIVEN vLLM's refusal: max_model_len 131,072 needs 16 GiB of KV, 3.42 GiB were available
+    findings, trace = misfit()
+    report = build_report(ReportInputs(findings, trace))
+    bars = report.section("cause").charts[0].data
+    # THEN the configured bar needs the whole 16 GiB of KV; the fitted one what the setting
+    # that fits needs; both carry the weights and the reserve the engine's share leaves
+    configured = bars.filter(pl.col("bar") == "as configured (max_model_len 131,072)")
+    fitted = bars.filter(pl.col("bar") == "with --max-model-len 28,016")
+    parts = dict(zip(configured["part"], configured["value"], strict=True))
+    assert parts["KV cache"] == 16 * GiB
+    assert parts["model weights"] == 16_093_886_703
+    budget = int(23_034 * MiB * 0.9)
+    assert parts["runtime reserve"] == budget - 16_093_886_703 - 3_672_197_038
+    kv = dict(zip(fitted["part"], fitted["value"], strict=True))["KV cache"]
+    assert kv == 16 * GiB * 28_016 // 131_072
+    # AND the device and the engine's share are the limits
+    limits = {r["label"]: r["value"] for r in dataset(report, "limits")}
+    assert limits == {"device 22.49 GiB": 23_034 * MiB, "engine's share (90%) 20.24 GiB": budget}
+    # AND the verdict's fix is the remedy
+    assert report.verdict.lines[2] == "Fix: set --max-model-len 28016 (budget)"
+
+
+def test_an_undetermined_cause_says_so_instead_of_drawing() -> None:
+    incident = {"id": "I1", "class": "unknown", "peak_ts": iso(10)}
+    report = build_report(ReportInputs({"incidents": [incident]}, Trace()))
+    section = report.section("cause")
+    assert section.charts == ()
+    assert section.empty.startswith("The analysis did not decide the cause")
