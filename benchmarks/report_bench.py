@@ -38,7 +38,7 @@ from typing import Any
 
 import polars as pl
 
-from oomtrace.schema import conform
+from oomtrace.schema import SCHEMA_VERSION, conform
 from oomtrace.trace import Manifest, Trace, write_trace
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -246,7 +246,12 @@ def main() -> None:
     out = args.out or Path(tempfile.mkdtemp(prefix="oomtrace-report-bench-"))
     out.mkdir(parents=True, exist_ok=True)
     day = out / "day"
-    if not (day / "manifest.json").exists():
+    manifest = day / "manifest.json"
+    # a day kept from an earlier run is reused unless an older schema wrote it
+    stale = not manifest.exists() or (
+        json.loads(manifest.read_text(encoding="utf-8")).get("schema_version") != SCHEMA_VERSION
+    )
+    if stale:
         write_trace(generate(args.requests), day, overwrite=True)
     saved = out / "findings.json"
     saved.write_text(json.dumps(findings()), encoding="utf-8")
