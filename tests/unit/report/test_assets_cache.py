@@ -22,6 +22,7 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return folder
 
 
+@pytest.mark.slow  # bundling Vega, Vega-Lite and vega-embed takes seconds
 def test_the_bundle_is_built_once_then_read_from_the_cache(
     cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
