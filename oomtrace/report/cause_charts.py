@@ -15,7 +15,8 @@ largest binary unit they reach.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import altair as alt
 import polars as pl
@@ -56,6 +57,62 @@ def _rule(
     return [rule, label]
 
 
+@dataclass(frozen=True)
+class Stack:
+    """What the areas of a stacked chart are: the ``field`` naming each, its legend ``title``,
+    the ``names`` bottom first and their colours."""
+
+    field: str
+    title: str
+    names: list[str]
+    colours: dict[str, str]
+
+
+def _stacked(
+    data_sets: Datasets,
+    name: str,
+    data: pl.DataFrame,
+    stack: Stack,
+    unit: Unit,
+    top: float,
+    domain: tuple[int, int] | None,
+    *,
+    interpolate: Literal["linear", "step-after"],
+) -> alt.Chart:
+    """Areas stacked over time (``t``, ``size`` and ``stack.field``), the first name at the
+    bottom, zooming on time, up to ``top`` (in ``unit``)."""
+    order = {n: i for i, n in enumerate(stack.names)}
+    rows = data.with_columns(order=pl.col(stack.field).replace_strict(order, return_dtype=pl.Int64))
+    zoom = alt.selection_interval(name="zoom_cause", bind="scales", encodings=["x"])
+    areas: alt.Chart = (
+        alt.Chart(data_sets.add(name, rows))
+        .mark_area(interpolate=interpolate, opacity=0.88, clip=True)
+        .encode(
+            x=time_x(domain=domain),
+            y=alt.Y(
+                "size:Q",
+                title=unit.name,
+                stack="zero",
+                scale=alt.Scale(domain=[0, top], nice=False),
+            ),
+            color=alt.Color(
+                f"{stack.field}:N",
+                title=stack.title,
+                sort=stack.names,
+                scale=colour_scale(stack.names, stack.colours),
+            ),
+            order=alt.Order("order:Q"),
+            tooltip=[
+                alt.Tooltip(f"{stack.field}:N", title=stack.field),
+                time_tip("t", "time (UTC)"),
+                size_tip(unit),
+            ],
+        )
+        .add_params(zoom)
+    )
+    return areas
+
+
 def kv_pool_chart(
     use: pl.DataFrame,
     capacity: int,
@@ -73,40 +130,11 @@ def kv_pool_chart(
     colours = {CULPRITS_PART: palette.CULPRITS, REST_PART: palette.REST}
     top = unit.of(capacity) * 1.18
     data_sets = Datasets("cause")
-    zoom = alt.selection_interval(name="zoom_cause", bind="scales", encodings=["x"])
-    areas = (
-        alt.Chart(
-            data_sets.add(
-                "use",
-                data.with_columns(
-                    order=pl.col("part").replace_strict(
-                        {p: i for i, p in enumerate(parts)}, return_dtype=pl.Int64
-                    )
-                ),
-            )
-        )
-        # straight lines between observations of the pool: the rise to the peak is drawn
-        .mark_area(interpolate="linear", opacity=0.9, clip=True)
-        .encode(
-            x=time_x(domain=domain),
-            y=alt.Y(
-                "size:Q",
-                title=unit.name,
-                stack="zero",
-                scale=alt.Scale(domain=[0, top], nice=False),
-            ),
-            color=alt.Color(
-                "part:N", title="KV in use", sort=parts, scale=colour_scale(parts, colours)
-            ),
-            order=alt.Order("order:Q"),
-            tooltip=[
-                alt.Tooltip("part:N", title="part"),
-                time_tip("t", "time (UTC)"),
-                size_tip(unit),
-            ],
-        )
-        .add_params(zoom)
-    )
+    # straight lines between observations of the pool: the rise to the peak is drawn
+    areas = _stacked(
+        data_sets, "use", data, Stack("part", "KV in use", parts, colours), unit, top, domain,
+        interpolate="linear",
+    )  # fmt: skip
     layers: list[alt.Chart] = [
         areas,
         *_rule(data_sets, "capacity", capacity, "KV pool capacity", unit),
@@ -214,39 +242,11 @@ def process_chart(
     data = sized(epoch_ms(frame.rename({"ts": "t"}), "t"), unit)
     names = list(dict.fromkeys(data["process"].to_list()))
     colours = {names[0]: palette.BLUE} if names else {}
-    order = {n: i for i, n in enumerate(names)}
     data_sets = Datasets("cause")
-    zoom = alt.selection_interval(name="zoom_cause", bind="scales", encodings=["x"])
-    areas = (
-        alt.Chart(
-            data_sets.add(
-                "processes",
-                data.with_columns(
-                    order=pl.col("process").replace_strict(order, return_dtype=pl.Int64)
-                ),
-            )
-        )
-        .mark_area(interpolate="step-after", opacity=0.85, clip=True)
-        .encode(
-            x=time_x(domain=domain),
-            y=alt.Y(
-                "size:Q",
-                title=unit.name,
-                stack="zero",
-                scale=alt.Scale(domain=[0, top], nice=False),
-            ),
-            color=alt.Color(
-                "process:N", title="process", sort=names, scale=colour_scale(names, colours)
-            ),
-            order=alt.Order("order:Q"),
-            tooltip=[
-                alt.Tooltip("process:N", title="process"),
-                time_tip("t", "time (UTC)"),
-                size_tip(unit),
-            ],
-        )
-        .add_params(zoom)
-    )
+    areas = _stacked(
+        data_sets, "processes", data, Stack("process", "process", names, colours), unit, top,
+        domain, interpolate="step-after",
+    )  # fmt: skip
     layers: list[alt.Chart] = [areas]
     if total is not None:
         layers += _rule(data_sets, "total", total, "device total", unit)

@@ -9,6 +9,7 @@ the display data behind it.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, Literal
@@ -151,3 +152,19 @@ def culprit_ids(verdict: Verdict) -> list[str]:
         return []
     at = keys.index("request_id")
     return [str(row[at]) for row in verdict.culprits.rows if row[at] is not None]
+
+
+def id_pieces(text: str, ids: list[str]) -> list[tuple[str, bool]]:
+    """``text`` cut into pieces, each flagged whether it is one of ``ids`` (the longest first
+    where two overlap), so a renderer can show every id whole, as code, and escape the rest."""
+    found = sorted((i for i in ids if i and i in text), key=len, reverse=True)
+    if not found:
+        return [(text, False)]
+    pattern = re.compile("|".join(re.escape(i) for i in found))
+    pieces: list[tuple[str, bool]] = []
+    last = 0
+    for match in pattern.finditer(text):
+        pieces += [(text[last : match.start()], False), (match.group(0), True)]
+        last = match.end()
+    pieces.append((text[last:], False))
+    return [p for p in pieces if p[0]]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import re
 
 from oomtrace import escape
 from oomtrace.report.document import (
@@ -24,6 +23,7 @@ from oomtrace.report.document import (
     Section,
     Table,
     culprit_ids,
+    id_pieces,
 )
 from oomtrace.report.fmt import cell_text, value_text
 
@@ -167,19 +167,10 @@ def _figures(figures: tuple[object, ...]) -> str:
 def with_ids(text: str, ids: list[str]) -> str:
     """``text`` escaped, each of ``ids`` in it as ``<code class="id">`` (whole, never wrapped
     inside, copied as it is)."""
-    found = sorted((i for i in ids if i and i in text), key=len, reverse=True)
-    if not found:
-        return escape.html(text)
-    pattern = re.compile("|".join(re.escape(i) for i in found))
-    out, last = [], 0
-    for match in pattern.finditer(text):
-        out += [
-            escape.html(text[last : match.start()]),
-            f'<code class="id">{escape.html(match.group(0))}</code>',
-        ]
-        last = match.end()
-    out.append(escape.html(text[last:]))
-    return "".join(out)
+    return "".join(
+        f'<code class="id">{escape.html(piece)}</code>' if is_id else escape.html(piece)
+        for piece, is_id in id_pieces(text, ids)
+    )
 
 
 def _verdict(report: Report) -> str:

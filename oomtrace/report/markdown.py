@@ -23,6 +23,7 @@ from oomtrace.report.document import (
     Table,
     Value,
     culprit_ids,
+    id_pieces,
 )
 from oomtrace.report.fmt import cell_text, value_text
 
@@ -45,16 +46,10 @@ def code_span(text: str, *, in_table: bool = False) -> str:
 
 def with_ids(text: str, ids: list[str]) -> str:
     """``text`` escaped, with each of ``ids`` in it as a code span."""
-    found = sorted((i for i in ids if i and i in text), key=len, reverse=True)
-    if not found:
-        return escape.markdown(text)
-    pattern = re.compile("|".join(re.escape(i) for i in found))
-    out, last = [], 0
-    for match in pattern.finditer(text):
-        out += [escape.markdown(text[last : match.start()]), code_span(match.group(0))]
-        last = match.end()
-    out.append(escape.markdown(text[last:]))
-    return "".join(out)
+    return "".join(
+        code_span(piece) if is_id else escape.markdown(piece)
+        for piece, is_id in id_pieces(text, ids)
+    )
 
 
 def value_md(value: Value, kind: Kind, *, cell: bool = False) -> str:
