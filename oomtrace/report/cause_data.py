@@ -150,7 +150,7 @@ def allocation_bars(
     oom = event_values(incident, ("oom",))
     requested = number(figures.get("requested_bytes"), oom.get("requested_bytes"))
     total = number(oom.get("total_bytes"), incident.get("capacity_bytes"))
-    free = number(figures.get("headroom_bytes"), oom.get("free_bytes"))
+    free = number(figures.get("headroom_bytes"), figures.get("room_bytes"), oom.get("free_bytes"))
     in_use = number(incident.get("observed_bytes"), incident.get("peak_bytes"))
     if free is None and total is not None and in_use is not None:
         free = max(total - in_use, 0)
@@ -175,7 +175,13 @@ def allocation_bars(
         rid = str((culprit or {}).get("request_id"))
         if step is None:
             continue
-        note = str(culprit.get("step_basis") or culprit.get("reason") or "")
+        # what the estimate rests on: the parameter that made the step large
+        note = str(
+            culprit.get("step_parameter")
+            or culprit.get("step_basis")
+            or culprit.get("reason")
+            or ""
+        )
         label = label_of.get(rid, rid)
         rows.append((label, "estimated for this request's step", float(step), 0, note))
     frame = pl.DataFrame(rows, schema=BAR_SCHEMA, orient="row")

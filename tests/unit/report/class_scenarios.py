@@ -24,7 +24,8 @@ def transient_findings(step_bytes: list[int | None]) -> dict[str, Any]:
             "share": 0.1,
             "bytes": 100 * MiB,
             "step_bytes": step,
-            "step_basis": "prompt_logprobs=5 x 14,210 prompt tokens x 152,064-token vocabulary",
+            "step_tokens": 14_210,
+            "step_parameter": "prompt_logprobs=5 x 14,210 prompt tokens x 152,064-token vocabulary",
             "reason": "in prefill at the OOM",
         }
         for k, step in enumerate(step_bytes)
