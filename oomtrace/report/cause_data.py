@@ -170,18 +170,12 @@ def allocation_bars(
                 "the OOM event: cached by PyTorch, not in one piece",
             )
         )
+    per_token = number(figures.get("step_bytes_per_token"))
     for culprit in incident.get("culprits") or []:
-        step = number((culprit or {}).get("step_bytes"))
-        rid = str((culprit or {}).get("request_id"))
+        step, note = step_estimate(culprit, per_token)
         if step is None:
             continue
-        # what the estimate rests on: the parameter that made the step large
-        note = str(
-            culprit.get("step_parameter")
-            or culprit.get("step_basis")
-            or culprit.get("reason")
-            or ""
-        )
+        rid = str(culprit.get("request_id"))
         label = label_of.get(rid, rid)
         rows.append((label, "estimated for this request's step", float(step), 0, note))
     frame = pl.DataFrame(rows, schema=BAR_SCHEMA, orient="row")
@@ -193,6 +187,21 @@ def allocation_bars(
         "in_use": in_use,
     }
     return frame, free, stated
+
+
+def step_estimate(culprit: Mapping[str, Any], per_token: int | None) -> tuple[int | None, str]:
+    """The bytes the analysis estimates a request's step needed, and what the estimate rests
+    on: its own ``step_bytes``; else, for the request whose parameter made the step large
+    (``step_parameter``), its step tokens times the bytes per token the check measured."""
+    parameter = culprit.get("step_parameter")
+    tokens = number(culprit.get("step_tokens"))
+    stated = number(culprit.get("step_bytes"))
+    if stated is not None:
+        return stated, str(parameter or culprit.get("step_basis") or culprit.get("reason") or "")
+    if parameter and tokens and per_token:
+        note = f"{parameter}: {tokens:,} tokens in the step x {format_bytes(per_token)} per token"
+        return tokens * per_token, note
+    return None, ""
 
 
 # -- foreign memory ------------------------------------------------------------------------------

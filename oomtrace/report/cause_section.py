@@ -248,10 +248,13 @@ def _allocation(
     steps = bars.filter(pl.col("part") == "estimated for this request's step")
     sentence = " ".join(parts) + "."
     if steps.height:
+        named = "; ".join(
+            f"{row} ({note}, about {format_bytes(int(value))})"
+            for row, value, note in steps.select("row", "value", "note").iter_rows()
+        )
         sentence += (
-            f" The step that asked for it ran {steps.height} request(s); the chart sets the bytes "
-            "the analysis estimates each needed (from their parameters and prompt lengths) "
-            "against the headroom."
+            f" The analysis estimates what the requests of that step needed: {named}. The chart "
+            "sets each against the headroom."
         )
     else:
         sentence += (

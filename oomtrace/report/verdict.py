@@ -144,7 +144,9 @@ def verdict_lines(
         who = "Cause: " + (reason[:1].upper() + reason[1:] if reason else "not a request")
     if remedies:
         first = remedies[0]
-        fix = f"Fix: {first.get('action')}" + (f" ({first['basis']})" if first.get("basis") else "")
+        # the basis first: an action may end in a parenthesis of its own
+        basis = f" ({first['basis']})" if first.get("basis") else ""
+        fix = f"Fix{basis}: {first.get('action')}"
     else:
         fix = "Fix: the analysis computed none for this incident; the evidence is below."
     return (what, who, fix)

@@ -38,7 +38,7 @@ def test_without_out_the_summary_goes_to_stdout_verdict_first(inputs: tuple[Path
     verdict = lines.index("  KV cache pool exhausted at 2025-03-14T09:02:00.000Z")
     assert verdict <= 4
     assert lines[verdict + 1] == "  Culprits: req-long-1, req-long-2, req-long-3"
-    assert lines[verdict + 2] == "  Fix: set --max-num-seqs 12 (replay)"
+    assert lines[verdict + 2] == "  Fix (replay): set --max-num-seqs 12"
 
 
 @pytest.mark.parametrize("columns", [60, 80, 132])

@@ -147,7 +147,7 @@ def test_a_startup_misfit_sets_weights_reserve_and_kv_against_the_device() -> No
     limits = {r["label"]: r["value"] for r in dataset(report, "limits")}
     assert limits == {"device 22.49 GiB": 23_034 * MiB, "engine's share (90%) 20.24 GiB": budget}
     # AND the verdict's fix is the remedy
-    assert report.verdict.lines[2] == "Fix: set --max-model-len 28016 (budget)"
+    assert report.verdict.lines[2] == "Fix (budget): set --max-model-len 28016"
 
 
 def test_an_undetermined_cause_says_so_instead_of_drawing() -> None:
@@ -156,3 +156,25 @@ def test_an_undetermined_cause_says_so_instead_of_drawing() -> None:
     section = report.section("cause")
     assert section.charts == ()
     assert section.empty.startswith("The analysis did not decide the cause")
+
+
+def test_without_model_widths_the_step_is_estimated_from_the_checks_bytes_per_token() -> None:
+    # GIVEN the analysis' account of a prefill OOM without --config: the request whose
+    # prompt_logprobs made the step large, its 8,192 tokens in the step, and the bytes per token
+    # the transient check measured (no step_bytes of its own)
+    findings = transient_findings([None, None])
+    incident = findings["incidents"][0]
+    incident["culprits"][0].update(step_parameter="prompt_logprobs", step_tokens=8192)
+    incident["culprits"][1].update(step_parameter=None, step_tokens=5547)
+    incident["checks"][0]["figures"] = {"step_bytes_per_token": 608_256, "room_bytes": 836_543_079}
+    # WHEN the report is built
+    section = build_report(ReportInputs(findings, Trace())).section("cause")
+    steps = section.charts[0].data.filter(pl.col("part") == "estimated for this request's step")
+    # THEN only the request with the parameter gets a bar, of its tokens times that figure
+    assert steps["row"].to_list() == [f"#1 cmpl-{0:032x}-0"]
+    assert steps["value"].to_list() == [8192 * 608_256]
+    # AND the text names the parameter that caused it
+    assert (
+        "prompt_logprobs: 8,192 tokens in the step x 594.00 KiB per token"
+        in (section.paragraphs[0])
+    )

@@ -33,7 +33,7 @@ def test_the_verdict_is_three_lines_what_who_and_the_fix(report: Report) -> None
     assert report.verdict.lines == (
         "KV cache pool exhausted at 2025-03-14T09:02:00.000Z",
         "Culprits: " + ", ".join(LONG),
-        "Fix: set --max-num-seqs 12 (replay)",
+        "Fix (replay): set --max-num-seqs 12",
     )
     # AND every remedy is listed, in the analysis' order, with the numbers behind it
     actions = [r["action"] for r in report.verdict.remedies.records()]
