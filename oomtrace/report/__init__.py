@@ -4,7 +4,17 @@ as terminal text by :func:`oomtrace.terminal.render_report`.
 ``build_report(ReportInputs(findings, trace, ...))`` makes the :class:`Report`;
 ``render(report, fmt, asset_dir=...)`` turns it into the text of one format and the files that
 go beside it (Markdown's SVG charts). Renderers never touch files and never compute: the
-caller writes what ``render`` returns.
+caller writes what ``render`` returns. What is the same on every run (the JavaScript bundle, the
+SVG of a chart already drawn) is read from the user's cache (:mod:`oomtrace.user_cache`).
+
+The modules: :mod:`~oomtrace.report.build` (the document, section by section),
+:mod:`~oomtrace.report.verdict`, :mod:`~oomtrace.report.cause_section` (what ran out, per
+class; its frames in :mod:`~oomtrace.report.cause_data`, its charts in
+:mod:`~oomtrace.report.cause_charts`), :mod:`~oomtrace.report.lanes`,
+:mod:`~oomtrace.report.overview_sections` and :mod:`~oomtrace.report.overview_charts`,
+:mod:`~oomtrace.report.span` (the charts' stretch of time), :mod:`~oomtrace.report.trace_view`
+and :mod:`~oomtrace.report.chart_data` (what is read, lazily), :mod:`~oomtrace.report.charts`
+and :mod:`~oomtrace.report.palette` (what every chart shares), and one module per format.
 """
 
 from __future__ import annotations
@@ -47,6 +57,7 @@ __all__ = [
     "chart_svg",
     "javascript_bundle",
     "render",
+    "static_spec",
 ]
 
 
