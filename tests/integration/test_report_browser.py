@@ -261,7 +261,7 @@ def test_only_the_reports_own_scripts_run(page: Any, tmp_path: Path) -> None:
     states = browser.evaluate(
         session, "Array.from(document.querySelectorAll('.chart')).map(el => el.dataset.rendered)"
     )
-    assert states == ["true"] * 4
+    assert states == ["true"] * 5  # cause, lanes, memory, activity, budget
     assert browser.evaluate(session, "window.__oomtraceInjected === undefined") is True
     refused = [
         e["params"]["entry"]["text"] for e in browser.session_events(session, "Log.entryAdded")
