@@ -39,6 +39,7 @@ from oomtrace.report.overview_sections import (
     ledger_section,
     memory_section,
 )
+from oomtrace.report.processes import all_names
 from oomtrace.report.records import parse_time
 from oomtrace.report.span import Span, chart_span
 from oomtrace.report.trace_view import TraceView, extent, view_of
@@ -184,7 +185,9 @@ def build_report(inputs: ReportInputs, options: ReportOptions | None = None) -> 
     return Report(
         title=options.title or title_of(view.manifest),
         subtitle=subtitle_of(header),
-        verdict=build_verdict(primary, incident_remedies(findings, primary)),
+        verdict=build_verdict(
+            primary, incident_remedies(findings, primary), all_names(primary, view.events)
+        ),
         sections=sections,
         meta={
             "report_version": REPORT_VERSION,

@@ -204,44 +204,6 @@ def step_estimate(culprit: Mapping[str, Any], per_token: int | None) -> tuple[in
     return None, ""
 
 
-# -- foreign memory ------------------------------------------------------------------------------
-
-
-def process_names(incident: Mapping[str, Any]) -> dict[int, str]:
-    """``pid -> name`` for the other processes the analysis names (its ``processes``, and the
-    deciding check's ``pid``/``process_name``)."""
-    names: dict[int, str] = {}
-    for process in incident.get("processes") or []:
-        if isinstance(process, Mapping) and isinstance(process.get("pid"), int):
-            names[process["pid"]] = str(process.get("name") or process.get("process_name") or "")
-    figures = check_figures(incident)
-    if isinstance(figures.get("pid"), int):
-        names.setdefault(figures["pid"], "")
-        if figures.get("process_name"):
-            names[figures["pid"]] = str(figures["process_name"])
-    return names
-
-
-def process_use(processes: pl.DataFrame, foreign: dict[int, str]) -> pl.DataFrame:
-    """Per-process memory labelled for the chart (``ts, process, value``): the engine's own
-    processes (those the analysis does not name as others) first, then each other process with
-    its name where a source gave one."""
-    if processes.is_empty():
-        return pl.DataFrame(schema={"ts": TS, "process": pl.String(), "value": pl.Float64()})
-    pids = processes["pid"].unique().sort().to_list()
-    labels = {
-        pid: (f"pid {pid} {foreign[pid]}".rstrip() if pid in foreign else f"engine (pid {pid})")
-        for pid in pids
-    }
-    order = {pid: (pid in foreign, pid) for pid in pids}
-    ranked = sorted(pids, key=lambda p: order[p])
-    frame = processes.with_columns(
-        pl.col("pid").replace_strict(labels, return_dtype=pl.String).alias("process"),
-        pl.col("pid").replace_strict({p: i for i, p in enumerate(ranked)}).alias("_rank"),
-    )
-    return frame.sort("_rank", "ts").select("ts", "process", "value")
-
-
 # -- leak ----------------------------------------------------------------------------------------
 
 

@@ -16,6 +16,7 @@ import polars as pl
 
 from oomtrace.isotime import iso_time
 from oomtrace.report import cause_charts, cause_data
+from oomtrace.report import processes as processes_of
 from oomtrace.report.document import Chart, Figure, Section
 from oomtrace.report.overview_charts import lane_text
 from oomtrace.report.records import parse_time
@@ -278,32 +279,33 @@ def _allocation(
 def _foreign(
     incident: Mapping[str, Any], findings: Mapping[str, Any], drawn: Drawn, title: str
 ) -> Section:
-    names = cause_data.process_names(incident)
+    foreign = processes_of.foreign_pids(incident)
+    names = processes_of.all_names(incident, drawn.events)
     device = incident.get("device")
     processes = drawn.processes
     if isinstance(device, int):
         processes = processes.filter(pl.col("device").is_null() | (pl.col("device") == device))
-    frame = cause_data.process_use(processes.select("ts", "pid", "value"), names)
+    frame = processes_of.process_use(processes.select("ts", "pid", "value"), foreign, names)
+    tables = (("other processes", processes_of.process_table(incident, names)),)
     if frame.is_empty():
-        return Section(
-            KEY,
-            title,
-            empty="No source sampled memory per process, so the "
-            "processes cannot be drawn; the evidence above names the other process.",
+        unsampled = (
+            "No source sampled memory per process, so the processes cannot be drawn; the "
+            "evidence above names the other process."
         )
+        return Section(KEY, title, paragraphs=(unsampled,), tables=tables)
     total = cause_data.number(incident.get("capacity_bytes"))
     spec = cause_charts.process_chart(
         frame, total, drawn.marks_in(drawn.span), title=title, domain=drawn.domain()
     )
     shown = []
     for process in incident.get("processes") or []:
-        if not isinstance(process, Mapping):
+        if not isinstance(process, Mapping) or not isinstance(process.get("pid"), int):
             continue
-        who = f"Process {process.get('pid')}"
-        if names.get(process.get("pid") or -1):
-            who += f" ({names[process['pid']]})"
         grew = process.get("growth_bytes")
-        line = f"{who} held {format_bytes(int(process.get('bytes') or 0))} at the peak"
+        line = (
+            f"Process {processes_of.label(process['pid'], names)} held "
+            f"{format_bytes(int(process.get('bytes') or 0))} at the peak"
+        )
         if isinstance(grew, int) and grew > 0:
             line += f", {format_bytes(grew)} more than at the start of the analysis window"
         shown.append(line + ".")
@@ -313,7 +315,7 @@ def _foreign(
     )
     caption = f"Device memory per process, {frame.height:,} points."
     chart = Chart(KEY, title, caption, spec, frame)
-    return Section(KEY, title, paragraphs=(text.strip(),), charts=(chart,))
+    return Section(KEY, title, paragraphs=(text.strip(),), charts=(chart,), tables=tables)
 
 
 # -- leak ----------------------------------------------------------------------------------------

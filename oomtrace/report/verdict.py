@@ -153,10 +153,13 @@ def verdict_lines(
 
 
 def build_verdict(
-    incident: Mapping[str, Any] | None, remedies: Sequence[Mapping[str, Any]] = ()
+    incident: Mapping[str, Any] | None,
+    remedies: Sequence[Mapping[str, Any]] = (),
+    names: Mapping[int, str] | None = None,
 ) -> Verdict:
     """The verdict of the primary incident (``None``: the analysis found none) and the
-    remedies the analysis computed for it."""
+    remedies the analysis computed for it; ``names`` (``pid -> name``) name the processes the
+    evidence shows by pid."""
     if incident is None:
         return Verdict(
             incident_class="none",
@@ -193,7 +196,7 @@ def build_verdict(
         paragraph=_paragraph(cls, incident),
         figures=tuple(figures),
         culprits=culprit_table(culprits),
-        evidence=tuple(_evidence_lines(incident.get("evidence"))),
+        evidence=tuple(_evidence_lines(incident.get("evidence"), names or {})),
         lines=verdict_lines(incident, remedies),
         remedies=remedy_table(remedies),
     )
@@ -235,32 +238,41 @@ def _over_observed(incident: Mapping[str, Any]) -> str:
     )
 
 
-def _evidence_lines(evidence: Any) -> list[str]:
+def _evidence_lines(evidence: Any, names: Mapping[int, str]) -> list[str]:
     if not evidence:
         return []
     if isinstance(evidence, str):
         return [evidence]
-    return [_evidence_line(item) for item in evidence]
+    return [_evidence_line(item, names) for item in evidence]
 
 
-def _evidence_value(key: str, value: Any) -> str:
+def _evidence_value(key: str, value: Any, names: Mapping[int, str], in_bytes: bool = False) -> str:
     """``key=value`` as the row holds it; a byte count also reads with its unit, so that
-    ``requested_bytes=4982833152 (4.64 GiB)`` can be checked against the row and read at once."""
-    if (key == "bytes" or key.endswith("_bytes")) and isinstance(value, int) and value >= 1024:
-        return f"{key}={value} ({value_text(value, 'bytes')})"
+    ``requested_bytes=4982833152 (4.64 GiB)`` can be checked against the row and read at once,
+    and a pid with its process's name where a source gave one."""
+    in_bytes = in_bytes or key == "bytes" or key.endswith("_bytes")
+    if in_bytes and isinstance(value, int | float) and value >= 1024:
+        return f"{key}={value} ({value_text(int(value), 'bytes')})"
+    if key == "pid" and isinstance(value, int) and names.get(value):
+        return f"{key}={value} ({names[value]})"
     return f"{key}={value}"
 
 
-def _evidence_line(item: Any) -> str:
+def _evidence_line(item: Any, names: Mapping[int, str]) -> str:
     """``2025-03-14T09:03:29.000Z samples from metrics: metric=kv_blocks_used, value=977``."""
     if not isinstance(item, Mapping):
         return str(item)
     text = item.get("text") or item.get("statement") or item.get("detail")
     values = item.get("values")
     if not text and isinstance(values, Mapping):
-        text = ", ".join(_evidence_value(k, v) for k, v in sorted(values.items()))
+        # a sample's value is in the unit of its metric (process_used_bytes: bytes)
+        in_bytes = str(values.get("metric") or "").endswith("_bytes")
+        text = ", ".join(
+            _evidence_value(k, v, names, in_bytes and k == "value")
+            for k, v in sorted(values.items())
+        )
     if not text:
-        text = ", ".join(_evidence_value(k, v) for k, v in sorted(item.items()))
+        text = ", ".join(_evidence_value(k, v, names) for k, v in sorted(item.items()))
     ts = parse_time(item.get("ts"))
     where = " ".join(
         p

@@ -12,6 +12,7 @@ from oomtrace.report import ReportInputs, build_report
 from oomtrace.report.document import Report
 from oomtrace.trace import Trace
 from oomtrace.units import GiB, MiB
+from tests import factories
 from tests.factories import at
 from tests.unit.report.class_scenarios import foreign, iso, leak, misfit, transient_findings
 from tests.unit.report.scenario import (
@@ -99,14 +100,56 @@ def test_foreign_memory_stacks_memory_per_process_with_names() -> None:
     # THEN each process is a band, the engine first, the other named
     frame = section.charts[0].data
     assert list(dict.fromkeys(frame["process"])) == [
-        "engine (pid 100)",
-        "pid 51377 python train.py",
+        "engine: pid 100",
+        "other: pid 51377 (python train.py)",
     ]
     (total,) = dataset(report, "total")
     assert total["value"] == 40 * GiB
     assert section.paragraphs[0].startswith("Process 51377 (python train.py) held 5.00 GiB")
+    # AND the table of other processes names it beside its pid
+    (name, table), *_ = section.tables
+    assert name == "other processes"
+    assert [c.key for c in table.columns][:3] == ["pid", "name", "held_bytes"]
+    assert table.rows[0][:3] == (51377, "python train.py", 5 * GiB)
     # AND the span reaches back before the analysis window, to the other process's growth
     assert frame["ts"].min() < at(60)
+
+
+def test_process_names_come_from_the_traces_process_events_by_pid() -> None:
+    # GIVEN an analysis that names no process, and nvidia-smi's process rows in the trace: the
+    # engine's and the other's, the other's pid once reused (the later name holds)
+    findings, trace = foreign()
+    incident = findings["incidents"][0]
+    incident["processes"][0].pop("name")
+    incident["evidence"] = [
+        {
+            "table": "samples",
+            "ts": iso(120),
+            "source": "gpu.csv",
+            "values": {"metric": "process_used_bytes", "pid": 51377, "value": 5 * GiB},
+        }
+    ]
+    events = factories.events(
+        {"ts": at(0), "kind": "process", "pid": 100, "device": 0, "detail": "VLLM::EngineCore"},
+        {"ts": at(1), "kind": "process", "pid": 51377, "device": 0, "detail": "old job"},
+        {"ts": at(5), "kind": "process", "pid": 51377, "device": 0, "detail": " /opt/bin/python "},
+        {"ts": at(6), "kind": "process", "pid": 7, "device": 0, "detail": ""},
+    )
+    trace = Trace(trace.samples, events=events)
+    # WHEN the report is built
+    report = build_report(ReportInputs(findings, trace))
+    section = report.section("cause")
+    # THEN the chart's bands, the paragraph, the table and the evidence name each pid
+    frame = section.charts[0].data
+    assert list(dict.fromkeys(frame["process"])) == [
+        "engine: pid 100 (VLLM::EngineCore)",
+        "other: pid 51377 (/opt/bin/python)",
+    ]
+    assert section.paragraphs[0].startswith("Process 51377 (/opt/bin/python) held")
+    assert section.tables[0][1].rows[0][:2] == (51377, "/opt/bin/python")
+    (evidence,) = report.verdict.evidence
+    assert "pid=51377 (/opt/bin/python)" in evidence
+    assert "value=5368709120 (5.00 GiB)" in evidence
 
 
 def test_a_leak_draws_idle_levels_their_trend_and_the_device() -> None:
