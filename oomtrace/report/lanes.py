@@ -8,6 +8,7 @@ chart of the same size as a minute-long one. The section says how many requests 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime, timedelta
 from typing import Any, Final
 
 import polars as pl
@@ -15,6 +16,7 @@ import polars as pl
 from oomtrace.isotime import iso_time
 from oomtrace.report.document import Chart, Section
 from oomtrace.report.overview_charts import swimlane_chart
+from oomtrace.report.records import parse_time
 from oomtrace.report.span import epoch_ns, incident_window
 
 LANE_COLUMNS: Final = (
@@ -78,6 +80,21 @@ def select_lanes(
     return chosen.sort(["start", "request_id"]), ranking.height
 
 
+def _drawn_span(
+    chosen: pl.DataFrame, window: tuple[datetime, datetime], peak: datetime | None
+) -> tuple[datetime, datetime]:
+    """The part of the window the drawn intervals (and the peak) cover, with a tenth of it on
+    either side: requests resident for the last second of a minute-long window are drawn over
+    that second, not as slivers at the edge."""
+    low, high = chosen["start"].min(), chosen["end"].max()
+    if not isinstance(low, datetime) or not isinstance(high, datetime):
+        return window
+    if peak is not None:
+        low, high = min(low, peak), max(high, peak)
+    pad = max((high - low) / 10, timedelta(milliseconds=50))
+    return max(window[0], low - pad), min(window[1], high + pad)
+
+
 def lanes_section(
     lanes: pl.DataFrame | None,
     incident: Mapping[str, Any] | None,
@@ -103,19 +120,33 @@ def lanes_section(
     )
     text = (
         f"Each bar is one resident interval of one request {where}, coloured by the tokens it "
-        f"stored. The {named} culprits come first, labelled with their rank and outlined; "
-        + (
-            f"then {shown - named} of the other {total - named} requests, those that stored the "
-            "most tokens."
+        "stored. "
+    )
+    if named:
+        text += f"The {named} culprits come first, labelled with their rank and outlined; " + (
+            f"then {shown - named} of the other {total - named} requests, those that stored "
+            "the most tokens."
             if shown < total
             else "then every other request of the window."
         )
-    )
+    else:
+        text += "The analysis named no request as a culprit; " + (
+            f"these are {shown} of the window's {total} requests, those that stored the most "
+            "tokens."
+            if shown < total
+            else "these are all the window's requests."
+        )
     in_window = marks
     domain = None
     if window is not None:
-        in_window = marks.filter(pl.col("ts").is_between(window[0], window[1]))
-        domain = (epoch_ns(window[0]) // 1_000_000, epoch_ns(window[1]) // 1_000_000)
+        drawn = _drawn_span(chosen, window, parse_time((incident or {}).get("peak_ts")))
+        if drawn != window:
+            text += (
+                f" The chart is drawn from {iso_time(drawn[0])} to {iso_time(drawn[1])}, where "
+                "these requests were resident."
+            )
+        in_window = marks.filter(pl.col("ts").is_between(drawn[0], drawn[1]))
+        domain = (epoch_ns(drawn[0]) // 1_000_000, epoch_ns(drawn[1]) // 1_000_000)
     spec = swimlane_chart(chosen, in_window, title=TITLE, domain=domain)
     caption = f"{chosen.height:,} intervals of {shown:,} requests."
     return Section(

@@ -90,6 +90,30 @@ def test_swimlanes_are_clipped_to_the_incident_window() -> None:
     assert lanes.filter(pl.col("end") < at(60)).is_empty()
 
 
+def test_swimlanes_are_drawn_over_the_part_of_the_window_their_requests_cover() -> None:
+    # GIVEN a minute-long window (60 s to the OOM at 120 s) in which the drawn requests were
+    # resident only for its last two seconds
+    lanes = incident_lanes().with_columns(
+        pl.col("start").clip(lower_bound=at(118)), pl.col("end").clip(upper_bound=at(120))
+    )
+    inputs = ReportInputs(incident_findings(), incident_trace(), lanes=lanes)
+    # WHEN the report is built
+    section = build_report(inputs).section("lanes")
+    # THEN the chart's time axis covers those seconds with a tenth on either side, not the minute
+    spec = section.charts[0].spec
+    (span,) = [rows for name, rows in spec["datasets"].items() if name.endswith("span")]
+    assert [row["t"] for row in span] == [
+        int(at(117.8).timestamp() * 1000),
+        int(at(120.2).timestamp() * 1000),
+    ]
+    # AND the text says where it is drawn, beside the whole window
+    assert "from 2025-03-14T09:01:00.000Z to 2025-03-14T09:02:06.000Z" in section.paragraphs[0]
+    assert section.paragraphs[0].endswith(
+        "The chart is drawn from 2025-03-14T09:01:57.800Z to 2025-03-14T09:02:00.200Z, where "
+        "these requests were resident."
+    )
+
+
 def test_modelled_series_are_drawn_beside_the_observed_ones() -> None:
     # GIVEN the analysis' modelled KV series beside the trace
     inputs = ReportInputs(incident_findings(), incident_trace(), series=modelled_series())
