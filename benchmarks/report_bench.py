@@ -8,8 +8,9 @@ Two inputs:
 * a generated day (device memory at 100 Hz: 8.64 million samples with one 10 ms spike;
   allocator and scheduler series at 1 Hz; two million requests with lifecycle events; an OOM
   at 22:13 and 5,000 resident intervals in its window), reported from saved findings
-  (``--findings``, what ``oomtrace analyze --json`` wrote), and reported without an incident
-  (every chart then covers the whole day: the slowest case).
+  (``--findings``, what ``oomtrace analyze --json`` wrote), analysed by the report itself (no
+  ``--findings``: the analysis' lazy scan, then the report), and reported without an incident
+  (every chart then covers the whole day).
 
 Each command runs as its own process, ``--repeat`` times; the table gives the median wall time,
 CPU time (user + system) and peak memory of each, and their ratios to two floors measured the
@@ -282,6 +283,9 @@ def main() -> None:
         "day, --findings -> HTML": [
             *oomtrace, "report", str(day), "--findings", str(saved),
             "-o", str(out / "day.html"), "--force",
+        ],
+        "day, analysed by the report (no --findings) -> HTML": [
+            *oomtrace, "report", str(day), "-o", str(out / "day-analysed.html"), "--force",
         ],
         "day, no incident (whole day drawn) -> HTML": [
             *oomtrace, "report", str(day), "--findings", str(none),

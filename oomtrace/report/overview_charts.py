@@ -8,6 +8,7 @@ the measured series, and a level above them is left out (the caption says so).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final
 
 import altair as alt
@@ -53,10 +54,6 @@ def memory_chart(
     unit = unit_for(top)
     data = sized(epoch_ms(series.rename({"ts": "t"}), "t"), unit)
     shown_levels = sized(levels.filter(pl.col("value") <= top), unit)
-    names = list(dict.fromkeys([*data["series"].to_list(), *shown_levels["series"].to_list()]))
-    colour = alt.Color(
-        "series:N", title="series", scale=colour_scale(names, palette.SERIES), sort=names
-    )
     y = alt.Y("size:Q", title=unit.name, scale=alt.Scale(domain=[0, unit.of(top)], nice=False))
     zoom = alt.selection_interval(name="zoom_memory", bind="scales", encodings=["x"])
     data_sets = Datasets("memory")
@@ -65,35 +62,59 @@ def memory_chart(
         time_tip("t", "time (UTC)"),
         size_tip(unit),
     ]
-    # limits and models dashed, measurements solid: two layers sharing one colour legend
-    dashed = pl.col("series").is_in(list(palette.DASHED))
-    lines = [
-        alt.Chart(data_sets.add(name, part))
-        .mark_line(interpolate="step-after", strokeWidth=2, clip=True, strokeDash=dash)
-        .encode(x=time_x(domain=domain), y=y, color=colour, tooltip=tooltip)
-        for name, part, dash in (
-            ("series", data.filter(~dashed), [1, 0]),
-            ("limits", data.filter(dashed), [6, 3]),
+    # limits and models dashed, measurements solid, constant levels dotted: the dash is encoded
+    # with the colour, so each legend shows a line as it is drawn
+    layers: list[alt.Chart] = []
+    if data.height:
+        colour, dash = _line_style(data["series"], "series", lambda n: n in palette.DASHED)
+        layers.append(
+            alt.Chart(data_sets.add("series", data))
+            .mark_line(interpolate="step-after", strokeWidth=2, clip=True)
+            .encode(x=time_x(domain=domain), y=y, color=colour, strokeDash=dash, tooltip=tooltip)
+            .add_params(zoom)
         )
-        if part.height
-    ]
-    if lines:
-        lines[0] = lines[0].add_params(zoom)
-    layers: list[alt.Chart] = list(lines)
     if shown_levels.height:
+        colour, dash = _line_style(shown_levels["series"], "level", lambda n: True, (2, 2))
         layers.append(
             alt.Chart(data_sets.add("levels", shown_levels))
-            .mark_rule(strokeDash=[2, 2], strokeWidth=1.5, clip=True)
+            .mark_rule(strokeWidth=1.5, clip=True)
             .encode(
                 y=y,
                 color=colour,
+                strokeDash=dash,
                 tooltip=[alt.Tooltip("series:N", title="level"), size_tip(unit)],
             )
         )
     if markers.height:
         layers.append(markers_layer(markers, data_sets, domain))
     layers += span_layer(domain, data_sets)
-    return finish(alt.layer(*layers), title, data_sets, height=300)
+    # series, levels and markers: each layer its own scales, so its own legend
+    chart = alt.layer(*layers).resolve_scale(
+        color="independent", stroke="independent", strokeDash="independent"
+    )
+    return finish(chart, title, data_sets, height=300)
+
+
+def _line_style(
+    names: pl.Series,
+    title: str,
+    dashed: Callable[[str], bool],
+    pattern: tuple[int, int] = (6, 3),
+) -> tuple[alt.Color, alt.StrokeDash]:
+    """Colour and dash by ``series`` for the lines of ``names``: those ``dashed`` selects drawn
+    with ``pattern``, the others solid; one legend titled ``title`` shows both."""
+    scale = colour_scale(list(dict.fromkeys(names.to_list())), palette.SERIES)
+    order = list(scale.domain)
+    colour = alt.Color("series:N", title=title, scale=scale, sort=order)
+    dash = alt.StrokeDash(
+        "series:N",
+        title=title,
+        sort=order,
+        scale=alt.Scale(
+            domain=order, range=[list(pattern) if dashed(n) else [1, 0] for n in order]
+        ),
+    )
+    return colour, dash
 
 
 def activity_chart(
@@ -119,7 +140,12 @@ def activity_chart(
             .encode(
                 x=time_x(domain=domain),
                 x2="t2:T",
-                y=alt.Y("admissions:Q", title=f"{bars} per slice", axis=alt.Axis(orient="right")),
+                y=alt.Y(
+                    "admissions:Q",
+                    title=f"{bars} per slice",
+                    # one grid, the left axis's: two grids at different steps read as clutter
+                    axis=alt.Axis(orient="right", grid=False),
+                ),
                 tooltip=[
                     time_tip("t", "from (UTC)"),
                     time_tip("t2", "to (UTC)"),
