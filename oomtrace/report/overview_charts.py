@@ -261,6 +261,24 @@ def swimlane_chart(
         .add_params(zoom)
     )
     layers: list[alt.Chart] = [bars]
+    # an interval too short to see as a bar (a request resident only at the peak) is a tick,
+    # so no lane is drawn empty
+    if domain is not None:
+        width = domain[1] - domain[0]
+    else:
+        width = int(data.select(pl.col("t2").max() - pl.col("t").min()).item() or 0)
+    short = data.filter(pl.col("t2") - pl.col("t") <= max(1, width // 400))
+    if short.height:
+        layers.append(
+            alt.Chart(data_sets.add("instants", short))
+            .mark_tick(thickness=3, size=LANE_HEIGHT * 0.75, clip=True)
+            .encode(
+                x=time_x(domain=domain),
+                y=y,
+                color=alt.Color("stored_tokens:Q", scale=alt.Scale(scheme="viridis"), legend=None),
+                tooltip=tooltip,
+            )
+        )
     if markers.height:
         layers.append(markers_layer(markers, data_sets, domain))
     layers += span_layer(domain, data_sets)

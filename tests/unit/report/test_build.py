@@ -90,6 +90,23 @@ def test_swimlanes_are_clipped_to_the_incident_window() -> None:
     assert lanes.filter(pl.col("end") < at(60)).is_empty()
 
 
+def test_a_request_resident_only_at_an_instant_is_drawn_as_a_tick() -> None:
+    # GIVEN a culprit whose resident interval starts and ends at the OOM
+    lanes = incident_lanes().with_columns(
+        pl.when(pl.col("request_id") == pl.col("request_id").first())
+        .then(pl.lit(at(120)))
+        .otherwise(pl.col("start"))
+        .alias("start")
+    )
+    inputs = ReportInputs(incident_findings(), incident_trace(), lanes=lanes)
+    # WHEN the report is built
+    spec = build_report(inputs).section("lanes").charts[0].spec
+    # THEN that interval, and only that one, is also drawn as a tick, so its lane is not empty
+    (instants,) = [rows for name, rows in spec["datasets"].items() if name.endswith("instants")]
+    assert [row["request_id"] for row in instants] == [lanes["request_id"][0]]
+    assert any(layer.get("mark", {}).get("type") == "tick" for layer in spec["layer"])
+
+
 def test_swimlanes_are_drawn_over_the_part_of_the_window_their_requests_cover() -> None:
     # GIVEN a minute-long window (60 s to the OOM at 120 s) in which the drawn requests were
     # resident only for its last two seconds
