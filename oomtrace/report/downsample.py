@@ -20,8 +20,8 @@ from oomtrace.errors import UsageError
 from oomtrace.report.span import epoch_ns
 
 DEFAULT_BUCKETS = 1000
-# Frames at most this long are reduced by the in-memory engine (exact ties: the earliest row);
-# longer scans stream, in bounded memory.
+# Frames at most this long are reduced by the in-memory engine; longer ones and scans stream, in
+# bounded memory. Either way a tie keeps its earliest row.
 IN_MEMORY_ROWS = 2_000_000
 
 
@@ -82,16 +82,16 @@ def reduce_counted(
     # Integer bucket width (ceil), so a day in nanoseconds never overflows and the last sample
     # lands in the last bucket.
     width = max(1, -(-(high - low + 1) // max_buckets))
-    if small:
-        # rows in time order, so that the first minimum of a bucket is the earliest one
-        lazy = lazy.sort(ts, maintain_order=True)
     cells = lazy.with_columns(((stamp - low) // width).alias("_bucket"))
     picks = (
         cells.group_by([*keys, "_bucket"])
         .agg(
-            pl.col(ts).min_by(value).alias("_low_ts"),
+            # the earliest row of each extreme, whatever order the rows arrive in (min_by picks
+            # any of several tied rows, and a streamed scan has no order: a report then changed
+            # from one run to the next)
+            pl.col(ts).filter(pl.col(value) == pl.col(value).min()).min().alias("_low_ts"),
             pl.col(value).min().alias("_low"),
-            pl.col(ts).max_by(value).alias("_high_ts"),
+            pl.col(ts).filter(pl.col(value) == pl.col(value).max()).min().alias("_high_ts"),
             pl.col(value).max().alias("_high"),
             pl.len().alias("_read"),
         )
