@@ -150,7 +150,8 @@ def allocation_bars(
     oom = event_values(incident, ("oom",))
     requested = number(figures.get("requested_bytes"), oom.get("requested_bytes"))
     total = number(oom.get("total_bytes"), incident.get("capacity_bytes"))
-    free = number(figures.get("headroom_bytes"), figures.get("room_bytes"), oom.get("free_bytes"))
+    # the transient check's room; for fragmentation (no room figure) the OOM event's free bytes
+    free = number(figures.get("room_bytes"), oom.get("free_bytes"))
     in_use = number(incident.get("observed_bytes"), incident.get("peak_bytes"))
     if free is None and total is not None and in_use is not None:
         free = max(total - in_use, 0)
@@ -191,13 +192,15 @@ def allocation_bars(
 
 def step_estimate(culprit: Mapping[str, Any], per_token: int | None) -> tuple[int | None, str]:
     """The bytes the analysis estimates a request's step needed, and what the estimate rests
-    on: its own ``step_bytes``; else, for the request whose parameter made the step large
-    (``step_parameter``), its step tokens times the bytes per token the check measured."""
+    on: its own ``step_bytes`` (with the model's widths); else, for the request whose parameter
+    made the step large (``step_parameter``), its step tokens times the bytes per token the
+    transient check measured (``step_bytes_per_token``)."""
     parameter = culprit.get("step_parameter")
     tokens = number(culprit.get("step_tokens"))
     stated = number(culprit.get("step_bytes"))
     if stated is not None:
-        return stated, str(parameter or culprit.get("step_basis") or culprit.get("reason") or "")
+        what = f"{parameter}, " if parameter else ""
+        return stated, f"{what}{tokens:,} tokens in the step" if tokens else str(parameter or "")
     if parameter and tokens and per_token:
         note = f"{parameter}: {tokens:,} tokens in the step x {format_bytes(per_token)} per token"
         return tokens * per_token, note

@@ -40,9 +40,9 @@ def incident_window(incident: Mapping[str, Any] | None) -> tuple[datetime, datet
         return None
     start = parse_time(incident.get("window_start")) or parse_time(incident.get("start"))
     peak = parse_time(incident.get("peak_ts"))
-    end = parse_time(incident.get("end")) or peak
-    if start is None or end is None:
+    if start is None or peak is None:
         return None
+    end = peak
     margin = max((end - start) / 10, timedelta(seconds=1))
     return start, end + margin
 

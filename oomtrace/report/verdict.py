@@ -110,17 +110,14 @@ def remedy_table(remedies: Sequence[Mapping[str, Any]]) -> Table:
 def incident_remedies(
     findings: Mapping[str, Any], incident: Mapping[str, Any] | None
 ) -> list[Mapping[str, Any]]:
-    """The remedies of ``incident`` (the findings' ``remedies`` name their incident by id; an
-    incident may also carry its own)."""
+    """The remedies of ``incident``: the findings' ``remedies`` name their incident by id."""
     if incident is None:
         return []
-    own = incident.get("remedies")
-    listed = own if isinstance(own, list) else findings.get("remedies") or []
     ident = incident.get("id")
     return [
         r
-        for r in listed
-        if isinstance(r, Mapping) and (ident is None or r.get("incident") in (None, ident))
+        for r in findings.get("remedies") or []
+        if isinstance(r, Mapping) and r.get("incident") == ident
     ]
 
 
@@ -204,7 +201,7 @@ def build_verdict(
 
 def _paragraph(cls: str, incident: Mapping[str, Any]) -> str:
     parts = [CLASS_EXPLANATIONS.get(cls, CLASS_EXPLANATIONS["unknown"])]
-    reason = str(incident.get("reason") or incident.get("summary") or "").strip()
+    reason = str(incident.get("reason") or "").strip()
     if reason:
         parts.append(reason[:1].upper() + reason[1:].rstrip(".") + ".")
     peak_ts = parse_time(incident.get("peak_ts"))
@@ -239,11 +236,8 @@ def _over_observed(incident: Mapping[str, Any]) -> str:
 
 
 def _evidence_lines(evidence: Any, names: Mapping[int, str]) -> list[str]:
-    if not evidence:
-        return []
-    if isinstance(evidence, str):
-        return [evidence]
-    return [_evidence_line(item, names) for item in evidence]
+    """The incident's evidence rows (``table``, ``ts``, ``source``, ``values``), one line each."""
+    return [_evidence_line(item, names) for item in evidence or [] if isinstance(item, Mapping)]
 
 
 def _evidence_value(key: str, value: Any, names: Mapping[int, str], in_bytes: bool = False) -> str:
@@ -258,21 +252,15 @@ def _evidence_value(key: str, value: Any, names: Mapping[int, str], in_bytes: bo
     return f"{key}={value}"
 
 
-def _evidence_line(item: Any, names: Mapping[int, str]) -> str:
+def _evidence_line(item: Mapping[str, Any], names: Mapping[int, str]) -> str:
     """``2025-03-14T09:03:29.000Z samples from metrics: metric=kv_blocks_used, value=977``."""
-    if not isinstance(item, Mapping):
-        return str(item)
-    text = item.get("text") or item.get("statement") or item.get("detail")
     values = item.get("values")
-    if not text and isinstance(values, Mapping):
-        # a sample's value is in the unit of its metric (process_used_bytes: bytes)
-        in_bytes = str(values.get("metric") or "").endswith("_bytes")
-        text = ", ".join(
-            _evidence_value(k, v, names, in_bytes and k == "value")
-            for k, v in sorted(values.items())
-        )
-    if not text:
-        text = ", ".join(_evidence_value(k, v, names) for k, v in sorted(item.items()))
+    values = values if isinstance(values, Mapping) else {}
+    # a sample's value is in the unit of its metric (process_used_bytes: bytes)
+    in_bytes = str(values.get("metric") or "").endswith("_bytes")
+    text = ", ".join(
+        _evidence_value(k, v, names, in_bytes and k == "value") for k, v in sorted(values.items())
+    )
     ts = parse_time(item.get("ts"))
     where = " ".join(
         p

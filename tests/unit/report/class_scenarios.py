@@ -17,6 +17,8 @@ def iso(seconds: float) -> str:
 
 
 def transient_findings(step_bytes: list[int | None]) -> dict[str, Any]:
+    """A prefill OOM as the analysis states it with the model's widths (``--config``): each
+    request's step bytes, the first one's step made large by its ``prompt_logprobs``."""
     culprits = [
         {
             "rank": k + 1,
@@ -24,12 +26,22 @@ def transient_findings(step_bytes: list[int | None]) -> dict[str, Any]:
             "share": 0.1,
             "bytes": 100 * MiB,
             "step_bytes": step,
-            "step_tokens": 14_210,
-            "step_parameter": "prompt_logprobs=5 x 14,210 prompt tokens x 152,064-token vocabulary",
+            "step_tokens": 14_210 - 1000 * k,
+            "step_parameter": "prompt_logprobs" if k == 0 else None,
             "reason": "in prefill at the OOM",
         }
         for k, step in enumerate(step_bytes)
     ]
+    figures = {
+        "parameter": "prompt_logprobs",
+        "request_id": culprits[0]["request_id"],
+        "requested_bytes": 4_982_833_152,
+        "room_bytes": 836_543_079,
+        "step_bytes": step_bytes[0],
+        "step_bytes_per_token": None,
+        "step_tokens": 14_210,
+        "step_total_bytes": sum(s or 0 for s in step_bytes) if step_bytes[0] else None,
+    }
     oom = {
         "table": "events",
         "ts": iso(60),
@@ -51,7 +63,7 @@ def transient_findings(step_bytes: list[int | None]) -> dict[str, Any]:
         "capacity_bytes": 47_664_070_656,
         "culprits": culprits,
         "evidence": [oom],
-        "checks": [{"class": "transient_peak", "matched": True, "figures": {}}],
+        "checks": [{"class": "transient_peak", "matched": True, "figures": figures}],
     }
     return {"findings_version": 1, "incidents": [incident]}
 

@@ -142,8 +142,11 @@ def incident_findings(ids: tuple[str, ...] = CULPRITS) -> dict[str, Any]:
             "culprits": culprits,
             "evidence": [
                 {
-                    "text": "KV usage 100% for 4 s before the OOM",
+                    "table": "samples",
+                    "ts": _iso(OOM_S),
+                    "node": "gpu-node-1",
                     "source": "vllm-log:incident/server.log",
+                    "values": {"metric": "kv_usage_ratio", "pool_share": 1.0, "value": 1.0},
                 }
             ],
         },
