@@ -61,8 +61,8 @@ code.id,td.id{font-family:ui-monospace,Menlo,Consolas,"DejaVu Sans Mono",monospa
  white-space:nowrap;font-size:.92em}
 dl.figs{display:grid;grid-template-columns:max-content auto;gap:2px 16px;margin:.6em 0}
 dl.figs dt{color:#555}dl.figs dd{margin:0;font-variant-numeric:tabular-nums}
-table{border-collapse:collapse;margin:.4em 0 1em;font-size:.84em}
-th,td{padding:3px 6px;border-bottom:1px solid #eee;text-align:left;vertical-align:top}
+table{border-collapse:collapse;margin:.4em 0 1em;font-size:.8em}
+th,td{padding:3px 5px;border-bottom:1px solid #eee;text-align:left;vertical-align:top}
 th{background:#fafafa}td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 td.t{min-width:9em;overflow-wrap:anywhere}
 td.src{font-family:ui-monospace,Menlo,Consolas,"DejaVu Sans Mono",monospace;font-size:.92em;
@@ -245,9 +245,11 @@ def _table(table: Table) -> str:
     for row in table.rows:
         cells = []
         for value, column in zip(row, table.columns, strict=True):
-            cells.append(
-                f"<td{_cell_class(column, value)}>{escape.html(cell_text(value, column.kind))}</td>"
-            )
+            text = escape.html(cell_text(value, column.kind))
+            if column.kind == "time":
+                # a narrow page may break a timestamp between its date and its time, nowhere else
+                text = text.replace("T", "<wbr>T", 1)
+            cells.append(f"<td{_cell_class(column, value)}>{text}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
     note = f'<p class="empty">{escape.html(table.note)}</p>' if table.note else ""
     body = "".join(rows)

@@ -255,9 +255,7 @@ def ledger_section(ledger: Any, kv_model: Any = None) -> Section:
     title = "Admission ledger at the spike"
     rows = []
     if isinstance(ledger, Mapping):
-        rows = [
-            r for r in ledger.get("rows") or ledger.get("requests") or [] if isinstance(r, Mapping)
-        ]
+        rows = [r for r in ledger.get("rows") or [] if isinstance(r, Mapping)]
     resident = ledger.get("resident_requests") if isinstance(ledger, Mapping) else None
     if not isinstance(ledger, Mapping) or not ledger or (not rows and not resident):
         return Section(
@@ -266,24 +264,22 @@ def ledger_section(ledger: Any, kv_model: Any = None) -> Section:
             empty="No request was resident at the spike (the engine served none, or the inputs "
             "state no admissions), so there is no ledger.",
         )
-    totals = ledger.get("totals")
-    rest = {k: v for k, v in ledger.items() if k not in ("rows", "requests", "totals")}
+    # the analysis' ledger: its rows, and its totals as the other fields
+    totals = {k: v for k, v in ledger.items() if k != "rows"}
     tables: list[tuple[str, Table]] = []
     if rows:
         left_out = (*unstated(rows), *_unbounded(rows))
         order = tuple(k for k in LEDGER_ORDER if k not in left_out)
         hidden = sorted({k for r in rows for k in r} - set(order))
         tables.append(("requests", table_from_records(rows, order=order, drop=hidden)))
-    if isinstance(totals, Mapping):
-        tables.append(("totals", table_from_mapping({**totals, **rest}, order=TOTALS_ORDER)))
-    elif rest:
-        tables.append(("totals", table_from_mapping(rest, order=TOTALS_ORDER)))
+    if totals:
+        tables.append(("totals", table_from_mapping(totals, order=TOTALS_ORDER)))
     intro = (
         "Each request resident at the spike: what it asked for (input tokens and the most new "
         "tokens it may generate), what the engine had to be ready to hold, and what it held at "
         "that moment; then the totals and what was left of the KV pool."
     )
-    caveat = _over_pool(totals if isinstance(totals, Mapping) else rest)
+    caveat = _over_pool(totals)
     paragraphs = [intro, _kv_basis(kv_model), caveat]
     return Section(
         "ledger", title, paragraphs=tuple(p for p in paragraphs if p), tables=tuple(tables)

@@ -23,6 +23,7 @@ _TITLES = {
     "share": "share",
     "reason": "reason",
     "ts": "time (UTC)",
+    "preemptions": "preempted",
 }
 
 
@@ -42,7 +43,9 @@ def kind_of(key: str) -> Kind:  # noqa: PLR0911 - one rule per unit suffix
         return "share"
     if key.endswith(("_s", "_seconds")):
         return "seconds"
-    if key.startswith(("n_", "num_")) or key.endswith(("_count", "_total", "requests", "points")):
+    if key.startswith(("n_", "num_")) or key.endswith(
+        ("_count", "_total", "requests", "points", "preemptions")
+    ):
         return "count"
     return "text"
 

@@ -349,6 +349,9 @@ def test_a_sample_incident_reads_cleanly_at_this_width(
         session, f"document.querySelectorAll('[data-rendered]').length === {expected}", 60
     )
     layout = browser.evaluate(session, LAYOUT)
+    # a picture for people, taken first, so that a failure below can be seen too
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    browser.screenshot(session, ARTIFACTS / f"report-{name}-{width}.png")
     # THEN nothing runs off the page: no chart, legend or table is cut off
     assert layout["scrollX"] <= layout["page"], "the page scrolls sideways"
     for table in layout["tables"]:
@@ -388,5 +391,3 @@ def test_a_sample_incident_reads_cleanly_at_this_width(
             session, "document.querySelectorAll('#chart-cause svg .mark-rule line').length"
         )
         assert rules >= 1
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    browser.screenshot(session, ARTIFACTS / f"report-{name}-{width}.png")

@@ -201,13 +201,12 @@ def incident_findings(ids: tuple[str, ...] = CULPRITS) -> dict[str, Any]:
                 }
                 for k, rid in enumerate(ids)
             ],
-            "totals": {
-                "stored_tokens": 45000,
-                "stored_bytes": 45000 * 131072,
-                "reserved_tokens": 69000,
-                "pool_bytes": 4 * GiB,
-                "remaining_bytes": 4 * GiB - 45000 * 131072,
-            },
+            "resident_requests": 3,
+            "stored_tokens": 45000,
+            "stored_bytes": 45000 * 131072,
+            "reserved_tokens": 69000,
+            "pool_bytes": 4 * GiB,
+            "remaining_bytes": 4 * GiB - 45000 * 131072,
         },
         "reconciliation": [
             {
