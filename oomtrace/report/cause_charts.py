@@ -16,11 +16,13 @@ largest binary unit they reach.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal
 
 import altair as alt
 import polars as pl
 
+from oomtrace.isotime import iso_time
 from oomtrace.report import palette
 from oomtrace.report.cause_data import CULPRITS_PART, HEADROOM_ROW, REST_PART
 from oomtrace.report.charts import (
@@ -315,9 +317,35 @@ def leak_chart(
     return finish(alt.layer(*layers), title, data_sets, height=300)
 
 
-def fit_chart(bars: pl.DataFrame, limits: pl.DataFrame, *, title: str) -> dict[str, Any]:
+def process_snapshot(frame: pl.DataFrame, total: int | None, *, title: str) -> dict[str, Any]:
+    """Device memory per process at the one moment a source stated it (``ts, process, value``;
+    the engine first), as one stacked bar against the device's total."""
+    at = frame["ts"].max()
+    names = list(dict.fromkeys(frame["process"].to_list()))
+    bars = frame.select(
+        pl.lit(f"at {iso_time(at)}" if isinstance(at, datetime) else "at the failure").alias("bar"),
+        pl.col("process").alias("part"),
+        "value",
+        pl.col("process").replace_strict({n: i for i, n in enumerate(names)}).alias("order"),
+    )
+    limits = pl.DataFrame(
+        [(f"device total {format_bytes(total)}", float(total), False)] if total else [],
+        schema={"label": pl.String(), "value": pl.Float64(), "dashed": pl.Boolean()},
+        orient="row",
+    )
+    return fit_chart(bars, limits, title=title, colours={names[0]: palette.BLUE})
+
+
+def fit_chart(
+    bars: pl.DataFrame,
+    limits: pl.DataFrame,
+    *,
+    title: str,
+    colours: dict[str, str] = palette.PARTS,
+) -> dict[str, Any]:
     """Stacked bars ``bar, part, value, order`` (as configured; with the setting that fits)
-    against vertical limits ``label, value, dashed`` (the device, the engine's budget)."""
+    against vertical limits ``label, value, dashed`` (the device, the engine's budget); parts
+    in ``colours`` where it names them."""
     stacked = bars.group_by("bar").agg(pl.col("value").sum())["value"].max()
     unit = unit_for(stacked if isinstance(stacked, float) else None)
     data = sized(bars, unit)
@@ -330,9 +358,7 @@ def fit_chart(bars: pl.DataFrame, limits: pl.DataFrame, *, title: str) -> dict[s
         .encode(
             y=alt.Y("bar:N", title=None, sort=rows, axis=alt.Axis(labelLimit=0, labelPadding=6)),
             x=alt.X("size:Q", title=unit.name, stack="zero"),
-            color=alt.Color(
-                "part:N", title=None, sort=parts, scale=colour_scale(parts, palette.PARTS)
-            ),
+            color=alt.Color("part:N", title=None, sort=parts, scale=colour_scale(parts, colours)),
             order=alt.Order("order:Q"),
             tooltip=[
                 alt.Tooltip("bar:N", title="bar"),

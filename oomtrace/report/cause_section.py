@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Final
 
 import polars as pl
@@ -294,26 +294,30 @@ def _foreign(
         )
         return Section(KEY, title, paragraphs=(unsampled,), tables=tables)
     total = cause_data.number(incident.get("capacity_bytes"))
-    spec = cause_charts.process_chart(
-        frame, total, drawn.marks_in(drawn.span), title=title, domain=drawn.domain()
-    )
-    shown = []
-    for process in incident.get("processes") or []:
-        if not isinstance(process, Mapping) or not isinstance(process.get("pid"), int):
-            continue
-        grew = process.get("growth_bytes")
-        line = (
-            f"Process {processes_of.label(process['pid'], names)} held "
-            f"{format_bytes(int(process.get('bytes') or 0))} at the peak"
+    # a source that states each process once (PyTorch's OOM message) gives no line to draw:
+    # the processes are then one stacked bar at that moment
+    once = frame.group_by("process").len()["len"].max() == 1
+    if once:
+        spec = cause_charts.process_snapshot(frame, total, title=title)
+        drawing = (
+            " The bar stacks each process's device memory at that moment, the engine's first, "
+            "against the device's total."
         )
-        if isinstance(grew, int) and grew > 0:
-            line += f", {format_bytes(grew)} more than at the start of the analysis window"
-        shown.append(line + ".")
-    text = " ".join(shown) + (
-        " The chart stacks each process's device memory, the engine's at the bottom, under the "
-        "device's total: the engine ran out when the stack reached it."
+    else:
+        spec = cause_charts.process_chart(
+            frame, total, drawn.marks_in(drawn.span), title=title, domain=drawn.domain()
+        )
+        drawing = (
+            " The chart stacks each process's device memory, the engine's at the bottom, under "
+            "the device's total: the engine ran out when the stack reached it."
+        )
+    text = processes_of.held_text(incident, names) + drawing
+    last = frame["ts"].max()
+    caption = (
+        f"Device memory per process as stated once, at {iso_time(last)}."
+        if once and isinstance(last, datetime)
+        else f"Device memory per process, {frame.height:,} points."
     )
-    caption = f"Device memory per process, {frame.height:,} points."
     chart = Chart(KEY, title, caption, spec, frame)
     return Section(KEY, title, paragraphs=(text.strip(),), charts=(chart,), tables=tables)
 

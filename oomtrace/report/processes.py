@@ -18,6 +18,7 @@ from oomtrace.report.cause_data import check_figures
 from oomtrace.report.document import Table
 from oomtrace.report.records import table_from_records
 from oomtrace.schema import TS
+from oomtrace.units import format_bytes
 
 # The columns of the table of other processes, in this order.
 PROCESS_ORDER = ("pid", "name", "held_bytes", "growth_bytes", "peak_share", "basis")
@@ -91,6 +92,23 @@ def process_use(
     return frame.sort("_rank", "ts").select("ts", "process", "value")
 
 
+def held_text(incident: Mapping[str, Any], names: Mapping[int, str]) -> str:
+    """What each other process held at the peak, one sentence each."""
+    shown = []
+    for process in incident.get("processes") or []:
+        if not isinstance(process, Mapping) or not isinstance(process.get("pid"), int):
+            continue
+        grew = process.get("growth_bytes")
+        line = (
+            f"Process {label(process['pid'], names)} held "
+            f"{format_bytes(int(process.get('bytes') or 0))} at the peak"
+        )
+        if isinstance(grew, int) and grew > 0:
+            line += f", {format_bytes(grew)} more than at the start of the analysis window"
+        shown.append(line + ".")
+    return " ".join(shown)
+
+
 def process_table(incident: Mapping[str, Any], names: Mapping[int, str]) -> Table:
     """The other processes the analysis found at the peak, each with its name."""
     rows = [
@@ -105,5 +123,14 @@ def process_table(incident: Mapping[str, Any], names: Mapping[int, str]) -> Tabl
         for p in incident.get("processes") or []
         if isinstance(p, Mapping)
     ]
-    note = "" if rows else "The analysis listed no other process by pid."
-    return table_from_records(rows, order=PROCESS_ORDER, note=note)
+    if not rows:
+        return table_from_records([], note="The analysis listed no other process by pid.")
+    if any(r["name"] for r in rows):
+        return table_from_records(rows, order=PROCESS_ORDER)
+    # no input named them: the column would say n/a on every row; say where a name would come from
+    note = (
+        "No input names these processes: nvidia-smi's process table or --query-compute-apps, "
+        "captured beside the log, would."
+    )
+    order = tuple(k for k in PROCESS_ORDER if k != "name")
+    return table_from_records(rows, order=order, drop=("name",), note=note)

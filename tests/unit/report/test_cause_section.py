@@ -152,6 +152,35 @@ def test_process_names_come_from_the_traces_process_events_by_pid() -> None:
     assert "value=5368709120 (5.00 GiB)" in evidence
 
 
+def test_processes_stated_once_are_one_stacked_bar_at_that_moment() -> None:
+    # GIVEN the processes as PyTorch's OOM message states them: once each, at the OOM, by pid
+    # alone (no input names them)
+    findings, _ = foreign()
+    findings["incidents"][0]["processes"][0].pop("name")
+    trace = Trace(
+        factories.samples(
+            {"ts": at(120), "metric": "process_used_bytes", "pid": 100, "value": float(33 * GiB)},
+            {"ts": at(120), "metric": "process_used_bytes", "pid": 51377, "value": float(7 * GiB)},
+        )
+    )
+    # WHEN the report is built
+    section = build_report(ReportInputs(findings, trace)).section("cause")
+    spec = section.charts[0].spec
+    # THEN the chart is one bar at that moment, the engine first, against the device's total
+    (bars,) = [rows for name, rows in spec["datasets"].items() if name.endswith("bars")]
+    assert [(b["bar"], b["part"], b["value"]) for b in bars] == [
+        ("at 2025-03-14T09:02:00.000Z", "engine: pid 100", 33 * GiB),
+        ("at 2025-03-14T09:02:00.000Z", "other: pid 51377", 7 * GiB),
+    ]
+    (limit,) = next(rows for name, rows in spec["datasets"].items() if name.endswith("limits"))
+    assert (limit["label"], limit["value"]) == ("device total 40.00 GiB", 40 * GiB)
+    assert "The bar stacks each process's device memory at that moment" in section.paragraphs[0]
+    # AND the table leaves out the name column, saying which input would have named them
+    table = section.tables[0][1]
+    assert "name" not in [c.key for c in table.columns]
+    assert "nvidia-smi" in table.note
+
+
 def test_a_leak_draws_idle_levels_their_trend_and_the_device() -> None:
     # GIVEN memory that rises 100 MiB per idle period over an hour, busy in between
     findings, trace = leak()
