@@ -85,6 +85,8 @@ def unstated(rows: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
 REMEDY_ORDER: Final = ("action", "basis", "detail")
 # The verdict names this many culprits by id; the table below has them all.
 NAMED: Final = 3
+# Evidence rows shown; the findings document has them all.
+EVIDENCE_SHOWN: Final = 8
 
 
 def incident_label(incident_class: str) -> str:
@@ -236,8 +238,17 @@ def _over_observed(incident: Mapping[str, Any]) -> str:
 
 
 def _evidence_lines(evidence: Any, names: Mapping[int, str]) -> list[str]:
-    """The incident's evidence rows (``table``, ``ts``, ``source``, ``values``), one line each."""
-    return [_evidence_line(item, names) for item in evidence or [] if isinstance(item, Mapping)]
+    """The incident's evidence rows (``table``, ``ts``, ``source``, ``values``), one line each,
+    the first :data:`EVIDENCE_SHOWN` of them (a leak's dozens of idle levels would bury the
+    chart of them below)."""
+    rows = [item for item in evidence or [] if isinstance(item, Mapping)]
+    lines = [_evidence_line(item, names) for item in rows[:EVIDENCE_SHOWN]]
+    if len(rows) > EVIDENCE_SHOWN:
+        lines.append(
+            f"and {len(rows) - EVIDENCE_SHOWN} more rows of the same evidence: every one is in "
+            "the findings (oomtrace analyze --json)"
+        )
+    return lines
 
 
 def _evidence_value(key: str, value: Any, names: Mapping[int, str], in_bytes: bool = False) -> str:

@@ -341,3 +341,26 @@ def test_evidence_rows_show_byte_counts_with_their_unit_beside_the_raw_value() -
         "kind=oom, requested_bytes=4982833152 (4.64 GiB)"
     )
     assert report.verdict.evidence == (line,)
+
+
+def test_the_verdict_shows_the_first_evidence_rows_and_counts_the_rest() -> None:
+    # GIVEN an incident with twenty evidence rows (a leak's idle levels)
+    findings = incident_findings()
+    findings["incidents"][0]["evidence"] = [
+        {
+            "table": "samples",
+            "ts": f"2025-03-14T09:{m:02d}:00Z",
+            "source": "gpu.csv",
+            "values": {"metric": "device_used_bytes", "value": 70 * GiB + m * (1 << 20)},
+        }
+        for m in range(20)
+    ]
+    # WHEN the report is built
+    evidence = build_report(ReportInputs(findings, incident_trace())).verdict.evidence
+    # THEN eight rows are shown, each with its value in bytes and its unit, and the rest counted
+    assert len(evidence) == 9
+    assert evidence[0] == (
+        "2025-03-14T09:00:00.000Z samples from gpu.csv: metric=device_used_bytes, "
+        "value=75161927680 (70.00 GiB)"
+    )
+    assert evidence[-1].startswith("and 12 more rows of the same evidence")
