@@ -16,15 +16,13 @@ largest binary unit they reach.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Literal
 
 import altair as alt
 import polars as pl
 
-from oomtrace.isotime import iso_time
 from oomtrace.report import palette
-from oomtrace.report.cause_data import CULPRITS_PART, HEADROOM_ROW, REST_PART
+from oomtrace.report.cause_data import CULPRITS_PART, HEADROOM_ROW, REST_PART, leak_range
 from oomtrace.report.charts import (
     MONOSPACE,
     Datasets,
@@ -44,17 +42,26 @@ from oomtrace.units import format_bytes
 
 
 def _rule(
-    data_sets: Datasets, name: str, value: int, text: str, unit: Unit, *, dash: bool = False
+    data_sets: Datasets,
+    name: str,
+    value: int,
+    text: str,
+    unit: Unit,
+    *,
+    dash: bool = False,
+    y: alt.Y | None = None,
 ) -> list[alt.Chart]:
-    """A horizontal limit with its name and size written at its left end (two layers)."""
+    """A horizontal limit with its name and size written at its left end (two layers); ``y``:
+    the chart's y encoding where it states its scale."""
     frame = pl.DataFrame({"label": [f"{text} {format_bytes(value)}"], "value": [value]})
     base = alt.Chart(data_sets.add(name, sized(frame, unit)))
+    y = y or alt.Y("size:Q")
     rule = base.mark_rule(
         color=palette.LIMIT, strokeWidth=2, strokeDash=[6, 3] if dash else [1, 0]
-    ).encode(y="size:Q", tooltip=[alt.Tooltip("label:N", title="limit")])
+    ).encode(y=y, tooltip=[alt.Tooltip("label:N", title="limit")])
     # at the left end, just above the line: the plot's top keeps room for it
     label = base.mark_text(align="left", baseline="bottom", dx=4, dy=-3, fontWeight="bold").encode(
-        y="size:Q", x=alt.value(0), text="label:N"
+        y=y, x=alt.value(0), text="label:N"
     )
     return [rule, label]
 
@@ -285,6 +292,13 @@ def leak_chart(
         sort=names,
         scale=alt.Scale(domain=names, range=[frames[n][1] for n in names]),
     )
+    # from a little below the idle levels to the device: the rise and the headroom fill it
+    low, high = leak_range(level, idle, trend, limit)
+    y = alt.Y(
+        "size:Q",
+        title=unit.name,
+        scale=alt.Scale(domain=[unit.of(low), unit.of(high)], nice=False, zero=False),
+    )
     layers: list[alt.Chart] = []
     for name in names:
         frame, _ = frames[name]
@@ -299,7 +313,7 @@ def leak_chart(
         layers.append(
             mark.encode(
                 x=time_x(domain=domain),
-                y=alt.Y("size:Q", title=unit.name),
+                y=y,
                 color=colour,
                 tooltip=[
                     alt.Tooltip("what:N", title="series"),
@@ -310,30 +324,11 @@ def leak_chart(
         )
     layers[0] = layers[0].add_params(zoom)
     if limit is not None:
-        layers += _rule(data_sets, "limit", limit, "device total", unit)
+        layers += _rule(data_sets, "limit", limit, "device total", unit, y=y)
     if markers.height:
         layers.append(markers_layer(markers, data_sets, domain))
     layers += span_layer(domain, data_sets)
     return finish(alt.layer(*layers), title, data_sets, height=300)
-
-
-def process_snapshot(frame: pl.DataFrame, total: int | None, *, title: str) -> dict[str, Any]:
-    """Device memory per process at the one moment a source stated it (``ts, process, value``;
-    the engine first), as one stacked bar against the device's total."""
-    at = frame["ts"].max()
-    names = list(dict.fromkeys(frame["process"].to_list()))
-    bars = frame.select(
-        pl.lit(f"at {iso_time(at)}" if isinstance(at, datetime) else "at the failure").alias("bar"),
-        pl.col("process").alias("part"),
-        "value",
-        pl.col("process").replace_strict({n: i for i, n in enumerate(names)}).alias("order"),
-    )
-    limits = pl.DataFrame(
-        [(f"device total {format_bytes(total)}", float(total), False)] if total else [],
-        schema={"label": pl.String(), "value": pl.Float64(), "dashed": pl.Boolean()},
-        orient="row",
-    )
-    return fit_chart(bars, limits, title=title, colours={names[0]: palette.BLUE})
 
 
 def fit_chart(

@@ -220,6 +220,21 @@ def idle_levels(level: pl.DataFrame, running: pl.DataFrame) -> pl.DataFrame:
     return joined.filter(pl.col("running") == 0).select("ts", "value")
 
 
+def leak_range(
+    level: pl.DataFrame, idle: pl.DataFrame, line: pl.DataFrame, limit: int | None
+) -> tuple[float, float]:
+    """The bytes a leak chart spans: from a little below the idle levels (half the distance
+    from them to the top again) to the device's total. From zero, a 3.6 GiB rise under an
+    80 GiB device is a flat line at the top; the start-up ramp below is cut off instead."""
+    values = pl.concat([idle["value"], line["value"]]) if idle.height else level["value"]
+    highest = level["value"].max() if level.height else None
+    top = max(float(limit or 0), highest if isinstance(highest, int | float) else 0.0)
+    if values.is_empty():
+        return 0.0, top * 1.01
+    base = float(values.min())  # type: ignore[arg-type]
+    return max(0.0, base - 0.5 * (top - base)), top * 1.01
+
+
 def trend(points: pl.DataFrame, low: datetime, high: datetime) -> pl.DataFrame:
     """The least-squares line through ``points`` (``ts, value``), drawn from ``low`` to
     ``high`` as two points (empty when fewer than two points)."""

@@ -298,7 +298,7 @@ def _foreign(
     # the processes are then one stacked bar at that moment
     once = frame.group_by("process").len()["len"].max() == 1
     if once:
-        spec = cause_charts.process_snapshot(frame, total, title=title)
+        spec = processes_of.process_snapshot(frame, total, title=title)
         drawing = (
             " The bar stacks each process's device memory at that moment, the engine's first, "
             "against the device's total."

@@ -10,10 +10,14 @@ from the same events); the analysis' own name for a process it blamed wins where
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 import polars as pl
 
+from oomtrace.isotime import iso_time
+from oomtrace.report import palette
+from oomtrace.report.cause_charts import fit_chart
 from oomtrace.report.cause_data import check_figures
 from oomtrace.report.document import Table
 from oomtrace.report.records import table_from_records
@@ -134,3 +138,22 @@ def process_table(incident: Mapping[str, Any], names: Mapping[int, str]) -> Tabl
     )
     order = tuple(k for k in PROCESS_ORDER if k != "name")
     return table_from_records(rows, order=order, drop=("name",), note=note)
+
+
+def process_snapshot(frame: pl.DataFrame, total: int | None, *, title: str) -> dict[str, Any]:
+    """Device memory per process at the one moment a source stated it (``ts, process, value``;
+    the engine first), as one stacked bar against the device's total."""
+    at = frame["ts"].max()
+    names = list(dict.fromkeys(frame["process"].to_list()))
+    bars = frame.select(
+        pl.lit(f"at {iso_time(at)}" if isinstance(at, datetime) else "at the failure").alias("bar"),
+        pl.col("process").alias("part"),
+        "value",
+        pl.col("process").replace_strict({n: i for i, n in enumerate(names)}).alias("order"),
+    )
+    limits = pl.DataFrame(
+        [(f"device total {format_bytes(total)}", float(total), False)] if total else [],
+        schema={"label": pl.String(), "value": pl.Float64(), "dashed": pl.Boolean()},
+        orient="row",
+    )
+    return fit_chart(bars, limits, title=title, colours={names[0]: palette.BLUE})

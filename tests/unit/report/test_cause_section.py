@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import polars as pl
+import pytest
 
 from oomtrace.report import ReportInputs, build_report
 from oomtrace.report.document import Report
@@ -197,6 +198,19 @@ def test_a_leak_draws_idle_levels_their_trend_and_the_device() -> None:
         "rise of 600.00 MiB per hour at idle against 5.00 GiB of headroom"
         in (section.paragraphs[0])
     )
+    # AND the y axis runs from a little below the idle levels (18 GiB at the first) to the
+    # device, not from zero: the rise and the headroom fill the chart
+    spec = section.charts[0].spec
+    domains = [
+        layer["encoding"]["y"]["scale"]["domain"]
+        for layer in spec["layer"]
+        if "scale" in layer.get("encoding", {}).get("y", {})
+    ]
+    assert len(domains) >= 4
+    assert all(d == domains[0] for d in domains)
+    low, high = domains[0]
+    assert 14.9 < low < 15.0  # half the distance from the lowest idle point (17.97) to 24 GiB
+    assert high == pytest.approx(24 * 1.01)
 
 
 def test_a_startup_misfit_sets_weights_reserve_and_kv_against_the_device() -> None:
