@@ -210,14 +210,29 @@ def step_estimate(culprit: Mapping[str, Any], per_token: int | None) -> tuple[in
 # -- leak ----------------------------------------------------------------------------------------
 
 
-def idle_levels(level: pl.DataFrame, running: pl.DataFrame) -> pl.DataFrame:
+def idle_levels(
+    level: pl.DataFrame,
+    running: pl.DataFrame,
+    settled: float | None = None,
+    until: datetime | None = None,
+) -> pl.DataFrame:
     """The memory level at moments with no request running (``ts, value``): ``level`` joined
-    to the running count in force at each moment."""
+    to the running count in force at each moment; with ``settled`` (the first idle level the
+    analysis measured), only from the first moment the level reached it (the engine loading
+    its weights serves no request either, and is no leak); with ``until`` (the peak), none
+    after it (a dead engine serves nothing and holds nothing)."""
     if level.is_empty() or running.is_empty():
         return pl.DataFrame(schema={"ts": TS, "value": pl.Float64()})
     count = running.sort("ts").select("ts", pl.col("value").alias("running"))
     joined = level.sort("ts").join_asof(count, on="ts", strategy="backward")
-    return joined.filter(pl.col("running") == 0).select("ts", "value")
+    idle = joined.filter(pl.col("running") == 0).select("ts", "value")
+    if until is not None:
+        idle = idle.filter(pl.col("ts") <= until)
+    if settled:
+        # the analysis' level is read from a sampled series: allow for a sample's rounding
+        loaded = idle.filter(pl.col("value") >= 0.99 * settled)["ts"].min()
+        idle = idle.filter(pl.col("ts") >= loaded) if loaded is not None else idle
+    return idle
 
 
 def leak_range(

@@ -25,6 +25,12 @@ from oomtrace.schema import TS
 from oomtrace.units import format_bytes
 
 KEY: Final = "cause"
+# The memory series a leak is drawn on, by the analysis' metric name, in order of preference.
+LEAK_SERIES: Final = {
+    "device_used_bytes": "device used",
+    "torch_reserved_bytes": "allocator reserved",
+    "torch_allocated_bytes": "allocator allocated",
+}
 TITLES: Final[dict[str, str]] = {
     "kv_exhaustion": "What ran out: the KV cache pool",
     "transient_peak": "What ran out: room for one step",
@@ -329,15 +335,21 @@ def _leak(
     incident: Mapping[str, Any], findings: Mapping[str, Any], drawn: Drawn, title: str
 ) -> Section:
     memory = drawn.memory
+    figures_of = cause_data.check_figures(incident)
+    # the series the analysis measured the leak on first, at its first idle level
+    measured = LEAK_SERIES.get(str(figures_of.get("metric")))
     level = pl.DataFrame()
-    for name in ("device used", "allocator reserved", "allocator allocated"):
+    for name in dict.fromkeys([*([measured] if measured else []), *LEAK_SERIES.values()]):
         level = memory.filter(pl.col("series") == name).select("ts", "value")
         if level.height:
             break
     if level.is_empty() or drawn.span is None:
         return Section(KEY, title, empty="No memory series to draw the growth on.")
     running = drawn.activity.filter(pl.col("series") == "requests running").select("ts", "value")
-    idle = cause_data.idle_levels(level, running)
+    settled = figures_of.get("first_level_bytes") if name == measured else None
+    idle = cause_data.idle_levels(
+        level, running, cause_data.number(settled), parse_time(incident.get("peak_ts"))
+    )
     line = cause_data.trend(idle, drawn.span.start, drawn.span.end)
     totals = memory.filter(pl.col("series") == "device total")["value"]
     limit = cause_data.number(
@@ -346,7 +358,6 @@ def _leak(
     spec = cause_charts.leak_chart(
         level, idle, line, limit, drawn.marks, title=title, domain=drawn.domain()
     )
-    figures_of = cause_data.check_figures(incident)
     rate = cause_data.number(figures_of.get("rise_bytes_per_hour"))
     room = cause_data.number(figures_of.get("headroom_bytes"))
     text = (

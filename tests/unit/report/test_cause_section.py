@@ -213,6 +213,27 @@ def test_a_leak_draws_idle_levels_their_trend_and_the_device() -> None:
     assert high == pytest.approx(24 * 1.01)
 
 
+def test_a_leaks_idle_moments_start_once_the_engine_loaded_and_end_at_the_peak() -> None:
+    # GIVEN the leak scenario as the analysis measured it on device memory (first idle level
+    # 18 GiB), with a loading ramp before and the engine dead after the peak, both idle
+    findings, trace = leak()
+    check = findings["incidents"][0]["checks"][0]
+    check["figures"].update(metric="device_used_bytes", first_level_bytes=18 * GiB)
+    extra = [
+        {"ts": at(-120), "metric": "device_used_bytes", "value": float(2 * GiB)},
+        {"ts": at(-120), "metric": "requests_running", "value": 0.0},
+        {"ts": at(3660), "metric": "device_used_bytes", "value": 0.0},
+        {"ts": at(3660), "metric": "requests_running", "value": 0.0},
+    ]
+    trace = Trace(pl.concat([trace.samples, factories.samples(*extra)]).sort("ts"))
+    # WHEN the report is built
+    report = build_report(ReportInputs(findings, trace))
+    # THEN neither the ramp nor the dead engine counts as an idle moment
+    idle = dataset(report, "at_idle_moments")
+    assert len(idle) == 7
+    assert min(p["value"] for p in idle) >= 18 * GiB
+
+
 def test_a_startup_misfit_sets_weights_reserve_and_kv_against_the_device() -> None:
     # GIVEN vLLM's refusal: max_model_len 131,072 needs 16 GiB of KV, 3.42 GiB were available
     findings, trace = misfit()
