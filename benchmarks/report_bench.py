@@ -39,7 +39,7 @@ from typing import Any
 
 import polars as pl
 
-from oomtrace.schema import SCHEMA_VERSION, conform
+from oomtrace.schema import SCHEMA_VERSION, SCHEMAS, conform
 from oomtrace.trace import Manifest, Trace, write_trace
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -248,9 +248,15 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     day = out / "day"
     manifest = day / "manifest.json"
-    # a day kept from an earlier run is reused unless an older schema wrote it
-    stale = not manifest.exists() or (
-        json.loads(manifest.read_text(encoding="utf-8")).get("schema_version") != SCHEMA_VERSION
+    # a day kept from an earlier run is reused unless an older schema wrote it (a table whose
+    # columns differ from today's is read whole, not scanned: the figures would be of that)
+    stale = (
+        not manifest.exists()
+        or json.loads(manifest.read_text(encoding="utf-8")).get("schema_version") != SCHEMA_VERSION
+        or any(
+            dict(pl.read_parquet_schema(day / f"{name}.parquet")) != dict(SCHEMAS[name])
+            for name in ("samples", "requests", "events")
+        )
     )
     if stale:
         write_trace(generate(args.requests), day, overwrite=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Literal
 
 import polars as pl
 
@@ -83,19 +84,32 @@ def reduce_counted(
     # lands in the last bucket.
     width = max(1, -(-(high - low + 1) // max_buckets))
     cells = lazy.with_columns(((stamp - low) // width).alias("_bucket"))
-    picks = (
-        cells.group_by([*keys, "_bucket"])
+    engine: Literal["in-memory", "streaming"] = "in-memory" if small else "streaming"
+    group = [*keys, "_bucket"]
+    extremes = (
+        cells.group_by(group)
         .agg(
-            # the earliest row of each extreme, whatever order the rows arrive in (min_by picks
-            # any of several tied rows, and a streamed scan has no order: a report then changed
-            # from one run to the next)
-            pl.col(ts).filter(pl.col(value) == pl.col(value).min()).min().alias("_low_ts"),
             pl.col(value).min().alias("_low"),
-            pl.col(ts).filter(pl.col(value) == pl.col(value).max()).min().alias("_high_ts"),
             pl.col(value).max().alias("_high"),
             pl.len().alias("_read"),
         )
-        .collect(engine="in-memory" if small else "streaming")
+        .collect(engine=engine)
+    )
+    # Each extreme's earliest row, whatever order the rows arrive in: min_by keeps any one of
+    # tied rows (a report then changed from one run to the next), and an aggregation that
+    # filters inside a group does not stream (a whole day was held). A second pass joins each
+    # row to its bucket's extremes and keeps the earliest time at each.
+    picks = (
+        cells.join(extremes.lazy(), on=group, nulls_equal=True)
+        .select(
+            *group,
+            pl.when(pl.col(value) == pl.col("_low")).then(pl.col(ts)).alias("_low_ts"),
+            pl.when(pl.col(value) == pl.col("_high")).then(pl.col(ts)).alias("_high_ts"),
+        )
+        .group_by(group)
+        .agg(pl.col("_low_ts").min(), pl.col("_high_ts").min())
+        .collect(engine=engine)
+        .join(extremes, on=group, nulls_equal=True)
     )
     points = pl.concat(
         [
