@@ -79,8 +79,10 @@ def culprits_kv(lanes: pl.DataFrame, stamps: pl.Series) -> pl.DataFrame:
     )
     tokens = pl.col("t0") + (pl.col("t1") - pl.col("t0")) * done.otherwise(1.0)
     per_token = pl.when(pl.col("t1") > 0).then(pl.col("b1") / pl.col("t1")).otherwise(0.0)
+    # the findings state times to the microsecond, the samples to the nanosecond: a reading
+    # 133 ns after an interval's stated end (the fill itself) is still inside it
     inside = moments.join(held, how="cross").filter(
-        pl.col("ts").is_between(pl.col("start"), pl.col("end"))
+        pl.col("ts").dt.truncate("1us").is_between(pl.col("start"), pl.col("end"))
     )
     sums = inside.group_by("ts").agg((tokens * per_token).sum().alias("value"))
     return moments.join(sums, on="ts", how="left").with_columns(pl.col("value").fill_null(0.0))

@@ -285,3 +285,27 @@ def test_without_model_widths_the_step_is_estimated_from_the_checks_bytes_per_to
         "prompt_logprobs: 8,192 tokens in the step x 594.00 KiB per token"
         in (section.paragraphs[0])
     )
+
+
+def test_a_reading_nanoseconds_after_an_intervals_stated_end_is_inside_it() -> None:
+    # GIVEN a culprit resident until the fill, stated to the microsecond as findings are, and
+    # the pool's reading at the fill, sampled to the nanosecond (133 ns later)
+    from oomtrace.report.cause_data import culprits_kv
+
+    end = at(60)
+    lanes = pl.DataFrame(
+        {
+            "start": [at(0)],
+            "end": [end],
+            "start_tokens": [100],
+            "stored_tokens": [1000],
+            "kv_bytes": [1000 * 131072],
+            "culprit_rank": [1],
+        },
+        schema_overrides={"start": pl.Datetime("ns", "UTC"), "end": pl.Datetime("ns", "UTC")},
+    )
+    reading = pl.Series([end], dtype=pl.Datetime("ns", "UTC")).dt.offset_by("133ns")
+    # WHEN the culprits' KV is taken at that reading
+    held = culprits_kv(lanes, reading)
+    # THEN they hold all they stored, not nothing
+    assert held["value"].to_list() == [pytest.approx(1000 * 131072)]
