@@ -36,6 +36,12 @@ class SourceSummary:
     samples: int
     errors: int
     misses: int
+    last_error: str = ""
+
+    @property
+    def failed(self) -> bool:
+        """Every poll of the run failed: this source wrote nothing."""
+        return self.samples == 0 and self.errors > 0
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,22 @@ class AgentSummary:
             f"wrote {self.records} records ({self.bytes_written} bytes) to {self.directory}"
             f" [{parts}]; stopped by {self.stopped_by}"
             + (f"; {self.dropped} records dropped" if self.dropped else "")
+        )
+
+    @property
+    def every_source_failed(self) -> bool:
+        """No source succeeded even once in the whole run: the capture holds no evidence."""
+        return bool(self.sources) and all(s.failed for s in self.sources)
+
+    def failure_line(self) -> str:
+        """Why nothing was collected, one clause per source: ``log /var/log/x.log: ...``."""
+        causes = "; ".join(
+            f"{s.name.removeprefix('collector.')} {s.target}: {s.last_error or 'failed'}"
+            for s in self.sources
+        )
+        return (
+            f"every source failed for the whole run, nothing was collected ({causes}); check "
+            "the URLs, paths and NVML access, then run again"
         )
 
 
@@ -156,7 +178,9 @@ class Agent:
             dropped=stats.dropped,
             stopped_by=self.stopped_by,
             sources=tuple(
-                SourceSummary(r.source.name, r.source.target, r.samples, r.errors, r.misses)
+                SourceSummary(
+                    r.source.name, r.source.target, r.samples, r.errors, r.misses, r.last_error
+                )
                 for r in self._runners
             ),
         )

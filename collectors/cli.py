@@ -1,6 +1,7 @@
 """``python -m collectors``: the agent without the analyzer installed (standard library only).
 
-Same options as ``oomtrace collect``; a bad setting is one line on stderr and exit status 2.
+Same options as ``oomtrace collect``; a bad setting is one line on stderr and exit status 2; a
+run in which every source failed throughout exits 1.
 """
 
 from __future__ import annotations
@@ -54,4 +55,7 @@ def main(argv: list[str] | None = None) -> int:
 
     summary = run(config)
     sys.stderr.write(f"collectors: {summary.one_line()}\n")
+    if summary.every_source_failed:
+        sys.stderr.write(f"collectors: error: {summary.failure_line()}\n")
+        return 1
     return 0

@@ -68,6 +68,7 @@ class SourceRunner:
         self._clock_ns = clock_ns
         self._on_tick = on_tick
         self.samples = self.errors = self.misses = 0
+        self.last_error = ""  # the cause of the latest failed poll, for the agent's summary
         self.up = False
         self._failures = 0
         self._gap_start: int | None = None
@@ -130,7 +131,8 @@ class SourceRunner:
             self.errors += 1
             self._failures += 1
             self.up = False
-            self._start_gap(now_ns, _reason(err))
+            self.last_error = _reason(err)
+            self._start_gap(now_ns, self.last_error)
             return False
         self.samples += 1
         self.up = True

@@ -50,6 +50,13 @@ class DoesNotFitError(OomtraceError):
     exit_code = 1
 
 
+class NothingCollectedError(OomtraceError):
+    """A collector run in which every source failed from start to end: the capture holds no
+    evidence (a result of the run, exit 1, not a usage error)."""
+
+    exit_code = 1
+
+
 def special_file_error(path: Path, what: str = "") -> InputError | None:
     """The error for a ``path`` that exists but is neither a file nor a directory (a named pipe,
     a socket, a device), which is never opened: reading a pipe waits for a writer. None for

@@ -57,10 +57,16 @@ def markdown(text: str) -> str:
     is never interpreted), Markdown punctuation is backslash-escaped (no emphasis, links, code
     spans, autolinks, line-start lists or headings, table pipes), and line breaks show as
     ``\\x0a`` (a cell is one line)."""
+    return _MD_LINE_START.sub(_escape_line_start, markdown_inline(text))
+
+
+def markdown_inline(text: str) -> str:
+    """:func:`markdown` for text that never starts a line (a table cell, the value after a
+    label): the same escapes except those of marks that only mean something at the start of a
+    line, so that ``-1.49 GiB`` and ``43.61 GiB`` read as written."""
     flat = visible(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     inline = _MD_INLINE.sub(lambda m: "\\" + m.group(0), flat)
-    start = _MD_LINE_START.sub(_escape_line_start, inline)
-    return _MD_AUTOLINK.sub(lambda m: m.group(0).replace(":", "\\:").replace(".", "\\."), start)
+    return _MD_AUTOLINK.sub(lambda m: m.group(0).replace(":", "\\:").replace(".", "\\."), inline)
 
 
 def _escape_line_start(match: re.Match[str]) -> str:

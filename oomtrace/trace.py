@@ -40,7 +40,8 @@ class Manifest:
     ``engine_config`` keys, where known: ``num_gpu_blocks``, ``block_size``, ``kv_cache_tokens``,
     ``max_concurrency``, ``max_concurrency_tokens``, ``max_model_len``,
     ``gpu_memory_utilization``, ``model_weights_bytes``, ``available_kv_cache_bytes``,
-    ``cuda_graph_bytes`` (and others an engine states, such as ``max_num_seqs``).
+    ``cuda_graph_bytes`` (and others an engine states, such as ``max_num_seqs``), and
+    ``gpu_names`` (the devices a collector capture's NVML inventory named, by index).
     ``engine`` holds ``name`` (``vllm``, ``sglang``, ...) and ``version_family``.
     ``clock`` records how year-less or zone-less timestamps were placed in time.
     """

@@ -9,10 +9,14 @@ when ``-m`` selects it.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import settings
+
+from oomtrace.user_cache import ENV
 
 # Tests never time things (speed targets live in benchmarks/): Hypothesis' per-example deadline
 # would fail a correct property on a loaded CI machine, so it is off for every test.
@@ -52,3 +56,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         config.hook.pytest_deselected(items=left_out)
         chosen = set(map(id, left_out))
         items[:] = [item for item in items if id(item) not in chosen]
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _user_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The report's cache (bundled JavaScript, chart SVGs) goes to a folder of this session,
+    not the user's: a test never reads what another run left (processes the tests start
+    inherit it)."""
+    previous = os.environ.get(ENV)
+    os.environ[ENV] = str(tmp_path_factory.mktemp("user-cache"))
+    yield
+    if previous is None:
+        os.environ.pop(ENV, None)
+    else:
+        os.environ[ENV] = previous

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from collectors.config import DEFAULTS, HELP
-from oomtrace.errors import InputError, UsageError
+from oomtrace.errors import InputError, NothingCollectedError, UsageError
 
 
 def _text(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -69,6 +69,7 @@ def command(
         --log /var/log/vllm.log --out /var/lib/oomtrace --retain 6h --max-disk 2GiB
 
     Runs until SIGTERM or SIGINT (or --duration), then flushes and closes. Listens on no port.
+    Exits 1 when every source failed for the whole run (nothing was collected).
     """
     from collectors.agent import run
     from collectors.config import ConfigError, build_config
@@ -100,3 +101,5 @@ def command(
     except OSError as err:
         raise InputError(f"--out {out!r}: {err}; give a writable directory") from err
     click.echo(f"oomtrace: {summary.one_line()}", err=True)
+    if summary.every_source_failed:
+        raise NothingCollectedError(summary.failure_line())

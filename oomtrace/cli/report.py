@@ -24,13 +24,14 @@ SUFFIXES: Final[dict[str, str]] = {
 
 
 def output_format(out: Path | None, given: str | None) -> str:
-    """``--format`` if given, else from the ``-o`` extension, else text for the terminal."""
+    """``--format`` if given, else from the ``-o`` extension, else ``summary``: the concise
+    text for the terminal."""
     from oomtrace.errors import UsageError
 
     if given is not None:
         return given
     if out is None:
-        return "text"
+        return "summary"
     fmt = SUFFIXES.get(out.suffix.lower())
     if fmt is None:
         raise UsageError(
@@ -73,7 +74,12 @@ def planned_files(out: Path, assets: dict[str, bytes]) -> list[Path]:
 )
 @analysis_options
 @click.option("--max-points", default=1000, show_default=True, help="Time slices per chart.")
-@click.option("--max-lanes", default=60, show_default=True, help="Requests in the swimlanes.")
+@click.option(
+    "--context-lanes",
+    default=20,
+    show_default=True,
+    help="Requests drawn in the swimlanes besides the culprits (those that stored the most).",
+)
 @ingest_options_named("--input-format")
 def command(
     *,
@@ -84,7 +90,7 @@ def command(
     findings_path: Path | None,
     worksheet_path: Path | None,
     max_points: int,
-    max_lanes: int,
+    context_lanes: int,
     analysis: AnalysisChoices,
     ingest: IngestOptions,
 ) -> None:
@@ -92,36 +98,50 @@ def command(
     server left behind (ingested on the fly, as `oomtrace ingest` would).
 
     \b
+    oomtrace report trace/                      the summary, fitted to the terminal
     oomtrace report trace/ -o incident.html     one self-contained page, opens offline
     oomtrace report server.log gpu.csv -o incident.md   Markdown, charts as SVG beside it
     oomtrace report trace/ --format json        stable, versioned JSON on stdout
+    oomtrace report trace/ --findings f.json -o incident.html   saved findings, no analysis
     """
+    import shutil
+
+    from oomtrace.analysis import open_trace
     from oomtrace.errors import UsageError
     from oomtrace.ingest import load_any
-    from oomtrace.report import ReportOptions, build_report, render
-    from oomtrace.report.inputs import from_findings_document, from_findings_object, load_document
+    from oomtrace.report import Rendered, ReportOptions, build_report, render
+    from oomtrace.report.inputs import (
+        from_findings_document,
+        from_findings_object,
+        load_document,
+        load_findings,
+    )
+    from oomtrace.trace import is_trace_dir
 
     fmt = output_format(out, report_format)
-    if max_points < 1 or max_lanes < 1:
-        raise UsageError("--max-points and --max-lanes must be at least 1")
-    trace = load_any(list(inputs), ingest)
-    options = analysis.options(trace.manifest, ingest.node)
+    if max_points < 1 or context_lanes < 0:
+        raise UsageError("--max-points must be at least 1 and --context-lanes at least 0")
+    paths = list(inputs)
+    # A trace directory is scanned, as analyze scans it: the report reads only what it draws.
+    one_dir = len(paths) == 1 and is_trace_dir(paths[0]) and ingest.node is None
+    trace = open_trace(paths[0]) if one_dir else load_any(paths, ingest)
     worksheet = load_document(worksheet_path, "--worksheet") if worksheet_path else None
     if findings_path is None:
         from oomtrace.analysis import analyze
 
+        options = analysis.options(trace.manifest, ingest.node)
         inputs_ = from_findings_object(analyze(trace, options), trace, worksheet)
     else:
-        inputs_ = from_findings_document(
-            load_document(findings_path, "--findings"), trace, worksheet
-        )
-    report = build_report(inputs_, ReportOptions(buckets=max_points, max_lanes=max_lanes))
+        inputs_ = from_findings_document(load_findings(findings_path), trace, worksheet)
+    report = build_report(inputs_, ReportOptions(buckets=max_points, context_lanes=context_lanes))
     asset_dir = f"{out.stem}-charts" if out is not None else "charts"
-    if fmt == "text":
-        from oomtrace.report import Rendered
-        from oomtrace.terminal import render_report
+    # On a terminal, text fits its width (COLUMNS, else the terminal's, else 100); in a file, 100.
+    width = shutil.get_terminal_size((100, 24)).columns if out is None else 100
+    if fmt in ("summary", "text"):
+        from oomtrace.terminal import render_report, render_report_summary
 
-        rendered = Rendered(render_report(report))
+        draw = render_report_summary if fmt == "summary" else render_report
+        rendered = Rendered(draw(report, width))
     else:
         rendered = render(report, fmt, asset_dir=asset_dir)  # type: ignore[arg-type]
     if out is None:

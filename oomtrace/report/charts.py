@@ -1,21 +1,27 @@
-"""Altair chart builders: plain Polars frames in, Vega-Lite specs (dicts, data inlined) out.
+"""What every chart shares: its width, time axis, colours, legends and markers, and the step
+from an Altair chart to a Vega-Lite spec with its data as named datasets.
 
-Every time axis is UTC (the report's clock), every chart zooms and pans on time (drag, wheel;
-double-click resets), and every mark has a tooltip with the request ids and numbers behind it.
-Bytes are drawn in GiB (2**30) and labelled so. Callers pass data already reduced for display
-(:mod:`oomtrace.report.downsample`); nothing here aggregates.
+Every time axis is UTC (the report's clock), every time chart zooms and pans on time (drag,
+wheel; double-click resets), and every mark has a tooltip with the request ids and numbers
+behind it. Bytes are drawn in the largest binary unit their values reach (GiB, 2**30, for a
+device; MiB for a small pool) and labelled so. Charts fill the width of the page
+(``width: "container"``); legends sit below the plot, so that nothing is cut off at 1,024
+pixels; a file (Markdown's SVG) gets a fixed width instead (:func:`static_spec`). Callers pass
+data already reduced for display (:mod:`oomtrace.report.downsample`); nothing here aggregates.
 """
 
 from __future__ import annotations
 
+import copy
+from dataclasses import dataclass
 from typing import Any, Final
 
 import altair as alt
 import polars as pl
 
-from oomtrace.units import GiB
+from oomtrace.report import palette
 
-WIDTH: Final = 860
+STATIC_WIDTH: Final = 860
 TIME_FORMAT: Final = "%Y-%m-%d %H:%M:%S.%L"
 # Every tick label stands alone (Vega's default multi-format prints ".500" for a half second,
 # which reads as nothing once neighbouring labels are thinned out): the time of day, the
@@ -25,31 +31,24 @@ TIME_LABEL: Final = (
     " + utcFormat(datum.value, '%H:%M:%S')"
     " + (datum.value % 1000 ? utcFormat(datum.value, '.%L') : '')"
 )
-
-# Fixed colours per series so that the same quantity looks the same in every report.
-SERIES_COLOURS: Final[dict[str, str]] = {
-    "device total": "#7f7f7f",
-    "device used (NVML)": "#111111",
-    "device used peak": "#8c564b",
-    "allocator reserved": "#1f77b4",
-    "allocator allocated": "#9ecae1",
-    "allocator reserved peak": "#6baed6",
-    "allocator allocated peak": "#c6dbef",
-    "KV observed": "#2ca02c",
-    "KV modelled": "#98df8a",
-    "weights": "#9467bd",
-    "requests running": "#1f77b4",
-    "requests waiting": "#ff7f0e",
-    "requests preempted": "#d62728",
-}
-MARKER_COLOURS: Final[dict[str, str]] = {
-    "oom": "#d62728",
-    "peak": "#ff7f0e",
-    "engine_dead": "#000000",
-    "preemption": "#e377c2",
-    "startup_kv_insufficient": "#d62728",
-    "startup_no_kv_memory": "#d62728",
-    "xid": "#8c564b",
+# About one time label per 110 pixels: labels of "16:43:27.500" never crowd each other.
+TICKS: Final = {"expr": "max(2, floor(width / 110))"}
+MONOSPACE: Final = "ui-monospace, Menlo, Consolas, 'DejaVu Sans Mono', monospace"
+CONFIG: Final[dict[str, Any]] = {
+    "legend": {
+        "orient": "bottom",
+        "direction": "horizontal",
+        "columns": 3,
+        "labelLimit": 260,
+        "titleLimit": 0,
+        "symbolStrokeWidth": 2.5,
+        # legends below the plot stack one under the other, never side by side off the page
+        # (Vega-Lite takes Vega's legend layout as an expression)
+        "layout": {"expr": "{bottom: {anchor: 'start', direction: 'vertical', margin: 6}}"},
+    },
+    "axis": {"labelLimit": 0, "titleFontWeight": "normal"},
+    "title": {"anchor": "start", "fontSize": 14},
+    "view": {"stroke": "#dddddd"},
 }
 
 
@@ -59,7 +58,7 @@ def epoch_ms(frame: pl.DataFrame, *columns: str) -> pl.DataFrame:
     return frame.with_columns(pl.col(c).dt.epoch("ms") for c in columns)
 
 
-class _Datasets:
+class Datasets:
     """Chart data kept out of Altair's hands: layers refer to a named dataset, and the rows go
     into the spec's top-level ``datasets`` after ``to_dict``. Altair validates every inline
     row against the Vega-Lite JSON schema, which for a day-long trace took tens of seconds;
@@ -75,45 +74,87 @@ class _Datasets:
         return alt.Data(name=key)  # type: ignore[no-untyped-call]
 
 
-def _time_x(field: str = "t", title: str = "time (UTC)") -> alt.X:
+def time_x(
+    field: str = "t", title: str = "time (UTC)", domain: tuple[int, int] | None = None
+) -> alt.X:
+    """The time axis. A chart's span is drawn by :func:`span_layer`, not by a scale domain:
+    an explicit domain conflicts with the zoom bound to the scale (Vega warns, and merges)."""
+    del domain
     return alt.X(
         f"{field}:T",
         title=title,
         scale=alt.Scale(type="utc"),
-        axis=alt.Axis(labelExpr=TIME_LABEL, labelOverlap=True),
+        axis=alt.Axis(
+            labelExpr=TIME_LABEL,
+            labelOverlap="greedy",
+            labelSeparation=10,
+            labelFlush=False,
+            tickCount=TICKS,
+        ),
     )
 
 
-def _time_tip(field: str, title: str) -> alt.Tooltip:
+def span_layer(domain: tuple[int, int] | None, data_sets: Datasets) -> list[alt.Chart]:
+    """An invisible layer at the two ends of the charts' span (epoch milliseconds), so the time
+    axis covers the whole span even where no series has a point (every series is filtered to
+    it, so nothing reaches beyond)."""
+    if domain is None:
+        return []
+    ends = pl.DataFrame({"t": list(domain)})
+    layer = (
+        alt.Chart(data_sets.add("span", ends))
+        .mark_point(opacity=0, size=1)
+        .encode(x=time_x(), tooltip=alt.value(None))
+    )
+    return [layer]
+
+
+def time_tip(field: str, title: str) -> alt.Tooltip:
     return alt.Tooltip(f"{field}:T", title=title, format=TIME_FORMAT, formatType="utc")
 
 
-def _colour_scale(names: list[str], colours: dict[str, str]) -> alt.Scale:
+def colour_scale(names: list[str], colours: dict[str, str]) -> alt.Scale:
+    """Known names in their fixed colour, the others from :data:`palette.OTHERS` in order."""
     known = [n for n in names if n in colours]
-    other = sorted(n for n in names if n not in colours)
-    palette = ["#17becf", "#bcbd22", "#e377c2", "#8c564b", "#ff9896", "#c5b0d5", "#7f7f7f"]
-    domain = known + other
-    colour_range = [colours[n] for n in known] + [
-        palette[i % len(palette)] for i in range(len(other))
-    ]
-    return alt.Scale(domain=domain, range=colour_range)
+    other = [n for n in names if n not in colours]
+    taken = {colours[n] for n in known}
+    spare = [c for c in palette.OTHERS if c not in taken] or list(palette.OTHERS)
+    colour_range = [colours[n] for n in known] + [spare[i % len(spare)] for i in range(len(other))]
+    return alt.Scale(domain=known + other, range=colour_range)
 
 
-def _markers_layer(markers: pl.DataFrame, data_sets: _Datasets) -> alt.Chart:
-    """Vertical rules for OOMs, the spike and other point events; ``markers`` has
-    ``ts, kind, label, detail``."""
+def markers_layer(
+    markers: pl.DataFrame, data_sets: Datasets, domain: tuple[int, int] | None = None
+) -> alt.Chart:
+    """Vertical rules for OOMs, the incident peak and other point events (``ts, kind, label,
+    detail``), each kind in its colour and dash, in a legend of its own. ``domain``: the
+    chart's time domain (every layer states the same one, or Vega warns of a conflict)."""
     data = epoch_ms(markers.rename({"ts": "t"}), "t")
-    kinds = sorted(set(data["kind"].to_list()))
+    labels = list(dict.fromkeys(data["label"].to_list()))
+    styles = [
+        palette.MARKERS.get(label, palette.PEAK_MARKER if label.startswith("peak") else None)
+        or (palette.DARK_GREY, (4, 2))
+        for label in labels
+    ]
     layer: alt.Chart = (
         alt.Chart(data_sets.add("markers", data))
-        .mark_rule(strokeWidth=2, strokeDash=[6, 3])
+        .mark_rule(strokeWidth=2)
         .encode(
-            x=alt.X("t:T"),
+            x=time_x(domain=domain),
             # stroke, not color: markers get their own legend beside the series legend
-            stroke=alt.Stroke("kind:N", title="marker", scale=_colour_scale(kinds, MARKER_COLOURS)),
+            stroke=alt.Stroke(
+                "label:N",
+                title="marker",
+                scale=alt.Scale(domain=labels, range=[s[0] for s in styles]),
+            ),
+            strokeDash=alt.StrokeDash(
+                "label:N",
+                title="marker",
+                scale=alt.Scale(domain=labels, range=[list(s[1]) or [1, 0] for s in styles]),
+            ),
             tooltip=[
                 alt.Tooltip("label:N", title="marker"),
-                _time_tip("t", "time (UTC)"),
+                time_tip("t", "time (UTC)"),
                 alt.Tooltip("detail:N", title="detail"),
             ],
         )
@@ -121,195 +162,58 @@ def _markers_layer(markers: pl.DataFrame, data_sets: _Datasets) -> alt.Chart:
     return layer
 
 
-def _finish(chart: alt.TopLevelMixin, title: str, data_sets: _Datasets) -> dict[str, Any]:
-    spec: dict[str, Any] = chart.properties(title=title).to_dict()
+def finish(
+    chart: alt.TopLevelMixin, title: str, data_sets: Datasets, *, height: int
+) -> dict[str, Any]:
+    """The Vega-Lite spec: as wide as its container, ``height`` pixels of plot, legends below."""
+    # validated against the Vega-Lite schema by the tests (tests/unit/report/test_chart_specs.py),
+    # not on every run: validation was a third of the time a report took
+    spec: dict[str, Any] = chart.properties(title=title).to_dict(validate=False)
     spec["datasets"] = {**spec.get("datasets", {}), **data_sets.values}
+    spec["width"] = "container"
+    spec["height"] = height
+    spec["autosize"] = {"type": "fit-x", "contains": "padding"}
+    spec["config"] = {**spec.get("config", {}), **copy.deepcopy(CONFIG)}
     return spec
 
 
-def memory_chart(
-    series: pl.DataFrame, markers: pl.DataFrame, levels: pl.DataFrame, *, title: str
-) -> dict[str, Any]:
-    """Memory over time. ``series``: ``ts, series, value`` (bytes); ``levels``: constant lines
-    ``series, value`` (weights); ``markers``: ``ts, kind, label, detail``."""
-    data = epoch_ms(series.rename({"ts": "t"}), "t").with_columns(
-        (pl.col("value") / GiB).round(4).alias("gib")
-    )
-    names = sorted(set(data["series"].to_list()) | set(levels["series"].to_list()))
-    colour = alt.Color("series:N", title="series", scale=_colour_scale(names, SERIES_COLOURS))
-    zoom = alt.selection_interval(name="zoom_memory", bind="scales", encodings=["x"])
-    data_sets = _Datasets("memory")
-    lines = (
-        alt.Chart(data_sets.add("series", data))
-        .mark_line(interpolate="step-after", strokeWidth=1.5, point=False)
-        .encode(
-            x=_time_x(),
-            y=alt.Y("gib:Q", title="GiB"),
-            color=colour,
-            tooltip=[
-                alt.Tooltip("series:N", title="series"),
-                _time_tip("t", "time (UTC)"),
-                alt.Tooltip("gib:Q", title="GiB", format=".3f"),
-            ],
-        )
-        .add_params(zoom)
-    )
-    layers: list[alt.Chart] = [lines]
-    if levels.height:
-        level_data = levels.with_columns((pl.col("value") / GiB).round(4).alias("gib"))
-        layers.append(
-            alt.Chart(data_sets.add("levels", level_data))
-            .mark_rule(strokeDash=[2, 2], strokeWidth=1.5)
-            .encode(
-                y="gib:Q",
-                color=colour,
-                tooltip=[
-                    alt.Tooltip("series:N", title="level"),
-                    alt.Tooltip("gib:Q", title="GiB", format=".3f"),
-                ],
-            )
-        )
-    if markers.height:
-        layers.append(_markers_layer(markers, data_sets))
-    chart = alt.layer(*layers).properties(width=WIDTH, height=320)
-    return _finish(chart, title, data_sets)
+def static_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    """``spec`` for a file, where there is no container to fit: a fixed width."""
+    if spec.get("width") != "container":
+        return spec
+    out = dict(spec)
+    out["width"] = STATIC_WIDTH
+    out["autosize"] = {"type": "pad"}
+    return out
 
 
-def activity_chart(
-    counts: pl.DataFrame,
-    admissions: pl.DataFrame,
-    markers: pl.DataFrame,
-    *,
-    title: str,
-    bars: str = "admitted",
-) -> dict[str, Any]:
-    """Requests running, waiting and preempted (``ts, series, value``) over admissions per
-    interval (``ts, end, admissions``), with the same markers as the memory chart. ``bars``
-    names what the bars count (``admitted``, or ``arrived`` where no admission is stated)."""
-    zoom = alt.selection_interval(name="zoom_activity", bind="scales", encodings=["x"])
-    data_sets = _Datasets("activity")
-    layers: list[alt.Chart] = []
-    if admissions.height:
-        adm = epoch_ms(admissions.rename({"ts": "t", "end": "t2"}), "t", "t2")
-        layers.append(
-            alt.Chart(data_sets.add("admissions", adm))
-            .mark_rect(opacity=0.35, color="#7f7f7f")
-            .encode(
-                x=_time_x(),
-                x2="t2:T",
-                y=alt.Y("admissions:Q", title=f"{bars} per slice", axis=alt.Axis(orient="right")),
-                tooltip=[
-                    _time_tip("t", "from (UTC)"),
-                    _time_tip("t2", "to (UTC)"),
-                    alt.Tooltip("admissions:Q", title=bars, format=",d"),
-                ],
-            )
-        )
-    if counts.height:
-        data = epoch_ms(counts.rename({"ts": "t"}), "t")
-        names = sorted(set(data["series"].to_list()))
-        layers.append(
-            alt.Chart(data_sets.add("series", data))
-            .mark_line(interpolate="step-after", strokeWidth=1.5)
-            .encode(
-                x=_time_x(),
-                y=alt.Y("value:Q", title="requests"),
-                color=alt.Color(
-                    "series:N", title="series", scale=_colour_scale(names, SERIES_COLOURS)
-                ),
-                tooltip=[
-                    alt.Tooltip("series:N", title="series"),
-                    _time_tip("t", "time (UTC)"),
-                    alt.Tooltip("value:Q", title="requests", format=",d"),
-                ],
-            )
-        )
-    layers[0] = layers[0].add_params(zoom)
-    if markers.height:
-        layers.append(_markers_layer(markers, data_sets))
-    # admissions per slice and requests resident differ by orders of magnitude: two y axes
-    chart = alt.layer(*layers).resolve_scale(y="independent").properties(width=WIDTH, height=220)
-    return _finish(chart, title, data_sets)
+@dataclass(frozen=True)
+class Unit:
+    """The binary unit a chart draws bytes in: ``name`` and bytes per unit."""
+
+    name: str
+    factor: int
+
+    def of(self, value: float) -> float:
+        return value / self.factor
 
 
-def swimlane_chart(lanes: pl.DataFrame, markers: pl.DataFrame, *, title: str) -> dict[str, Any]:
-    """One lane per request: ``request_id, start, end, state, stored_tokens, kv_bytes,
-    culprit_rank`` (null when not a culprit). Colour is stored tokens; culprits are outlined
-    and flagged with their rank."""
-    data = epoch_ms(lanes.rename({"start": "t", "end": "t2"}), "t", "t2").with_columns(
-        (pl.col("kv_bytes") / GiB).round(4).alias("kv_gib"),
-        pl.when(pl.col("culprit_rank").is_not_null())
-        .then(pl.format("culprit #{}", pl.col("culprit_rank")))
-        .otherwise(pl.lit(""))
-        .alias("culprit"),
-    )
-    order = data.group_by("request_id").agg(pl.col("t").min()).sort(["t", "request_id"])
-    y = alt.Y("request_id:N", title=None, sort=order["request_id"].to_list())
-    zoom = alt.selection_interval(name="zoom_lanes", bind="scales", encodings=["x"])
-    data_sets = _Datasets("lanes")
-    tooltip = [
-        alt.Tooltip("request_id:N", title="request"),
-        alt.Tooltip("state:N", title="state"),
-        _time_tip("t", "from (UTC)"),
-        _time_tip("t2", "to (UTC)"),
-        alt.Tooltip("stored_tokens:Q", title="stored tokens", format=",d"),
-        alt.Tooltip("kv_gib:Q", title="KV GiB", format=".3f"),
-        alt.Tooltip("culprit:N", title="culprit"),
-    ]
-    bars = (
-        alt.Chart(data_sets.add("intervals", data))
-        .mark_bar(height={"band": 0.8})
-        .encode(
-            x=_time_x(),
-            x2="t2:T",
-            y=y,
-            color=alt.Color(
-                "stored_tokens:Q", title="stored tokens", scale=alt.Scale(scheme="viridis")
-            ),
-            stroke=alt.condition("datum.culprit != ''", alt.value("#d62728"), alt.value(None)),
-            strokeWidth=alt.condition("datum.culprit != ''", alt.value(2.5), alt.value(0)),
-            tooltip=tooltip,
-        )
-        .add_params(zoom)
-    )
-    flagged = (
-        data.filter(pl.col("culprit") != "")
-        .group_by("request_id")
-        .agg(pl.col("t").min(), pl.col("culprit").first())
-    )
-    layers: list[alt.Chart] = [bars]
-    if flagged.height:
-        layers.append(
-            alt.Chart(data_sets.add("culprits", flagged.sort("request_id")))
-            .mark_text(align="left", dx=4, color="#ffffff", fontWeight="bold")
-            .encode(x="t:T", y=y, text="culprit:N")
-        )
-    if markers.height:
-        layers.append(_markers_layer(markers, data_sets))
-    lanes_count = data["request_id"].n_unique()
-    height = max(80, 16 * lanes_count)
-    chart = alt.layer(*layers).properties(width=WIDTH, height=height)
-    return _finish(chart, title, data_sets)
+UNITS: Final = (Unit("GiB", 1 << 30), Unit("MiB", 1 << 20), Unit("KiB", 1 << 10), Unit("B", 1))
 
 
-def budget_chart(parts: pl.DataFrame, *, title: str) -> dict[str, Any]:
-    """Planned against observed as stacked bars: ``bar, part, bytes, order``."""
-    data = parts.with_columns((pl.col("bytes") / GiB).round(4).alias("gib"))
-    data_sets = _Datasets("budget")
-    chart = (
-        alt.Chart(data_sets.add("parts", data))
-        .mark_bar()
-        .encode(
-            y=alt.Y("bar:N", title=None, sort=None),
-            x=alt.X("gib:Q", title="GiB", stack="zero"),
-            color=alt.Color("part:N", title="part", sort=None),
-            order=alt.Order("order:Q"),
-            tooltip=[
-                alt.Tooltip("bar:N", title="bar"),
-                alt.Tooltip("part:N", title="part"),
-                alt.Tooltip("gib:Q", title="GiB", format=".3f"),
-            ],
-        )
-        .properties(width=WIDTH, height=90)
-    )
-    return _finish(chart, title, data_sets)
+def unit_for(*values: float | None) -> Unit:
+    """The largest unit in which the largest of ``values`` is at least one (a 5 MiB pool is
+    drawn in MiB, not as 0.005 GiB)."""
+    top = max((abs(v) for v in values if v is not None), default=0.0)
+    return next((u for u in UNITS if top >= u.factor), UNITS[-1])
+
+
+def sized(
+    frame: pl.DataFrame, unit: Unit, column: str = "value", name: str = "size"
+) -> pl.DataFrame:
+    """Bytes in ``unit``, rounded for the page (a tooltip shows three decimals)."""
+    return frame.with_columns((pl.col(column) / unit.factor).round(4).alias(name))
+
+
+def size_tip(unit: Unit, field: str = "size", title: str = "") -> alt.Tooltip:
+    return alt.Tooltip(f"{field}:Q", title=title or unit.name, format=".3f")

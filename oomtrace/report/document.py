@@ -9,13 +9,17 @@ the display data behind it.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, Literal
 
 import polars as pl
 
-REPORT_VERSION: Final = 2  # 2: the gaps section splits assumptions from gaps; rows carry category
+# 2: the gaps section splits assumptions from gaps; rows carry category. 3: the verdict leads
+# with at most three lines (what, who, the fix) and the remedies; a cause section per class; the
+# header names the engine version, model, node and GPU.
+REPORT_VERSION: Final = 3
 
 ReportFormat = Literal["text", "markdown", "json", "html"]
 FORMATS: Final[tuple[ReportFormat, ...]] = ("text", "markdown", "json", "html")
@@ -97,7 +101,10 @@ class Section:
 
 @dataclass(frozen=True)
 class Verdict:
-    """The answer in one place: class, time, size, culprits, how much is explained."""
+    """The answer in one place. ``lines`` come first, at most three: what happened and when,
+    who (the culprits by full id, or the cause that is not a request) and the fix (the
+    analysis' first remedy); then ``remedies`` in full, the paragraph, figures, culprits and the
+    evidence."""
 
     incident_class: str
     label: str
@@ -106,17 +113,22 @@ class Verdict:
     figures: tuple[Figure, ...]
     culprits: Table
     evidence: tuple[str, ...] = ()
+    lines: tuple[str, ...] = ()
+    remedies: Table = field(default_factory=lambda: Table(()))
 
 
 @dataclass(frozen=True)
 class Report:
-    """The whole report. ``sections`` follow the verdict in reading order."""
+    """The whole report. ``sections`` follow the verdict in reading order; ``header`` names
+    what the incident happened on (engine and the version it printed, model, node, GPU), each
+    as a figure so every format shows the same words."""
 
     title: str
     subtitle: str
     verdict: Verdict
     sections: tuple[Section, ...]
     meta: dict[str, Any] = field(default_factory=dict)
+    header: tuple[Figure, ...] = ()
     # What a reader must know before the verdict: inputs left out of the timeline because their
     # times could not be aligned or anchored (oomtrace.diagnostics.clock_warning), with the
     # remedy. Every format shows them first.
@@ -131,3 +143,28 @@ class Report:
     @property
     def charts(self) -> tuple[Chart, ...]:
         return tuple(c for s in self.sections for c in s.charts)
+
+
+def culprit_ids(verdict: Verdict) -> list[str]:
+    """The request ids of the verdict's culprits (to be shown whole wherever they appear)."""
+    keys = [c.key for c in verdict.culprits.columns]
+    if "request_id" not in keys:
+        return []
+    at = keys.index("request_id")
+    return [str(row[at]) for row in verdict.culprits.rows if row[at] is not None]
+
+
+def id_pieces(text: str, ids: list[str]) -> list[tuple[str, bool]]:
+    """``text`` cut into pieces, each flagged whether it is one of ``ids`` (the longest first
+    where two overlap), so a renderer can show every id whole, as code, and escape the rest."""
+    found = sorted((i for i in ids if i and i in text), key=len, reverse=True)
+    if not found:
+        return [(text, False)]
+    pattern = re.compile("|".join(re.escape(i) for i in found))
+    pieces: list[tuple[str, bool]] = []
+    last = 0
+    for match in pattern.finditer(text):
+        pieces += [(text[last : match.start()], False), (match.group(0), True)]
+        last = match.end()
+    pieces.append((text[last:], False))
+    return [p for p in pieces if p[0]]

@@ -14,8 +14,21 @@ import base64
 import hashlib
 
 from oomtrace import escape
-from oomtrace.report.document import NUMERIC_KINDS, REPORT_VERSION, Chart, Report, Section, Table
+from oomtrace.report.document import (
+    NUMERIC_KINDS,
+    REPORT_VERSION,
+    Chart,
+    Column,
+    Report,
+    Section,
+    Table,
+    culprit_ids,
+    id_pieces,
+)
 from oomtrace.report.fmt import cell_text, value_text
+
+# Columns that hold request ids (never wrapped inside): request_id, top_culprit_id.
+REQUEST_KEYS = ("request_id", "culprit_id")
 
 # Only the page's own scripts run: each is allowed by its SHA-256 hash, so markup that ever got
 # into the page could not add one, and no script may eval (the charts are embedded with
@@ -26,27 +39,36 @@ CSP = (
     "connect-src 'none'; form-action 'none'; base-uri 'none'"
 )
 
+# Request ids never wrap inside themselves (a hyphen is not a place to break "cmpl-...-0"):
+# they are monospace and nowrap wherever they appear; long text cells wrap instead.
 STYLE = """
 body{font:15px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:#1d1d1f;
- margin:0 auto;max-width:1280px;padding:0 20px 40px}
+ margin:0 auto;max-width:1400px;padding:0 20px 40px}
 header{border-bottom:1px solid #ddd;margin-bottom:8px}
-h1{font-size:1.5em;margin:.8em 0 .1em}.sub{color:#555;margin:0 0 .6em}
+h1{font-size:1.5em;margin:.8em 0 .1em}.sub{color:#444;margin:0 0 .6em}
+.sub .part{white-space:nowrap}
 .alert{background:#fff4e5;border-left:4px solid #b35c00;padding:.4em .6em;margin:.4em 0}
-nav a{margin-right:1em;font-size:.9em}
+nav{display:flex;flex-wrap:wrap;gap:.2em 1em}nav a{font-size:.9em;white-space:nowrap}
 h2{font-size:1.2em;margin:1.6em 0 .4em;border-bottom:1px solid #eee}
 h3{font-size:1em;margin:1.2em 0 .3em}
-.verdict{background:#fff6f5;border-left:6px solid #d62728;padding:4px 18px 12px;margin-top:1em}
-.verdict.cls-none{background:#f4faf4;border-left-color:#2ca02c}
+.verdict{background:#fff6f5;border-left:6px solid #D55E00;padding:4px 18px 12px;margin-top:1em}
+.verdict.cls-none{background:#f4faf4;border-left-color:#009E73}
 .verdict h2{border:0}
+ol.lines{list-style:none;padding:0;margin:.4em 0 .8em;font-size:1.12em}
+ol.lines li{margin:.15em 0}ol.lines li.what{font-weight:700;font-size:1.1em}
+ol.lines li.fix{font-weight:600}
+code.id,td.id{font-family:ui-monospace,Menlo,Consolas,"DejaVu Sans Mono",monospace;
+ white-space:nowrap;font-size:.92em}
 dl.figs{display:grid;grid-template-columns:max-content auto;gap:2px 16px;margin:.6em 0}
 dl.figs dt{color:#555}dl.figs dd{margin:0;font-variant-numeric:tabular-nums}
-table{border-collapse:collapse;margin:.4em 0 1em;font-size:.88em}
-th,td{padding:3px 8px;border-bottom:1px solid #eee;text-align:left;vertical-align:top}
+table{border-collapse:collapse;margin:.4em 0 1em;font-size:.8em}
+th,td{padding:3px 5px;border-bottom:1px solid #eee;text-align:left;vertical-align:top}
 th{background:#fafafa}td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
-td.id{font-family:ui-monospace,Menlo,Consolas,monospace;word-break:break-all;min-width:18ch}
-td.t{min-width:16em}.scroll{overflow-x:auto}
+td.t{min-width:9em;overflow-wrap:anywhere}
+td.src{font-family:ui-monospace,Menlo,Consolas,"DejaVu Sans Mono",monospace;font-size:.92em;
+ overflow-wrap:anywhere;min-width:8em}.scroll{overflow-x:auto;max-width:100%}
 figure{margin:.6em 0 1em}figcaption{color:#555;font-size:.85em}
-.chart{min-height:60px}.empty{color:#777;font-style:italic}
+.chart{min-height:60px;width:100%}.empty{color:#777;font-style:italic}
 .tablename{font-weight:600;margin:.8em 0 0}
 footer{margin-top:3em;color:#777;font-size:.8em;border-top:1px solid #eee;padding-top:.6em}
 """
@@ -82,7 +104,7 @@ def render_html(report: Report, *, script: str, versions: str = "") -> str:
     body = [
         "<header>",
         f"<h1>{escape.html(report.title)}</h1>",
-        f'<p class="sub">{escape.html(report.subtitle)}</p>' if report.subtitle else "",
+        _subtitle(report.subtitle),
         *(f'<p class="alert">Warning: {escape.html(a)}</p>' for a in report.alerts),
         f'<nav><a href="#verdict">Verdict</a>{nav}</nav>',
         "</header>",
@@ -126,6 +148,14 @@ def _csp(*scripts: str) -> str:
     return CSP.format(hashes=" ".join(f"'sha256-{h}'" for h in hashes))
 
 
+def _subtitle(subtitle: str) -> str:
+    """The header line, each part kept whole (a time range never wraps inside a timestamp)."""
+    if not subtitle:
+        return ""
+    parts = " · ".join(f'<span class="part">{escape.html(p)}</span>' for p in subtitle.split(" · "))
+    return f'<p class="sub">{parts}</p>'
+
+
 def _figures(figures: tuple[object, ...]) -> str:
     items = "".join(
         f"<dt>{escape.html(f.label)}</dt><dd>{escape.html(value_text(f.value, f.kind))}</dd>"  # type: ignore[attr-defined]
@@ -134,11 +164,31 @@ def _figures(figures: tuple[object, ...]) -> str:
     return f'<dl class="figs">{items}</dl>' if items else ""
 
 
+def with_ids(text: str, ids: list[str]) -> str:
+    """``text`` escaped, each of ``ids`` in it as ``<code class="id">`` (whole, never wrapped
+    inside, copied as it is)."""
+    return "".join(
+        f'<code class="id">{escape.html(piece)}</code>' if is_id else escape.html(piece)
+        for piece, is_id in id_pieces(text, ids)
+    )
+
+
 def _verdict(report: Report) -> str:
     v = report.verdict
+    ids = culprit_ids(v)
+    classes = ("what", "who", "fix")
+    lines = "".join(
+        f'<li class="{classes[i] if i < len(classes) else "more"}">{with_ids(line, ids)}</li>'
+        for i, line in enumerate(v.lines)
+    )
     parts = [
         f'<section id="verdict" class="verdict cls-{escape.html(v.incident_class)}">',
-        f"<h2>Verdict: {escape.html(v.headline)}</h2>",
+        "<h2>Verdict</h2>",
+        f'<ol class="lines">{lines}</ol>',
+    ]
+    if v.remedies.rows:
+        parts += ["<h3>What would have prevented it</h3>", _table(v.remedies)]
+    parts += [
         f"<p>{escape.html(v.paragraph)}</p>",
         _figures(v.figures),
         "<h3>Culprits</h3>",
@@ -175,6 +225,18 @@ def _chart(chart: Chart) -> str:
     )
 
 
+def _cell_class(column: Column, value: object) -> str:
+    """Numbers right-aligned; a request id whole on one line; another id (a file, a parser)
+    in the same type but free to wrap; long text with a width of its own."""
+    if column.kind in NUMERIC_KINDS:
+        return ' class="n"'
+    if column.kind == "id":
+        return ' class="id"' if column.key.endswith(REQUEST_KEYS) else ' class="src"'
+    if column.kind == "text" and len(str(value or "")) > 60:
+        return ' class="t"'
+    return ""
+
+
 def _table(table: Table) -> str:
     if not table.rows:
         return f'<p class="empty">{escape.html(table.note or "none")}</p>'
@@ -183,16 +245,11 @@ def _table(table: Table) -> str:
     for row in table.rows:
         cells = []
         for value, column in zip(row, table.columns, strict=True):
-            css = (
-                ' class="n"'
-                if column.kind in NUMERIC_KINDS
-                else ' class="id"'
-                if column.kind == "id"
-                else ' class="t"'
-                if column.kind == "text" and len(str(value or "")) > 60
-                else ""
-            )
-            cells.append(f"<td{css}>{escape.html(cell_text(value, column.kind))}</td>")
+            text = escape.html(cell_text(value, column.kind))
+            if column.kind == "time":
+                # a narrow page may break a timestamp between its date and its time, nowhere else
+                text = text.replace("T", "<wbr>T", 1)
+            cells.append(f"<td{_cell_class(column, value)}>{text}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
     note = f'<p class="empty">{escape.html(table.note)}</p>' if table.note else ""
     body = "".join(rows)

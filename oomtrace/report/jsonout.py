@@ -21,10 +21,13 @@ def render_json(report: Report) -> str:
         "title": report.title,
         "subtitle": report.subtitle,
         "meta": report.meta,
+        "header": {f.key: json_value(f.value, f.kind) for f in report.header},
         "verdict": {
             "class": verdict.incident_class,
             "label": verdict.label,
             "headline": verdict.headline,
+            "lines": list(verdict.lines),
+            "remedies": _table(verdict.remedies)["rows"],
             "paragraph": verdict.paragraph,
             "figures": {f.key: json_value(f.value, f.kind) for f in verdict.figures},
             "culprits": _table(verdict.culprits)["rows"],

@@ -23,6 +23,7 @@ _TITLES = {
     "share": "share",
     "reason": "reason",
     "ts": "time (UTC)",
+    "preemptions": "preempted",
 }
 
 
@@ -42,7 +43,9 @@ def kind_of(key: str) -> Kind:  # noqa: PLR0911 - one rule per unit suffix
         return "share"
     if key.endswith(("_s", "_seconds")):
         return "seconds"
-    if key.startswith(("n_", "num_")) or key.endswith(("_count", "_total", "requests", "points")):
+    if key.startswith(("n_", "num_")) or key.endswith(
+        ("_count", "_total", "requests", "points", "preemptions")
+    ):
         return "count"
     return "text"
 
@@ -103,12 +106,17 @@ def table_from_records(
     return Table(columns, rows, note)
 
 
-def table_from_mapping(mapping: Mapping[str, Any], *, note: str = "") -> Table:
-    """A two-column ``item, value`` table from a flat mapping, sorted by key, each value shown
-    with its kind (the value column is text: kinds differ per row)."""
+def table_from_mapping(
+    mapping: Mapping[str, Any], *, note: str = "", order: Sequence[str] = ()
+) -> Table:
+    """A two-column ``item, value`` table from a flat mapping, the keys of ``order`` first in
+    that order, then the others sorted, each value shown with its kind (the value column is
+    text: kinds differ per row)."""
+    rank = {k: i for i, k in enumerate(order)}
+    keys = sorted(mapping, key=lambda k: (rank.get(k, len(rank)), k))
     rows = tuple(
-        (title_of(k), value_text(coerce(v, kind_of(k)), kind_of(k)))
-        for k, v in sorted(mapping.items())
-        if not isinstance(v, Mapping | list)
+        (title_of(k), value_text(coerce(mapping[k], kind_of(k)), kind_of(k)))
+        for k in keys
+        if not isinstance(mapping[k], Mapping | list)
     )
     return Table((Column("item", "item", "text"), Column("value", "value", "text")), rows, note)

@@ -56,42 +56,25 @@ CLASS_EXPLANATIONS: Final[dict[str, str]] = {
     "none": "The trace shows no out-of-memory event and no memory spike worth reporting.",
 }
 
+# The culprits' columns, in this order; every other field of a culprit is in the findings
+# document and the ledger (a table of fifteen columns does not fit a page).
 CULPRIT_ORDER: Final = (
     "rank",
     "request_id",
     "share",
-    "tokens",
-    "blocks",
     "bytes",
+    "tokens",
     "basis",
+    "blocks_basis",
+    "preemptions",
     "prompt_tokens",
     "max_tokens",
-    "growth_tokens",
-    "resident_since",
-    "resident_since_basis",
+    "step_bytes",
     "reason",
 )
-# Shown in the reason text or in the findings document, not as columns.
-CULPRIT_HIDDEN: Final = (
-    "evidence",
-    "tokens_low",
-    "tokens_high",
-    "arrived",
-    "admitted_in_window",
-    "in_prefill",
-    "step_tokens",
-    "step_parameter",
-    "step_bytes",
-)
-
-
-def incident_label(incident_class: str) -> str:
-    return CLASS_LABELS.get(incident_class, incident_class.replace("_", " "))
-
-
 # Columns only some sources can fill (the vLLM plugin states blocks and preemptions per
 # request): shown where a row has a value, left out where every row would say "not stated".
-ENGINE_STATED: Final = ("blocks_basis", "preemptions")
+ENGINE_STATED: Final = ("blocks_basis", "preemptions", "step_bytes")
 
 
 def unstated(rows: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
@@ -99,15 +82,83 @@ def unstated(rows: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
     return tuple(c for c in ENGINE_STATED if all(r.get(c) is None for r in rows))
 
 
+REMEDY_ORDER: Final = ("action", "basis", "detail")
+# The verdict names this many culprits by id; the table below has them all.
+NAMED: Final = 3
+# Evidence rows shown; the findings document has them all.
+EVIDENCE_SHOWN: Final = 8
+
+
+def incident_label(incident_class: str) -> str:
+    return CLASS_LABELS.get(incident_class, incident_class.replace("_", " "))
+
+
 def culprit_table(culprits: Sequence[Mapping[str, Any]]) -> Table:
     ranked = [{"rank": i + 1, **c} for i, c in enumerate(culprits)]
     note = "" if ranked else "The analysis named no request."
-    drop = (*CULPRIT_HIDDEN, *unstated(ranked))
-    return table_from_records(ranked, order=CULPRIT_ORDER, drop=drop, note=note)
+    left_out = unstated(ranked)
+    order = tuple(k for k in CULPRIT_ORDER if k not in left_out)
+    hidden = sorted({k for c in ranked for k in c} - set(order))
+    return table_from_records(ranked, order=order, drop=hidden, note=note)
 
 
-def build_verdict(incident: Mapping[str, Any] | None) -> Verdict:
-    """The verdict of the primary incident (``None``: the analysis found none)."""
+def remedy_table(remedies: Sequence[Mapping[str, Any]]) -> Table:
+    """What would have prevented the incident, the one to apply first first."""
+    rows = [{k: r.get(k) for k in REMEDY_ORDER} for r in remedies]
+    note = "" if rows else "The analysis computed no remedy for this incident."
+    return table_from_records(rows, order=REMEDY_ORDER, note=note)
+
+
+def incident_remedies(
+    findings: Mapping[str, Any], incident: Mapping[str, Any] | None
+) -> list[Mapping[str, Any]]:
+    """The remedies of ``incident``: the findings' ``remedies`` name their incident by id."""
+    if incident is None:
+        return []
+    ident = incident.get("id")
+    return [
+        r
+        for r in findings.get("remedies") or []
+        if isinstance(r, Mapping) and r.get("incident") == ident
+    ]
+
+
+def verdict_lines(
+    incident: Mapping[str, Any] | None, remedies: Sequence[Mapping[str, Any]]
+) -> tuple[str, ...]:
+    """At most three short lines: what happened and when; the culprits by full id (or the
+    cause, for a class whose cause is not a request); the fix."""
+    if incident is None:
+        return (CLASS_LABELS["none"] + ": no out-of-memory event and no memory spike.",)
+    cls = str(incident.get("class") or "unknown")
+    peak = parse_time(incident.get("peak_ts"))
+    what = incident_label(cls) + (f" at {iso_time(peak)}" if peak else "")
+    culprits = [c for c in incident.get("culprits") or [] if isinstance(c, Mapping)]
+    ids = [str(c["request_id"]) for c in culprits[:NAMED] if c.get("request_id") is not None]
+    if ids:
+        more = len(culprits) - len(ids)
+        who = "Culprits: " + ", ".join(ids) + (f" (and {more} more below)" if more > 0 else "")
+    else:
+        reason = str(incident.get("reason") or "").strip()
+        who = "Cause: " + (reason[:1].upper() + reason[1:] if reason else "not a request")
+    if remedies:
+        first = remedies[0]
+        # the basis first: an action may end in a parenthesis of its own
+        basis = f" ({first['basis']})" if first.get("basis") else ""
+        fix = f"Fix{basis}: {first.get('action')}"
+    else:
+        fix = "Fix: the analysis computed none for this incident; the evidence is below."
+    return (what, who, fix)
+
+
+def build_verdict(
+    incident: Mapping[str, Any] | None,
+    remedies: Sequence[Mapping[str, Any]] = (),
+    names: Mapping[int, str] | None = None,
+) -> Verdict:
+    """The verdict of the primary incident (``None``: the analysis found none) and the
+    remedies the analysis computed for it; ``names`` (``pid -> name``) name the processes the
+    evidence shows by pid."""
     if incident is None:
         return Verdict(
             incident_class="none",
@@ -116,6 +167,8 @@ def build_verdict(incident: Mapping[str, Any] | None) -> Verdict:
             paragraph=CLASS_EXPLANATIONS["none"],
             figures=(),
             culprits=culprit_table([]),
+            lines=verdict_lines(None, ()),
+            remedies=remedy_table([]),
         )
     cls = str(incident.get("class") or "unknown")
     culprits = list(incident.get("culprits") or [])
@@ -124,7 +177,7 @@ def build_verdict(incident: Mapping[str, Any] | None) -> Verdict:
     coverage = incident.get("coverage")
     figures = [
         Figure("class", "class", cls, "text"),
-        Figure("start", "window start", parse_time(incident.get("start")), "time"),
+        Figure("start", "rise began", parse_time(incident.get("start")), "time"),
         Figure("peak_ts", "peak", peak_ts, "time"),
         Figure("peak_bytes", "peak memory", peak_bytes, "bytes"),
         Figure("coverage", "attribution coverage", coverage, "share"),
@@ -132,21 +185,25 @@ def build_verdict(incident: Mapping[str, Any] | None) -> Verdict:
     for key, label in (("explained_bytes", "explained"), ("unexplained_bytes", "unexplained")):
         if incident.get(key) is not None:
             figures.append(Figure(key, label, incident[key], "bytes"))
+    # a figure the analysis does not state is left out, not shown as n/a
+    figures = [f for f in figures if f.value is not None]
     headline = incident_label(cls) + (f" at {iso_time(peak_ts)}" if peak_ts else "")
     return Verdict(
         incident_class=cls,
         label=incident_label(cls),
         headline=headline,
-        paragraph=_paragraph(cls, incident, culprits),
+        paragraph=_paragraph(cls, incident),
         figures=tuple(figures),
         culprits=culprit_table(culprits),
-        evidence=tuple(_evidence_lines(incident.get("evidence"))),
+        evidence=tuple(_evidence_lines(incident.get("evidence"), names or {})),
+        lines=verdict_lines(incident, remedies),
+        remedies=remedy_table(remedies),
     )
 
 
-def _paragraph(cls: str, incident: Mapping[str, Any], culprits: list[Mapping[str, Any]]) -> str:
+def _paragraph(cls: str, incident: Mapping[str, Any]) -> str:
     parts = [CLASS_EXPLANATIONS.get(cls, CLASS_EXPLANATIONS["unknown"])]
-    reason = str(incident.get("reason") or incident.get("summary") or "").strip()
+    reason = str(incident.get("reason") or "").strip()
     if reason:
         parts.append(reason[:1].upper() + reason[1:].rstrip(".") + ".")
     peak_ts = parse_time(incident.get("peak_ts"))
@@ -155,17 +212,6 @@ def _paragraph(cls: str, incident: Mapping[str, Any], culprits: list[Mapping[str
             f"Memory peaked at {value_text(incident['peak_bytes'], 'bytes')} "
             f"at {iso_time(peak_ts)} (UTC)."
         )
-    named = [c for c in culprits[:3] if c.get("request_id") is not None]
-    if named:
-        shown = [
-            str(c["request_id"])
-            + (f" ({value_text(c['share'], 'share')})" if c.get("share") is not None else "")
-            for c in named
-        ]
-        listing = shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " and " + shown[-1]
-        more = len(culprits) - len(named)
-        tail = f", with {more} more named below" if more > 0 else ""
-        parts.append(f"The requests most responsible were {listing}{tail}.")
     coverage = incident.get("coverage")
     if coverage is not None:
         parts.append(
@@ -191,32 +237,41 @@ def _over_observed(incident: Mapping[str, Any]) -> str:
     )
 
 
-def _evidence_lines(evidence: Any) -> list[str]:
-    if not evidence:
-        return []
-    if isinstance(evidence, str):
-        return [evidence]
-    return [_evidence_line(item) for item in evidence]
+def _evidence_lines(evidence: Any, names: Mapping[int, str]) -> list[str]:
+    """The incident's evidence rows (``table``, ``ts``, ``source``, ``values``), one line each,
+    the first :data:`EVIDENCE_SHOWN` of them (a leak's dozens of idle levels would bury the
+    chart of them below)."""
+    rows = [item for item in evidence or [] if isinstance(item, Mapping)]
+    lines = [_evidence_line(item, names) for item in rows[:EVIDENCE_SHOWN]]
+    if len(rows) > EVIDENCE_SHOWN:
+        lines.append(
+            f"and {len(rows) - EVIDENCE_SHOWN} more rows of the same evidence: every one is in "
+            "the findings (oomtrace analyze --json)"
+        )
+    return lines
 
 
-def _evidence_value(key: str, value: Any) -> str:
+def _evidence_value(key: str, value: Any, names: Mapping[int, str], in_bytes: bool = False) -> str:
     """``key=value`` as the row holds it; a byte count also reads with its unit, so that
-    ``requested_bytes=4982833152 (4.64 GiB)`` can be checked against the row and read at once."""
-    if (key == "bytes" or key.endswith("_bytes")) and isinstance(value, int) and value >= 1024:
-        return f"{key}={value} ({value_text(value, 'bytes')})"
+    ``requested_bytes=4982833152 (4.64 GiB)`` can be checked against the row and read at once,
+    and a pid with its process's name where a source gave one."""
+    in_bytes = in_bytes or key == "bytes" or key.endswith("_bytes")
+    if in_bytes and isinstance(value, int | float) and value >= 1024:
+        return f"{key}={value} ({value_text(int(value), 'bytes')})"
+    if key == "pid" and isinstance(value, int) and names.get(value):
+        return f"{key}={value} ({names[value]})"
     return f"{key}={value}"
 
 
-def _evidence_line(item: Any) -> str:
+def _evidence_line(item: Mapping[str, Any], names: Mapping[int, str]) -> str:
     """``2025-03-14T09:03:29.000Z samples from metrics: metric=kv_blocks_used, value=977``."""
-    if not isinstance(item, Mapping):
-        return str(item)
-    text = item.get("text") or item.get("statement") or item.get("detail")
     values = item.get("values")
-    if not text and isinstance(values, Mapping):
-        text = ", ".join(_evidence_value(k, v) for k, v in sorted(values.items()))
-    if not text:
-        text = ", ".join(_evidence_value(k, v) for k, v in sorted(item.items()))
+    values = values if isinstance(values, Mapping) else {}
+    # a sample's value is in the unit of its metric (process_used_bytes: bytes)
+    in_bytes = str(values.get("metric") or "").endswith("_bytes")
+    text = ", ".join(
+        _evidence_value(k, v, names, in_bytes and k == "value") for k, v in sorted(values.items())
+    )
     ts = parse_time(item.get("ts"))
     where = " ".join(
         p

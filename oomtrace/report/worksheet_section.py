@@ -15,9 +15,8 @@ from typing import Any
 
 import polars as pl
 
-from oomtrace.report.chart_data import SERIES_SCHEMA
-from oomtrace.report.charts import budget_chart
 from oomtrace.report.document import Chart, Column, Section, Table
+from oomtrace.report.overview_charts import budget_chart
 from oomtrace.report.records import table_from_mapping, table_from_records
 from oomtrace.trace import Manifest
 from oomtrace.units import format_bytes
@@ -49,8 +48,8 @@ def _observed_peak(
 ) -> tuple[int | None, str]:
     # the display series keep every bucket's maximum, so their highest value is the recorded one
     for names, what in (
-        (["device used peak", "device used (NVML)"], "highest device memory sampled (NVML)"),
-        (["allocator reserved peak", "allocator reserved"], "highest allocator reserved"),
+        (["device used"], "highest device memory sampled"),
+        (["allocator reserved"], "highest allocator reserved"),
     ):
         # "GPU 1 device used (NVML)" on a multi-GPU trace: every GPU counts
         values = memory.filter(pl.any_horizontal(pl.col("series").str.ends_with(n) for n in names))[
@@ -186,11 +185,11 @@ def _worksheet_tables(worksheet: Mapping[str, Any]) -> list[tuple[str, Table]]:
 def budget_section(
     worksheet: Mapping[str, Any] | None,
     manifest: Manifest,
-    memory_charts: tuple[Chart, ...],
+    memory: pl.DataFrame,
     incident: Mapping[str, Any] | None,
 ) -> Section:
-    """``memory_charts``: the memory section's chart, whose data holds every recorded peak."""
-    memory = memory_charts[0].data if memory_charts else pl.DataFrame(schema=SERIES_SCHEMA)
+    """``memory``: the memory chart's series (``ts, series, value``), which keep every
+    recorded peak."""
     plan = make_plan(worksheet, manifest.engine_config, memory, incident)
     rows = plan.rows()
     tables: list[tuple[str, Table]] = []

@@ -3,7 +3,8 @@ memray keeps its ``reporters/``): renderers take a library result and return tex
 compute, never read files and never print (the command echoes what they return).
 
 * :mod:`oomtrace.terminal.findings_text` — ``oomtrace analyze``: the incident summary;
-* :mod:`oomtrace.terminal.report_text` — ``oomtrace report --format text``;
+* :mod:`oomtrace.terminal.report_text` — ``oomtrace report``: the summary fitted to the
+  terminal, and the whole report as text (``--format text``);
 * :mod:`oomtrace.terminal.replay_text` — ``oomtrace replay``: replay, search and calibration;
 * :mod:`oomtrace.terminal.worksheet_text` — ``oomtrace budget``: the worksheet and the ledger;
 * :mod:`oomtrace.terminal.inspect_text` — ``oomtrace inspect`` and the sources ``oomtrace
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
         render_run,
         render_search,
     )
-    from oomtrace.terminal.report_text import render_report
+    from oomtrace.terminal.report_text import render_report, render_report_summary
     from oomtrace.terminal.worksheet_text import render_ledger, render_worksheet
 
 # Names are loaded on first use: each command pulls in only its own result's package (the
@@ -41,6 +42,7 @@ _EXPORTS = {
     "render_ledger": "oomtrace.terminal.worksheet_text",
     "render_replay": "oomtrace.terminal.replay_text",
     "render_report": "oomtrace.terminal.report_text",
+    "render_report_summary": "oomtrace.terminal.report_text",
     "render_run": "oomtrace.terminal.replay_text",
     "render_search": "oomtrace.terminal.replay_text",
     "render_summary": "oomtrace.terminal.findings_text",
@@ -54,6 +56,7 @@ __all__ = [
     "render_ledger",
     "render_replay",
     "render_report",
+    "render_report_summary",
     "render_run",
     "render_search",
     "render_summary",

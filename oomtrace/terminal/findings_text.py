@@ -20,7 +20,6 @@ SET_APART_KINDS: Final = frozenset({"unaligned", "untimed"})
 GAPS_SHOWN: Final = 5
 REMEDIES_SHOWN: Final = 3
 WRAP: Final = 100
-ID_WIDTH: Final = 36
 
 
 def when(ts: datetime | None) -> str:
@@ -168,11 +167,12 @@ def _coverage(incident: Incident) -> str:
 
 
 def _table(culprits: tuple[Culprit, ...]) -> list[str]:
-    header = (
-        f"    {'#':>2}  {'request':<{ID_WIDTH}}  {'tokens':>16}  {'KV':>11}  {'share':>6}  notes"
-    )
+    # Ids are shown whole, however long: a person copies them into grep.
+    shown = culprits[:TOP_SHOWN]
+    width = max(len("request"), *(len(escape.terminal(c.request_id)) for c in shown))
+    header = f"    {'#':>2}  {'request':<{width}}  {'tokens':>16}  {'KV':>11}  {'share':>6}  notes"
     rows = [header]
-    for c in culprits[:TOP_SHOWN]:
+    for c in shown:
         tokens = "?" if c.tokens is None else f"{c.tokens:,} {c.basis or ''}".strip()
         kv = "?" if c.bytes is None else format_bytes(c.bytes)
         notes = []
@@ -184,9 +184,9 @@ def _table(culprits: tuple[Culprit, ...]) -> list[str]:
             notes.append("admitted in window")
         elif c.growth_tokens:
             notes.append(f"+{c.growth_tokens:,} tokens in window")
-        request = escape.terminal(c.request_id, ID_WIDTH)
+        request = escape.terminal(c.request_id)
         rows.append(
-            f"    {c.rank:>2}  {request:<{ID_WIDTH}}  {tokens:>16}  "
+            f"    {c.rank:>2}  {request:<{width}}  {tokens:>16}  "
             f"{kv:>11}  {c.share:>6.1%}  {', '.join(notes)}"
         )
     return rows

@@ -1,6 +1,9 @@
 """The HTML report in a real headless Chromium: it loads with the network off, logs no console
-error, draws every chart, keeps request ids as text, zooms on time, and a screenshot is written
-for people to look at (``build/test-artifacts/report.png``).
+error, draws every chart, keeps request ids as text, zooms on time; and every shipped sample
+incident's report is laid out for a person at 1,024 and 1,400 pixels: no legend or table cut off,
+no axis labels over each other, every culprit's lane labelled with its whole id, the KV pool's
+capacity drawn as a rule on a KV exhaustion. Screenshots are written for people to look at
+(``build/test-artifacts/report*.png``).
 
 Chromium is Debian's ``chromium`` package, which ``.ci/run`` installs. Without it the test is
 skipped locally, and fails in CI (``CI=true``): a browser test must never pass by not running.
@@ -15,6 +18,7 @@ from typing import Any
 import pytest
 
 from oomtrace.analysis import analyze
+from oomtrace.analysis.options import AnalyzeOptions
 from oomtrace.ingest import IngestOptions, load_any
 from oomtrace.report import ReportInputs, build_report, render
 from oomtrace.report.inputs import from_findings_object
@@ -101,7 +105,7 @@ def test_every_chart_draws_a_non_empty_svg(page: Any) -> None:
                      marks: svg ? svg.querySelectorAll('path, rect, line').length : 0};
            })""",
     )
-    assert [c["key"] for c in charts] == ["memory", "activity", "lanes", "budget"]
+    assert [c["key"] for c in charts] == ["cause", "lanes", "memory", "activity", "budget"]
     for chart in charts:
         assert chart["state"] == "true", chart
         assert chart["width"] > 300, chart
@@ -122,7 +126,7 @@ def test_the_page_logs_no_console_error_and_throws_nothing(page: Any) -> None:
         for e in browser.session_events(session, "Log.entryAdded")
         if e["params"]["entry"]["level"] in ("error", "warning")
     ]
-    assert errors == []
+    assert [[a.get("value") for a in e["params"]["args"]] for e in errors] == []
     assert thrown == []
     assert logged == []
 
@@ -154,7 +158,7 @@ def test_request_ids_with_markup_stay_text(page: Any) -> None:
         session,
         "Array.from(document.querySelectorAll('#chart-lanes svg text')).map(t => t.textContent)",
     )
-    assert HOSTILE[0] in labels
+    assert f"#1 {HOSTILE[0]}" in labels
 
 
 def test_the_tooltip_shows_the_request_id_as_text(page: Any) -> None:
@@ -164,7 +168,8 @@ def test_the_tooltip_shows_the_request_id_as_text(page: Any) -> None:
         session,
         """(() => { const marks = Array.from(document.querySelectorAll(
                '#chart-lanes svg .mark-rect path'));
-             const bar = marks.find(p => (p.getAttribute('stroke') || '') === '#d62728');
+             const bar = marks.find(p => (p.getAttribute('stroke') || '').toLowerCase()
+                                          === '#d55e00');
              bar.scrollIntoView({block: 'center'});
              const r = bar.getBoundingClientRect();
              return {x: r.left + Math.min(r.width / 2, 40), y: r.top + r.height / 2}; })()""",
@@ -256,7 +261,7 @@ def test_only_the_reports_own_scripts_run(page: Any, tmp_path: Path) -> None:
     states = browser.evaluate(
         session, "Array.from(document.querySelectorAll('.chart')).map(el => el.dataset.rendered)"
     )
-    assert states == ["true"] * 4
+    assert states == ["true"] * 5  # cause, lanes, memory, activity, budget
     assert browser.evaluate(session, "window.__oomtraceInjected === undefined") is True
     refused = [
         e["params"]["entry"]["text"] for e in browser.session_events(session, "Log.entryAdded")
@@ -264,3 +269,125 @@ def test_only_the_reports_own_scripts_run(page: Any, tmp_path: Path) -> None:
     assert len(refused) == 1, refused
     assert "inline script violates the following Content Security Policy" in refused[0]
     assert "blocked" in refused[0]
+
+
+# -- every sample incident, as a person sees it ---------------------------------------------------
+
+SAMPLES = ROOT / "sample_logs"
+SAMPLE_NAMES = sorted(p.name for p in SAMPLES.iterdir() if (p / "expected.toml").is_file())
+WIDTHS = (1024, 1400)
+# Each chart's overflow, legend and axis labels, as boxes in page pixels.
+LAYOUT = """(() => {
+  const page = document.documentElement.clientWidth;
+  const box = el => { const r = el.getBoundingClientRect();
+    return {left: r.left, right: r.right, top: r.top, bottom: r.bottom}; };
+  const shown = el => el.getAttribute('opacity') !== '0' && el.style.opacity !== '0'
+    && el.textContent.trim() !== '' && el.getBoundingClientRect().width > 0;
+  const charts = Array.from(document.querySelectorAll('.chart')).map(el => {
+    const svg = el.querySelector('svg');
+    const axes = Array.from(svg.querySelectorAll('.role-axis')).map(axis =>
+      Array.from(axis.querySelectorAll('.role-axis-label text')).filter(shown).map(box));
+    const legends = Array.from(svg.querySelectorAll('.role-legend')).map(box);
+    return {key: el.dataset.chart, state: el.dataset.rendered, svg: box(svg), chart: box(el),
+            axes, legends};
+  });
+  const tables = Array.from(document.querySelectorAll('.scroll')).map(el =>
+    ({scroll: el.scrollWidth, client: el.clientWidth,
+      first: (el.querySelector('th') || {}).textContent}));
+  return {page, charts, tables, scrollX: document.documentElement.scrollWidth};
+})()"""
+
+
+def overlapping(boxes: list[dict[str, float]]) -> list[tuple[int, int]]:
+    """Pairs of boxes that cover each other by more than a pixel in both directions."""
+    pairs = []
+    for i, a in enumerate(boxes):
+        for j in range(i + 1, len(boxes)):
+            b = boxes[j]
+            wide = min(a["right"], b["right"]) - max(a["left"], b["left"])
+            tall = min(a["bottom"], b["bottom"]) - max(a["top"], b["top"])
+            if wide > 1 and tall > 1:
+                pairs.append((i, j))
+    return pairs
+
+
+@pytest.fixture(scope="module")
+def sample_reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Any]]:
+    """Each sample incident ingested, analysed and reported as HTML: ``name -> (page, report)``."""
+    import tomllib
+
+    out = tmp_path_factory.mktemp("samples")
+    reports = {}
+    for name in SAMPLE_NAMES:
+        with (SAMPLES / name / "expected.toml").open("rb") as f:
+            options = tomllib.load(f).get("ingest", {})
+        trace = load_any(
+            [SAMPLES / name], IngestOptions(year=options.get("year"), tz=options.get("tz"))
+        )
+        report = build_report(from_findings_object(analyze(trace, AnalyzeOptions()), trace))
+        page = out / f"{name}.html"
+        page.write_text(render(report, "html").text, encoding="utf-8")
+        reports[name] = (page, report)
+    return reports
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("name", SAMPLE_NAMES)
+def test_a_sample_incident_reads_cleanly_at_this_width(
+    browser: Chromium,
+    sample_reports: dict[str, tuple[Path, Any]],
+    name: str,
+    width: int,
+) -> None:
+    # GIVEN a shipped incident's report, opened in a window of that width
+    page, report = sample_reports[name]
+    session = browser.open_page(width=width, height=900)
+    browser.send("Page.navigate", {"url": page.as_uri()}, session)
+    browser.wait_for_event("Page.loadEventFired", session, 30)
+    expected = browser.evaluate(session, "document.querySelectorAll('.chart').length")
+    browser.wait_until(
+        session, f"document.querySelectorAll('[data-rendered]').length === {expected}", 60
+    )
+    layout = browser.evaluate(session, LAYOUT)
+    # a picture for people, taken first, so that a failure below can be seen too
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    browser.screenshot(session, ARTIFACTS / f"report-{name}-{width}.png")
+    # THEN nothing runs off the page: no chart, legend or table is cut off
+    assert layout["scrollX"] <= layout["page"], "the page scrolls sideways"
+    for table in layout["tables"]:
+        assert table["scroll"] <= table["client"] + 1, f"table {table['first']!r} is cut off"
+    for chart in layout["charts"]:
+        assert chart["state"] == "true", chart["key"]
+        assert chart["svg"]["right"] <= layout["page"] + 0.5, chart["key"]
+        for legend in chart["legends"]:
+            assert legend["left"] >= chart["svg"]["left"] - 0.5, f"{chart['key']}: legend cut"
+            assert legend["right"] <= chart["svg"]["right"] + 0.5, f"{chart['key']}: legend cut"
+        # AND no axis label is drawn over another
+        for labels in chart["axes"]:
+            assert overlapping(labels) == [], f"{chart['key']}: axis labels overlap"
+    # AND every culprit's lane is labelled with its rank and whole id, readable on the page
+    culprits = [
+        r[1] for r in report.verdict.culprits.rows if report.verdict.culprits.columns[1].key
+    ]
+    if culprits and "lanes" in [c["key"] for c in layout["charts"]]:
+        labels = browser.evaluate(
+            session,
+            """Array.from(document.querySelectorAll('#chart-lanes svg .role-axis-label text'))
+               .map(t => { const r = t.getBoundingClientRect();
+                 return {text: t.textContent, left: r.left, right: r.right}; })""",
+        )
+        by_text = {label["text"]: label for label in labels}
+        for rank, request_id in enumerate(culprits, start=1):
+            label = by_text.get(f"#{rank} {request_id}")
+            assert label is not None, f"no whole label for culprit #{rank} {request_id}"
+            assert label["left"] >= 0
+            assert label["right"] <= layout["page"]
+    # AND a KV exhaustion draws the pool's capacity as a rule, at the pool's size
+    if report.verdict.incident_class == "kv_exhaustion":
+        capacity = browser.evaluate(session, "oomtraceViews.cause.data('cause_capacity')")
+        assert len(capacity) == 1
+        assert capacity[0]["label"].startswith("KV pool capacity")
+        rules = browser.evaluate(
+            session, "document.querySelectorAll('#chart-cause svg .mark-rule line').length"
+        )
+        assert rules >= 1

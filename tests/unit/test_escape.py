@@ -54,3 +54,15 @@ def test_script_json_cannot_close_the_script_element() -> None:
     assert "</" not in text
     assert "<" not in text
     assert json.loads(text) == {"id": "</script><script>alert(1)</script>&\u2028"}
+
+
+def test_markdown_inside_a_line_escapes_marks_but_not_what_only_starts_a_line() -> None:
+    # a table cell or the value after a label never starts a line: a sign or a decimal point
+    # reads as written, while every mark that works anywhere is still escaped
+    assert escape.markdown_inline("-1.49 GiB") == "-1.49 GiB"
+    assert escape.markdown_inline("43.61 GiB") == "43.61 GiB"
+    assert escape.markdown_inline("# not a heading") == "# not a heading"
+    assert escape.markdown_inline("a|b *c* <i>") == "a\\|b \\*c\\* &lt;i&gt;"
+    assert escape.markdown_inline("see http://x.example") == "see http\\://x.example"
+    # prose still escapes both
+    assert escape.markdown("-1.49 GiB") == "\\-1.49 GiB"

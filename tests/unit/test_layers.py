@@ -3,7 +3,7 @@
 From the bottom (``docs/ARCHITECTURE.md`` draws the pipeline they implement):
 
 1. ``oomtrace`` itself (the version), ``units``, ``errors``, ``schema``, ``isotime``, ``lazy``,
-   ``escape``: vocabulary every layer uses;
+   ``escape``, ``user_cache``: vocabulary and services every layer uses;
 2. ``trace``, ``diagnostics``: the canonical trace on disk and what each source could be read
    for;
 3. ``ingest``, ``budget``: raw inputs to a canonical trace; a model's config to a memory budget;
@@ -35,7 +35,17 @@ PACKAGE = ROOT / "oomtrace"
 
 LAYERS: Final[tuple[frozenset[str], ...]] = (
     frozenset(
-        {"oomtrace", "units", "errors", "schema", "isotime", "escape", "lazy", "compiled_cache"}
+        {
+            "oomtrace",
+            "units",
+            "errors",
+            "schema",
+            "isotime",
+            "escape",
+            "lazy",
+            "compiled_cache",
+            "user_cache",
+        }
     ),
     frozenset({"trace", "diagnostics"}),
     frozenset({"ingest", "budget"}),

@@ -15,12 +15,14 @@ So a trace captured live and one rebuilt from old files go through the same pars
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
 import polars as pl
 
 from collectors.columns import LogLines
+from collectors.reader import Info
 from collectors.segments import read_capture
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.errors import InputError
@@ -84,6 +86,9 @@ class CaptureParser:
             # the engine's own account first: it wins where it speaks (prefer_plugin)
             parts = prefer_plugin(parts, plugin, diag)
         merged = _combine(parts)
+        names = _gpu_names(capture.infos)
+        if names:
+            merged.engine_config["gpu_names"] = names
         merged.host = capture.nodes[0] if capture.nodes else None
         if len(capture.nodes) > 1:
             diag.note(f"segments of several nodes ({', '.join(capture.nodes)}); labelled as one")
@@ -91,6 +96,18 @@ class CaptureParser:
 
 
 PARSER: Final = CaptureParser()
+
+
+def _gpu_names(infos: Sequence[Info]) -> list[str]:
+    """The GPUs NVML named in the capture's device inventory, by index (``NVIDIA L40S``): the
+    report's header says which device ran out."""
+    named = {
+        int(d["index"]): str(d["name"])
+        for info in infos
+        for d in info.data.get("devices") or []
+        if isinstance(d, dict) and isinstance(d.get("index"), int) and d.get("name")
+    }
+    return [named[i] for i in sorted(named)]
 
 
 def _canonical(samples: dict[str, list[object]], events: dict[str, list[object]]) -> ParseResult:

@@ -157,3 +157,17 @@ def test_the_cli_remedies_a_kv_exhaustion_with_limits_a_replay_shows_passing(
         "--max-num-batched-tokens",
         "--max-model-len",
     }
+
+
+def test_long_request_ids_are_printed_whole_so_they_can_be_grepped(tmp_path: Path) -> None:
+    # GIVEN a culprit whose id is as long as vLLM's (cmpl- + 32 hex digits + -0) and then some
+    scenario = scenarios.long_requests_growing()
+    long_id = "cmpl-858c08ce99bf0b8b50aaa8ab891a490f-0-with-a-suffix-a-proxy-added"
+    requests = scenario.trace.requests.with_columns(pl.col("request_id").replace("long-1", long_id))
+    trace = Trace(scenario.trace.samples, requests, scenario.trace.events, scenario.trace.manifest)
+    # WHEN the summary is printed
+    code, out, _ = run(str(trace_dir(tmp_path, trace)))
+    # THEN the id is there in full, never cut with an ellipsis
+    assert code == 0
+    assert f" {long_id} " in out
+    assert "…" not in "".join(line for line in out.splitlines() if "long" in line)

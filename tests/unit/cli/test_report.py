@@ -28,17 +28,47 @@ def _run(*args: str) -> tuple[int, str, str]:
     return result.exit_code, result.stdout, result.stderr
 
 
-def test_without_out_the_text_report_goes_to_stdout(inputs: tuple[Path, Path]) -> None:
+def test_without_out_the_summary_goes_to_stdout_verdict_first(inputs: tuple[Path, Path]) -> None:
     trace_dir, findings = inputs
     code, out, err = _run("report", str(trace_dir), "--findings", str(findings))
     assert code == 0, err
-    assert out.startswith("GPU memory incident report: node-a\n")
-    assert "VERDICT: KV cache pool exhausted at 2025-03-14T09:02:00.000Z" in out
+    lines = out.splitlines()
+    assert lines[0] == "GPU memory incident report: node-a"
+    # the verdict's three lines come first, after the header
+    verdict = lines.index("  KV cache pool exhausted at 2025-03-14T09:02:00.000Z")
+    assert verdict <= 4
+    assert lines[verdict + 1] == "  Culprits: req-long-1, req-long-2, req-long-3"
+    assert lines[verdict + 2] == "  Fix (replay): set --max-num-seqs 12"
+
+
+@pytest.mark.parametrize("columns", [60, 80, 132])
+def test_the_summary_fits_the_terminal_width_and_keeps_ids_whole(
+    inputs: tuple[Path, Path], tmp_path: Path, columns: int
+) -> None:
+    # GIVEN culprits whose ids are as long as vLLM's
+    trace_dir, _ = inputs
+    ids = (
+        "cmpl-858c08ce99bf0b8b50aaa8ab891a490f-0",
+        "cmpl-9b9ebd0efb5e7c252755c1dece2ca2e9-0",
+        "cmpl-52cbd4358a2ed11fbf1dc22694964dc3-0",
+    )
+    findings = tmp_path / "long.json"
+    findings.write_text(json.dumps(incident_findings(ids)), encoding="utf-8")
+    # WHEN the summary is printed on a terminal of that width
+    result = CliRunner().invoke(
+        cli, ["report", str(trace_dir), "--findings", str(findings)], env={"COLUMNS": str(columns)}
+    )
+    # THEN no line is wider than the terminal, and every id is there whole
+    assert result.exit_code == 0, result.output
+    assert max(len(line) for line in result.stdout.splitlines()) <= columns
+    for request_id in ids:
+        assert request_id in result.stdout
+    assert "…" not in result.stdout
 
 
 @pytest.mark.parametrize(
     ("name", "marker"),
-    [("r.html", "<!DOCTYPE html>"), ("r.json", '"report_version": 2'), ("r.txt", "VERDICT:")],
+    [("r.html", "<!DOCTYPE html>"), ("r.json", '"report_version": 3'), ("r.txt", "VERDICT")],
 )
 def test_the_format_follows_the_extension(
     inputs: tuple[Path, Path], tmp_path: Path, name: str, marker: str
@@ -60,6 +90,7 @@ def test_markdown_writes_its_charts_beside_it(inputs: tuple[Path, Path], tmp_pat
     assert sorted(p.name for p in (tmp_path / "incident-charts").iterdir()) == [
         "activity.svg",
         "budget.svg",
+        "cause.svg",
         "lanes.svg",
         "memory.svg",
     ]
@@ -72,7 +103,7 @@ def test_format_option_wins_over_the_extension(inputs: tuple[Path, Path], tmp_pa
         "report", str(trace_dir), "--findings", str(findings), "-o", str(out), "--format", "json"
     )
     assert code == 0, err
-    assert json.loads(out.read_text(encoding="utf-8"))["report_version"] == 2
+    assert json.loads(out.read_text(encoding="utf-8"))["report_version"] == 3
 
 
 def test_an_unknown_extension_is_a_usage_error(inputs: tuple[Path, Path], tmp_path: Path) -> None:
@@ -149,7 +180,7 @@ def test_a_trace_directory_is_analysed_when_no_findings_are_given(
     trace_dir, _ = inputs
     code, out, err = _run("report", str(trace_dir), "--format", "json")
     assert code == 0, err
-    assert json.loads(out)["report_version"] == 2
+    assert json.loads(out)["report_version"] == 3
 
 
 def test_a_bad_window_is_refused_in_one_line(inputs: tuple[Path, Path]) -> None:
@@ -195,3 +226,67 @@ def test_the_model_config_sets_the_bytes_per_token_as_analyze_does(tmp_path: Pat
     basis = next(p for p in ledger["paragraphs"] if "KV model" in p)
     assert "model architecture (llama-3.1-8b" in basis
     assert "128.00 KiB per token" in basis
+
+
+@pytest.mark.parametrize(
+    ("document", "what"),
+    [
+        ({"report_version": 2, "verdict": {"class": "none"}}, "an oomtrace report"),
+        (
+            {"device_bytes": 1, "kv_bytes_per_token": 2, "fits": True},
+            "an oomtrace budget worksheet",
+        ),
+        ({"incidents": []}, "a JSON object without findings_version"),
+    ],
+)
+def test_findings_that_are_not_analyze_output_are_refused_in_one_line(
+    inputs: tuple[Path, Path], tmp_path: Path, document: dict[str, object], what: str
+) -> None:
+    # GIVEN a JSON object that is not what `oomtrace analyze --json` writes (a report, say)
+    trace_dir, _ = inputs
+    wrong = tmp_path / "wrong.json"
+    wrong.write_text(json.dumps(document), encoding="utf-8")
+    # WHEN it is passed as --findings
+    code, out, err = _run("report", str(trace_dir), "--findings", str(wrong))
+    # THEN the report is not written as "no incident found": one line says what the file is
+    assert code == 2
+    assert out == ""
+    assert err == (
+        f"oomtrace: error: --findings {wrong}: {what}, not the findings of oomtrace analyze; "
+        "pass the file `oomtrace analyze TRACE --json > findings.json` wrote\n"
+    )
+
+
+def test_findings_of_another_version_are_refused(inputs: tuple[Path, Path], tmp_path: Path) -> None:
+    trace_dir, _ = inputs
+    future = tmp_path / "future.json"
+    future.write_text(json.dumps({"findings_version": 99, "incidents": []}), encoding="utf-8")
+    code, _, err = _run("report", str(trace_dir), "--findings", str(future))
+    assert code == 2
+    assert err == (
+        f"oomtrace: error: --findings {future}: findings version 99, this oomtrace reads version "
+        "1; run `oomtrace analyze` again with this version\n"
+    )
+
+
+def test_findings_written_by_analyze_are_rendered_without_analysing_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN the findings `oomtrace analyze --json` wrote for a trace
+    trace_dir = tmp_path / "trace"
+    write_trace(incident_trace(), trace_dir)
+    analysed = CliRunner().invoke(cli, ["analyze", str(trace_dir), "--json"])
+    assert analysed.exit_code == 0, analysed.output
+    saved = tmp_path / "findings.json"
+    saved.write_text(analysed.stdout, encoding="utf-8")
+
+    # WHEN the report is asked for them, with the analysis made to fail if it runs
+    def no_analysis(*_: object, **__: object) -> None:
+        raise AssertionError("the report analysed the trace again")
+
+    monkeypatch.setattr("oomtrace.analysis.analyze", no_analysis)
+    code, out, err = _run("report", str(trace_dir), "--findings", str(saved), "--format", "json")
+    # THEN the report is the saved findings' verdict
+    assert code == 0, err
+    primary = json.loads(analysed.stdout)["incidents"][0]
+    assert json.loads(out)["verdict"]["class"] == primary["class"]

@@ -131,20 +131,27 @@ def incident_findings(ids: tuple[str, ...] = CULPRITS) -> dict[str, Any]:
     ]
     incidents: list[dict[str, Any]] = [
         {
+            "id": "I1",
             "class": "kv_exhaustion",
             "start": _iso(OOM_S - 60),
+            "window_start": _iso(OOM_S - 60),
             "peak_ts": _iso(OOM_S),
             "peak_bytes": 23 * GiB + 900 * MiB,
+            "capacity_bytes": 4 * GiB,
             "coverage": 0.92,
             "culprits": culprits,
             "evidence": [
                 {
-                    "text": "KV usage 100% for 4 s before the OOM",
+                    "table": "samples",
+                    "ts": _iso(OOM_S),
+                    "node": "gpu-node-1",
                     "source": "vllm-log:incident/server.log",
+                    "values": {"metric": "kv_usage_ratio", "pool_share": 1.0, "value": 1.0},
                 }
             ],
         },
         {
+            "id": "I2",
             "class": "transient_peak",
             "start": _iso(20),
             "peak_ts": _iso(30),
@@ -155,6 +162,32 @@ def incident_findings(ids: tuple[str, ...] = CULPRITS) -> dict[str, Any]:
     ]
     return {
         "findings_version": 1,
+        "kv_model": {
+            "pool_bytes": 4 * GiB,
+            "statement": "engine statements",
+            "bytes_per_token": 131072,
+        },
+        "remedies": [
+            {
+                "incident": "I1",
+                "class": "kv_exhaustion",
+                "action": "set --max-num-seqs 12",
+                "setting": "--max-num-seqs",
+                "value": "12",
+                "basis": "replay",
+                "detail": "the recorded traffic replayed with at most 12 requests running never "
+                "filled the pool; the 99th percentile wait grows from 0.4 s to 2.1 s",
+            },
+            {
+                "incident": "I1",
+                "class": "kv_exhaustion",
+                "action": "set --max-model-len 8192",
+                "setting": "--max-model-len",
+                "value": "8192",
+                "basis": "replay",
+                "detail": "refuses 3 of 23 requests",
+            },
+        ],
         "ledger": {
             "ts": _iso(OOM_S),
             "rows": [
@@ -168,13 +201,12 @@ def incident_findings(ids: tuple[str, ...] = CULPRITS) -> dict[str, Any]:
                 }
                 for k, rid in enumerate(ids)
             ],
-            "totals": {
-                "stored_tokens": 45000,
-                "stored_bytes": 45000 * 131072,
-                "reserved_tokens": 69000,
-                "pool_bytes": 4 * GiB,
-                "remaining_bytes": 4 * GiB - 45000 * 131072,
-            },
+            "resident_requests": 3,
+            "stored_tokens": 45000,
+            "stored_bytes": 45000 * 131072,
+            "reserved_tokens": 69000,
+            "pool_bytes": 4 * GiB,
+            "remaining_bytes": 4 * GiB - 45000 * 131072,
         },
         "reconciliation": [
             {
@@ -185,6 +217,18 @@ def incident_findings(ids: tuple[str, ...] = CULPRITS) -> dict[str, Any]:
             },
         ],
         "gaps": [{"kind": "no KV usage series", "detail": "the log states no KV cache usage"}],
+        "series": [
+            {
+                "series": "kv_used from kv_usage_ratio (vllm-log:incident/server.log)",
+                "metric": "kv_used",
+                "unit": "bytes",
+                "source": "vllm-log:incident/server.log",
+                "points": [
+                    [_iso(s), min(4 * GiB, 480 * MiB + 58 * MiB * s)]
+                    for s in range(0, int(OOM_S) + 1, 4)
+                ],
+            }
+        ],
     } | {"incidents": [_with_window(i, ids) if k == 0 else i for k, i in enumerate(incidents)]}
 
 
@@ -245,16 +289,28 @@ def incident_lanes(ids: tuple[str, ...] = CULPRITS) -> pl.DataFrame:
 
 
 def modelled_series() -> pl.DataFrame:
-    ts = [at(s) for s in range(0, int(OOM_S) + 1, 2)]
+    """The analysis' KV series: modelled every 2 s, observed every 4 s (from the log)."""
+    rows = [
+        (at(s), "KV modelled", "", float(min(4 * GiB, 512 * MiB + 60 * MiB * s)))
+        for s in range(0, int(OOM_S) + 1, 2)
+    ] + [
+        (
+            at(s),
+            "KV observed",
+            "vllm-log:incident/server.log",
+            float(min(4 * GiB, 480 * MiB + 58 * MiB * s)),
+        )
+        for s in range(0, int(OOM_S) + 1, 4)
+    ]
     return pl.DataFrame(
-        {
-            "ts": ts,
-            "series": ["KV modelled"] * len(ts),
-            "value": [
-                float(min(4 * GiB, 512 * MiB + 60 * MiB * s)) for s in range(0, int(OOM_S) + 1, 2)
-            ],
+        rows,
+        schema={
+            "ts": pl.Datetime("ns", "UTC"),
+            "series": pl.String,
+            "source": pl.String,
+            "value": pl.Float64,
         },
-        schema={"ts": pl.Datetime("ns", "UTC"), "series": pl.String, "value": pl.Float64},
+        orient="row",
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 
 import polars as pl
 from polars.testing import assert_frame_equal
@@ -28,7 +29,10 @@ def test_an_empty_trace_without_incidents_still_reports_what_is_missing() -> Non
     text = render_report(report)
     # THEN the verdict says so and every section says why it is empty
     assert report.verdict.incident_class == "none"
-    assert "VERDICT: No incident found" in text
+    assert report.verdict.lines == (
+        "No incident found: no out-of-memory event and no memory spike.",
+    )
+    assert "No incident found" in text
     assert "The trace has no memory samples: memory cannot be charted." in text
     assert "No per-request resident intervals are known for the incident window" in text
     assert report.charts == ()
@@ -55,10 +59,10 @@ def test_a_spike_between_flat_samples_reaches_the_chart_and_its_summary() -> Non
 
 
 def test_swimlanes_keep_culprits_first_and_say_how_many_are_left_out() -> None:
-    # GIVEN 23 requests in the window, three of them culprits
+    # GIVEN 13 requests in the window, three of them culprits
     inputs = ReportInputs(incident_findings(), incident_trace(), lanes=incident_lanes())
-    # WHEN at most five lanes may be drawn
-    report = build_report(inputs, ReportOptions(max_lanes=5))
+    # WHEN at most two other requests may be drawn beside the culprits
+    report = build_report(inputs, ReportOptions(context_lanes=2))
     section = report.section("lanes")
     shown = section.charts[0].data
     # THEN the three culprits are among them, with their ranks
@@ -69,7 +73,12 @@ def test_swimlanes_keep_culprits_first_and_say_how_many_are_left_out() -> None:
         "req-long-3": 3,
     }
     assert shown["request_id"].n_unique() == 5
-    assert "Showing 5 of 13 requests" in section.paragraphs[0]
+    assert "then 2 of the other 10 requests" in section.paragraphs[0]
+    # AND the lanes are labelled with the rank and the whole id, culprits first in rank order
+    spec = section.charts[0].spec
+    order = spec["layer"][0]["encoding"]["y"]["sort"]
+    assert order[:3] == ["#1 req-long-1", "#2 req-long-2", "#3 req-long-3"]
+    assert len(order) == 5
 
 
 def test_swimlanes_are_clipped_to_the_incident_window() -> None:
@@ -81,11 +90,62 @@ def test_swimlanes_are_clipped_to_the_incident_window() -> None:
     assert lanes.filter(pl.col("end") < at(60)).is_empty()
 
 
+def test_a_request_resident_only_at_an_instant_is_drawn_as_a_tick() -> None:
+    # GIVEN a culprit whose resident interval starts and ends at the OOM
+    lanes = incident_lanes().with_columns(
+        pl.when(pl.col("request_id") == pl.col("request_id").first())
+        .then(pl.lit(at(120)))
+        .otherwise(pl.col("start"))
+        .alias("start")
+    )
+    inputs = ReportInputs(incident_findings(), incident_trace(), lanes=lanes)
+    # WHEN the report is built
+    spec = build_report(inputs).section("lanes").charts[0].spec
+    # THEN that interval, and only that one, is also drawn as a tick, so its lane is not empty
+    (instants,) = [rows for name, rows in spec["datasets"].items() if name.endswith("instants")]
+    assert [row["request_id"] for row in instants] == [lanes["request_id"][0]]
+    assert any(layer.get("mark", {}).get("type") == "tick" for layer in spec["layer"])
+
+
+def test_swimlanes_are_drawn_over_the_part_of_the_window_their_requests_cover() -> None:
+    # GIVEN a minute-long window (60 s to the OOM at 120 s) in which the drawn requests were
+    # resident only for its last two seconds
+    lanes = incident_lanes().with_columns(
+        pl.col("start").clip(lower_bound=at(118)), pl.col("end").clip(upper_bound=at(120))
+    )
+    inputs = ReportInputs(incident_findings(), incident_trace(), lanes=lanes)
+    # WHEN the report is built
+    section = build_report(inputs).section("lanes")
+    # THEN the chart's time axis covers those seconds with a tenth on either side, not the minute
+    spec = section.charts[0].spec
+    (span,) = [rows for name, rows in spec["datasets"].items() if name.endswith("span")]
+    assert [row["t"] for row in span] == [
+        int(at(117.8).timestamp() * 1000),
+        int(at(120.2).timestamp() * 1000),
+    ]
+    # AND the text says where it is drawn, beside the whole window
+    assert "from 2025-03-14T09:01:00.000Z to 2025-03-14T09:02:06.000Z" in section.paragraphs[0]
+    assert section.paragraphs[0].endswith(
+        "The chart is drawn from 2025-03-14T09:01:57.800Z to 2025-03-14T09:02:00.200Z, where "
+        "these requests were resident."
+    )
+
+
 def test_modelled_series_are_drawn_beside_the_observed_ones() -> None:
+    # GIVEN the analysis' modelled KV series beside the trace
     inputs = ReportInputs(incident_findings(), incident_trace(), series=modelled_series())
-    data = build_report(inputs).section("memory").charts[0].data
+    report = build_report(inputs)
+    data = report.section("memory").charts[0].data
+    # THEN every modelled point inside the charts' span is drawn as the analysis gave it
+    start, end = (datetime.fromisoformat(t) for t in report.meta["span"])
     modelled = data.filter(pl.col("series") == "KV modelled").sort("ts")
-    expected = modelled_series().sort("ts")
+    expected = (
+        modelled_series()
+        .filter((pl.col("series") == "KV modelled") & pl.col("ts").is_between(start, end))
+        .select("ts", "series", "value")
+        .sort("ts")
+    )
+    assert modelled.height > 10
     assert_frame_equal(modelled, expected)
 
 
@@ -281,3 +341,26 @@ def test_evidence_rows_show_byte_counts_with_their_unit_beside_the_raw_value() -
         "kind=oom, requested_bytes=4982833152 (4.64 GiB)"
     )
     assert report.verdict.evidence == (line,)
+
+
+def test_the_verdict_shows_the_first_evidence_rows_and_counts_the_rest() -> None:
+    # GIVEN an incident with twenty evidence rows (a leak's idle levels)
+    findings = incident_findings()
+    findings["incidents"][0]["evidence"] = [
+        {
+            "table": "samples",
+            "ts": f"2025-03-14T09:{m:02d}:00Z",
+            "source": "gpu.csv",
+            "values": {"metric": "device_used_bytes", "value": 70 * GiB + m * (1 << 20)},
+        }
+        for m in range(20)
+    ]
+    # WHEN the report is built
+    evidence = build_report(ReportInputs(findings, incident_trace())).verdict.evidence
+    # THEN eight rows are shown, each with its value in bytes and its unit, and the rest counted
+    assert len(evidence) == 9
+    assert evidence[0] == (
+        "2025-03-14T09:00:00.000Z samples from gpu.csv: metric=device_used_bytes, "
+        "value=75161927680 (70.00 GiB)"
+    )
+    assert evidence[-1].startswith("and 12 more rows of the same evidence")

@@ -55,6 +55,26 @@ def test_null_and_nan_values_are_dropped_not_drawn_as_zero() -> None:
     assert out["value"].to_list() == [1.0]
 
 
+def test_tied_extremes_keep_their_earliest_row_whatever_the_order_of_the_rows() -> None:
+    # GIVEN a stepped count (each value held for many samples), in time order and shuffled, in
+    # memory and as a scan (which streams, in no order)
+    values = [float(k // 97 % 5) for k in range(20_000)]
+    frame = series_frame(values)
+    shuffled = frame.sample(fraction=1.0, shuffle=True, seed=7)
+    # WHEN each is reduced to 50 buckets
+    outs = [
+        peak_preserving(f, max_buckets=50) for f in (frame, shuffled, frame.lazy(), shuffled.lazy())
+    ]
+    # THEN all four agree, and each point is the first sample of its value in its bucket
+    for out in outs[1:]:
+        assert_frame_equal(out, outs[0])
+    # (a run of one value starts every 97 samples; a bucket is 20,000 / 50 = 400 samples wide)
+    index = {ts: k for k, ts in enumerate(frame["ts"].to_list())}
+    for ts in outs[0]["ts"].to_list():
+        k = index[ts]
+        assert k % 97 == 0 or k % 400 == 0 or values[k - 1] != values[k], k
+
+
 def test_zero_buckets_is_refused() -> None:
     with pytest.raises(UsageError, match="at least one bucket"):
         peak_preserving(series_frame([1.0]), max_buckets=0)

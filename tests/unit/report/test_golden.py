@@ -41,6 +41,7 @@ def test_markdown_report_matches_its_golden_file_and_links_its_charts(report: Re
     assert sorted(rendered.assets) == [
         "report-charts/activity.svg",
         "report-charts/budget.svg",
+        "report-charts/cause.svg",
         "report-charts/lanes.svg",
         "report-charts/memory.svg",
     ]

@@ -184,7 +184,9 @@ def test_inputs_that_meet_at_no_candidate_are_not_joined_and_every_command_says_
     warning = f"{tmp_path.name}/vllm.log: not aligned in time with gpu.csv"
     assert _run("analyze", str(tmp_path)).splitlines()[1].startswith(f"WARNING  {warning}")
     report = _run("report", str(tmp_path), "--format", "text").splitlines()
-    assert report[4].startswith(f"WARNING: {warning}")
+    first = next(i for i, line in enumerate(report) if line.startswith("WARNING"))
+    assert report[first].startswith(f"WARNING: {warning}")
+    assert first < report.index("VERDICT")
     doc = json.loads(_run("report", str(tmp_path), "--format", "json"))
     assert doc["alerts"][0].startswith(warning)
     out = tmp_path / "out.md"
