@@ -5,9 +5,9 @@ The library is the product; ``oomtrace.cli`` is a thin layer over it. Bulk data 
 frames whose schemas are declared in :mod:`oomtrace.schema`.
 """
 
-from oomtrace.compiled_cache import use_user_cache
+from oomtrace.user_cache import use_for_numba
 
 __version__ = "0.1.0"
 
 # Before any module imports numba: its compiled code goes to the user's cache, not the package.
-use_user_cache()
+use_for_numba()

@@ -9,11 +9,10 @@ hundredths of a second. So the plain functions of :mod:`oomtrace.replay.kernel` 
 below :data:`CROSSOVER_REQUESTS` (and below :data:`COLD_CROSSOVER_REQUESTS` while nothing is
 compiled yet), and compiled above; ``benchmarks/replay_bench.py`` measures both crossovers.
 
-The compiled code is cached in ``$OOMTRACE_CACHE_DIR/numba``, else the platform's user cache
-directory (``$XDG_CACHE_HOME`` or ``~/.cache`` on Linux, ``~/Library/Caches`` on macOS,
-``%LOCALAPPDATA%`` on Windows) under ``oomtrace/numba``, never beside the installed package
-(which is often read-only). ``NUMBA_CACHE_DIR``, when set, wins, as numba documents. Where no
-cache directory can be written, numba compiles without caching.
+The compiled code is cached in :func:`oomtrace.user_cache.numba_dir` (``numba`` in
+``$OOMTRACE_CACHE_DIR``, else in the platform's user cache folder for oomtrace), never beside the
+installed package (which is often read-only). ``NUMBA_CACHE_DIR``, when set, wins, as numba
+documents. Where no cache directory can be written, numba compiles without caching.
 
 ``OOMTRACE_REPLAY_ENGINE=python`` (or ``compiled``) overrides the choice by size: the benchmark
 cross-checks the two on whole commands, and a machine where numba misbehaves can do without it.
@@ -29,6 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final, Literal
 
+from oomtrace import user_cache
 from oomtrace.errors import UsageError
 from oomtrace.replay import kernel
 
@@ -49,16 +49,7 @@ _compiled: dict[str, Callable[..., Any]] = {}
 
 def cache_dir() -> Path:
     """Where the compiled kernel is kept (see the module docstring)."""
-    override = os.environ.get("OOMTRACE_CACHE_DIR")
-    if override:
-        return Path(override) / "numba"
-    if sys.platform == "darwin":
-        base = Path.home() / "Library" / "Caches"
-    elif os.name == "nt":
-        base = Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local")
-    else:
-        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "oomtrace" / "numba"
+    return user_cache.numba_dir()
 
 
 def simulator(requests: int, engine: Engine = "auto") -> Callable[..., Any]:

@@ -12,7 +12,9 @@ import oomtrace
 
 def test_numba_caches_in_the_users_cache_not_the_package(tmp_path: Path) -> None:
     # GIVEN a user whose cache directory is empty and who chose no numba folder
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", "OOMTRACE_CACHE_DIR")
+    }
     env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
     # WHEN the vLLM scanner is compiled in a fresh process
     code = "from oomtrace.ingest.vllm import scanned_chunk as s; s.warm(); print(s.cached())"

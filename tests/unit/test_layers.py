@@ -43,7 +43,6 @@ LAYERS: Final[tuple[frozenset[str], ...]] = (
             "isotime",
             "escape",
             "lazy",
-            "compiled_cache",
             "user_cache",
         }
     ),
@@ -62,7 +61,7 @@ WITHIN_A_LAYER: Final = frozenset(
         ("schema", "units"),
         ("trace", "diagnostics"),
         ("__main__", "cli"),
-        ("oomtrace", "compiled_cache"),
+        ("oomtrace", "user_cache"),
     }
 )
 LEVEL: Final = {part: level for level, parts in enumerate(LAYERS) for part in parts}

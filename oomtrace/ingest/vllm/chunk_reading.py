@@ -15,7 +15,7 @@ seconds of a core), and cached. Where the cache holds it, the scanner reads inpu
 :data:`SCAN_MIN_BYTES` on; where it does not, an input from :data:`COMPILE_MIN_BYTES` on has it
 compiled alongside the reading, and the chunks read once it is ready use it. Below that, the code
 is compiled once on request (``python -m oomtrace.ingest.vllm.scanned_chunk``); it is cached in
-the user's cache directory (:mod:`oomtrace.compiled_cache`).
+the user's cache directory (:func:`oomtrace.user_cache.numba_dir`).
 """
 
 from __future__ import annotations
