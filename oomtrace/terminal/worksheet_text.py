@@ -15,7 +15,7 @@ from oomtrace.units import format_bytes
 
 LEDGER_ROWS_SHOWN = 20
 # Request ids from user files are cut to this many characters.
-ID_WIDTH = 40
+EXAMPLE_WIDTH = 40  # a skipped row's example is cut; request ids never are
 _KIND_LABEL = {"full": "full", "sliding": "sliding", "chunked": "chunked", "mla": "MLA"}
 
 
@@ -219,17 +219,21 @@ def render_ledger(ledger: Ledger) -> list[str]:
     lines = [f"admission ledger: {ledger.source} ({rows.height} requests)"]
     lines += [
         f"  left out: {gap.count} {'row' if gap.count == 1 else 'rows'}, {gap.reason} "
-        f"(first: {escape.terminal(gap.example, ID_WIDTH)})"
+        f"(first: {escape.terminal(gap.example, EXAMPLE_WIDTH)})"
         for gap in ledger.gaps
     ]
+    shown_rows = rows.head(LEDGER_ROWS_SHOWN)
+    # ids are shown whole (they are what a user greps for): the column is as wide as the longest
+    ids = [escape.terminal(i) for i in shown_rows["request_id"]]
+    width = max([23, *map(len, ids)]) + 1
     lines.append(
-        f"  {'request':<24}{'input':>10}{'new':>10}{'reserved':>12}{'bytes':>14}  admitted"
+        f"  {'request':<{width}}{'input':>10}{'new':>10}{'reserved':>12}{'bytes':>14}  admitted"
     )
     lines += [
-        f"  {escape.terminal(row['request_id'], 23):<24}{row['input_tokens']:>10,}"
+        f"  {shown:<{width}}{row['input_tokens']:>10,}"
         f"{row['max_new_tokens']:>10,}{row['reserved_tokens']:>12,}"
         f"{format_bytes(row['reserved_bytes']):>14}  {'yes' if row['admitted'] else 'no'}"
-        for row in rows.head(LEDGER_ROWS_SHOWN).iter_rows(named=True)
+        for shown, row in zip(ids, shown_rows.iter_rows(named=True), strict=True)
     ]
     if rows.height > LEDGER_ROWS_SHOWN:
         lines.append(
@@ -249,7 +253,7 @@ def render_ledger(ledger: Ledger) -> list[str]:
     never = ledger.never_fit
     if never.height:
         shown = ", ".join(
-            f"{escape.terminal(i, ID_WIDTH)} ({format_bytes(b)})"
+            f"{escape.terminal(i)} ({format_bytes(b)})"
             for i, b in zip(
                 never["request_id"].head(10), never["reserved_bytes"].head(10), strict=True
             )

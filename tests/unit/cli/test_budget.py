@@ -208,6 +208,23 @@ def test_a_ledger_is_rendered_after_the_worksheet(tmp_path: Path) -> None:
     assert "  never fit alone: 1 (r2 (11.23 GiB))" in result.stdout  # 92,000 x 131,072 B
 
 
+def test_a_ledgers_request_ids_are_shown_whole(tmp_path: Path) -> None:
+    # GIVEN ids as vLLM's chat endpoint makes them (longer than any fixed column)
+    long_id = "chatcmpl-5f0c2a5b8e7d4c19a3b6f1e2d9c8b7a6-0"
+    big_id = "chatcmpl-0e1d2c3b4a5968778695a4b3c2d1e0f9-0"
+    ledger = tmp_path / "requests.csv"
+    ledger.write_text(
+        f"request_id,input_tokens,max_new_tokens\n{long_id},4096,1024\n{big_id},90000,2000\n"
+    )
+    result = run(f"{WORKED} --tokens 4096 --ledger {ledger}")
+    assert result.exit_code == 0, result.output
+    # THEN both can be copied from the table and from the "never fit" line
+    table = [line for line in result.stdout.splitlines() if line.startswith(f"  {long_id} ")]
+    assert table, result.stdout
+    assert f"never fit alone: 1 ({big_id} (11.23 GiB))" in result.stdout
+    assert "…" not in result.stdout
+
+
 def test_block_size_one_disables_rounding() -> None:
     rounded = json.loads(run(f"{WORKED} --tokens 4097 --json").stdout)["sequence_bytes"]
     exact = json.loads(run(f"{WORKED} --tokens 4097 --block-size 1 --json").stdout)
