@@ -32,6 +32,7 @@ from typing import Any, cast
 import polars as pl
 
 from oomtrace.analysis import evidence as ev
+from oomtrace.analysis.check_allocation import one_allocation
 from oomtrace.analysis.check_context import Context
 from oomtrace.analysis.check_foreign import foreign
 from oomtrace.analysis.check_leak import leak
@@ -156,6 +157,11 @@ def _kv_exhaustion(ctx: Context) -> ClassCheck:
         storm = "a preemption storm: " if preemptions >= STORM else ""
         plural = "" if preemptions == 1 else "s"
         when = "from the rise to a window after it filled" if _filled(ctx) else "in the window"
+        if ctx.anchor == "preemption":
+            when = (
+                "(preemptions or retractions): the engine ran out of KV cache and took running "
+                "requests back"
+            )
         parts.append(f"{storm}{preemptions} preemption{plural} {when}")
     if parts:
         return ClassCheck("kv_exhaustion", True, "; ".join(parts), tuple(rows))
@@ -177,6 +183,16 @@ def _transient(ctx: Context) -> ClassCheck:
     if not transient:
         return ClassCheck("transient_peak", False, "the peak did not fall back within the window")
     if not room and prefill.is_empty():
+        if (
+            ctx.anchor == "oom"
+            and ctx.oom is not None
+            and ratio is None
+            and ctx.residents.is_empty()
+        ):
+            # nothing places the OOM in a step (no KV figure, no request): its own figures
+            alone = one_allocation(ctx.oom)
+            if alone.matched:
+                return alone
         return ClassCheck(
             "transient_peak",
             False,
