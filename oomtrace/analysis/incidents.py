@@ -22,6 +22,12 @@ is traffic, not an incident; it stays in the findings' spikes. A spike that peak
 node's first sign of serving is the engine taking its memory at start-up (weights, the
 preallocated KV pool, CUDA graphs): never an incident of its own either. A failed start is an
 incident through its OOM or refusal event.
+
+Preemptions (vLLM's preemption warnings, SGLang's "Decode out of memory happened.
+#retracted_reqs: N") are the engine saying its KV pool ran full: on a node whose KV usage no
+source observed, a chain of them that no OOM or spike explains is an incident of its own (the
+log still shows the pressure), anchored on the chain's last preemption so that the window holds
+the chain. They come deduplicated across tensor-parallel ranks from ingest: each counts once.
 """
 
 from __future__ import annotations
@@ -56,6 +62,8 @@ class Anchoring:
     spike: Spike | None = None
     spikes: list[Spike] = field(default_factory=list)
     last_event_ts: datetime | None = None
+    # a preemption chain's first preemption (its peak moves to the last one)
+    chain_start: datetime | None = None
 
     def start(self, window: timedelta) -> datetime:
         """When the rise began: the earliest start of its spikes that peaked in the window
@@ -105,10 +113,13 @@ def anchor_incidents(
     options: AnalyzeOptions,
     served_from: dict[str, datetime] | None = None,
     preemptions: pl.DataFrame | None = None,
+    kv_observed: frozenset[str] = frozenset(),
 ) -> list[Anchoring]:
-    """Anchors in order: OOMs and startup refusals by time, then spikes by severity.
-    ``served_from`` is each node's first sign of serving (spikes before it are start-up);
-    ``preemptions`` (``node, ts``) corroborate a modelled pool's spike."""
+    """Anchors in order: OOMs and startup refusals by time, then spikes by severity, then
+    preemption chains on nodes whose KV usage no source observed (``kv_observed``: where it is,
+    the pool's own fill is the incident). ``served_from`` is each node's first sign of serving
+    (spikes before it are start-up); ``preemptions`` (``node, ts``) corroborate a modelled
+    pool's spike."""
     served = served_from or {}
     window = timedelta(seconds=options.window_s)
     anchors: list[Anchoring] = []
@@ -160,4 +171,31 @@ def anchor_incidents(
                     "spike", spike.node, spike.device, spike.peak_ts, spike=spike, spikes=[spike]
                 )
             )
+    if preemptions is not None:
+        unseen = preemptions.filter(~pl.col("node").is_in(list(kv_observed)))
+        anchors += _preemption_anchors(unseen, anchors, window)
     return anchors[: options.max_incidents]
+
+
+def _preemption_anchors(
+    preemptions: pl.DataFrame, anchors: list[Anchoring], window: timedelta
+) -> list[Anchoring]:
+    """One anchor per chain of preemptions (each within a window of the last) that no anchor
+    holds, at the chain's last preemption (see the module docstring)."""
+    out: list[Anchoring] = []
+    # one row per moment and node: a stats line's count and its warnings say the same
+    for node, ts in preemptions.unique(maintain_order=True).sort("node", "ts").rows():
+        held = any(
+            a.node == node and a.peak_ts - window <= ts <= (a.last_event_ts or a.peak_ts) + window
+            for a in (*anchors, *out)
+            if a.kind != "preemption"
+        )
+        if held:
+            continue
+        last = out[-1] if out and out[-1].node == node else None
+        # the chain grows while the window before its peak still holds its first preemption
+        if last is not None and ts - (last.chain_start or last.peak_ts) <= window:
+            last.peak_ts = ts
+            continue
+        out.append(Anchoring("preemption", node, None, ts, chain_start=ts))
+    return out
