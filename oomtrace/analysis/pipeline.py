@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from dataclasses import asdict, replace
 from datetime import timedelta
-from typing import Any
 
 import polars as pl
 
@@ -108,7 +107,7 @@ def _analyze(source: Trace | TraceScan, options: AnalyzeOptions) -> Findings:
         spikes=tuple(spikes[:20]),
         reconciliation=(*((kv_recon,) if kv_recon else ()), *memory_recon),
         gaps=tuple(gaps),
-        options=_options_json(options),
+        options=options.to_json(),
         series=series,
         remedies=remedies,
     )
@@ -146,20 +145,6 @@ def _remedies(
         facts = RemedyFacts(config, prep.kv, replay, str(engine) if engine else None)
         out += remedies_for(incident, facts)
     return tuple(out)
-
-
-def _options_json(options: AnalyzeOptions) -> dict[str, Any]:
-    return {
-        "window_s": options.window_s,
-        "top_culprits": options.top_culprits,
-        "max_incidents": options.max_incidents,
-        "min_rise_bytes": options.min_rise_bytes,
-        "min_rise_fraction": options.min_rise_fraction,
-        "kv_full_ratio": options.kv_full_ratio,
-        "series_buckets": options.series_buckets,
-        "json_series_buckets": options.json_series_buckets,
-        "node": options.node,
-    }
 
 
 def _summary(facts: TableFacts, engine: object, timeline: Timeline) -> TraceSummary:

@@ -2,9 +2,9 @@
 thread, a launcher's last line, a traceback without its logger prefix.
 
 With no clock anywhere there is nothing to align and nothing to misjoin, so the rows are read on
-their own, in the order the log printed them, and no time is made up (``docs/formats/
-log-prefixes-and-times.md``: a log without times is placed only when another input anchors it).
-What needs no timeline still comes out, from the failure's own figures:
+their own, in the order the log printed them, and no time is made up (a log without times is
+placed only when another input anchors it: ``docs/formats/log-prefixes-and-times.md``). What
+needs no timeline still comes out, from the failure's own figures:
 
 * ``startup_misfit`` — the engine refused to start (vLLM's KV-insufficient ``ValueError``, TGI's
   warm-up "Not enough memory to handle N prefill tokens");
@@ -24,6 +24,7 @@ None and its ``time_note`` says why and where it stands in the log's order.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Final
 
 import polars as pl
@@ -49,6 +50,7 @@ from oomtrace.analysis.options import AnalyzeOptions
 from oomtrace.analysis.remedies import RemedyFacts, remedies_for
 from oomtrace.analysis.trace_scan import TraceScan
 from oomtrace.errors import InputError
+from oomtrace.schema import TableName
 from oomtrace.trace import Trace
 from oomtrace.units import format_bytes
 
@@ -73,10 +75,10 @@ def only_untimed(source: Trace | TraceScan) -> bool:
     return int(counts["timed"].sum()) == 0 and int(counts["rows"].sum()) > 0
 
 
-def _table(source: Trace | TraceScan, name: str) -> pl.LazyFrame:
+def _table(source: Trace | TraceScan, name: TableName) -> pl.LazyFrame:
     if isinstance(source, Trace):
-        return source.table(name).lazy()  # type: ignore[arg-type]
-    return source.scan(name)  # type: ignore[arg-type]
+        return source.table(name).lazy()
+    return source.scan(name)
 
 
 def analyze_untimed(source: Trace | TraceScan, options: AnalyzeOptions) -> Findings:
@@ -99,7 +101,7 @@ def analyze_untimed(source: Trace | TraceScan, options: AnalyzeOptions) -> Findi
     engine = source.manifest.engine.get("name")
     incidents: list[Incident] = []
     for node in nodes:
-        on_node = events.with_row_index("line").filter(pl.col("node") == node)
+        on_node = events.with_row_index("order").filter(pl.col("node") == node)
         incident = _incident(node, on_node, samples.filter(pl.col("node") == node), options)
         if incident is not None:
             incidents.append(incident)
@@ -129,7 +131,7 @@ def analyze_untimed(source: Trace | TraceScan, options: AnalyzeOptions) -> Findi
         spikes=(),
         reconciliation=(),
         gaps=tuple(_gaps(source)),
-        options={"node": options.node, "window_s": options.window_s, "untimed": True},
+        options=options.to_json(),
         series=pl.DataFrame(),
         remedies=remedies,
     )
@@ -159,8 +161,6 @@ def _weight(incident: Incident) -> tuple[int, str]:
 
 
 def _renamed(incident: Incident, number: int) -> Incident:
-    from dataclasses import replace  # noqa: PLC0415 - only here
-
     return replace(incident, id=f"I{number}", primary=number == 1)
 
 
@@ -192,10 +192,9 @@ def _incident(
         cls, reason = "unknown", enough
     total, free = anchor.get("total_bytes"), anchor.get("free_bytes")
     in_use = total - free if total is not None and free is not None else None
-    rows = events["line"].to_list()
-    note = (
-        f"{NO_TIME}; its row is {rows.index(anchor['line']) + 1} of {len(rows)} in the log's order"
-    )
+    rows = events["order"].to_list()
+    place = rows.index(anchor["order"]) + 1
+    note = f"{NO_TIME}; its row is {place} of {len(rows)} in the log's order"
     return Incident(
         id="I0",
         primary=False,
