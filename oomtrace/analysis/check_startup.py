@@ -103,14 +103,20 @@ def starting(ctx: Context, since: datetime | None) -> str | None:
     trace says so (see the module docstring)."""
     if since is not None:
         return f"since it started at {since:%H:%M:%S}"
-    detail = str((ctx.event or {}).get("detail") or "")
-    if _STARTING.search(detail):
-        return "the OOM's own account places it in the start-up"
     before = pl.col("ts") <= lit_ts(ctx.peak_ts)
     refused = ctx.events.filter((pl.col("kind") == "startup_memory_insufficient") & before)
     if refused.height:
         return "the engine refused to start before it"
-    stated = [k for k in STARTUP_FIGURES if ctx.config.get(k) is not None]
+    return stated_start(ctx.event or {}, ctx.config)
+
+
+def stated_start(event: dict[str, Any], config: dict[str, Any]) -> str | None:
+    """What the failure's own account or the engine's configuration says of the start-up: an
+    OOM naming the warm-up or the profile run, or figures an engine states only while starting
+    (llama.cpp's KV self size, vLLM's model loading)."""
+    if _STARTING.search(str(event.get("detail") or "")):
+        return "the OOM's own account places it in the start-up"
+    stated = [k for k in STARTUP_FIGURES if config.get(k) is not None]
     if stated:
         return f"the log holds the engine's start-up figures ({', '.join(stated[:2])})"
     return None

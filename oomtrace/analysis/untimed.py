@@ -31,7 +31,7 @@ import polars as pl
 
 from oomtrace.analysis import evidence as ev
 from oomtrace.analysis.check_allocation import not_short, one_allocation
-from oomtrace.analysis.check_startup import MISFIT_KINDS
+from oomtrace.analysis.check_startup import MISFIT_KINDS, stated_start
 from oomtrace.analysis.deaths import unexplained_deaths
 from oomtrace.analysis.findings import (
     ClassCheck,
@@ -47,6 +47,7 @@ from oomtrace.analysis.findings import (
 from oomtrace.analysis.gaps import manifest_gaps
 from oomtrace.analysis.kvmodel import kv_model
 from oomtrace.analysis.options import AnalyzeOptions
+from oomtrace.analysis.prepare import serving_samples
 from oomtrace.analysis.remedies import RemedyFacts, remedies_for
 from oomtrace.analysis.trace_scan import TraceScan
 from oomtrace.errors import InputError
@@ -86,7 +87,8 @@ def analyze_untimed(source: Trace | TraceScan, options: AnalyzeOptions) -> Findi
     docstring). Raises :class:`InputError` for a ``--node`` the trace does not hold."""
     events = source.events
     samples = _table(source, "samples").collect()
-    requests = _table(source, "requests").select(pl.len()).collect().item()
+    requested = _table(source, "requests").select("node").collect()["node"]
+    requests = requested.len()
     nodes = sorted(set(events["node"].to_list()) | set(samples["node"].to_list()), key=str)
     if options.node is not None:
         if options.node not in nodes:
@@ -102,7 +104,10 @@ def analyze_untimed(source: Trace | TraceScan, options: AnalyzeOptions) -> Findi
     incidents: list[Incident] = []
     for node in nodes:
         on_node = events.with_row_index("order").filter(pl.col("node") == node)
-        incident = _incident(node, on_node, samples.filter(pl.col("node") == node), options)
+        mine = samples.filter(pl.col("node") == node)
+        # a request or a sample of a running one: the engine was serving, not starting
+        served = bool((requested == node).any()) or not serving_samples(mine).is_empty()
+        incident = _incident(node, on_node, mine, options, config, served=served)
         if incident is not None:
             incidents.append(incident)
     incidents = [_renamed(i, n) for n, i in enumerate(sorted(incidents, key=_weight), start=1)]
@@ -165,7 +170,13 @@ def _renamed(incident: Incident, number: int) -> Incident:
 
 
 def _incident(
-    node: str, events: pl.DataFrame, samples: pl.DataFrame, options: AnalyzeOptions
+    node: str,
+    events: pl.DataFrame,
+    samples: pl.DataFrame,
+    options: AnalyzeOptions,
+    config: dict[str, Any],
+    *,
+    served: bool,
 ) -> Incident | None:
     """The node's failure: a start-up refusal where the log states one, else its most
     informative OOM; failing both, its retractions (the KV pool ran out)."""
@@ -186,7 +197,7 @@ def _incident(
         )
         anchor = stated.sort("stated", descending=True, maintain_order=True).row(0, named=True)
     processes = _processes(anchor, samples)
-    checks = _checks(anchor, processes, retractions, options)
+    checks = _checks(anchor, processes, retractions, options, config, served=served)
     cls, reason = _verdict(checks)
     if (enough := not_short(anchor)) is not None:
         cls, reason = "unknown", enough
@@ -257,10 +268,13 @@ def _checks(
     processes: list[ProcessUse],
     retractions: pl.DataFrame,
     options: AnalyzeOptions,
+    config: dict[str, Any],
+    *,
+    served: bool,
 ) -> tuple[ClassCheck, ...]:
     return (
         _foreign(anchor, processes, options),
-        _startup(anchor),
+        _startup(anchor, config, served=served),
         _fragmentation(anchor),
         _kv(anchor, retractions),
         one_allocation(anchor),
@@ -271,7 +285,10 @@ def _verdict(checks: tuple[ClassCheck, ...]) -> tuple[IncidentClass, str]:
     for check in checks:
         if check.matched:
             return check.cls, check.reason
-    return "unknown", "no class fits: " + "; ".join(f"{c.cls}: {c.reason}" for c in checks)
+    # what the failure states comes first (the allocation's size), then why nothing fits
+    own = next(c.reason for c in checks if c.cls == "transient_peak")
+    others = "; ".join(f"{c.cls}: {c.reason}" for c in checks if c.cls != "transient_peak")
+    return "unknown", f"{own}; no class fits: {others}"
 
 
 def _shortfall(event: dict[str, Any]) -> int | None:
@@ -317,7 +334,7 @@ def _foreign(
     return ClassCheck("foreign_memory", True, reason, (ev.event(event),), figures)
 
 
-def _startup(event: dict[str, Any]) -> ClassCheck:
+def _startup(event: dict[str, Any], config: dict[str, Any], *, served: bool) -> ClassCheck:
     if event["kind"] in (*MISFIT_KINDS, "startup_memory_insufficient"):
         detail = str(event.get("detail") or event["kind"])
         return ClassCheck(
@@ -334,11 +351,27 @@ def _startup(event: dict[str, Any]) -> ClassCheck:
                 ("device_total_bytes", event.get("total_bytes")),
             ),
         )
+    evidence = stated_start(event, config) if event["kind"] == "oom" and not served else None
+    if evidence is not None:
+        return ClassCheck(
+            "startup_misfit",
+            True,
+            f"the OOM came while the engine was starting ({evidence}; nothing served): what it "
+            "loads and reserves did not fit",
+            (ev.event(event),),
+            (
+                ("requested_bytes", event.get("requested_bytes")),
+                ("free_bytes", event.get("free_bytes")),
+                ("kv_available_bytes", config.get("available_kv_cache_bytes")),
+                ("max_model_len", config.get("max_model_len")),
+                ("device_total_bytes", event.get("total_bytes")),
+            ),
+        )
     return ClassCheck(
         "startup_misfit",
         False,
-        "phase unknown: the input prints no start-up line or refusal, so the OOM is judged by "
-        "its own figures",
+        "phase unknown: the input shows no start-up line, refusal or request served, so the OOM "
+        "is judged by its own figures",
     )
 
 

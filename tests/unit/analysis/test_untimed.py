@@ -73,6 +73,28 @@ SGLANG_DEATH = (
     "    raise RuntimeError(error_m\n"
 )
 
+# ollama/ollama#6860: llama.cpp creating its context (LangChain's LlamaCpp): the KV cache stated,
+# then the compute buffer's cudaMalloc failing on device 4.
+LLAMA_CONTEXT = (
+    "llama_new_context_with_model: KV self size  = 5120.00 MiB, K (f16): 2560.00 MiB, V (f16): "
+    "2560.00 MiB\n"
+    "llama_new_context_with_model:  CUDA_Host  output buffer size =     0.49 MiB\n"
+    "llama_new_context_with_model: pipeline parallelism enabled (n_copies=4)\n"
+    "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 144.00 MiB on device 4: cudaMalloc "
+    "failed: out of memory\n"
+    "ggml_gallocr_reserve_n: failed to allocate CUDA4 buffer of size 150995968\n"
+    "llama_new_context_with_model: failed to allocate compute buffers\n"
+)
+# ggml-org/llama.cpp#20431: loading the weights, one 141 GiB buffer refused; no start-up figure
+# before it, no free memory stated.
+LLAMA_LOAD = (
+    "load_tensors: loading model tensors, this can take a while... (mmap = true, direct_io = "
+    "false)\n"
+    "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 144817.04 MiB on device 0: cudaMalloc "
+    "failed: out of memory\n"
+    "alloc_tensor_range: failed to allocate CUDA0 buffer of size 151851674624\n"
+)
+
 
 def ingest(tmp_path: Path, name: str, text: str) -> Trace:
     path = tmp_path / name
@@ -157,6 +179,31 @@ def test_a_warm_up_refusal_alone_is_a_startup_misfit(tmp_path: Path) -> None:
     assert incident is not None
     assert (incident.cls, incident.anchor) == ("startup_misfit", "startup")
     assert "4096 prefill tokens" in incident.reason
+
+
+def test_a_cuda_malloc_failure_after_the_kv_cache_was_sized_is_a_startup_misfit(
+    tmp_path: Path,
+) -> None:
+    # GIVEN llama.cpp's context creation: its KV cache stated, then the compute buffer refused
+    incident = analyze(ingest(tmp_path, "llama.txt", LLAMA_CONTEXT)).primary
+    # THEN start-up: the log holds what an engine states only while starting
+    assert incident is not None
+    assert (incident.cls, incident.device) == ("startup_misfit", 4)
+    assert incident.reason.startswith("the OOM came while the engine was starting (the log holds")
+
+
+def test_a_failure_stating_only_its_size_leads_with_it(tmp_path: Path) -> None:
+    # GIVEN llama.cpp's weights refused, with no free memory and no start-up figure stated (the
+    # phase is in the lines around the failure, which the OOM event does not carry)
+    incident = analyze(ingest(tmp_path, "llama.txt", LLAMA_LOAD)).primary
+    # THEN no class is claimed without evidence, and the reason says first what the failure
+    # states
+    assert incident is not None
+    assert incident.cls == "unknown"
+    assert incident.reason.startswith(
+        "an allocation of 141.42 GiB failed; the message states no free memory to compare it "
+        "with; no class fits: foreign_memory: "
+    )
 
 
 def test_a_death_without_a_time_or_a_cause_is_said_so(tmp_path: Path) -> None:
