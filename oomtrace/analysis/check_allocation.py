@@ -83,3 +83,29 @@ def _outside(event: dict[str, Any]) -> int | None:
         return None
     outside = int(total - free - allocated - (event.get("reserved_unallocated_bytes") or 0))
     return outside if outside >= _OUTSIDE_SHARE * total else None
+
+
+def stated_fragmentation(oom: dict[str, Any], capacity: int | None) -> ClassCheck | None:
+    """``fragmentation`` from the OOM's own figures: the allocator held, reserved but
+    unallocated, at least the allocation that failed (and 2 % of the device); None when the
+    message states no reserved-but-unallocated memory."""
+    slack, wanted = oom.get("reserved_unallocated_bytes"), oom.get("requested_bytes")
+    if slack is None:
+        return None
+    floor = 0.02 * (capacity or oom.get("total_bytes") or 0)
+    if wanted is not None and slack >= wanted and slack >= floor:
+        return ClassCheck(
+            "fragmentation",
+            True,
+            f"the allocator held {format_bytes(slack)} reserved but unallocated, more than the "
+            f"{format_bytes(wanted)} it failed to allocate: the free cache was fragmented",
+            (ev.event(oom),),
+            (("slack_bytes", slack), ("requested_bytes", wanted)),
+        )
+    return ClassCheck(
+        "fragmentation",
+        False,
+        f"reserved but unallocated at the OOM ({format_bytes(slack)}) was below the failed "
+        "allocation",
+        (ev.event(oom),),
+    )

@@ -30,7 +30,7 @@ from typing import Any, Final
 import polars as pl
 
 from oomtrace.analysis import evidence as ev
-from oomtrace.analysis.check_allocation import not_short, one_allocation
+from oomtrace.analysis.check_allocation import not_short, one_allocation, stated_fragmentation
 from oomtrace.analysis.check_startup import MISFIT_KINDS, stated_start
 from oomtrace.analysis.deaths import unexplained_deaths
 from oomtrace.analysis.findings import (
@@ -376,23 +376,9 @@ def _startup(event: dict[str, Any], config: dict[str, Any], *, served: bool) -> 
 
 
 def _fragmentation(event: dict[str, Any]) -> ClassCheck:
-    slack, wanted = event.get("reserved_unallocated_bytes"), event.get("requested_bytes")
-    if slack is None or wanted is None:
-        return ClassCheck("fragmentation", False, "the failure states no reserved-but-unallocated")
-    floor = 0.02 * (event.get("total_bytes") or 0)
-    if slack >= wanted and slack >= floor:
-        return ClassCheck(
-            "fragmentation",
-            True,
-            f"the allocator held {format_bytes(slack)} reserved but unallocated, more than the "
-            f"{format_bytes(wanted)} it failed to allocate: the free cache was fragmented",
-            (ev.event(event),),
-            (("slack_bytes", slack), ("requested_bytes", wanted)),
-        )
-    return ClassCheck(
-        "fragmentation",
-        False,
-        f"reserved but unallocated ({format_bytes(slack)}) was below the failed allocation",
+    stated = stated_fragmentation(event, None)
+    return stated or ClassCheck(
+        "fragmentation", False, "the failure states no reserved-but-unallocated memory"
     )
 
 
