@@ -260,3 +260,20 @@ def test_an_untimed_paste_beside_a_timed_input_stays_set_aside(tmp_path: Path) -
     untimed = [g for g in findings.gaps if g.kind == "untimed"]
     assert untimed
     assert "left out of the timeline" in untimed[0].detail
+
+
+def test_the_report_says_there_is_no_time(tmp_path: Path) -> None:
+    # GIVEN the pasted OOM, reported as JSON
+    path = tmp_path / "rank0.txt"
+    path.write_text(LITGPT_RANK0.format(other="414.00 MiB"), encoding="utf-8")
+    result = CliRunner().invoke(cli, ["report", "--format", "json", str(path)])
+    assert result.exit_code == 0
+    report = json.loads(result.output)
+    # THEN its alert says the rows were read on their own, and the verdict shows why it has
+    # no time beside the missing ones
+    (alert,) = report["alerts"]
+    assert "analysed on their own, in the log's order" in alert
+    figures = report["verdict"]["figures"]
+    assert figures["peak_ts"] is None
+    assert str(figures["time_note"]).startswith("no time (the input prints none)")
+    assert "1970" not in result.output
