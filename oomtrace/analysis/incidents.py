@@ -26,8 +26,9 @@ incident through its OOM or refusal event.
 Preemptions (vLLM's preemption warnings, SGLang's "Decode out of memory happened.
 #retracted_reqs: N") are the engine saying its KV pool ran full: on a node whose KV usage no
 source observed, a chain of them that no OOM or spike explains is an incident of its own (the
-log still shows the pressure), anchored on the chain's last preemption so that the window holds
-the chain. They come deduplicated across tensor-parallel ranks from ingest: each counts once.
+log still shows the pressure), anchored on its last preemption within a window of its first, so
+that the incident's window holds the moment the pool ran out. They come deduplicated across
+tensor-parallel ranks from ingest: each counts once.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ import polars as pl
 from oomtrace.analysis.findings import Anchor
 from oomtrace.analysis.options import AnalyzeOptions
 from oomtrace.analysis.spikes import Spike
+from oomtrace.analysis.timeline import lit_ts
 
 # A refusal this soon after an OOM reports that OOM (no engine restarts that fast: loading
 # the weights takes longer).
@@ -62,8 +64,6 @@ class Anchoring:
     spike: Spike | None = None
     spikes: list[Spike] = field(default_factory=list)
     last_event_ts: datetime | None = None
-    # a preemption chain's first preemption (its peak moves to the last one)
-    chain_start: datetime | None = None
 
     def start(self, window: timedelta) -> datetime:
         """When the rise began: the earliest start of its spikes that peaked in the window
@@ -180,22 +180,25 @@ def anchor_incidents(
 def _preemption_anchors(
     preemptions: pl.DataFrame, anchors: list[Anchoring], window: timedelta
 ) -> list[Anchoring]:
-    """One anchor per chain of preemptions (each within a window of the last) that no anchor
-    holds, at the chain's last preemption (see the module docstring)."""
-    out: list[Anchoring] = []
+    """One anchor per chain of preemptions (each within a window of the one before) that no
+    other anchor holds, at the chain's last preemption within a window of its first: the moment
+    the pool ran out, with the window holding the chain's start (see the module docstring)."""
+    ts = pl.col("ts")
     # one row per moment and node: a stats line's count and its warnings say the same
-    for node, ts in preemptions.unique(maintain_order=True).sort("node", "ts").rows():
-        held = any(
-            a.node == node and a.peak_ts - window <= ts <= (a.last_event_ts or a.peak_ts) + window
-            for a in (*anchors, *out)
-            if a.kind != "preemption"
+    frame = preemptions.unique().sort("node", "ts")
+    for a in anchors:  # anchors are few (failures and the worst spikes); preemptions may be many
+        start, end = a.peak_ts - window, (a.last_event_ts or a.peak_ts) + window
+        frame = frame.filter(
+            (pl.col("node") != a.node) | ~ts.is_between(lit_ts(start), lit_ts(end))
         )
-        if held:
-            continue
-        last = out[-1] if out and out[-1].node == node else None
-        # the chain grows while the window before its peak still holds its first preemption
-        if last is not None and ts - (last.chain_start or last.peak_ts) <= window:
-            last.peak_ts = ts
-            continue
-        out.append(Anchoring("preemption", node, None, ts, chain_start=ts))
-    return out
+    chains = (
+        frame.with_columns(
+            chain=(ts.diff().over("node") > window).fill_null(value=True).cum_sum().over("node")
+        )
+        .group_by("node", "chain", maintain_order=True)
+        .agg(peak=ts.filter(ts <= ts.min() + window).max())
+    )
+    return [
+        Anchoring("preemption", node, None, peak)
+        for node, peak in chains.select("node", "peak").rows()
+    ]

@@ -187,3 +187,18 @@ def test_a_death_explained_by_its_oom_is_not_listed_again(tmp_path: Path) -> Non
     # THEN the death is the incident's end, not a death of its own
     assert len(findings.incidents) == 1
     assert findings.trace.deaths == ()
+
+
+def test_retractions_going_on_for_minutes_are_one_incident_at_their_start(tmp_path: Path) -> None:
+    # GIVEN the same retraction line every 20 s for five minutes (a pool that stays full)
+    lines = "".join(
+        f"[2025-03-07 21:{50 + k // 3:02d}:{k % 3 * 20:02d} TP0] Decode out of memory happened. "
+        "#retracted_reqs: 1, #new_token_ratio: 0.0980 -> 0.1919\n"
+        for k in range(15)
+    )
+    findings = analyze(ingest(tmp_path, "sglang.log", lines))
+    # THEN one incident, at the last retraction of its first minute: when the pool ran out
+    (incident,) = findings.incidents
+    assert incident.cls == "kv_exhaustion"
+    assert incident.peak_ts is not None
+    assert f"{incident.peak_ts:%H:%M:%S}" == "21:51:00"
