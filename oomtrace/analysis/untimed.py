@@ -34,6 +34,7 @@ from oomtrace.analysis.check_allocation import not_short, one_allocation, stated
 from oomtrace.analysis.check_startup import MISFIT_KINDS, stated_start
 from oomtrace.analysis.deaths import unexplained_deaths
 from oomtrace.analysis.findings import (
+    Anchor,
     ClassCheck,
     Component,
     Findings,
@@ -211,7 +212,7 @@ def _incident(
         primary=False,
         cls=cls,
         reason=reason,
-        anchor="startup" if anchor["kind"] in FAILURES[1:] else "oom",
+        anchor=_anchor_kind(anchor["kind"]),
         anchor_series=None,
         node=node,
         device=anchor.get("device"),
@@ -236,6 +237,12 @@ def _incident(
         window_segments=_EMPTY_WINDOW,
         time_note=note,
     )
+
+
+def _anchor_kind(kind: str) -> Anchor:
+    if kind == "preemption":
+        return "preemption"
+    return "startup" if kind in FAILURES[1:] else "oom"
 
 
 def _processes(oom: dict[str, Any], samples: pl.DataFrame) -> list[ProcessUse]:
@@ -383,14 +390,19 @@ def _fragmentation(event: dict[str, Any]) -> ClassCheck:
 
 
 def _kv(event: dict[str, Any], retractions: pl.DataFrame) -> ClassCheck:
-    pool = "KV cache" in str(event.get("detail") or "")
+    # SGLang's KV-pool OOM ("Decode out of memory" raised) is an OOM of the pool, not the device
+    pool = event["kind"] == "oom" and "KV cache" in str(event.get("detail") or "")
     if retractions.height or pool:
         parts = []
         if pool:
             parts.append(f"the engine could not allocate KV cache slots ({event.get('detail')})")
         if retractions.height:
             plural = "" if retractions.height == 1 else "s"
-            parts.append(f"{retractions.height} retraction{plural} of running requests")
+            first = retractions.row(0, named=True).get("detail")
+            parts.append(
+                f"{retractions.height} preemption{plural} or retraction{plural} of running "
+                "requests" + (f" ({first})" if first else "")
+            )
         rows = [ev.event(r) for r in retractions.head(3).iter_rows(named=True)]
         return ClassCheck(
             "kv_exhaustion",

@@ -277,3 +277,22 @@ def test_the_report_says_there_is_no_time(tmp_path: Path) -> None:
     assert figures["peak_ts"] is None
     assert str(figures["time_note"]).startswith("no time (the input prints none)")
     assert "1970" not in result.output
+
+
+def test_a_preemption_warning_pasted_alone_is_kv_pressure_without_a_time() -> None:
+    # GIVEN vLLM V0's preemption warning pasted without its prefix (GAIR-NLP/LIMO#29; the
+    # fixture the vLLM parser's tests read)
+    data = Path(__file__).resolve().parents[2] / "data" / "vllm" / "bare_preemption_v0.txt"
+    trace = load_any([data], IngestOptions())
+    # THEN every row is without a time (the request's too), and the analysis reads it as KV
+    # pressure, anchored on the preemption, with no time made up
+    assert trace.requests["ts"].null_count() == trace.requests.height
+    findings = analyze(trace)
+    incident = findings.primary
+    assert incident is not None
+    assert (incident.cls, incident.anchor, incident.peak_ts) == (
+        "kv_exhaustion",
+        "preemption",
+        None,
+    )
+    assert incident.reason.startswith("the KV pool ran out: 1 preemption or retraction of running")
