@@ -30,6 +30,7 @@ from typing import Any, Final
 import polars as pl
 
 from oomtrace.analysis import evidence as ev
+from oomtrace.analysis.breakdown import REFUSED_FREE
 from oomtrace.analysis.check_allocation import not_short, one_allocation, stated_fragmentation
 from oomtrace.analysis.check_startup import MISFIT_KINDS, stated_start
 from oomtrace.analysis.deaths import unexplained_deaths
@@ -249,6 +250,10 @@ def _processes(oom: dict[str, Any], samples: pl.DataFrame) -> list[ProcessUse]:
     """Other processes on the failing device: the message's "Process N has X" clauses that are
     not the failing process, else the OOM's accounting (in use less the failing process)."""
     own_pid, own = oom.get("pid"), oom.get("process_bytes")
+    if oom["kind"] == REFUSED_FREE:
+        # vLLM compares free memory with its share before it loads anything: what is in use
+        # then is others' (as oomtrace.analysis.breakdown reads the same refusal)
+        own = 0
     total, free = oom.get("total_bytes"), oom.get("free_bytes")
     in_use = total - free if total is not None and free is not None else None
     clauses = samples.filter(
@@ -327,9 +332,11 @@ def _foreign(
         if named
         else "outside the failing process"
     )
-    reason = f"at the OOM other processes held {format_bytes(held)} ({who})"
+    refused = event["kind"] == REFUSED_FREE
+    when, failed = ("at start-up", "the start-up") if refused else ("at the OOM", "the allocation")
+    reason = f"{when} other processes held {format_bytes(held)} ({who})"
     if shortfall is not None:
-        reason += f"; the failed allocation lacked {format_bytes(shortfall)}, which they held"
+        reason += f"; {failed} lacked {format_bytes(shortfall)}, which they held"
     figures = (
         ("pid", top.pid),
         ("process_name", top.name),

@@ -140,7 +140,7 @@ def test_other_processes_in_the_message_holding_the_shortfall_are_foreign_memory
     assert incident is not None
     assert incident.cls == "foreign_memory"
     assert incident.reason.startswith("at the OOM other processes held 36.00 GiB (process ")
-    assert "the failed allocation lacked 250.69 MiB, which they held" in incident.reason
+    assert "the allocation lacked 250.69 MiB, which they held" in incident.reason
     check = next(c for c in incident.checks if c.cls == "foreign_memory")
     assert check.figure("foreign_bytes") == 36 * GiB
 
@@ -296,3 +296,22 @@ def test_a_preemption_warning_pasted_alone_is_kv_pressure_without_a_time() -> No
         None,
     )
     assert incident.reason.startswith("the KV pool ran out: 1 preemption or retraction of running")
+
+
+def test_a_free_memory_refusal_pasted_alone_is_foreign_memory_at_start_up(
+    tmp_path: Path,
+) -> None:
+    # GIVEN vLLM's refusal as a CI log quoted it (pytorch/pytorch#175666), without vLLM's prefix
+    trace = ingest(
+        tmp_path,
+        "ci.txt",
+        "(EngineCore_DP0 pid=6940) ValueError: Free memory on device cuda:1 (19.77/22.05 GiB) on "
+        "startup is less than desired GPU memory utilization (0.9, 19.84 GiB). Decrease GPU "
+        "memory utilization or reduce GPU memory used by other processes.\n",
+    )
+    incident = analyze(trace).primary
+    # THEN what was in use when the engine started is others': they held what it lacked
+    assert incident is not None
+    assert (incident.cls, incident.anchor) == ("foreign_memory", "startup")
+    assert incident.reason.startswith("at start-up other processes held 2.28 GiB")
+    assert "the start-up lacked 71.68 MiB, which they held" in incident.reason
