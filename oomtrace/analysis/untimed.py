@@ -326,13 +326,13 @@ def _foreign(
             f"{seen}: not a significant share of the device, or less than the allocation lacked",
         )
     top = processes[0]
+    refused = event["kind"] == REFUSED_FREE
     named = [p for p in processes if p.pid is not None]
     who = (
         ", ".join(f"process {p.pid} {format_bytes(p.bytes)}" for p in named[:4])
         if named
-        else "outside the failing process"
+        else ("outside the engine" if refused else "outside the failing process")
     )
-    refused = event["kind"] == REFUSED_FREE
     when, failed = ("at start-up", "the start-up") if refused else ("at the OOM", "the allocation")
     reason = f"{when} other processes held {format_bytes(held)} ({who})"
     if shortfall is not None:
