@@ -5,6 +5,13 @@ nothing is left for it), when the weights, KV cache and graphs it stated exceed 
 device, or when an OOM came before the engine served anything since it (re)started. "Served" is
 read from every source, not from request lines alone (vLLM logs none by default since 0.11): a
 request event, a running request in a stats line or a scrape, tokens produced, KV in use.
+
+"Nothing served" alone is not start-up: an excerpt cut around its OOM (an OOM followed by
+``AsyncLLM output_handler failed``, TGI's OOM inside a ``batch{...}:prefill`` span, a PyTorch job
+that is no server) shows no request because it is cut. Start-up needs positive evidence
+(:func:`starting`): the engine's start in the trace, its start-up figures (model loading, KV
+cache size), a start-up refusal, or an OOM whose own account names the warm-up or the profile
+run. Without any, the phase is unknown and the other checks judge the OOM by its own figures.
 """
 
 from __future__ import annotations
@@ -28,6 +35,18 @@ _MAX_LEN = re.compile(r"max seq len \(?(\d+)")
 # What the refusal states it can hold: vLLM V1's own estimate, V0's token count.
 _ESTIMATE = re.compile(r"estimated maximum model length (?:is )?(\d+)")
 _HOLDS = re.compile(r"(\d+) tokens the KV cache can hold|stored in KV cache \((\d+)\)")
+# An OOM's own account of the phase it failed in: TGI's "Unable to warmup model", vLLM's
+# profile run (``profile_run``, "determine_available_memory").
+_STARTING = re.compile(r"warm-?up|profile|start-?up|determine_available_memory", re.IGNORECASE)
+# Figures an engine states only while starting (model loading, the KV cache it sized).
+STARTUP_FIGURES = (
+    "model_weights_bytes",
+    "available_kv_cache_bytes",
+    "cuda_graph_bytes",
+    "num_gpu_blocks",
+    "kv_cache_tokens",
+    "max_total_num_tokens",
+)
 
 
 def startup(ctx: Context) -> ClassCheck:
@@ -45,15 +64,23 @@ def startup(ctx: Context) -> ClassCheck:
         )
     since = _started(ctx)
     served = served_since(ctx, since)
-    if ctx.anchor == "oom" and served is None and ctx.oom is not None:
-        started = f" since it started at {since:%H:%M:%S}" if since is not None else ""
+    evidence = starting(ctx, since)
+    if ctx.anchor == "oom" and served is None and ctx.oom is not None and evidence is not None:
         return ClassCheck(
             "startup_misfit",
             True,
-            f"the OOM came before the engine served anything{started} (no request, no running "
+            f"the OOM came before the engine served anything ({evidence}; no request, no running "
             "request, no KV in use in any source): weights, cache and reserve did not fit",
             (ev.event(ctx.oom),),
             _oom_figures(ctx),
+        )
+    if ctx.anchor == "oom" and served is None:
+        return ClassCheck(
+            "startup_misfit",
+            False,
+            "phase unknown: the trace shows neither a request served nor the engine starting (no "
+            "start-up line, refusal or warm-up before the OOM): not enough of the log to tell "
+            "start-up from serving, so the OOM is judged by its own figures",
         )
     stated = _stated_parts(ctx)
     if stated is not None:
@@ -69,6 +96,30 @@ def _started(ctx: Context) -> datetime | None:
     before = pl.col("ts") < lit_ts(ctx.peak_ts)
     resets = ctx.events.filter(pl.col("kind").is_in(RESETS) & before)["ts"]
     return resets.max() if resets.len() else None  # type: ignore[return-value]
+
+
+def starting(ctx: Context, since: datetime | None) -> str | None:
+    """Why the failure is taken to be in the engine's start-up, or None when nothing in the
+    trace says so (see the module docstring)."""
+    if since is not None:
+        return f"since it started at {since:%H:%M:%S}"
+    before = pl.col("ts") <= lit_ts(ctx.peak_ts)
+    refused = ctx.events.filter((pl.col("kind") == "startup_memory_insufficient") & before)
+    if refused.height:
+        return "the engine refused to start before it"
+    return stated_start(ctx.event or {}, ctx.config)
+
+
+def stated_start(event: dict[str, Any], config: dict[str, Any]) -> str | None:
+    """What the failure's own account or the engine's configuration says of the start-up: an
+    OOM naming the warm-up or the profile run, or figures an engine states only while starting
+    (llama.cpp's KV self size, vLLM's model loading)."""
+    if _STARTING.search(str(event.get("detail") or "")):
+        return "the OOM's own account places it in the start-up"
+    stated = [k for k in STARTUP_FIGURES if config.get(k) is not None]
+    if stated:
+        return f"the log holds the engine's start-up figures ({', '.join(stated[:2])})"
+    return None
 
 
 def served_since(ctx: Context, since: datetime | None) -> Evidence | None:

@@ -32,6 +32,7 @@ from typing import Any, cast
 import polars as pl
 
 from oomtrace.analysis import evidence as ev
+from oomtrace.analysis.check_allocation import one_allocation, stated_fragmentation
 from oomtrace.analysis.check_context import Context
 from oomtrace.analysis.check_foreign import foreign
 from oomtrace.analysis.check_leak import leak
@@ -58,26 +59,8 @@ def classify(ctx: Context) -> tuple[IncidentClass, str, tuple[ClassCheck, ...]]:
 
 
 def _fragmentation(ctx: Context) -> ClassCheck:
-    oom = ctx.oom
-    if oom is not None and oom.get("reserved_unallocated_bytes") is not None:
-        slack, wanted = oom["reserved_unallocated_bytes"], oom.get("requested_bytes")
-        floor = 0.02 * (ctx.capacity or oom.get("total_bytes") or 0)
-        if wanted is not None and slack >= wanted and slack >= floor:
-            return ClassCheck(
-                "fragmentation",
-                True,
-                f"the allocator held {format_bytes(slack)} reserved but unallocated, more than the "
-                f"{format_bytes(wanted)} it failed to allocate: the free cache was fragmented",
-                (ev.event(oom),),
-                (("slack_bytes", slack), ("requested_bytes", wanted)),
-            )
-        return ClassCheck(
-            "fragmentation",
-            False,
-            f"reserved but unallocated at the OOM ({format_bytes(slack)}) was below the failed "
-            "allocation",
-            (ev.event(oom),),
-        )
+    if ctx.oom is not None and (stated := stated_fragmentation(ctx.oom, ctx.capacity)):
+        return stated
     reserved = ctx.memory.at(
         ctx.memory.find("torch_reserved_bytes", ctx.node, ctx.device), ctx.peak_ts, ctx.window
     )
@@ -156,6 +139,11 @@ def _kv_exhaustion(ctx: Context) -> ClassCheck:
         storm = "a preemption storm: " if preemptions >= STORM else ""
         plural = "" if preemptions == 1 else "s"
         when = "from the rise to a window after it filled" if _filled(ctx) else "in the window"
+        if ctx.anchor == "preemption":
+            when = (
+                "(preemptions or retractions): the engine ran out of KV cache and took running "
+                "requests back"
+            )
         parts.append(f"{storm}{preemptions} preemption{plural} {when}")
     if parts:
         return ClassCheck("kv_exhaustion", True, "; ".join(parts), tuple(rows))
@@ -177,6 +165,16 @@ def _transient(ctx: Context) -> ClassCheck:
     if not transient:
         return ClassCheck("transient_peak", False, "the peak did not fall back within the window")
     if not room and prefill.is_empty():
+        if (
+            ctx.anchor == "oom"
+            and ctx.oom is not None
+            and ratio is None
+            and ctx.residents.is_empty()
+        ):
+            # nothing places the OOM in a step (no KV figure, no request): its own figures
+            alone = one_allocation(ctx.oom)
+            if alone.matched:
+                return alone
         return ClassCheck(
             "transient_peak",
             False,

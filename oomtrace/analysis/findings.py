@@ -39,7 +39,7 @@ CLASSES: Final[tuple[IncidentClass, ...]] = get_args(IncidentClass)
 NOT_REQUESTS: Final[frozenset[IncidentClass]] = frozenset(
     {"startup_misfit", "foreign_memory", "fragmentation", "leak"}
 )
-Anchor = Literal["oom", "startup", "spike"]
+Anchor = Literal["oom", "startup", "spike", "preemption"]
 
 
 @dataclass(frozen=True)
@@ -135,7 +135,7 @@ class Ledger:
     Remainders are never negative: what the pool had left is the pool less what it held, the
     model's count capped at the pool."""
 
-    ts: datetime
+    ts: datetime | None  # None: the input prints no time (oomtrace.analysis.untimed)
     rows: tuple[LedgerRow, ...]
     resident_requests: int
     stored_tokens: int
@@ -297,9 +297,11 @@ class Incident:
     anchor_series: str | None
     node: str
     device: int | None
-    start: datetime
-    peak_ts: datetime
-    window_start: datetime
+    # None only where no input of the trace prints a time (oomtrace.analysis.untimed): then
+    # ``time_note`` says so and where the failure stands in the log's order.
+    start: datetime | None
+    peak_ts: datetime | None
+    window_start: datetime | None
     peak_bytes: int | None
     capacity_bytes: int | None
     coverage: float | None
@@ -317,6 +319,7 @@ class Incident:
     ledger: Ledger
     spikes: tuple[Spike, ...]
     window_segments: pl.DataFrame = field(compare=False, repr=False)
+    time_note: str | None = None
 
     @property
     def evidence(self) -> tuple[Evidence, ...]:
@@ -328,6 +331,7 @@ class Incident:
 
     def to_json(self) -> dict[str, Any]:
         return {
+            **({"time_note": self.time_note} if self.time_note else {}),
             "id": self.id,
             "primary": self.primary,
             "class": self.cls,
@@ -408,9 +412,22 @@ class TraceSummary:
     request_events: int
     requests: int
     events: int
+    # Why start and end are null where no input prints a time (oomtrace.analysis.untimed).
+    time_note: str | None = None
+    # Engine deaths the trace shows, each a line: when (or where in the log's order) and that
+    # the log does not say why, where no incident explains them (oomtrace.analysis.deaths).
+    deaths: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        # Both keys only where they say something: a trace with times and no unexplained death
+        # reads as it did before they existed.
+        if not self.time_note:
+            del out["time_note"]
+        if self.deaths:
+            out["deaths"] = list(self.deaths)
+        else:
+            del out["deaths"]
         out.update(
             nodes=list(self.nodes),
             start=iso_time(self.start, TIME_DIGITS),

@@ -22,6 +22,13 @@ is traffic, not an incident; it stays in the findings' spikes. A spike that peak
 node's first sign of serving is the engine taking its memory at start-up (weights, the
 preallocated KV pool, CUDA graphs): never an incident of its own either. A failed start is an
 incident through its OOM or refusal event.
+
+Preemptions (vLLM's preemption warnings, SGLang's "Decode out of memory happened.
+#retracted_reqs: N") are the engine saying its KV pool ran full: on a node whose KV usage no
+source observed, a chain of them that no OOM or spike explains is an incident of its own (the
+log still shows the pressure), anchored on its last preemption within a window of its first, so
+that the incident's window holds the moment the pool ran out. They come deduplicated across
+tensor-parallel ranks from ingest: each counts once.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ import polars as pl
 from oomtrace.analysis.findings import Anchor
 from oomtrace.analysis.options import AnalyzeOptions
 from oomtrace.analysis.spikes import Spike
+from oomtrace.analysis.timeline import lit_ts
 
 # A refusal this soon after an OOM reports that OOM (no engine restarts that fast: loading
 # the weights takes longer).
@@ -105,10 +113,13 @@ def anchor_incidents(
     options: AnalyzeOptions,
     served_from: dict[str, datetime] | None = None,
     preemptions: pl.DataFrame | None = None,
+    kv_observed: frozenset[str] = frozenset(),
 ) -> list[Anchoring]:
-    """Anchors in order: OOMs and startup refusals by time, then spikes by severity.
-    ``served_from`` is each node's first sign of serving (spikes before it are start-up);
-    ``preemptions`` (``node, ts``) corroborate a modelled pool's spike."""
+    """Anchors in order: OOMs and startup refusals by time, then spikes by severity, then
+    preemption chains on nodes whose KV usage no source observed (``kv_observed``: where it is,
+    the pool's own fill is the incident). ``served_from`` is each node's first sign of serving
+    (spikes before it are start-up); ``preemptions`` (``node, ts``) corroborate a modelled
+    pool's spike."""
     served = served_from or {}
     window = timedelta(seconds=options.window_s)
     anchors: list[Anchoring] = []
@@ -160,4 +171,34 @@ def anchor_incidents(
                     "spike", spike.node, spike.device, spike.peak_ts, spike=spike, spikes=[spike]
                 )
             )
+    if preemptions is not None:
+        unseen = preemptions.filter(~pl.col("node").is_in(list(kv_observed)))
+        anchors += _preemption_anchors(unseen, anchors, window)
     return anchors[: options.max_incidents]
+
+
+def _preemption_anchors(
+    preemptions: pl.DataFrame, anchors: list[Anchoring], window: timedelta
+) -> list[Anchoring]:
+    """One anchor per chain of preemptions (each within a window of the one before) that no
+    other anchor holds, at the chain's last preemption within a window of its first: the moment
+    the pool ran out, with the window holding the chain's start (see the module docstring)."""
+    ts = pl.col("ts")
+    # one row per moment and node: a stats line's count and its warnings say the same
+    frame = preemptions.unique().sort("node", "ts")
+    for a in anchors:  # anchors are few (failures and the worst spikes); preemptions may be many
+        start, end = a.peak_ts - window, (a.last_event_ts or a.peak_ts) + window
+        frame = frame.filter(
+            (pl.col("node") != a.node) | ~ts.is_between(lit_ts(start), lit_ts(end))
+        )
+    chains = (
+        frame.with_columns(
+            chain=(ts.diff().over("node") > window).fill_null(value=True).cum_sum().over("node")
+        )
+        .group_by("node", "chain", maintain_order=True)
+        .agg(peak=ts.filter(ts <= ts.min() + window).max())
+    )
+    return [
+        Anchoring("preemption", node, None, peak)
+        for node, peak in chains.select("node", "peak").rows()
+    ]

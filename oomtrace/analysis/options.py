@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from oomtrace.analysis.kvmodel import SequenceBytes
 from oomtrace.analysis.limits import LimitSearch
@@ -66,3 +66,17 @@ class AnalyzeOptions:
             raise UsageError(f"--top must be at least 1, not {self.top_culprits}")
         if not 0 < self.kv_full_ratio <= 1:
             raise UsageError(f"kv_full_ratio must be in (0, 1], not {self.kv_full_ratio}")
+
+    def to_json(self) -> dict[str, Any]:
+        """The options the findings document records (those that shape its figures)."""
+        return {
+            "window_s": self.window_s,
+            "top_culprits": self.top_culprits,
+            "max_incidents": self.max_incidents,
+            "min_rise_bytes": self.min_rise_bytes,
+            "min_rise_fraction": self.min_rise_fraction,
+            "kv_full_ratio": self.kv_full_ratio,
+            "series_buckets": self.series_buckets,
+            "json_series_buckets": self.json_series_buckets,
+            "node": self.node,
+        }

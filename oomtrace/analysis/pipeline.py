@@ -18,13 +18,13 @@ slack, other processes, memory outside PyTorch) and a residual.
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import timedelta
-from typing import Any
 
 import polars as pl
 
 from oomtrace.analysis.assemble import Prepared, build_incident
+from oomtrace.analysis.deaths import unexplained_deaths
 from oomtrace.analysis.findings import Findings, Incident, Remedy, TraceSummary
 from oomtrace.analysis.gaps import hole_gaps, manifest_gaps, request_gaps, table_gaps
 from oomtrace.analysis.incident_traffic import incident_requests
@@ -36,6 +36,7 @@ from oomtrace.analysis.reconcile import kv_reconciliation, memory_reconciliation
 from oomtrace.analysis.remedies import RemedyFacts, remedies_for
 from oomtrace.analysis.timeline import Timeline
 from oomtrace.analysis.trace_scan import ReadStrictly, TableFacts, TraceScan
+from oomtrace.analysis.untimed import analyze_untimed, only_untimed
 from oomtrace.trace import Trace, read_trace
 
 __all__ = ["analyze"]
@@ -45,6 +46,9 @@ def analyze(trace: Trace | TraceScan, options: AnalyzeOptions | None = None) -> 
     """Analyse a canonical trace. Raises :class:`InputError` only when nothing can be analysed
     (no rows at all, or none on the requested node); partial traces give findings with gaps."""
     options = options or AnalyzeOptions()
+    if only_untimed(trace):
+        # No input prints a time: nothing to align or misjoin; read the rows in their order.
+        return analyze_untimed(trace, options)
     if not isinstance(trace, TraceScan):
         return _analyze(trace, options)
     try:
@@ -59,10 +63,16 @@ def _analyze(source: Trace | TraceScan, options: AnalyzeOptions) -> Findings:
     prep, modelled, spikes, facts = prepare(tables, options)
     kv, timeline = prep.kv, prep.timeline
     served = first_served(facts, prep.serving)
-    anchors = anchor_incidents(tables.events, spikes, options, served, prep.preemptions)
+    kv_seen = frozenset(prep.kv_index.catalog["node"].drop_nulls().to_list())
+    anchors = anchor_incidents(
+        tables.events, spikes, options, served, prep.preemptions, kv_observed=kv_seen
+    )
     incidents = tuple(build_incident(prep, a, options, i) for i, a in enumerate(anchors, start=1))
     remedies = _remedies(prep, incidents, options)
     summary = _summary(facts, tables.manifest.engine.get("name"), timeline)
+    summary = replace(
+        summary, deaths=unexplained_deaths(tables.events, incidents, options.window_s)
+    )
     rate, from_requests = asdict(timeline.rate), request_gaps(timeline)
     requests_seen = not timeline.points.is_empty()
     indexes = (prep.memory, prep.kv_index, prep.engine)
@@ -79,7 +89,11 @@ def _analyze(source: Trace | TraceScan, options: AnalyzeOptions) -> Findings:
     )
     # Full resolution inside incident windows, peak-keeping buckets elsewhere.
     wide = timedelta(seconds=options.window_s)
-    windows = [(i.node, i.window_start - wide, i.peak_ts + wide) for i in incidents]
+    windows = [
+        (i.node, i.window_start - wide, i.peak_ts + wide)
+        for i in incidents
+        if i.window_start is not None and i.peak_ts is not None
+    ]
     series = pl.concat(
         [index.compact(windows, options.series_buckets) for index in (*indexes, modelled)]
         + [memory_gap.compact(windows, options.series_buckets)]
@@ -93,7 +107,7 @@ def _analyze(source: Trace | TraceScan, options: AnalyzeOptions) -> Findings:
         spikes=tuple(spikes[:20]),
         reconciliation=(*((kv_recon,) if kv_recon else ()), *memory_recon),
         gaps=tuple(gaps),
-        options=_options_json(options),
+        options=options.to_json(),
         series=series,
         remedies=remedies,
     )
@@ -110,16 +124,18 @@ def _remedies(
     per_token = prep.kv.bytes_per_token
     for incident in incidents:
         replay = None
-        if incident.cls == "kv_exhaustion" and options.limit_search is not None:
+        start, peak = incident.start, incident.peak_ts
+        searched = incident.cls == "kv_exhaustion" and options.limit_search is not None
+        if searched and start is not None and peak is not None:
             traffic = incident_requests(
                 prep.timeline,
                 prep.tables.requests,
                 node=incident.node,
-                start=incident.start,
-                peak=incident.peak_ts,
+                start=start,
+                peak=peak,
                 window=timedelta(seconds=options.window_s),
             )
-            if traffic.height:
+            if traffic.height and options.limit_search is not None:
                 replay = options.limit_search(
                     traffic,
                     prep.tables.manifest,
@@ -129,20 +145,6 @@ def _remedies(
         facts = RemedyFacts(config, prep.kv, replay, str(engine) if engine else None)
         out += remedies_for(incident, facts)
     return tuple(out)
-
-
-def _options_json(options: AnalyzeOptions) -> dict[str, Any]:
-    return {
-        "window_s": options.window_s,
-        "top_culprits": options.top_culprits,
-        "max_incidents": options.max_incidents,
-        "min_rise_bytes": options.min_rise_bytes,
-        "min_rise_fraction": options.min_rise_fraction,
-        "kv_full_ratio": options.kv_full_ratio,
-        "series_buckets": options.series_buckets,
-        "json_series_buckets": options.json_series_buckets,
-        "node": options.node,
-    }
 
 
 def _summary(facts: TableFacts, engine: object, timeline: Timeline) -> TraceSummary:

@@ -45,7 +45,7 @@ from oomtrace.report.span import Span, chart_span
 from oomtrace.report.trace_view import TraceView, extent, view_of
 from oomtrace.report.verdict import build_verdict, incident_label, incident_remedies
 from oomtrace.report.worksheet_section import budget_section
-from oomtrace.trace import Trace, set_aside
+from oomtrace.trace import Manifest, Trace, set_aside
 
 # Requests drawn in the swimlanes besides the culprits.
 CONTEXT_LANES: Final = 20
@@ -198,5 +198,18 @@ def build_report(inputs: ReportInputs, options: ReportOptions | None = None) -> 
             "span": [iso_time(span.start), iso_time(span.end)] if span else None,
         },
         header=header,
-        alerts=tuple(w for s in set_aside(view.manifest) if (w := clock_warning(s))),
+        alerts=_alerts(findings, view.manifest),
     )
+
+
+def _alerts(findings: Mapping[str, Any], manifest: Manifest) -> tuple[str, ...]:
+    """Inputs set apart from the timeline (or, where no input prints a time, that the rows were
+    read in their order: the findings' own words), then deaths no incident explains."""
+    summary = findings.get("trace") or {}
+    if summary.get("time_note"):
+        gaps = findings.get("gaps") or []
+        clocks = [str(g["detail"]) for g in gaps if g.get("kind") == "untimed"]
+    else:
+        clocks = [w for s in set_aside(manifest) if (w := clock_warning(s))]
+    deaths = [str(d)[:1].upper() + str(d)[1:] for d in summary.get("deaths") or []]
+    return (*clocks, *deaths)

@@ -182,6 +182,9 @@ def build_verdict(
         Figure("peak_bytes", "peak memory", peak_bytes, "bytes"),
         Figure("coverage", "attribution coverage", coverage, "share"),
     ]
+    if incident.get("time_note") and peak_ts is None:
+        # a log that prints no time: say so, beside the n/a of the times
+        figures.append(Figure("time_note", "time", str(incident["time_note"]), "text"))
     for key, label in (("explained_bytes", "explained"), ("unexplained_bytes", "unexplained")):
         if incident.get(key) is not None:
             figures.append(Figure(key, label, incident[key], "bytes"))

@@ -26,6 +26,13 @@ def when(ts: datetime | None) -> str:
     return "unknown time" if ts is None else iso_time(ts, 3, sep=" ", zone=" UTC")
 
 
+def _when(incident: Incident) -> str:
+    """The incident's moment, or why it has none (a log that prints no time)."""
+    if incident.peak_ts is None and incident.time_note:
+        return escape.terminal(incident.time_note)
+    return when(incident.peak_ts)
+
+
 def _bytes(value: int | None) -> str:
     return "unknown" if value is None else format_bytes(value)
 
@@ -33,18 +40,22 @@ def _bytes(value: int | None) -> str:
 def render_summary(findings: Findings) -> str:
     """The whole summary as text (ends with a newline)."""
     lines = [_headline(findings), *_set_apart(findings), ""]
-    if not findings.incidents:
+    deaths = [f"DEATH    {escape.terminal(d)}" for d in findings.trace.deaths]
+    if not findings.incidents and deaths:
+        lines += ["No OOM and no spike above the thresholds, but the engine died:", *deaths, ""]
+    elif not findings.incidents:
         lines.append("No incident: no OOM event and no spike above the thresholds.")
     if findings.remedies:
         lines += [*_remedies(findings.remedies), ""]
     for incident in findings.incidents[:1]:
         lines += _incident(incident)
+    if findings.incidents and deaths:
+        lines += ["", "Deaths no incident explains:", *deaths]
     others = findings.incidents[1:]
     if others:
         lines += ["", f"Other incidents ({len(others)}):"]
         lines += [
-            f"  {i.id} {i.cls} at {when(i.peak_ts)}: {escape.terminal(i.reason, 110)}"
-            for i in others
+            f"  {i.id} {i.cls} at {_when(i)}: {escape.terminal(i.reason, 110)}" for i in others
         ]
     lines += ["", *_gaps(findings), "", f"KV model: {findings.kv_model['statement']}"]
     rate = findings.decode_rate.get("statement")
@@ -73,6 +84,8 @@ def _headline(findings: Findings) -> str:
     span = ""
     if trace.start is not None and trace.end is not None:
         span = f", {when(trace.start)} to {when(trace.end)}"
+    elif trace.time_note:
+        span = f", {trace.time_note}"
     nodes = ", ".join(escape.terminal(n) for n in trace.nodes)
     count = len(findings.incidents)
     return (
@@ -98,10 +111,11 @@ def _incident(incident: Incident) -> list[str]:
     anchor = {
         "oom": "an out-of-memory error",
         "startup": "a startup refusal",
+        "preemption": "the engine's preemptions or retractions",
         "spike": f"a spike of {escape.terminal(incident.anchor_series or '')}",
     }[incident.anchor]
     lines = [
-        f"PRIMARY  {incident.cls} at {when(incident.peak_ts)} on {where} (anchored on {anchor})",
+        f"PRIMARY  {incident.cls} at {_when(incident)} on {where} (anchored on {anchor})",
         f"  why:       {escape.terminal(incident.reason)}",
     ]
     kv_peak = incident.anchor == "spike" and (incident.anchor_series or "").startswith("kv_used")
@@ -114,7 +128,9 @@ def _incident(incident: Incident) -> list[str]:
         peak = f"  peak:      {format_bytes(incident.peak_bytes)}"
         if incident.capacity_bytes:
             peak += f" of {format_bytes(incident.capacity_bytes)} {of_what}"
-    lines.append(peak + f"; the rise began at {when(incident.start)}")
+    if incident.start is not None:
+        peak += f"; the rise began at {when(incident.start)}"
+    lines.append(peak)
     lines.append(_coverage(incident))
     # Another process is worth a line when it matters: the class says so, or it holds 1 %.
     shown = [p for p in incident.processes if incident.cls == "foreign_memory" or p.share >= 0.01]
@@ -135,6 +151,8 @@ def _incident(incident: Incident) -> list[str]:
     elif incident.cls in NOT_REQUESTS:
         lines.append("  culprits:  none among the requests: the class names the cause")
     ledger = incident.ledger
+    if ledger.ts is None:  # no time: no request placed at the failure, no ledger to show
+        return lines
     text = (
         f"  ledger:    {ledger.resident_requests} resident, {ledger.stored_tokens:,} tokens stored"
     )

@@ -207,6 +207,9 @@ def _detail(events: pl.DataFrame) -> pl.Expr:
             parts.append(
                 pl.when(pl.col(column).is_not_null()).then(pl.format(words, pl.col(column)))
             )
+    # TGI's launcher names the phase: "Unable to warmup model" (the start-up's warm-up)
+    warmup = pl.col("_t").str.contains(r"(?i)unable to warm ?up")
+    parts.append(pl.when(warmup).then(pl.lit("; during the warm-up at start-up")))
     return pl.concat_str(parts, ignore_nulls=True)
 
 

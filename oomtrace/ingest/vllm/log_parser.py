@@ -273,8 +273,11 @@ class _Run:
                 hosts[host] = hosts.get(host, 0) + count
         result_samples, result_events = _concat(samples), _concat(events)
         if untimed:
+            # every table, the requests too: a preempted request's row must not keep the
+            # stand-in instant (1970) as a stated time
             result_samples = untimed_rows(result_samples)
             result_events = untimed_rows(result_events)
+            requests = untimed_rows(requests)
         return ParseResult(
             samples=result_samples,
             requests=requests if requests is not None and requests.height else None,

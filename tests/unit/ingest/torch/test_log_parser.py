@@ -346,7 +346,9 @@ def test_tgi_warmup_panic_with_the_cudamallocasync_refusal(tmp_path: Path) -> No
         round(16.08 * GiB),
     )
     assert (row["total_bytes"], row["free_bytes"]) == (round(22.20 * GiB), round(11.12 * MiB))
-    assert str(row["detail"]).endswith("limit 22.20 GiB (the memory fraction)")
+    assert str(row["detail"]).endswith(
+        "limit 22.20 GiB (the memory fraction); during the warm-up at start-up"
+    )
 
 
 def test_tgi_states_its_kv_pool_and_prefill_budget_after_warm_up(tmp_path: Path) -> None:

@@ -81,6 +81,9 @@ def test_an_indented_preemption_warning_is_a_preemption_and_the_cumulative_count
     totals = trace.samples.filter(pl.col("metric") == "preemptions_total")
     assert totals.get_column("value").to_list() == [101.0]
     assert totals.get_column("clock").to_list() == ["untimed"]
+    # the preempted request too has no time (not the stand-in instant of its line, 1970)
+    (request,) = trace.requests.filter(pl.col("event") == "preempted").to_dicts()
+    assert (request["ts"], request["clock"]) == (None, "untimed")
 
 
 def test_the_engine_cores_refusal_printed_by_a_wrapper_gives_its_sizes() -> None:

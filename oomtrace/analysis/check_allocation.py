@@ -1,0 +1,111 @@
+"""One allocation judged by the OOM message's own figures: what it asked, what was free, what
+PyTorch held. What a reader concludes from an OOM pasted without the log around it, and what the
+transient check falls back on when no KV observation or request places the OOM in a step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oomtrace.analysis import evidence as ev
+from oomtrace.analysis.findings import ClassCheck
+from oomtrace.units import format_bytes
+
+# Memory in use outside PyTorch's allocator worth naming: a tenth of the device.
+_OUTSIDE_SHARE = 0.1
+# Free memory this far above the allocation (a share of the device) was not a shortage; below
+# it, the device was all but full (the allocator needs whole segments, free memory is split).
+_PLENTY = 0.05
+
+
+def not_short(event: dict[str, Any]) -> str | None:
+    """Why an OOM was not for lack of device memory (more was free than it asked), or None."""
+    wanted, free = event.get("requested_bytes"), event.get("free_bytes")
+    total = event.get("total_bytes")
+    if event.get("kind") != "oom" or wanted is None or free is None or total is None:
+        return None
+    if free - wanted < _PLENTY * total:
+        return None
+    return (
+        f"the device had {format_bytes(free)} free, more than the {format_bytes(wanted)} asked: "
+        "the failure was not for lack of device memory (a per-process limit, a memory fraction "
+        "or the driver refused it)"
+    )
+
+
+def one_allocation(event: dict[str, Any]) -> ClassCheck:
+    """``transient_peak`` when one allocation asked for more than was free, with the figures the
+    transient remedies read (``requested_bytes``, ``room_bytes``)."""
+    wanted, free, total = (event.get(k) for k in ("requested_bytes", "free_bytes", "total_bytes"))
+    if wanted is None or event.get("kind") != "oom":
+        return ClassCheck("transient_peak", False, "the failure states no allocation size")
+    if free is None:
+        return ClassCheck(
+            "transient_peak",
+            False,
+            f"an allocation of {format_bytes(wanted)} failed; the message states no free memory "
+            "to compare it with",
+        )
+    of_total = f" of {format_bytes(total)}" if total is not None else ""
+    asked = f"a single allocation of {format_bytes(wanted)}"
+    if wanted > free:
+        reason = f"{asked} asked for more than the {format_bytes(free)} free{of_total}"
+    else:
+        reason = (
+            f"{asked} failed with only {format_bytes(free)}{of_total} free: the device was full"
+        )
+    if total is not None and wanted > total:
+        reason += ": larger than the whole device, so no setting of others makes it fit"
+    allocated = event.get("allocated_bytes")
+    if allocated is not None:
+        reason += f" ({format_bytes(allocated)} allocated by PyTorch)"
+    outside = _outside(event)
+    if outside is not None:
+        reason += (
+            f"; {format_bytes(outside)} in use outside PyTorch's allocator (other processes or "
+            "memory PyTorch does not count)"
+        )
+    return ClassCheck(
+        "transient_peak",
+        True,
+        reason,
+        (ev.event(event),),
+        (("requested_bytes", wanted), ("room_bytes", free)),
+    )
+
+
+def _outside(event: dict[str, Any]) -> int | None:
+    """In use less what PyTorch holds, where the message states no process's own use (which
+    would account for it) and it is a tenth of the device or more."""
+    total, free = event.get("total_bytes"), event.get("free_bytes")
+    allocated = event.get("allocated_bytes")
+    if total is None or free is None or allocated is None or event.get("process_bytes"):
+        return None
+    outside = int(total - free - allocated - (event.get("reserved_unallocated_bytes") or 0))
+    return outside if outside >= _OUTSIDE_SHARE * total else None
+
+
+def stated_fragmentation(oom: dict[str, Any], capacity: int | None) -> ClassCheck | None:
+    """``fragmentation`` from the OOM's own figures: the allocator held, reserved but
+    unallocated, at least the allocation that failed (and 2 % of the device); None when the
+    message states no reserved-but-unallocated memory."""
+    slack, wanted = oom.get("reserved_unallocated_bytes"), oom.get("requested_bytes")
+    if slack is None:
+        return None
+    floor = 0.02 * (capacity or oom.get("total_bytes") or 0)
+    if wanted is not None and slack >= wanted and slack >= floor:
+        return ClassCheck(
+            "fragmentation",
+            True,
+            f"the allocator held {format_bytes(slack)} reserved but unallocated, more than the "
+            f"{format_bytes(wanted)} it failed to allocate: the free cache was fragmented",
+            (ev.event(oom),),
+            (("slack_bytes", slack), ("requested_bytes", wanted)),
+        )
+    return ClassCheck(
+        "fragmentation",
+        False,
+        f"reserved but unallocated at the OOM ({format_bytes(slack)}) was below the failed "
+        "allocation",
+        (ev.event(oom),),
+    )

@@ -1,0 +1,77 @@
+"""Engine deaths no incident explains: a dead engine is never "no incident".
+
+An ``engine_dead`` event (vLLM's ``EngineDeadError``, SGLang's "Received sigquit from a child
+process" or "Scheduler hit an exception", TGI's "Webserver Crashed") is explained when an OOM or
+a start-up refusal on its node came within a window of it (the failure that killed it; a restart
+loop fails and dies at every attempt), or an incident peaked within a window of it. Otherwise the
+findings say that the engine died, when (or where in the log's order, for a log without times)
+and that the log does not say why; the statements of one death (several ranks, the API server and
+the engine core) within a window of each other are one death.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Final
+
+import polars as pl
+
+from oomtrace.analysis.findings import Incident
+from oomtrace.isotime import iso_time
+
+FAILURES: Final = (
+    "oom",
+    "startup_kv_insufficient",
+    "startup_no_kv_memory",
+    "startup_memory_insufficient",
+)
+NOT_SAID: Final = "the log does not say why (the lines before the death are not in the trace)"
+
+
+def unexplained_deaths(
+    events: pl.DataFrame, incidents: list[Incident] | tuple[Incident, ...], window_s: float
+) -> tuple[str, ...]:
+    """One line per death no incident explains, in time (else log) order."""
+    window = timedelta(seconds=window_s)
+    dead = events.with_row_index("order").filter(pl.col("kind") == "engine_dead")
+    failures = events.filter(pl.col("kind").is_in(FAILURES) & pl.col("ts").is_not_null())
+    stated = [(str(n), t) for n, t in failures.select("node", "ts").rows()]
+    out: list[str] = []
+    reported: dict[str, datetime | None] = {}  # each node's last death reported
+    for row in dead.iter_rows(named=True):  # deaths are a handful: one per restart
+        node, ts = str(row["node"]), row["ts"]
+        if _explained(node, ts, incidents, window) or any(
+            n == node and ts is not None and abs(t - ts) <= window for n, t in stated
+        ):
+            continue
+        if node in reported:
+            previous = reported[node]
+            # without times the statements cannot be told apart: one death
+            if ts is None or previous is None or ts - previous <= window:
+                continue
+        reported[node] = ts
+        when = (
+            f"at {iso_time(ts, 3, sep=' ', zone=' UTC')}"
+            if ts is not None
+            else "(no time: the input prints none; its death is row "
+            f"{int(row['order']) + 1} of {events.height} in the log's order)"
+        )
+        what = f" ({row['detail']})" if row.get("detail") else ""
+        out.append(f"the engine on {node} died {when}{what}; {NOT_SAID}")
+    return tuple(out)
+
+
+def _explained(
+    node: str,
+    ts: datetime | None,
+    incidents: list[Incident] | tuple[Incident, ...],
+    window: timedelta,
+) -> bool:
+    for incident in incidents:
+        if incident.node != node:
+            continue
+        if incident.peak_ts is None or ts is None:
+            return True
+        if incident.peak_ts - window <= ts <= incident.peak_ts + window:
+            return True
+    return False
