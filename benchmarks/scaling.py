@@ -15,6 +15,7 @@ fit the time at hand).
 
     python benchmarks/scaling.py                    # the README's table
     python benchmarks/scaling.py --fractions 0.25 0.5
+    python benchmarks/scaling.py --commands analyze  # one command's rows
 """
 
 from __future__ import annotations
@@ -44,24 +45,32 @@ def generated(code: str) -> None:
     subprocess.run([sys.executable, "-c", code], cwd=HERE, check=True, stdout=subprocess.DEVNULL)
 
 
-def one_size(fraction: float, tmp: Path) -> dict[str, dict[str, Any]]:
+COMMANDS = ("ingest", "analyze", "report")
+
+
+def one_size(
+    fraction: float, tmp: Path, commands: tuple[str, ...] = COMMANDS
+) -> dict[str, dict[str, Any]]:
     log, ingested = tmp / f"vllm-{fraction}.log", tmp / f"ingested-{fraction}"
     trace = tmp / f"day-{fraction}"
-    generated(
-        "from pathlib import Path; from ingest_bench import generate; "
-        f"generate(Path({str(log)!r}), {int(DAY_LOG_BYTES * fraction)})"
-    )
-    generated(
-        "from pathlib import Path; from analyze_data import generate; "
-        f"generate(Path({str(trace)!r}), requests={int(DAY_REQUESTS * fraction)}, "
-        f"hours={24 * fraction}, hz=100)"
-    )
-    out = {
-        "ingest": measured(oomtrace("ingest", str(log), "--out", str(ingested))),
-        "analyze": measured(oomtrace("analyze", str(trace), "--json")),
-        "report": measured(oomtrace("report", str(trace), "-o", str(tmp / "report.html"))),
-    }
-    log.unlink()
+    out = {}
+    if "ingest" in commands:
+        generated(
+            "from pathlib import Path; from ingest_bench import generate; "
+            f"generate(Path({str(log)!r}), {int(DAY_LOG_BYTES * fraction)})"
+        )
+        out["ingest"] = measured(oomtrace("ingest", str(log), "--out", str(ingested)))
+        log.unlink()
+    if "analyze" in commands or "report" in commands:
+        generated(
+            "from pathlib import Path; from analyze_data import generate; "
+            f"generate(Path({str(trace)!r}), requests={int(DAY_REQUESTS * fraction)}, "
+            f"hours={24 * fraction}, hz=100)"
+        )
+    if "analyze" in commands:
+        out["analyze"] = measured(oomtrace("analyze", str(trace), "--json"))
+    if "report" in commands:
+        out["report"] = measured(oomtrace("report", str(trace), "-o", str(tmp / "report.html")))
     return out
 
 
@@ -71,8 +80,10 @@ def table(results: dict[float, dict[str, dict[str, Any]]]) -> str:
         f"{'CPU s per day':>13}"
     )
     lines = [header]
-    for command in ("ingest", "analyze", "report"):
+    for command in COMMANDS:
         for fraction, by in results.items():
+            if command not in by:
+                continue
             r = by[command]
             lines.append(
                 f"{command:<8} {fraction:>8.2f} {r['wall_s']:>7.1f} {r['cpu_s']:>7.1f} "
@@ -84,12 +95,13 @@ def table(results: dict[float, dict[str, dict[str, Any]]]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fractions", type=float, nargs="+", default=[0.25, 0.5, 1.0])
+    parser.add_argument("--commands", nargs="+", choices=COMMANDS, default=list(COMMANDS))
     args = parser.parse_args()
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
     results: dict[float, Any] = {}
     for fraction in args.fractions:
         with tempfile.TemporaryDirectory() as tmp:
-            results[fraction] = one_size(fraction, Path(tmp))
+            results[fraction] = one_size(fraction, Path(tmp), tuple(args.commands))
         print(f"  {fraction} of a day done", flush=True)
     print(table(results))
     # the parent stays small, so that no child's peak counts memory it inherited

@@ -1,9 +1,10 @@
 """Scrape an engine's ``/metrics`` and keep only its memory and admission families.
 
-The fetch uses one persistent ``http.client`` connection (a new TCP connection per scrape at
-10-100 Hz would cost more than the scrape), never follows redirects, never reads proxy settings
-from the environment, and enforces a whole-request deadline and a response size cap: the agent
-fetches only the URL it is given and cannot be made to hang or to buffer an endless body.
+The fetch (``collectors.httpget``) uses one persistent connection (a new TCP connection per
+scrape at 10-100 Hz would cost more than the scrape), never follows redirects, never reads proxy
+settings from the environment, and enforces a whole-request deadline and a response size cap:
+the agent fetches only the URL it is given and cannot be made to hang or to buffer an endless
+body.
 
 Filtering works on family blocks rather than lines: text exposition keeps each family together
 under its ``# TYPE`` line, so splitting at ``\\n# TYPE `` and looking at each block's name costs a
@@ -13,29 +14,23 @@ line.
 
 from __future__ import annotations
 
-import contextlib
-import http.client
 import logging
 import re
-import socket
 import time
-import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 from collectors import __version__
+from collectors.httpget import FetchError, HttpGetter
 from collectors.prometheus_families import INFO, KEEP
 from collectors.schedule import SegmentSink
 
 logger = logging.getLogger(__name__)
 
+__all__ = ["FetchError", "Filtered", "HttpFetcher", "PrometheusSource", "filter_exposition"]
+
 _SAMPLE = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*(?:\{[^\n]*\})?[ \t]+\S")
-_CHUNK = 1 << 16
-
-
-class FetchError(Exception):
-    """A scrape that produced no usable exposition (down, slow, HTTP error, too big, garbage)."""
 
 
 @dataclass(frozen=True)
@@ -104,91 +99,19 @@ class HttpFetcher:
     """GET one URL over a kept-alive connection, within a deadline and a size cap."""
 
     def __init__(self, url: str, *, timeout_s: float, max_bytes: int) -> None:
-        parts = urllib.parse.urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"{url!r} is not an http:// or https:// URL")
         self.url = url
-        self._https = parts.scheme == "https"
-        self._host, self._port = parts.hostname, parts.port
-        self._path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        self._timeout_s, self._max_bytes = timeout_s, max_bytes
-        self._conn: http.client.HTTPConnection | None = None
-        self._headers = {
-            "Accept": "text/plain;version=0.0.4;q=1.0,*/*;q=0.1",
-            "Accept-Encoding": "identity",
-            "User-Agent": f"oomtrace-collect/{__version__}",
-        }
+        self._getter = HttpGetter(
+            url,
+            timeout_s=timeout_s,
+            max_bytes=max_bytes,
+            user_agent=f"oomtrace-collect/{__version__}",
+        )
 
     def fetch(self) -> bytes:
-        deadline = time.monotonic() + self._timeout_s
-        try:
-            conn = self._connection()
-            conn.request("GET", self._path, headers=self._headers)
-            _quick_ack(conn)
-            response = conn.getresponse()
-            if response.status != 200:
-                raise FetchError(f"HTTP {response.status} {response.reason}".strip())
-            length = response.getheader("Content-Length", "")
-            if length.isdigit() and int(length) > self._max_bytes:
-                cap = self._max_bytes
-                raise FetchError(f"response of {length} bytes is over the {cap} byte cap")
-            body = self._read(conn, response, deadline)
-            if response.will_close:
-                self.close()
-            return body
-        except FetchError:
-            self.close()
-            raise
-        except (OSError, http.client.HTTPException) as err:
-            self.close()
-            if isinstance(err, TimeoutError) or time.monotonic() >= deadline:
-                raise FetchError(f"no complete response within {self._timeout_s:g} s") from err
-            raise FetchError(f"{type(err).__name__}: {err}".rstrip(": ")) from err
-
-    def _read(
-        self, conn: http.client.HTTPConnection, response: http.client.HTTPResponse, deadline: float
-    ) -> bytes:
-        parts: list[bytes] = []
-        size = 0
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise FetchError(f"no complete response within {self._timeout_s:g} s")
-            if conn.sock is not None:
-                conn.sock.settimeout(remaining)
-            chunk = response.read1(_CHUNK)
-            if not chunk:
-                break
-            size += len(chunk)
-            if size > self._max_bytes:
-                raise FetchError(f"response is over the {self._max_bytes} byte cap")
-            parts.append(chunk)
-        if response.length:  # Content-Length promised more than arrived
-            raise FetchError(f"response ended {response.length} bytes early")
-        # Done with this response; the connection stays open for the next scrape.
-        response.close()
-        return b"".join(parts)
-
-    def _connection(self) -> http.client.HTTPConnection:
-        if self._conn is None:
-            cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
-            self._conn = cls(self._host, self._port, timeout=self._timeout_s)
-        return self._conn
+        return self._getter.get()
 
     def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-
-
-def _quick_ack(conn: http.client.HTTPConnection) -> None:
-    """Acknowledge the response's first segment at once. On a kept-alive connection, a server
-    that writes headers and body separately with Nagle's algorithm on (Python's http.server, for
-    one) otherwise waits for our delayed ACK: about 40 ms per scrape on Linux."""
-    quickack = getattr(socket, "TCP_QUICKACK", None)
-    if quickack is not None and conn.sock is not None:
-        with contextlib.suppress(OSError):
-            conn.sock.setsockopt(socket.IPPROTO_TCP, quickack, 1)
+        self._getter.close()
 
 
 class Fetcher(Protocol):

@@ -104,12 +104,11 @@ class SegmentWriter:
     def append_keyed(self, key: str, full: Record, repeat: Record | None = None) -> None:
         """Append ``repeat`` when given and the previous record under ``key`` went to the current
         segment, else ``full``: a segment never depends on another file to be read."""
-        full_line = encode(full)
-        repeat_line = encode(repeat) if repeat is not None else None
+        # Only the line that is written is encoded (a full scrape's text is most of the cost).
         with self._buf_lock:
-            if repeat_line is not None and self._key_generation.get(key) == self._generation:
-                self._push(repeat_line)
-            elif self._push(full_line):
+            if repeat is not None and self._key_generation.get(key) == self._generation:
+                self._push(encode(repeat))
+            elif self._push(encode(full)):
                 self._key_generation[key] = self._generation
             else:
                 self._key_generation.pop(key, None)

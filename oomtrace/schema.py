@@ -352,6 +352,12 @@ def conform(table: TableName, frame: pl.DataFrame, *, what: str = "") -> pl.Data
     return out
 
 
+def absent_column(name: str, dtype: pl.DataType) -> pl.Expr:
+    """What a frame without the nullable column ``name`` is given: nulls (a missing ``clock``,
+    a trace from before it, ``stated``)."""
+    return pl.lit("stated" if name == "clock" else None, dtype=dtype).alias(name)
+
+
 def _where(table: TableName, what: str) -> str:
     return f"{table} table" + (f" from {what}" if what else "")
 
@@ -367,8 +373,7 @@ def _cast(table: TableName, frame: pl.DataFrame, where: str) -> pl.DataFrame:
     columns: list[pl.Expr] = []
     for name, dtype in schema.items():
         if name not in frame.columns:
-            default = "stated" if name == "clock" else None
-            columns.append(pl.lit(default, dtype=dtype).alias(name))
+            columns.append(absent_column(name, dtype))
             continue
         current = frame.schema[name]
         if current == dtype:

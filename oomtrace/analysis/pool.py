@@ -154,9 +154,11 @@ def pool_breakpoints(timeline: Timeline) -> Breakpoints:
     nodes = timeline.requests["node"]
     names = sorted(nodes.unique().to_list())
     frames: dict[str, pl.DataFrame] = {}
-    for node in names:
-        mine = deltas if len(names) == 1 else deltas.filter(per_request(nodes) == node)
-        frames[node] = _sweep(mine, _quantities(timeline))
+    if len(names) == 1:
+        # the one node's deltas are handed over whole: the sweep lets each column go once used
+        frames[names[0]] = _sweep(deltas, _quantities(timeline))
+    for node in names if len(names) > 1 else ():
+        frames[node] = _sweep(deltas.filter(per_request(nodes) == node), _quantities(timeline))
     del deltas
     return Breakpoints(frames, timeline.kv.has_bytes, timeline.kv.bytes_per_block)
 
@@ -165,28 +167,33 @@ def _sweep(deltas: pl.DataFrame, quantities: tuple[str, str]) -> pl.DataFrame:
     """One node's deltas in time order, summed: one permutation, then each cumulative column on
     its own (a day of knots is millions of rows; a sort of the whole frame would copy it all).
     Knots at one instant keep their order (a stable sort), so the sums run in the same order
-    whatever other nodes hold."""
+    whatever other nodes hold. Takes ``deltas`` over: each of its columns is dropped from it once
+    used (on a day, the deltas and the sums are each hundreds of megabytes)."""
     order = deltas.select(pl.arg_sort_by("ts", maintain_order=True)).to_series()
-    ts = deltas["ts"].gather(order)
+    ts = deltas.drop_in_place("ts").gather(order)
     # Several knots at one instant: the state after the last of them is the state then.
     keep = ts.ne_missing(ts.shift(-1))
     since_previous = ts.diff().dt.total_nanoseconds().fill_null(0)
     columns: dict[str, pl.Series] = {"ts": ts.filter(keep)}
 
     def summed(column: str) -> pl.Series:
-        return deltas[column].gather(order).cum_sum()
+        return deltas.drop_in_place(column).gather(order).cum_sum()
 
     for q in quantities:
         slope = summed(f"ds_{q}")
         # the level after a knot: the one after the knot before, moved along its slope, plus
         # this knot's jump
         moved = slope.shift(1, fill_value=0.0) * since_previous
-        level = (deltas[f"dl_{q}"].gather(order) + moved).cum_sum()
-        columns[f"level_{q}"] = level.filter(keep)
         columns[f"slope_{q}"] = slope.filter(keep)
+        del slope
+        level = (deltas.drop_in_place(f"dl_{q}").gather(order) + moved).cum_sum()
+        del moved
+        columns[f"level_{q}"] = level.filter(keep)
+        del level
     columns["resident"] = summed("d_resident").filter(keep)
     columns["contract"] = summed("d_contract").filter(keep)
-    return pl.DataFrame(columns)
+    sums = [f"{kind}_{q}" for q in quantities for kind in ("level", "slope")]
+    return pl.DataFrame(columns).select("ts", *sums, "resident", "contract")
 
 
 def _evaluate(

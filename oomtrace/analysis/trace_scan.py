@@ -7,16 +7,18 @@ series are kept, one frame each), the requests once for the timeline (then lets 
 later only the lifecycle rows an incident cites, through Parquet scans that read the row groups
 of the incident window.
 
-The values are checked as :func:`oomtrace.schema.conform` checks them; whenever something is
-not as a trace written by oomtrace would be (a column type, a value a check rejects, a file that
-cannot be scanned), the directory is read the strict way, so that the error is the one
+The values are checked as :func:`oomtrace.schema.conform` checks them. A file written before a
+nullable column was added to its schema (``requests.kv_blocks``) is still scanned, the column
+added as nulls as ``conform`` adds it. Whenever something else is not as a trace written by
+oomtrace would be (a column type, a value a check rejects, a file that cannot be scanned), the
+directory is read the strict way, so that the error is the one
 ``read_trace`` gives.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import NoReturn, TypeVar
@@ -24,7 +26,7 @@ from typing import NoReturn, TypeVar
 import polars as pl
 
 from oomtrace.errors import OomtraceError
-from oomtrace.schema import SCHEMAS, TABLES, TableName, conform
+from oomtrace.schema import REQUIRED, SCHEMAS, TABLES, TableName, absent_column, conform
 from oomtrace.trace import MANIFEST, Manifest, Trace, in_time, read_trace
 
 
@@ -60,12 +62,21 @@ class TraceScan:
     manifest: Manifest
     events: pl.DataFrame
     files: dict[TableName, Path | None]
+    # Nullable columns a newer schema added that a table's file was written without
+    # (``requests.kv_blocks``): the scan adds them as nulls, as ``conform`` does.
+    absent: dict[TableName, tuple[str, ...]] = field(default_factory=dict)
 
     def scan(self, table: TableName) -> pl.LazyFrame:
         file = self.files[table]
         if file is None:
             return pl.LazyFrame(schema=SCHEMAS[table])
-        return pl.scan_parquet(file)
+        frame = pl.scan_parquet(file)
+        absent = self.absent.get(table, ())
+        if not absent:
+            return frame
+        schema = SCHEMAS[table]
+        added = [absent_column(name, schema[name]) for name in absent]
+        return frame.with_columns(added).select(schema.names())
 
     def read(self, table: TableName) -> pl.DataFrame:
         """One table read whole and checked (as ``read_trace`` reads it)."""
@@ -92,6 +103,7 @@ def _open(path: Path) -> TraceScan:
     if not (path / MANIFEST).is_file():
         raise ReadStrictly
     files: dict[TableName, Path | None] = {}
+    absent: dict[TableName, tuple[str, ...]] = {}
     for name in TABLES:
         file = path / f"{name}.parquet"
         if not file.exists():
@@ -101,13 +113,25 @@ def _open(path: Path) -> TraceScan:
             schema = pl.read_parquet_schema(file)
         except (OSError, pl.exceptions.PolarsError) as err:
             raise ReadStrictly from err
-        if dict(schema) != dict(SCHEMAS[name]):
-            raise ReadStrictly
+        absent[name] = _absent_columns(name, schema)
         files[name] = file
     manifest = read_trace_manifest(path)
     manifest.missing_tables = [name for name, file in files.items() if file is None]
-    scan = TraceScan(path, manifest, pl.DataFrame(), files)
-    return TraceScan(path, manifest, scan.read("events"), files)
+    scan = TraceScan(path, manifest, pl.DataFrame(), files, absent)
+    return TraceScan(path, manifest, scan.read("events"), files, absent)
+
+
+def _absent_columns(table: TableName, written: dict[str, pl.DataType]) -> tuple[str, ...]:
+    """The nullable columns of the table's schema that a file was written without (an older
+    trace); raises :class:`ReadStrictly` when a column is of another type, unknown or required
+    and missing: whatever ``conform`` would do more than add nulls."""
+    expected = SCHEMAS[table]
+    if any(expected.get(column) != dtype for column, dtype in written.items()):
+        raise ReadStrictly
+    absent = tuple(column for column in expected if column not in written)
+    if any(column in REQUIRED[table] for column in absent):
+        raise ReadStrictly
+    return absent
 
 
 def read_trace_manifest(path: Path) -> Manifest:

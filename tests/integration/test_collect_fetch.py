@@ -1,5 +1,6 @@
 """The scrape itself against a real loopback server: one kept-alive connection, a whole-request
-deadline, a size cap with or without Content-Length, no redirects followed."""
+deadline, a size cap with or without Content-Length, no redirects followed, chunked bodies, and a
+kept-alive connection the server dropped while idle."""
 
 from __future__ import annotations
 
@@ -44,3 +45,34 @@ def test_a_redirect_is_not_followed() -> None:
         with pytest.raises(FetchError, match=r"^HTTP 301 Moved Permanently$"):
             fetcher.fetch()
     assert len(server.served) == 1
+
+
+def test_a_chunked_body_is_read_whole_and_the_connection_kept() -> None:
+    body = vllm_metrics().encode()
+    with metrics_server(lambda n: Reply(body=body, chunked=True)) as server:
+        fetcher = HttpFetcher(server.url, timeout_s=HANG_S, max_bytes=1 << 20)
+        bodies = [fetcher.fetch() for _ in range(3)]
+        fetcher.close()
+    assert len(body) > 1000  # several chunks
+    assert bodies == [body] * 3
+    assert len({s.client_port for s in server.served}) == 1
+
+
+def test_a_chunked_body_over_the_cap_is_refused() -> None:
+    with metrics_server(lambda n: Reply(body=b"x" * 5000, chunked=True)) as server:
+        fetcher = HttpFetcher(server.url, timeout_s=HANG_S, max_bytes=1000)
+        with pytest.raises(FetchError, match="over the 1000 byte cap"):
+            fetcher.fetch()
+
+
+def test_a_connection_the_server_dropped_is_opened_again_not_a_failed_scrape() -> None:
+    # GIVEN a server that closes each kept-alive connection after answering, without saying so
+    body = vllm_metrics().encode()
+    with metrics_server(lambda n: Reply(body=body, drop_after=True)) as server:
+        fetcher = HttpFetcher(server.url, timeout_s=HANG_S, max_bytes=1 << 20)
+        # WHEN it is scraped three times
+        bodies = [fetcher.fetch() for _ in range(3)]
+        fetcher.close()
+    # THEN every scrape has the body, each on a new connection
+    assert bodies == [body] * 3
+    assert len({s.client_port for s in server.served}) == 3

@@ -12,6 +12,7 @@ from oomtrace.analysis.findings import dumps
 from oomtrace.analysis.options import AnalyzeOptions
 from oomtrace.analysis.trace_scan import TraceScan
 from oomtrace.errors import OomtraceError
+from oomtrace.schema import TableName
 from oomtrace.trace import Trace, read_trace, write_trace
 from tests import scenarios
 
@@ -122,3 +123,41 @@ def test_a_directory_with_other_column_types_is_read_whole_and_analysed_alike(
 
 def test_a_directory_that_is_not_a_trace_fails_as_reading_it_fails(tmp_path: Path) -> None:
     assert _error(lambda: open_trace(tmp_path)) == _error(lambda: read_trace(tmp_path))
+
+
+def _drop(path: Path, table: str, *columns: str) -> None:
+    file = path / f"{table}.parquet"
+    pl.read_parquet(file).drop(columns).write_parquet(file)
+
+
+@pytest.mark.parametrize(
+    "dropped",
+    [{"requests": ("kv_blocks",)}, dict.fromkeys(("samples", "requests", "events"), ("clock",))],
+    ids=["before requests.kv_blocks", "before clock"],
+)
+def test_a_trace_written_before_a_nullable_column_is_scanned_with_it_null(
+    tmp_path: Path, dropped: dict[TableName, tuple[str, ...]]
+) -> None:
+    # GIVEN a trace directory written before a nullable column was added to a table's schema
+    path = written(tmp_path, scenarios.long_requests_growing().trace)
+    for table, columns in dropped.items():
+        _drop(path, table, *columns)
+    # WHEN it is opened for analysis
+    scanned = open_trace(path)
+    # THEN it is scanned, not read whole; its tables have the schema's columns (the added ones
+    # null, or stated), and the findings are those of reading it whole
+    assert isinstance(scanned, TraceScan)
+    whole = read_trace(path)
+    for table, columns in dropped.items():
+        frame = scanned.scan(table).collect()
+        assert frame.schema == whole.table(table).schema
+        assert frame.equals(whole.table(table))
+        assert {frame[c].null_count() for c in columns if c != "clock"} <= {frame.height}
+    assert dumps(analyze(scanned)) == dumps(analyze(whole))
+
+
+def test_a_trace_without_a_required_column_is_read_whole_with_its_error(tmp_path: Path) -> None:
+    path = written(tmp_path, scenarios.long_requests_growing().trace)
+    _drop(path, "requests", "request_id")
+    assert _error(lambda: open_trace(path)) == _error(lambda: read_trace(path))
+    assert "missing required column(s) request_id" in _error(lambda: read_trace(path))

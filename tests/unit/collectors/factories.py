@@ -115,6 +115,8 @@ class Reply:
     content_length: bool = True
     trickle_s: float = 0.0  # pause between 100-byte pieces of the body
     hold: threading.Event | None = None  # answer only once this is set (a stalled endpoint)
+    chunked: bool = False  # Transfer-Encoding: chunked, 1000-byte chunks
+    drop_after: bool = False  # close the kept-alive connection afterwards without saying so
 
 
 @dataclass
@@ -149,13 +151,20 @@ class MetricsServer:
                     answer.hold.wait(HANG_S)
                 self.send_response(answer.status)
                 self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-                if answer.content_length:
+                if answer.chunked:
+                    self.send_header("Transfer-Encoding", "chunked")
+                elif answer.content_length:
                     self.send_header("Content-Length", str(len(answer.body)))
                 else:
                     self.send_header("Connection", "close")
                 self.end_headers()
                 try:
-                    if answer.trickle_s:
+                    if answer.chunked:
+                        for i in range(0, len(answer.body), 1000):
+                            piece = answer.body[i : i + 1000]
+                            self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                        self.wfile.write(b"0\r\n\r\n")
+                    elif answer.trickle_s:
                         for i in range(0, len(answer.body), 100):
                             self.wfile.write(answer.body[i : i + 100])
                             time.sleep(answer.trickle_s)
@@ -163,7 +172,7 @@ class MetricsServer:
                         self.wfile.write(answer.body)
                 except (BrokenPipeError, ConnectionResetError):
                     return
-                if not answer.content_length:
+                if not answer.content_length or answer.drop_after:
                     self.close_connection = True
 
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
