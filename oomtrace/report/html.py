@@ -62,7 +62,7 @@ code.id,td.id{font-family:ui-monospace,Menlo,Consolas,"DejaVu Sans Mono",monospa
 dl.figs{display:grid;grid-template-columns:max-content auto;gap:2px 16px;margin:.6em 0}
 dl.figs dt{color:#555}dl.figs dd{margin:0;font-variant-numeric:tabular-nums}
 table{border-collapse:collapse;margin:.4em 0 1em;font-size:.8em}
-th,td{padding:3px 5px;border-bottom:1px solid #eee;text-align:left;vertical-align:top}
+th,td{padding:3px 4px;border-bottom:1px solid #eee;text-align:left;vertical-align:top}
 th{background:#fafafa}td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 td.t{min-width:9em;overflow-wrap:anywhere}
 td.src{font-family:ui-monospace,Menlo,Consolas,"DejaVu Sans Mono",monospace;font-size:.92em;

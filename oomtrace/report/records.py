@@ -24,6 +24,7 @@ _TITLES = {
     "reason": "reason",
     "ts": "time (UTC)",
     "preemptions": "preempted",
+    "growth_tokens": "grew",  # tokens gained while the pool filled (what a plateau ranks by)
 }
 
 

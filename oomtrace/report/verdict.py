@@ -64,6 +64,7 @@ CULPRIT_ORDER: Final = (
     "share",
     "bytes",
     "tokens",
+    "growth_tokens",  # what the rank follows where a pool filled (its rise, not its level)
     "basis",
     "blocks_basis",
     "preemptions",

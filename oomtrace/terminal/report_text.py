@@ -27,7 +27,9 @@ MIN_WIDTH: Final = 40
 _FIGURE_UNIT = re.compile(r"(\d) (B|KiB|MiB|GiB|TiB|KB|MB|GB|TB|s|ms|tokens?|blocks?)\b")
 _KEEP = "\x00"
 # The culprits' columns in the summary: who, how much, on what basis.
-SUMMARY_COLUMNS: Final = ("rank", "request_id", "share", "bytes", "tokens", "step_bytes")
+SUMMARY_COLUMNS: Final = (
+    "rank", "request_id", "share", "bytes", "tokens", "growth_tokens", "step_bytes",
+)  # fmt: skip
 # Culprits listed in the summary; the whole report has them all.
 SUMMARY_CULPRITS: Final = 5
 
