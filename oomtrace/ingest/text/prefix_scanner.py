@@ -39,6 +39,23 @@ def new_cache() -> np.ndarray:
 
 
 @compiled
+def past_colour(b: np.ndarray, r: int, e: int) -> int:
+    """Where an ANSI colour code (``ESC [ digits ; m``) at ``b[r]`` ends; ``r`` when none starts
+    there, -1 when one starts but is not a colour code."""
+    if r >= e or b[r] != 27:
+        return r
+    r += 1
+    if r >= e or b[r] != 91:
+        return -1
+    r += 1
+    while r < e and (48 <= b[r] <= 57 or b[r] == 59):
+        r += 1
+    if r >= e or b[r] != 109:
+        return -1
+    return r + 1
+
+
+@compiled
 def outer_prefix(b: np.ndarray, p: int, e: int, cache: np.ndarray) -> int:
     """Where the outer prefixes of the line ``b[p:e]`` end (``p`` when it has none), with the
     time they state in ``cache[C_TIME]`` (ns since the epoch; :data:`NO_TIME` when none); -1
@@ -114,18 +131,8 @@ def outer_prefix(b: np.ndarray, p: int, e: int, cache: np.ndarray) -> int:
         if same:
             q += cache[C_PROC_LEN]
     while q < e:
-        r = q
-        if b[r] == 27:  # ESC [ digits ; m
-            r += 1
-            if r >= e or b[r] != 91:
-                break
-            r += 1
-            while r < e and (48 <= b[r] <= 57 or b[r] == 59):
-                r += 1
-            if r >= e or b[r] != 109:
-                break
-            r += 1
-        if r >= e or b[r] != 40:
+        r = past_colour(b, q, e)
+        if r < 0 or r >= e or b[r] != 40:
             break
         pid = -1  # the last "pid=" in the name
         r += 1
@@ -163,18 +170,8 @@ def outer_prefix(b: np.ndarray, p: int, e: int, cache: np.ndarray) -> int:
                 ok = ok and (48 <= c <= 57 or 65 <= c <= 90 or 97 <= c <= 122 or c in (45, 46, 58))
             if not ok:
                 break
-        r = close + 1
-        if r < e and b[r] == 27:
-            r += 1
-            if r >= e or b[r] != 91:
-                break
-            r += 1
-            while r < e and (48 <= b[r] <= 57 or b[r] == 59):
-                r += 1
-            if r >= e or b[r] != 109:
-                break
-            r += 1
-        if r >= e or b[r] != 32:
+        r = past_colour(b, close + 1, e)
+        if r < 0 or r >= e or b[r] != 32:
             break
         q = r + 1
     if q > first:
