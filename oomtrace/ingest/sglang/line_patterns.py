@@ -223,6 +223,10 @@ FIELDS: Final[tuple[Field, ...]] = (
     Field("mamba_usage", r"mamba usage: ([0-9.]+)", "state_usage_ratio", "mamba usage: 0.80", 0.80),
     Field("tokens", r", #token: (\d+)", None, ", #token: 55006", 55006),
     Field("full_tokens", r"#full token: (\d+)", None, "#full token: 350592", 350592),
+    # HiSparse (sgl-project/sglang PR 22331) names the device pool "gpu" beside a host ("cpu")
+    # pool that holds evicted tokens: only the device pool is the KV cache that can run out.
+    Field("gpu_usage", r"gpu token usage: ([0-9.]+)", None, "gpu token usage: 0.29", 0.29),
+    Field("gpu_tokens", r"#gpu-token: (\d+)", None, "#gpu-token: 20800", 20800),
     Field(
         "gen_tput",
         r"gen throughput \(token/s\): ([0-9.]+)",

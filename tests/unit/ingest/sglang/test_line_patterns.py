@@ -104,6 +104,8 @@ FIELD_METRIC = {
     "swa_usage": "kv_usage_ratio",
     "tokens": "kv_tokens_used",
     "full_tokens": "kv_tokens_used",
+    "gpu_usage": "kv_usage_ratio",
+    "gpu_tokens": "kv_tokens_used",
 }
 
 
