@@ -12,26 +12,37 @@ from tests.factories import at
 # sentences layout then has no "of which F is free" clause. Two tries, one per prompt line.
 XPU_NO_FREE = [
     ">>> a = torch.zeros([1024,1024,1024,2], dtype=torch.float32, device='xpu')",
-    "torch.OutOfMemoryError: XPU out of memory. Tried to allocate 8.00 GiB. GPU 0 has a total "
-    "capacity of 15.11 GiB. Of the allocated memory 0 bytes is allocated by PyTorch, and 0 bytes "
-    "is reserved by PyTorch but unallocated. Please use `empty_cache` to release all unoccupied "
-    "cached memory.",
+    (
+        "torch.OutOfMemoryError: XPU out of memory. Tried to allocate 8.00 GiB. GPU 0 has a total "
+        "capacity of 15.11 GiB. Of the allocated memory 0 bytes is allocated by PyTorch, and "
+        "0 bytes is reserved by PyTorch but unallocated. Please use `empty_cache` to release all "
+        "unoccupied cached memory."
+    ),
     ">>> a = torch.zeros([1024,1024,1024,1], dtype=torch.float32, device='xpu')",
-    "torch.OutOfMemoryError: XPU out of memory. Tried to allocate 4.00 GiB. GPU 0 has a total "
-    "capacity of 15.11 GiB. Of the allocated memory 0 bytes is allocated by PyTorch, and 0 bytes "
-    "is reserved by PyTorch but unallocated. Please use `empty_cache` to release all uno",
+    (
+        "torch.OutOfMemoryError: XPU out of memory. Tried to allocate 4.00 GiB. GPU 0 has a total "
+        "capacity of 15.11 GiB. Of the allocated memory 0 bytes is allocated by PyTorch, and "
+        "0 bytes is reserved by PyTorch but unallocated. Please use `empty_cache` to release all "
+        "uno"
+    ),
 ]
 # intel/intel-extension-for-pytorch#629: IPEX's old layout has no "F free;" clause; the same
 # size failed twice, the second time with 176 MiB held. The 4 GB single-block refusal before
 # them is a platform limit, not an out-of-memory.
 IPEX_OLD = [
-    "RuntimeError: Current platform can NOT allocate memory block with size larger than 4GB! "
-    "Tried to allocate 6.85 GiB (GPU  0; 15.56 GiB total capacity; 0 bytes already allocated; "
-    "0 bytes reserved in total by PyTorch)",
-    "RuntimeError: XPU out of memory. Tried to allocate 1.71 GiB (GPU 0; 15.56 GiB total "
-    "capacity; 0 bytes already allocated; 0 bytes reserved in total by PyTorch)",
-    "RuntimeError: XPU out of memory. Tried to allocate 1.71 GiB (GPU 0; 15.56 GiB total "
-    "capacity; 176.00 MiB already allocated; 176.00 MiB reserved in total by PyTorch)",
+    (
+        "RuntimeError: Current platform can NOT allocate memory block with size larger than 4GB! "
+        "Tried to allocate 6.85 GiB (GPU  0; 15.56 GiB total capacity; 0 bytes already allocated; "
+        "0 bytes reserved in total by PyTorch)"
+    ),
+    (
+        "RuntimeError: XPU out of memory. Tried to allocate 1.71 GiB (GPU 0; 15.56 GiB total "
+        "capacity; 0 bytes already allocated; 0 bytes reserved in total by PyTorch)"
+    ),
+    (
+        "RuntimeError: XPU out of memory. Tried to allocate 1.71 GiB (GPU 0; 15.56 GiB total "
+        "capacity; 176.00 MiB already allocated; 176.00 MiB reserved in total by PyTorch)"
+    ),
 ]
 # intel/torch-xpu-ops#3011: the XPU sentences layout with a KiB figure.
 XPU_KIB = (

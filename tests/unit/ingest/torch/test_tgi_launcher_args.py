@@ -1,0 +1,62 @@
+"""TGI's launcher prints its arguments first: the limits a user set become engine settings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from oomtrace.ingest import IngestOptions, ingest_paths
+
+
+def _config(tmp_path: Path, text: str) -> dict[str, object]:
+    path = tmp_path / "tgi.log"
+    path.write_text(text)
+    trace = ingest_paths([path], IngestOptions())
+    assert trace.manifest.sources[0].parser == "pytorch-log"
+    return trace.manifest.engine_config
+
+
+def test_args_of_a_1x_launcher_behind_a_log_viewers_own_timestamp(tmp_path: Path) -> None:
+    # https://github.com/huggingface/text-generation-inference/issues/1338 (RunPod's viewer
+    # stamps each line before TGI's own time; 1.x prints plain numbers; the line cut short)
+    config = _config(
+        tmp_path,
+        "2023-12-12T17:39:01.219580598Z 2023-12-12T17:39:01.219356Z  INFO "
+        'text_generation_launcher: Args { model_id: "TheBloke/Mistral-7B-Instruct-v0.1-AWQ", '
+        "revision: None, sharded: None, num_shard: None, quantize: Some(Awq), dtype: None, "
+        "max_concurrent_requests: 128, max_best_of: 2, max_input_length: 16000, "
+        "max_total_tokens: 17000, waiting_served_ratio: 1.2, max_batch_prefill_tokens: 17000, "
+        'max_batch_total_tokens: None, max_waiting_tokens: 20, hostname: "74ac0675d36c", '
+        "port: 8080, cuda_memory_fraction: 1.0, json_output: false, cors_allow_origin: [],\n",
+    )
+    assert config["max_model_len"] == 17000
+    assert config["max_num_batched_tokens"] == 17000
+    # the budget of all batches is left to the warm-up: no KV pool is stated
+    assert "kv_cache_tokens" not in config
+
+
+def test_args_inside_json_output(tmp_path: Path) -> None:
+    # https://github.com/huggingface/text-generation-inference/issues/1156 (--json-output, 1.1)
+    config = _config(
+        tmp_path,
+        '{"timestamp":"2023-10-16T06:44:03.670755Z","level":"INFO","fields":{"message":"Args { '
+        'model_id: \\"tiiuae/falcon-7b-instruct\\", revision: None, validation_workers: 2, '
+        "sharded: Some(false), num_shard: None, quantize: None, max_concurrent_requests: 128, "
+        "max_input_length: 1024, max_total_tokens: 2048, waiting_served_ratio: 1.2, "
+        "max_batch_prefill_tokens: 4096, max_batch_total_tokens: None, max_waiting_tokens: 20, "
+        'json_output: true }"},"target":"text_generation_launcher"}\n',
+    )
+    assert (config["max_model_len"], config["max_num_batched_tokens"]) == (2048, 4096)
+
+
+def test_2x_args_left_to_tgi_then_defaulted_by_the_launcher(tmp_path: Path) -> None:
+    # 2.x's Args hold the limits as Option (launcher/src/main.rs): a set one prints Some(N), one
+    # left to TGI None, and the launcher then states the default it chose
+    config = _config(
+        tmp_path,
+        '2024-09-25T15:00:41.917593Z  INFO text_generation_launcher: Args { model_id: "m", '
+        "max_input_tokens: None, max_total_tokens: Some(8192), max_batch_prefill_tokens: None, "
+        "max_batch_total_tokens: None }\n"
+        "2024-09-25T15:00:41.917730Z  INFO text_generation_launcher: Default "
+        "`max_batch_prefill_tokens` to 8242\n",
+    )
+    assert (config["max_model_len"], config["max_num_batched_tokens"]) == (8192, 8242)
