@@ -14,6 +14,12 @@ print ``llama_kv_cache_init: kv_size = N, offload = ...`` and ``llama_new_contex
 self size  = S MiB, K (f16): ...`` instead. The context's ``n_seq_max = N`` is how many sequences
 (server slots) share it. They become the engine configuration's ``available_kv_cache_bytes``,
 ``kv_cache_tokens`` and ``max_num_seqs``. A recurrent model's state (``R (f32): ...``) is not KV.
+
+Ollama, which runs llama.cpp, logs its plan before it starts the runner (Go's ``slog`` in logfmt,
+``llm/memory.go`` ``msg="offload to cuda"``, later ``llm/server.go`` ``msg=offload
+library=cuda``): ``memory.available="[23.3 GiB]"`` is the free memory of each GPU it may use and
+``memory.required.kv="9.5 GiB"`` the KV cache it will allocate (sizes in binary units). They
+become ``available_kv_cache_bytes`` and, where one GPU is listed, ``initial_free_bytes``.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import polars as pl
 
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.ingest.torch.stated import first_stated
-from oomtrace.units import MiB
+from oomtrace.units import MiB, parse_bytes
 
 _COLOUR = r"(?:\x1b\[[0-9;]*m)*"
 RELATIVE: Final = (
@@ -38,6 +44,7 @@ MARKERS: Final = re.compile(
     r"llm_load_tensors: |ggml_cuda_init: found \d+ |llama_context: |llama_init_from_model: |"
     r"llama_new_context_with_model: |llama_kv_cache(?:_init|_unified)?: |"
     r"llama_memory_recurrent: |srv +load_model: |main: server is listening)"
+    r'|\bmsg="?offload(?: to \w+"| library=\w+) '
 )
 DURATIONS_NOTE: Final = (
     "llama.cpp prints how long after its start each line came (minutes.seconds.ms.us), not "
@@ -49,8 +56,13 @@ _KV_CELLS: Final = r"llama_kv_cache(?:_unified)?: size = +[0-9.]+ MiB \( *(\d+) 
 _KV_SELF: Final = r"KV self size += +([0-9.]+) MiB"
 _KV_SIZE_OLD: Final = r"llama_kv_cache_init: kv_size = (\d+),"
 _SEQ_MAX: Final = r"\bn_seq_max += (\d+)"
+_OLLAMA: Final = r'\bmsg="?offload(?: to \w+"| library=\w+) .*'
+_OLLAMA_KV: Final = _OLLAMA + r'\bmemory\.required\.kv="([0-9.]+ ?[KMGT]?i?B)"'
+_OLLAMA_FREE: Final = _OLLAMA + r'\bmemory\.available="\[([0-9.]+ ?[KMGT]?i?B)\]"'
 # Every start-up line read for the engine configuration.
-STARTUP: Final = "|".join(f"(?:{p})" for p in (_KV_SIZE, _KV_SELF, _KV_SIZE_OLD, _SEQ_MAX))
+STARTUP: Final = "|".join(
+    f"(?:{p})" for p in (_KV_SIZE, _KV_SELF, _KV_SIZE_OLD, _SEQ_MAX, _OLLAMA_KV)
+)
 
 
 def engine_config(lines: pl.Series, diag: SourceDiagnostics) -> dict[str, Any]:
@@ -59,6 +71,15 @@ def engine_config(lines: pl.Series, diag: SourceDiagnostics) -> dict[str, Any]:
     mib = first_stated(lines, (_KV_SIZE, _KV_SELF), "KV cache size (MiB)", diag, pl.Float64())
     if mib is not None:
         config["available_kv_cache_bytes"] = round(mib * MiB)
+    for key, pattern in (
+        ("available_kv_cache_bytes", _OLLAMA_KV),
+        ("initial_free_bytes", _OLLAMA_FREE),
+    ):
+        size = (
+            first_stated(lines, (pattern,), key, diag, pl.String()) if key not in config else None
+        )
+        if size is not None:
+            config[key] = parse_bytes(size, what=key)
     for key, pattern in (
         ("kv_cache_tokens", (_KV_CELLS, _KV_SIZE_OLD)),
         ("max_num_seqs", (_SEQ_MAX,)),

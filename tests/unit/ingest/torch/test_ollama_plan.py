@@ -1,0 +1,60 @@
+"""Ollama's offload plan (its scheduler's logfmt line before it starts llama.cpp): the KV cache
+it will allocate and the free memory it planned with become engine settings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from oomtrace.ingest import IngestOptions, ingest_paths
+from oomtrace.units import GiB, MiB
+
+
+def _config(tmp_path: Path, text: str) -> dict[str, object]:
+    path = tmp_path / "ollama.log"
+    path.write_text(text)
+    trace = ingest_paths([path], IngestOptions())
+    assert trace.manifest.sources[0].parser == "pytorch-log"
+    return trace.manifest.engine_config
+
+
+def test_the_offload_line_behind_a_compose_prefix(tmp_path: Path) -> None:
+    # https://github.com/ollama/ollama/issues/8447 (a 415.7 GiB model on one 24 GB card: 5 of
+    # 62 layers offloaded)
+    config = _config(
+        tmp_path,
+        'ollama  | time=2025-01-16T04:29:50.741Z level=INFO source=server.go:104 msg="system '
+        'memory" total="628.5 GiB" free="623.2 GiB" free_swap="0 B"\n'
+        'ollama  | time=2025-01-16T04:29:50.909Z level=INFO source=memory.go:356 msg="offload '
+        'to cuda" layers.requested=-1 layers.model=62 layers.offload=5 layers.split="" '
+        'memory.available="[23.3 GiB]" memory.gpu_overhead="0 B" memory.required.full="415.7 '
+        'GiB" memory.required.partial="17.6 GiB" memory.required.kv="9.5 GiB" '
+        'memory.required.allocations="[17.6 GiB]" memory.weights.total="385.0 GiB"\n',
+    )
+    assert config["available_kv_cache_bytes"] == round(9.5 * GiB)
+    assert config["initial_free_bytes"] == round(23.3 * GiB)
+
+
+def test_the_newer_offload_line_in_journald(tmp_path: Path) -> None:
+    # https://github.com/ollama/ollama/pull/12000 (msg=offload library=cuda, through journald)
+    config = _config(
+        tmp_path,
+        "Aug 22 17:36:22 amobile ollama[30907]: time=2025-08-22T17:36:22.027-04:00 level=INFO "
+        "source=server.go:175 msg=offload library=cuda layers.requested=-1 layers.model=49 "
+        'layers.offload=48 layers.split="" memory.available="[11.1 GiB]" memory.gpu_overhead="0 '
+        'B" memory.required.full="11.4 GiB" memory.required.partial="8.9 GiB" '
+        'memory.required.kv="992.0 MiB" memory.required.allocations="[8.9 GiB]"\n',
+    )
+    assert config["available_kv_cache_bytes"] == 992 * MiB
+    assert config["initial_free_bytes"] == round(11.1 * GiB)
+
+
+def test_free_memory_of_several_gpus_is_no_single_figure(tmp_path: Path) -> None:
+    # the same line as Ollama prints it for two GPUs (one figure per GPU in the list)
+    config = _config(
+        tmp_path,
+        'time=2025-01-10T16:30:58.528+01:00 level=INFO source=memory.go:356 msg="offload to '
+        'cuda" layers.requested=-1 layers.model=65 layers.offload=65 layers.split=33,32 '
+        'memory.available="[23.3 GiB 15.5 GiB]" memory.required.kv="2.0 GiB"\n',
+    )
+    assert config["available_kv_cache_bytes"] == 2 * GiB
+    assert "initial_free_bytes" not in config
