@@ -58,3 +58,33 @@ def test_free_memory_of_several_gpus_is_no_single_figure(tmp_path: Path) -> None
     )
     assert config["available_kv_cache_bytes"] == 2 * GiB
     assert "initial_free_bytes" not in config
+
+
+def test_the_servers_slots_in_ollama_01s_json_log_are_the_sequences(tmp_path: Path) -> None:
+    # https://github.com/ollama/ollama/issues/3431 (llama.cpp's server embedded in Ollama 0.1:
+    # its JSON records between Go logfmt and GIN access lines)
+    config = _config(
+        tmp_path,
+        "llama_new_context_with_model: KV self size  = 2560.00 MiB, K (f16): 1280.00 MiB, V "
+        "(f16): 1280.00 MiB\n"
+        '{"function":"initialize","level":"INFO","line":444,"msg":"initializing slots",'
+        '"n_slots":1,"tid":"240","timestamp":1711936563}\n'
+        'time=2024-03-31T18:56:03.805-07:00 level=INFO source=dyn_ext_server.go:159 msg="Starting '
+        'llama main loop"\n'
+        "[GIN] 2024/03/31 - 18:56:03 | 200 |    9.3664512s |   192.168.50.60 | POST     "
+        '"/api/chat"\n',
+    )
+    assert config["available_kv_cache_bytes"] == 2560 * MiB
+    assert config["max_num_seqs"] == 1
+
+
+def test_the_servers_slots_in_its_text_log(tmp_path: Path) -> None:
+    # https://github.com/ggml-org/llama.cpp/pull/26297 (durations since start, level letters)
+    config = _config(
+        tmp_path,
+        "1.06.520.077 E ggml_backend_cuda_buffer_type_alloc_buffer: allocating 51748.72 MiB on "
+        "device 1: cudaMalloc failed: out of memory\n"
+        "1.07.304.130 I srv    load_model: initializing, n_slots = 1, n_ctx_slot = 50176, "
+        "kv_unified = 'false'\n",
+    )
+    assert config["max_num_seqs"] == 1
