@@ -91,6 +91,9 @@ def batch_samples(batch: pl.DataFrame) -> pl.DataFrame:
     for f in pat.FIELDS:
         if f.metric is not None:
             columns[f.metric] = pl.col(f.name) * f.scale
+    # 0.1.x spells the counters of its prefill lines with underscores
+    columns["requests_running"] = pl.coalesce(pl.col("running"), pl.col("running_v01"))
+    columns["requests_waiting"] = pl.coalesce(pl.col("queued"), pl.col("queued_v01"))
     wide = batch.select("ts", **columns)
     return (
         wide.unpivot(index="ts", variable_name="metric", value_name="value")

@@ -30,3 +30,28 @@ def test_hisparse_lines_read_the_device_pool_not_the_host_pool(tmp_path: Path) -
     assert _metric(path, "kv_tokens_used") == [20800, 20800, 20800]
     assert _metric(path, "kv_usage_ratio") == [0.29, 0.29, 0.29]
     assert _metric(path, "requests_running") == [5, 5, 5]
+
+
+def test_a_0_1_log_without_times_gives_its_decode_counters(tmp_path: Path) -> None:
+    # https://github.com/sgl-project/sglang/issues/393 (SGLang 0.1.x, April 2024: "new fill
+    # batch." prefill lines, a decode line without "Decode batch", uvicorn's access lines)
+    path = tmp_path / "v01.log"
+    path.write_text(
+        'INFO:     127.0.0.1:40192 - "POST /v1/chat/completions HTTP/1.1" 200 OK\n'
+        "new fill batch. #seq: 1. #cached_token: 17. #new_token: 353. #remaining_req: 1. "
+        "#running_req: 3. tree_cache_hit_rate: 80.82%.\n"
+        "new fill batch. #seq: 1. #cached_token: 17. #new_token: 106. #remaining_req: 0. "
+        "#running_req: 4. tree_cache_hit_rate: 80.82%.\n"
+        "#running-req: 5, #token: 1938, token usage: 0.24, #queue-req: 0\n"
+        'INFO:     127.0.0.1:32878 - "POST /v1/chat/completions HTTP/1.1" 200 OK\n'
+    )
+    trace = ingest_paths([path], IngestOptions())
+    assert trace.manifest.engine is not None
+    assert trace.manifest.engine["version_family"] == "0.1"
+    got = trace.samples.select("metric", "value").rows()
+    assert ("kv_tokens_used", 1938) in got
+    assert ("kv_usage_ratio", 0.24) in got
+    running = [v for m, v in got if m == "requests_running"]
+    assert running == [3, 4, 5]
+    assert [v for m, v in got if m == "requests_waiting"] == [1, 0, 0]
+    assert trace.samples["ts"].is_null().all()
