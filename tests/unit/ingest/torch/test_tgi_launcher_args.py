@@ -48,15 +48,19 @@ def test_args_inside_json_output(tmp_path: Path) -> None:
     assert (config["max_model_len"], config["max_num_batched_tokens"]) == (2048, 4096)
 
 
-def test_2x_args_left_to_tgi_then_defaulted_by_the_launcher(tmp_path: Path) -> None:
-    # 2.x's Args hold the limits as Option (launcher/src/main.rs): a set one prints Some(N), one
-    # left to TGI None, and the launcher then states the default it chose
+def test_2x_args_print_the_limits_a_user_set_as_some(tmp_path: Path) -> None:
+    # https://github.com/huggingface/text-generation-inference/issues/1831 (TGI 2.0: the limits
+    # are Options in launcher/src/main.rs; the line cut short)
     config = _config(
         tmp_path,
-        '2024-09-25T15:00:41.917593Z  INFO text_generation_launcher: Args { model_id: "m", '
-        "max_input_tokens: None, max_total_tokens: Some(8192), max_batch_prefill_tokens: None, "
-        "max_batch_total_tokens: None }\n"
-        "2024-09-25T15:00:41.917730Z  INFO text_generation_launcher: Default "
-        "`max_batch_prefill_tokens` to 8242\n",
+        "2024-04-30T10:25:51.994120Z  INFO text_generation_launcher: Args { model_id: "
+        '"/model_data/mistral7b-free", revision: None, validation_workers: 2, sharded: None, '
+        "num_shard: None, quantize: None, speculate: None, dtype: None, trust_remote_code: false, "
+        "max_concurrent_requests: 128, max_best_of: 2, max_stop_sequences: 4, max_top_n_tokens: "
+        "5, max_input_tokens: None, max_input_length: Some(8000), max_total_tokens: Some(8512), "
+        "waiting_served_ratio: 0.3, max_batch_prefill_tokens: Some(32768), "
+        "max_batch_total_tokens: Some(4294967295), ma\n",
     )
-    assert (config["max_model_len"], config["max_num_batched_tokens"]) == (8192, 8242)
+    assert (config["max_model_len"], config["max_num_batched_tokens"]) == (8512, 32768)
+    # a budget of all batches set by hand is no KV pool a warm-up measured
+    assert "kv_cache_tokens" not in config
