@@ -1,5 +1,6 @@
-"""Ollama's offload plan (its scheduler's logfmt line before it starts llama.cpp): the KV cache
-it will allocate and the free memory it planned with become engine settings."""
+"""What llama.cpp and Ollama state about the KV cache before serving becomes engine settings:
+Ollama's offload plan (its scheduler's logfmt line before it starts llama.cpp), the server's
+slots, the context's size."""
 
 from __future__ import annotations
 
@@ -88,3 +89,36 @@ def test_the_servers_slots_in_its_text_log(tmp_path: Path) -> None:
         "kv_unified = 'false'\n",
     )
     assert config["max_num_seqs"] == 1
+
+
+def test_a_2024_contexts_n_ctx_is_the_cache_in_cells(tmp_path: Path) -> None:
+    # https://github.com/ggml-org/llama.cpp/pull/8035 (mid-2024: two GPUs, no kv_size line; the
+    # KV buffers of each device add up to the context's KV self size)
+    config = _config(
+        tmp_path,
+        "ggml_cuda_init: found 2 CUDA devices:\n"
+        "llm_load_tensors:      CUDA0 buffer size = 12633.25 MiB\n"
+        "llama_new_context_with_model: n_ctx      = 8192\n"
+        "llama_new_context_with_model: n_batch    = 2048\n"
+        "llama_kv_cache_init:  CUDA_Host KV buffer size =    64.00 MiB\n"
+        "llama_kv_cache_init:      CUDA0 KV buffer size =  1472.00 MiB\n"
+        "llama_kv_cache_init:      CUDA1 KV buffer size =  1024.00 MiB\n"
+        "llama_new_context_with_model: KV self size  = 2560.00 MiB, K (f16): 1280.00 MiB, V "
+        "(f16): 1280.00 MiB\n",
+    )
+    assert config["kv_cache_tokens"] == 8192
+    assert config["available_kv_cache_bytes"] == 2560 * MiB
+
+
+def test_the_per_sequence_context_is_not_the_cache(tmp_path: Path) -> None:
+    # https://github.com/ggml-org/llama.cpp/issues/9390 (n_ctx and kv_size agree there; the
+    # per-sequence context is not the cache)
+    config = _config(
+        tmp_path,
+        "llama_init_from_model: n_seq_max     = 8\n"
+        "llama_init_from_model: n_ctx         = 16384\n"
+        "llama_init_from_model: n_ctx_per_seq = 2048\n"
+        "llama_kv_cache_init: kv_size = 16384, offload = 1, type_k = 'q4_0', type_v = 'f16', "
+        "n_layer = 61, can_shift = 0\n",
+    )
+    assert (config["kv_cache_tokens"], config["max_num_seqs"]) == (16384, 8)
