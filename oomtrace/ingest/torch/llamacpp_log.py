@@ -82,21 +82,19 @@ def engine_config(lines: pl.Series, diag: SourceDiagnostics) -> dict[str, Any]:
     mib = first_stated(lines, (_KV_SIZE, _KV_SELF), "KV cache size (MiB)", diag, pl.Float64())
     if mib is not None:
         config["available_kv_cache_bytes"] = round(mib * MiB)
-    for key, pattern in (
+    for key, ollama in (
         ("available_kv_cache_bytes", _OLLAMA_KV),
         ("initial_free_bytes", _OLLAMA_FREE),
     ):
-        size = (
-            first_stated(lines, (pattern,), key, diag, pl.String()) if key not in config else None
-        )
+        size = first_stated(lines, (ollama,), key, diag, pl.String()) if key not in config else None
         if size is not None:
             config[key] = parse_bytes(size, what=key)
-    for key, pattern in (
+    for key, patterns in (
         ("kv_cache_tokens", (_KV_CELLS, _KV_SIZE_OLD)),
         ("kv_cache_tokens", (_N_CTX,)),  # only where no cache line stated it
         ("max_num_seqs", (_SEQ_MAX, _SLOTS)),
     ):
-        value = first_stated(lines, pattern, key, diag, pl.Int64()) if key not in config else None
+        value = first_stated(lines, patterns, key, diag, pl.Int64()) if key not in config else None
         if value is not None:
             config[key] = value
     return config
