@@ -4,21 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from oomtrace.ingest import IngestOptions, ingest_paths
-
-
-def _config(tmp_path: Path, text: str) -> dict[str, object]:
-    path = tmp_path / "tgi.log"
-    path.write_text(text)
-    trace = ingest_paths([path], IngestOptions())
-    assert trace.manifest.sources[0].parser == "pytorch-log"
-    return trace.manifest.engine_config
+from tests.unit.ingest.torch.settings import engine_config_of
 
 
 def test_args_of_a_1x_launcher_behind_a_log_viewers_own_timestamp(tmp_path: Path) -> None:
     # https://github.com/huggingface/text-generation-inference/issues/1338 (RunPod's viewer
     # stamps each line before TGI's own time; 1.x prints plain numbers; the line cut short)
-    config = _config(
+    config = engine_config_of(
         tmp_path,
         "2023-12-12T17:39:01.219580598Z 2023-12-12T17:39:01.219356Z  INFO "
         'text_generation_launcher: Args { model_id: "TheBloke/Mistral-7B-Instruct-v0.1-AWQ", '
@@ -36,7 +28,7 @@ def test_args_of_a_1x_launcher_behind_a_log_viewers_own_timestamp(tmp_path: Path
 
 def test_args_inside_json_output(tmp_path: Path) -> None:
     # https://github.com/huggingface/text-generation-inference/issues/1156 (--json-output, 1.1)
-    config = _config(
+    config = engine_config_of(
         tmp_path,
         '{"timestamp":"2023-10-16T06:44:03.670755Z","level":"INFO","fields":{"message":"Args { '
         'model_id: \\"tiiuae/falcon-7b-instruct\\", revision: None, validation_workers: 2, '
@@ -51,7 +43,7 @@ def test_args_inside_json_output(tmp_path: Path) -> None:
 def test_2x_args_print_the_limits_a_user_set_as_some(tmp_path: Path) -> None:
     # https://github.com/huggingface/text-generation-inference/issues/1831 (TGI 2.0: the limits
     # are Options in launcher/src/main.rs; the line cut short)
-    config = _config(
+    config = engine_config_of(
         tmp_path,
         "2024-04-30T10:25:51.994120Z  INFO text_generation_launcher: Args { model_id: "
         '"/model_data/mistral7b-free", revision: None, validation_workers: 2, sharded: None, '
