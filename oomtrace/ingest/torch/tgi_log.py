@@ -15,7 +15,8 @@ launcher's account of a crash (``docs/formats/pytorch.md``, "TGI").
   configured budget: it is not taken. ``Default `max_batch_prefill_tokens` to {N}`` (the
   launcher) is the prefill budget per batch, ``max_num_batched_tokens``. The launcher's ``Args {
   ... }`` line states the ones the user set: ``max_total_tokens`` (a request's prompt and output
-  together, ``max_model_len``) and ``max_batch_prefill_tokens``.
+  together, ``max_model_len``) and ``max_batch_prefill_tokens``; 3.x's router says which total
+  it chose when none was set: ``Maximum total tokens defaulted to {N}``.
 * The launcher's ``Webserver Crashed``, ``Shard {rank} crashed``, ``Shard {rank} failed to start``
   and its exit ``Error: WebserverFailed`` / ``ShardFailed`` / ``ShardCannotStart`` are the
   server's death, ``engine_dead`` events; the lines of one death (within
@@ -44,13 +45,16 @@ _PREFILL_DEFAULT: Final = r"Default `max_batch_prefill_tokens` to (\d+)"
 _ARGS: Final = r"\bArgs \{ model_id: "
 _ARGS_TOTAL: Final = _ARGS + r".*?\bmax_total_tokens: (?:Some\()?(\d+)"
 _ARGS_PREFILL: Final = _ARGS + r".*?\bmax_batch_prefill_tokens: (?:Some\()?(\d+)"
+# 3.x sizes a request's limits from the pool when none is set (``backends/v3/src/main.rs``).
+_TOTAL_DEFAULT: Final = r"Maximum total tokens defaulted to (\d+)"
 DEATH: Final = (
     r"Webserver Crashed|Shard \d+ (?:crashed|failed to start)|"
     r"Error: (?:WebserverFailed|ShardFailed|ShardCannotStart)"
 )
 # Every TGI line this module reads.
 LINES: Final = "|".join(
-    f"(?:{p})" for p in (WARMUP, _POOL, _NOT_AUTOMATIC, _PREFILL_DEFAULT, _ARGS, DEATH)
+    f"(?:{p})"
+    for p in (WARMUP, _POOL, _NOT_AUTOMATIC, _PREFILL_DEFAULT, _ARGS, _TOTAL_DEFAULT, DEATH)
 )
 # What marks a TGI log whose failure (if any) is beyond the head read for sniffing.
 MARKERS: Final = LINES + r"|\btext_generation_(?:launcher|router)\b"
@@ -93,7 +97,7 @@ def engine_config(lines: pl.Series, diag: SourceDiagnostics) -> dict[str, Any]:
     for key, patterns, wanted in (
         ("kv_cache_tokens", (_POOL,), automatic),
         ("max_num_batched_tokens", (_ARGS_PREFILL, _PREFILL_DEFAULT), True),
-        ("max_model_len", (_ARGS_TOTAL,), True),
+        ("max_model_len", (_ARGS_TOTAL, _TOTAL_DEFAULT), True),
     ):
         value = first_stated(lines, patterns, key, diag, pl.Int64()) if wanted else None
         if value is not None:

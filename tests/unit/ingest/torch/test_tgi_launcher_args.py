@@ -1,4 +1,5 @@
-"""TGI's launcher prints its arguments first: the limits a user set become engine settings."""
+"""TGI states its limits (the launcher's arguments, the v3 router's defaults): they become engine
+settings."""
 
 from __future__ import annotations
 
@@ -56,3 +57,35 @@ def test_2x_args_print_the_limits_a_user_set_as_some(tmp_path: Path) -> None:
     assert (config["max_model_len"], config["max_num_batched_tokens"]) == (8512, 32768)
     # a budget of all batches set by hand is no KV pool a warm-up measured
     assert "kv_cache_tokens" not in config
+
+
+def test_3x_router_states_the_total_it_defaulted_to(tmp_path: Path) -> None:
+    # https://github.com/huggingface/text-generation-inference/issues/2842 (TGI 3.0 without
+    # limits: the pool, then the request limits sized from it)
+    config = engine_config_of(
+        tmp_path,
+        "2024-12-14T03:36:59.191040Z  INFO text_generation_launcher: KV-cache blocks: 13807, "
+        "size: 1\n"
+        "2024-12-14T03:37:01.047823Z  INFO text_generation_router_v3: backends/v3/src/lib.rs:137: "
+        "Setting max batch total tokens to 13793\n"
+        "2024-12-14T03:37:01.047866Z  INFO text_generation_router: backends/v3/src/main.rs:162: "
+        "Maximum input tokens defaulted to 13792\n"
+        "2024-12-14T03:37:01.047870Z  INFO text_generation_router: backends/v3/src/main.rs:168: "
+        "Maximum total tokens defaulted to 13793\n",
+    )
+    assert (config["kv_cache_tokens"], config["max_model_len"]) == (13793, 13793)
+
+
+def test_3x_lines_whose_colours_syslog_escaped_as_text(tmp_path: Path) -> None:
+    # https://github.com/huggingface/text-generation-inference/issues/2915 (SageMaker's log
+    # wrote each ESC of TGI's colours as '#033')
+    config = engine_config_of(
+        tmp_path,
+        "#033[2m2025-01-17T15:09:04.185746Z#033[0m #033[32m INFO#033[0m #033[2m"
+        "text_generation_router_v3#033[0m#033[2m:#033[0m #033[2mbackends/v3/src/lib.rs#033[0m"
+        "#033[2m:#033[0m#033[2m137:#033[0m Setting max batch total tokens to 241374\n"
+        "#033[2m2025-01-17T15:09:04.185814Z#033[0m #033[32m INFO#033[0m #033[2m"
+        "text_generation_router#033[0m#033[2m:#033[0m #033[2mbackends/v3/src/main.rs#033[0m"
+        "#033[2m:#033[0m#033[2m168:#033[0m Maximum total tokens defaulted to 241374\n",
+    )
+    assert (config["kv_cache_tokens"], config["max_model_len"]) == (241374, 241374)
