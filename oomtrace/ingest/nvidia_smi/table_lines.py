@@ -14,40 +14,44 @@ What plain ``nvidia-smi`` prints, in the layouts of driver 450 to 580 (the colum
   characters when long, the memory to ``...`` when it does not fit its column, ``N/A`` under
   Windows' display driver model).
 
-Pasted tables are often indented (Markdown), so leading blanks are allowed everywhere.
+Pasted tables are often indented (Markdown) or quoted (a reply's ``> `` marks, nested too), so
+leading blanks and quote marks are allowed everywhere (:data:`LEAD`).
 """
 
 from __future__ import annotations
 
 from typing import Final
 
+# What may stand before any line of the table: blanks, and Markdown's quote marks ("> ", "> > ").
+LEAD: Final = r"^(?:\s*>)*\s*"
+
 # A time line: what `date` prints in the C locale (nvidia-smi prints it above the table).
 TIME: Final = (
-    r"^\s*((?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +"
+    LEAD + r"((?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +"
     r"\d{1,2} \d{2}:\d{2}:\d{2} \d{4})\s*$"
 )
 TIME_FORMAT: Final = "%a %b %e %H:%M:%S %Y"
-HEADER: Final = r"^\s*\|\s*NVIDIA-SMI \d+\.\d+"
+HEADER: Final = LEAD + r"\|\s*NVIDIA-SMI \d+\.\d+"
 # The GPU row: index, name, persistence mode (or WDDM/TCC on Windows), bus id.
 GPU_ROW: Final = (
-    r"^\s*\|\s+(?<index>\d+)\s+(?<name>\S.*?)\s+(?:On|Off|WDDM|TCC)\s*\|\s*"
+    LEAD + r"\|\s+(?<index>\d+)\s+(?<name>\S.*?)\s+(?:On|Off|WDDM|TCC)\s*\|\s*"
     r"(?<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s+(?:On|Off)\s*\|"
 )
 # The line under a GPU row: memory used and total in the middle cell, or a state.
 MEMORY_ROW: Final = (
-    r"^\s*\|[^|]*\|\s*(?:(?<used>\d+)MiB\s*/\s*(?<total>\d+)MiB|(?<state>[A-Za-z][^|]*?))\s*\|"
+    LEAD + r"\|[^|]*\|\s*(?:(?<used>\d+)MiB\s*/\s*(?<total>\d+)MiB|(?<state>[A-Za-z][^|]*?))\s*\|"
 )
 # A process row: GPU, [GI, CI,] pid, type, name, memory (MiB, N/A, or cut to "...").
 PROCESS_ROW: Final = (
-    r"^\s*\|\s+(?<gpu>\d+)\s+(?:(?:N/A|\d+)\s+(?:N/A|\d+)\s+)?(?<pid>\d+)\s+"
+    LEAD + r"\|\s+(?<gpu>\d+)\s+(?:(?:N/A|\d+)\s+(?:N/A|\d+)\s+)?(?<pid>\d+)\s+"
     r"(?<type>C\+G|M\+C|C|G|M)\s+(?<name>\S.*?)\s+(?<memory>\d+MiB|N/A|\S*\.\.\.)\s*\|\s*$"
 )
-NO_PROCESSES: Final = r"^\s*\|\s*No running processes found\s*\|\s*$"
+NO_PROCESSES: Final = LEAD + r"\|\s*No running processes found\s*\|\s*$"
 # Frame, column headings and the rest of the box: the table's structure, no figures.
 FRAME: Final = (
-    r"^\s*(?:[+|][-=+| ]*[+|]|\|\s*(?:(?:GPU|Fan|ID)\b|Processes:|MIG devices:).*\||"
+    LEAD + r"(?:[+|][-=+| ]*[+|]|\|\s*(?:(?:GPU|Fan|ID)\b|Processes:|MIG devices:).*\||"
     r"\|[\s|]*(?:MIG M\.|Usage|BAR1-Usage|ECC|Disabled|Enabled|N/A|\d+)[\s|]*.*\|)\s*$"
 )
 # Driver versions have two or three parts (450.51.06, 580.126.09, 535.54.03).
-SNIFF_TABLE: Final = r"(?m)^\s*\|\s*NVIDIA-SMI \d+(?:\.\d+)+\s+Driver Version:"
-SNIFF_PROCESSES: Final = r"(?m)^\s*\|\s+GPU\s+(?:GI\s+CI\s+)?PID\s+Type\s+Process name"
+SNIFF_TABLE: Final = r"(?m)" + LEAD + r"\|\s*NVIDIA-SMI \d+(?:\.\d+)+\s+Driver Version:"
+SNIFF_PROCESSES: Final = r"(?m)" + LEAD + r"\|\s+GPU\s+(?:GI\s+CI\s+)?PID\s+Type\s+Process name"

@@ -35,7 +35,7 @@ CONFIDENCE: Final = 0.85
 INSIDE_OTHER_TEXT: Final = 0.5
 _AROUND_A_TABLE: Final = 5
 _SNIFF_TABLE = re.compile(tl.SNIFF_TABLE)
-_TABLE_LINE = re.compile(r"^\s*[|+]|" + tl.TIME)
+_TABLE_LINE = re.compile(tl.LEAD + r"[|+]|" + tl.TIME)
 _SNIFF_PROCESSES = re.compile(tl.SNIFF_PROCESSES)
 _KINDS: Final = {
     "time": tl.TIME,

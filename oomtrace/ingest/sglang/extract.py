@@ -75,17 +75,25 @@ def batch_fields(batch: pl.DataFrame) -> pl.DataFrame:
 
 def batch_samples(batch: pl.DataFrame) -> pl.DataFrame:
     """Long samples from the kept batch lines (one rank). A hybrid model's usage is the fullest
-    attention pool; its used tokens are the full-attention pool's."""
+    attention pool; its used tokens are the full-attention pool's; HiSparse's are its device
+    pool's."""
     check_frame(batch, BATCH_FIELDS, "SGLang batch fields")
     columns: dict[str, pl.Expr] = {
         "kv_usage_ratio": pl.coalesce(
-            pl.col("usage"), pl.max_horizontal(pl.col("full_usage"), pl.col("swa_usage"))
+            pl.col("usage"),
+            pl.max_horizontal(pl.col("full_usage"), pl.col("swa_usage")),
+            pl.col("gpu_usage"),
         ),
-        "kv_tokens_used": pl.coalesce(pl.col("tokens"), pl.col("full_tokens")),
+        "kv_tokens_used": pl.coalesce(
+            pl.col("tokens"), pl.col("full_tokens"), pl.col("gpu_tokens")
+        ),
     }
     for f in pat.FIELDS:
         if f.metric is not None:
             columns[f.metric] = pl.col(f.name) * f.scale
+    # 0.1.x spells the counters of its prefill lines with underscores
+    columns["requests_running"] = pl.coalesce(pl.col("running"), pl.col("running_v01"))
+    columns["requests_waiting"] = pl.coalesce(pl.col("queued"), pl.col("queued_v01"))
     wide = batch.select("ts", **columns)
     return (
         wide.unpivot(index="ts", variable_name="metric", value_name="value")

@@ -84,6 +84,13 @@ FAMILIES: Final[tuple[Family, ...]] = (
         "[2025-02-27 04:46:39 TP0] Decode batch. #running-req: 8, #token: 62531, "
         "token usage: 0.12, gen throughput (token/s): 186.64, #queue-req: 0",
     ),
+    Family(
+        # 0.1.x (2024, router/model_rpc.py) printed no time and no "batch" word on decode lines
+        "0.1",
+        r"^new fill batch\. |^#running-req: \d+, #token: ",
+        "new fill batch. #seq: 1. #cached_token: 757. #new_token: 1. #remaining_req: 4. "
+        "#running_req: 2. tree_cache_hit_rate: 80.83%.",
+    ),
 )
 
 
@@ -100,11 +107,12 @@ class Kind:
 
 BATCH: Final = Kind(
     "batch",
-    r"^(?:Prefill|Decode) batch(?:\.|,| \[\d+\],)",
+    r"^(?:(?:Prefill|Decode) batch(?:\.|,| \[\d+\],)|new fill batch\. "
+    r"|#running-req: \d+, #token: )",
     "[2026-04-05 20:02:51] Prefill batch, #new-seq: 1, #new-token: 158, #cached-token: 0, "
     "token usage: 0.08, #running-req: 31, #queue-req: 0, cuda graph: True, "
     "input throughput (token/s): 559.53",
-    starts=("Prefill batch", "Decode batch"),
+    starts=("Prefill batch", "Decode batch", "new fill batch. ", "#running-req: "),
 )
 KINDS: Final[tuple[Kind, ...]] = (
     BATCH,
@@ -223,6 +231,13 @@ FIELDS: Final[tuple[Field, ...]] = (
     Field("mamba_usage", r"mamba usage: ([0-9.]+)", "state_usage_ratio", "mamba usage: 0.80", 0.80),
     Field("tokens", r", #token: (\d+)", None, ", #token: 55006", 55006),
     Field("full_tokens", r"#full token: (\d+)", None, "#full token: 350592", 350592),
+    # HiSparse (sgl-project/sglang PR 22331) names the device pool "gpu" beside a host ("cpu")
+    # pool that holds evicted tokens: only the device pool is the KV cache that can run out.
+    Field("gpu_usage", r"gpu token usage: ([0-9.]+)", None, "gpu token usage: 0.29", 0.29),
+    Field("gpu_tokens", r"#gpu-token: (\d+)", None, "#gpu-token: 20800", 20800),
+    # 0.1.x's prefill line: "new fill batch. #seq: 1. ... #remaining_req: 4. #running_req: 2."
+    Field("running_v01", r"#running_req: (\d+)", None, "#running_req: 2", 2),
+    Field("queued_v01", r"#remaining_req: (\d+)", None, "#remaining_req: 4", 4),
     Field(
         "gen_tput",
         r"gen throughput \(token/s\): ([0-9.]+)",

@@ -67,7 +67,9 @@ _SNIFF_TIME_ONLY = re.compile(time_of_day.TIME_ONLY)
 _SNIFF_BARE = re.compile(
     r"(?m)^[\s`>*|]*(?:\[(?:[A-Z][A-Z_]*\d+ ?)+\] ?)?"
     r"(?:(?:Decode|Prefill) batch[.,] .*#running-req: |KV Cache is allocated\. .*#tokens: "
-    r"|Scheduler hit an exception|KV cache pool is full\. Retract requests)"
+    r"|Scheduler hit an exception|KV cache pool is full\. Retract requests"
+    # 0.1.x, which printed no prefix at all
+    r"|new fill batch\. #seq: \d+\. |#running-req: \d+, #token: \d+, token usage: )"
     r"|(?:Prefill|Decode) out of memory\. Try to lower your batch size"
 )
 _NOT_USED: Final = "SGLang line not used (not relevant to memory or admission)"

@@ -13,7 +13,15 @@ q/n seqs), K (f16): ..., V (f16): ...``, its size in MiB and in cells (tokens). 
 print ``llama_kv_cache_init: kv_size = N, offload = ...`` and ``llama_new_context_with_model: KV
 self size  = S MiB, K (f16): ...`` instead. The context's ``n_seq_max = N`` is how many sequences
 (server slots) share it. They become the engine configuration's ``available_kv_cache_bytes``,
-``kv_cache_tokens`` and ``max_num_seqs``. A recurrent model's state (``R (f32): ...``) is not KV.
+``kv_cache_tokens`` (the context's ``n_ctx`` where no cache line states the cells) and
+``max_num_seqs`` (the server's ``n_slots`` where no ``n_seq_max`` is printed). A recurrent
+model's state (``R (f32): ...``) is not KV.
+
+Ollama, which runs llama.cpp, logs its plan before it starts the runner (Go's ``slog`` in logfmt,
+``llm/memory.go`` ``msg="offload to cuda"``, later ``llm/server.go`` ``msg=offload
+library=cuda``): ``memory.available="[23.3 GiB]"`` is the free memory of each GPU it may use and
+``memory.required.kv="9.5 GiB"`` the KV cache it will allocate (sizes in binary units). They
+become ``available_kv_cache_bytes`` and, where one GPU is listed, ``initial_free_bytes``.
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ import polars as pl
 
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.ingest.torch.stated import first_stated
-from oomtrace.units import MiB
+from oomtrace.units import MiB, parse_bytes
 
 _COLOUR = r"(?:\x1b\[[0-9;]*m)*"
 RELATIVE: Final = (
@@ -38,6 +46,7 @@ MARKERS: Final = re.compile(
     r"llm_load_tensors: |ggml_cuda_init: found \d+ |llama_context: |llama_init_from_model: |"
     r"llama_new_context_with_model: |llama_kv_cache(?:_init|_unified)?: |"
     r"llama_memory_recurrent: |srv +load_model: |main: server is listening)"
+    r'|\bmsg="?offload(?: to \w+"| library=\w+) '
 )
 DURATIONS_NOTE: Final = (
     "llama.cpp prints how long after its start each line came (minutes.seconds.ms.us), not "
@@ -49,8 +58,22 @@ _KV_CELLS: Final = r"llama_kv_cache(?:_unified)?: size = +[0-9.]+ MiB \( *(\d+) 
 _KV_SELF: Final = r"KV self size += +([0-9.]+) MiB"
 _KV_SIZE_OLD: Final = r"llama_kv_cache_init: kv_size = (\d+),"
 _SEQ_MAX: Final = r"\bn_seq_max += (\d+)"
+# The context's size, which is the KV cache's in cells where no cache line says so (2024 builds
+# allocate ``kv_size = cparams.n_ctx``); never ``n_ctx_per_seq`` or ``n_ctx_train``.
+_N_CTX: Final = (
+    r"\b(?:llama_new_context_with_model|llama_init_from_model|llama_context): n_ctx += (\d+)"
+)
+# The server's slots share the cache like the context's sequences: its text log says "n_slots =
+# N", its JSON log of 2024 (as Ollama 0.1 embedded it) "n_slots":N.
+_SLOTS: Final = r'\bn_slots(?: = |":)(\d+)\b'
+
+_OLLAMA: Final = r'\bmsg="?offload(?: to \w+"| library=\w+) .*'
+_OLLAMA_KV: Final = _OLLAMA + r'\bmemory\.required\.kv="([0-9.]+ ?[KMGT]?i?B)"'
+_OLLAMA_FREE: Final = _OLLAMA + r'\bmemory\.available="\[([0-9.]+ ?[KMGT]?i?B)\]"'
 # Every start-up line read for the engine configuration.
-STARTUP: Final = "|".join(f"(?:{p})" for p in (_KV_SIZE, _KV_SELF, _KV_SIZE_OLD, _SEQ_MAX))
+STARTUP: Final = "|".join(
+    f"(?:{p})" for p in (_KV_SIZE, _KV_SELF, _KV_SIZE_OLD, _SEQ_MAX, _SLOTS, _N_CTX, _OLLAMA_KV)
+)
 
 
 def engine_config(lines: pl.Series, diag: SourceDiagnostics) -> dict[str, Any]:
@@ -59,11 +82,19 @@ def engine_config(lines: pl.Series, diag: SourceDiagnostics) -> dict[str, Any]:
     mib = first_stated(lines, (_KV_SIZE, _KV_SELF), "KV cache size (MiB)", diag, pl.Float64())
     if mib is not None:
         config["available_kv_cache_bytes"] = round(mib * MiB)
-    for key, pattern in (
-        ("kv_cache_tokens", (_KV_CELLS, _KV_SIZE_OLD)),
-        ("max_num_seqs", (_SEQ_MAX,)),
+    for key, ollama in (
+        ("available_kv_cache_bytes", _OLLAMA_KV),
+        ("initial_free_bytes", _OLLAMA_FREE),
     ):
-        value = first_stated(lines, pattern, key, diag, pl.Int64())
+        size = first_stated(lines, (ollama,), key, diag, pl.String()) if key not in config else None
+        if size is not None:
+            config[key] = parse_bytes(size, what=key)
+    for key, patterns in (
+        ("kv_cache_tokens", (_KV_CELLS, _KV_SIZE_OLD)),
+        ("kv_cache_tokens", (_N_CTX,)),  # only where no cache line stated it
+        ("max_num_seqs", (_SEQ_MAX, _SLOTS)),
+    ):
+        value = first_stated(lines, patterns, key, diag, pl.Int64()) if key not in config else None
         if value is not None:
             config[key] = value
     return config

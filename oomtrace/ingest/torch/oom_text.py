@@ -7,13 +7,15 @@ process the message lists. The message layouts (``docs/formats/pytorch.md``):
 * ``old``: ``CUDA out of memory. Tried to allocate A (GPU d; T total capacity; X already
   allocated; F free; [L allowed; ]R reserved in total by PyTorch)`` (torch <= 2.0; very old
   builds end ``; C cached)``; ROCm builds say ``HIP``, other vendors reuse it, e.g. ``NPU ...
-  current active;``);
+  current active;``; Intel's IPEX leaves out ``F free;``);
 * ``sentences``: ``CUDA out of memory. Tried to allocate A. GPU d has a total capacity of T of
   which F is free. [Process P has X memory in use. ]...[Including non-PyTorch memory, this
   process has X memory in use. ][L allowed; ]Of the allocated memory X is allocated by PyTorch,
   [with X allocated in private pools (e.g., CUDA Graphs), ]and U is reserved by PyTorch but
-  unallocated.`` (torch >= 2.1; 2.1 prints "capacty"; ROCm builds say ``HIP out of memory``);
-  the process clauses are read by :mod:`.oom_processes`;
+  unallocated.`` (torch >= 2.1; 2.1 prints "capacty"; ROCm builds say ``HIP out of memory``;
+  an XPU that cannot report its free memory leaves out ``of which F is free``); the process
+  clauses are read by :mod:`.oom_processes`;
+* ``mps``: Apple's ``MPS backend out of memory (MPS allocated: ...)``, read by :mod:`.oom_mps`;
 * ``fraction``: the ``cudaMallocAsync`` backend's six-line refusal, "Allocation on device d would
   exceed allowed memory", read by :mod:`.oom_fraction`;
 * ``ggml``: llama.cpp's ``ggml_backend_cuda_buffer_type_alloc_buffer: allocating A MiB on device
@@ -43,7 +45,7 @@ import polars as pl
 
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.ingest.text.input_file import first_line
-from oomtrace.ingest.torch import oom_fraction
+from oomtrace.ingest.torch import oom_fraction, oom_mps
 from oomtrace.ingest.torch.oom_processes import (
     SIZE,
     empty_samples,
@@ -68,9 +70,9 @@ _OLD: Final = (
     + SIZE
     + r" total capacity; "
     + SIZE
-    + r" already allocated; (?:[0-9.]+ ?(?:bytes|[KMGTP]iB) current active; )?"
+    + r" already allocated; (?:[0-9.]+ ?(?:bytes|[KMGTP]iB) current active; )?(?:"
     + SIZE
-    + r" free; (?:"
+    + r" free; )?(?:"
     + SIZE
     + r" allowed; )?(?:"
     + SIZE
@@ -89,9 +91,9 @@ _NEW: Final = (
     + _DEVICE_WORD
     + r" (\d+) has a total capac(?:i)?ty of "
     + SIZE
-    + r" of which "
+    + r"(?: of which "
     + SIZE
-    + r" is free\."
+    + r" is free)?\."
 )
 _NEW_NAMES: Final = ["req_n", "req_u", "device", "total_n", "total_u", "free_n", "free_u"]
 _ALLOWED: Final = r"([0-9.]+ ?(?:bytes|[KMGTP]iB)) allowed; "
@@ -112,7 +114,8 @@ _GGML: Final = r"allocating ([0-9.]+) (MiB) on device (\d+): cudaMalloc failed: 
 PREFILTER: Final = r"out of memory|ALLOC_FAILED|preemptively rejected|" + oom_fraction.PARTS
 # Any line that extract_ooms reads matches this (used to count recognised lines).
 OOM_SHAPES: Final = "|".join(
-    f"(?:{p})" for p in (_OLD, _NEW, oom_fraction.HEAD, oom_fraction.PARTS, _GGML, SIZELESS)
+    f"(?:{p})"
+    for p in (_OLD, _NEW, oom_fraction.HEAD, oom_fraction.PARTS, oom_mps.HEAD, _GGML, SIZELESS)
 )
 
 EVENT_COLUMNS: Final = [
@@ -146,6 +149,7 @@ def extract_ooms(
         _sized(anonymous, _OLD, _OLD_NAMES, "old"),
         _sized(hits, _NEW, _NEW_NAMES, "sentences"),
         oom_fraction.refusals(anonymous),
+        oom_mps.refusals(anonymous),
         _ggml(anonymous),
     ]
     sized = pl.concat([f for f in found if f is not None] or [hits.clear()], how="diagonal_relaxed")
@@ -193,6 +197,8 @@ def _detail(events: pl.DataFrame) -> pl.Expr:
         .then(pl.lit("llama.cpp (ggml) cudaMalloc failed: out of memory"))
         .when(layout == "fraction")
         .then(pl.lit("PyTorch cudaMallocAsync refusal: allocation would exceed allowed memory"))
+        .when(layout == "mps")
+        .then(pl.lit("PyTorch MPS (Apple GPU) refusal: allocation would pass the watermark"))
         .otherwise(pl.format("PyTorch OOM message ({} layout)", layout))
     )
     parts = [base]
@@ -277,7 +283,10 @@ def _ggml(hits: pl.DataFrame) -> pl.DataFrame | None:
 
 def _dedupe(events: pl.DataFrame) -> pl.DataFrame:
     """Identical failures on one device within the repeat window count once."""
-    key = [c for c in ("device", "requested_bytes", "free_bytes", "_layout") if c in events.columns]
+    # The allocated figure tells apart two failures of one size that are not repeats (a second
+    # try after the first freed nothing still states what PyTorch then held).
+    names = ("device", "requested_bytes", "free_bytes", "allocated_bytes", "_layout")
+    key = [c for c in names if c in events.columns]
     events = events.sort("ts")
     previous = pl.col("ts").shift(1).over(key)
     gap = (pl.col("ts") - previous).dt.total_seconds()

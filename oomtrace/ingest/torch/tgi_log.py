@@ -13,7 +13,10 @@ launcher's account of a crash (``docs/formats/pytorch.md``, "TGI").
   the engine configuration's ``kv_cache_tokens``. A model without paged attention says ``Model
   does not support automatic max batch total tokens`` first, and the figure is then only the
   configured budget: it is not taken. ``Default `max_batch_prefill_tokens` to {N}`` (the
-  launcher) is the prefill budget per batch, ``max_num_batched_tokens``.
+  launcher) is the prefill budget per batch, ``max_num_batched_tokens``. The launcher's ``Args {
+  ... }`` line states the ones the user set: ``max_total_tokens`` (a request's prompt and output
+  together, ``max_model_len``) and ``max_batch_prefill_tokens``; 3.x's router says which total
+  it chose when none was set: ``Maximum total tokens defaulted to {N}``.
 * The launcher's ``Webserver Crashed``, ``Shard {rank} crashed``, ``Shard {rank} failed to start``
   and its exit ``Error: WebserverFailed`` / ``ShardFailed`` / ``ShardCannotStart`` are the
   server's death, ``engine_dead`` events; the lines of one death (within
@@ -37,13 +40,21 @@ WARMUP: Final = (
 _POOL: Final = r"Setting max batch total tokens to (\d+)"
 _NOT_AUTOMATIC: Final = r"Model does not support automatic max batch total tokens"
 _PREFILL_DEFAULT: Final = r"Default `max_batch_prefill_tokens` to (\d+)"
+# The launcher's first line prints its arguments (Rust's Debug of ``Args``); a limit left to TGI
+# is ``None`` there (2.x prints set ones as ``Some(N)``, 1.x as ``N``).
+_ARGS: Final = r"\bArgs \{ model_id: "
+_ARGS_TOTAL: Final = _ARGS + r".*?\bmax_total_tokens: (?:Some\()?(\d+)"
+_ARGS_PREFILL: Final = _ARGS + r".*?\bmax_batch_prefill_tokens: (?:Some\()?(\d+)"
+# 3.x sizes a request's limits from the pool when none is set (``backends/v3/src/main.rs``).
+_TOTAL_DEFAULT: Final = r"Maximum total tokens defaulted to (\d+)"
 DEATH: Final = (
     r"Webserver Crashed|Shard \d+ (?:crashed|failed to start)|"
     r"Error: (?:WebserverFailed|ShardFailed|ShardCannotStart)"
 )
 # Every TGI line this module reads.
 LINES: Final = "|".join(
-    f"(?:{p})" for p in (WARMUP, _POOL, _NOT_AUTOMATIC, _PREFILL_DEFAULT, DEATH)
+    f"(?:{p})"
+    for p in (WARMUP, _POOL, _NOT_AUTOMATIC, _PREFILL_DEFAULT, _ARGS, _TOTAL_DEFAULT, DEATH)
 )
 # What marks a TGI log whose failure (if any) is beyond the head read for sniffing.
 MARKERS: Final = LINES + r"|\btext_generation_(?:launcher|router)\b"
@@ -83,11 +94,12 @@ def engine_config(lines: pl.Series, diag: SourceDiagnostics) -> dict[str, Any]:
     a later start that states another figure being a note, not a silent overwrite."""
     config: dict[str, Any] = {}
     automatic = not lines.str.contains(_NOT_AUTOMATIC).any()
-    for key, pattern, wanted in (
-        ("kv_cache_tokens", _POOL, automatic),
-        ("max_num_batched_tokens", _PREFILL_DEFAULT, True),
+    for key, patterns, wanted in (
+        ("kv_cache_tokens", (_POOL,), automatic),
+        ("max_num_batched_tokens", (_ARGS_PREFILL, _PREFILL_DEFAULT), True),
+        ("max_model_len", (_ARGS_TOTAL, _TOTAL_DEFAULT), True),
     ):
-        value = first_stated(lines, (pattern,), key, diag, pl.Int64()) if wanted else None
+        value = first_stated(lines, patterns, key, diag, pl.Int64()) if wanted else None
         if value is not None:
             config[key] = value
     if not automatic and lines.str.contains(_POOL).any():

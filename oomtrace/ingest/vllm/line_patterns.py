@@ -239,6 +239,14 @@ EVENT_LINES: Final[tuple[EventLine, ...]] = (
         "EngineCore encountered a fatal error.", "v1-0.8.5",
     ),
     EventLine(
+        # the early V1 client's (vllm/v1/engine/core_client.py) answer to the core's SIGUSR1
+        "engine core fatal signal", "engine_dead", "Got fatal signal from worker processes",
+        r"Got fatal signal from worker processes", "the engine core sent a fatal signal",
+        "Got fatal signal from worker processes, shutting down. See stack trace above for root "
+        "cause issue.",
+        "v1-0.7",
+    ),
+    EventLine(
         "engine core failed to start", "engine_dead", "EngineCore failed to start",
         r"EngineCore failed to start", "EngineCore failed to start",
         "EngineCore failed to start.", "v1-0.8.5",

@@ -166,6 +166,16 @@ def test_a_table_pasted_with_a_stray_quote_before_its_frame_is_read(tmp_path: Pa
     assert _rows(trace, "device_used_bytes") == [(0, None, 31956.0 * MiB)]
 
 
+def test_a_table_quoted_in_a_reply_on_windows_is_read(tmp_path: Path) -> None:
+    # https://github.com/PromtEngineer/localGPT/issues/14 quotes a driver 531 table (Windows:
+    # TCC/WDDM, the power figure glued to the cell's border) with Markdown's "> " on every line
+    trace = _ingest(_copy(tmp_path, "table-531-wddm-quoted.txt"))
+    assert trace.manifest.sources[0].parser == "nvidia-smi-table"
+    assert set(trace.samples["ts"]) == {datetime(2023, 5, 29, 12, 21, 8, tzinfo=UTC)}
+    assert _rows(trace, "device_used_bytes") == [(0, None, 1585.0 * MiB)]
+    assert _rows(trace, "device_total_bytes") == [(0, None, 11264.0 * MiB)]
+
+
 def test_sniffing_steps_aside_for_a_table_inside_other_output(tmp_path: Path) -> None:
     table = _copy(tmp_path, "table-535-five-gpus.txt")
     assert PARSER.sniff(InputFile(table, table.name).head(), table.name) == 0.85

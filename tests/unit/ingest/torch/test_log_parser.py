@@ -260,7 +260,9 @@ def test_llama_cpp_durations_since_start_are_no_time_of_day(tmp_path: Path) -> N
     assert row["device"] == 1
     assert row["requested_bytes"] == round(51748.72 * MiB)
     (diag,) = trace.manifest.sources
-    assert diag.lines_recognised == 1
+    # the failure and the server's slots ("n_slots = 1", its max_num_seqs)
+    assert diag.lines_recognised == 2
+    assert trace.manifest.engine_config == {"max_num_seqs": 1}
     assert any("llama.cpp prints how long after its start" in n for n in diag.notes)
 
 

@@ -58,3 +58,21 @@ def test_an_oom_names_the_engine_core_that_printed_it_by_its_pid() -> None:
     assert oom["pid"] == 494
     held = trace.samples.filter(pl.col("metric") == "process_used_bytes")
     assert sorted(held.get_column("pid").to_list()) == [494, 9981]
+
+
+def test_the_early_v1_clients_fatal_signal_line_is_the_engines_death(tmp_path: Path) -> None:
+    # V1 on an 8 GiB GPU: https://github.com/vllm-project/vllm/issues/12529 (the core's OOM,
+    # then the client's CRITICAL record when the core signals it)
+    path = tmp_path / "v1.log"
+    path.write_text(
+        "ERROR 03-13 09:00:43 [core.py:330] torch.OutOfMemoryError: CUDA out of memory. Tried to "
+        "allocate 1.16 GiB. GPU 0 has a total capacity of 7.75 GiB of which 1.17 GiB is free. "
+        "Including non-PyTorch memory, this process has 5.02 GiB memory in use. Of the allocated "
+        "memory 4.81 GiB is allocated by PyTorch, and 18.97 MiB is reserved by PyTorch but "
+        "unallocated.\n"
+        "ERROR 03-13 09:00:43 [core.py:330] \n"
+        "CRITICAL 03-13 09:00:43 [core_client.py:260] Got fatal signal from worker processes, "
+        "shutting down. See stack trace above for root cause issue.\n"
+    )
+    trace = ingest_paths([path], IngestOptions(year=2025))
+    assert sorted(trace.events["kind"].to_list()) == ["engine_dead", "oom"]
