@@ -7,7 +7,7 @@ Cases:
    and Polars, and ``oomtrace ingest`` of the same files (the replay ingests them first).
 2. A day of traffic as a trace directory (``analyze_data.py``: two million requests, 26 million
    memory samples), first with an empty cache (the kernel compiles), then with the cache warm.
-   Floor: reading the requests table and the samples of the metrics the replay reads.
+   Floor: reading the request columns and the samples of the metrics the replay reads.
 
 Every case repeats (``--repeats``); the figures are medians. Outputs are cross-checked: every run
 of a case prints the same JSON, and the sample incidents print the same JSON with the simulator
@@ -43,11 +43,16 @@ INCIDENTS = (
     "vllm-foreign-process",
     "vllm-cpu-preemptions",
 )
+# The floor reads what the replay reads: the request columns it uses and its sample series.
 READ_DAY = """
 import sys, polars as pl
 from oomtrace.replay.calibrate import SAMPLE_METRICS
+from oomtrace.replay.load import REQUEST_COLUMNS
+from oomtrace.schema import REQUIRED
 day = sys.argv[1]
-pl.read_parquet(day + "/requests.parquet")
+pl.read_parquet(
+    day + "/requests.parquet", columns=[*REQUIRED["requests"], "clock", *REQUEST_COLUMNS]
+)
 kv = pl.col("metric").is_in(list(SAMPLE_METRICS))
 pl.scan_parquet(day + "/samples.parquet").filter(kv).collect()
 """
