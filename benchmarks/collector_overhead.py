@@ -12,10 +12,12 @@ family with its real buckets, ``_created`` series, process and GC metrics) rende
   with ``prometheus_client.parser``, keep the same families, append them as JSON lines.
 
 Reported per loop: CPU share of one core during the window (user + system), peak resident memory,
-and the lateness of each tick against its schedule (jitter p50/p99). Every loop runs twice in the
-same run: on the machine as it is (``quiet``), and beside one busy process per CPU (``loaded``,
-plain Python spinning at the default priority: what an engine's tokenizer or a batch job sharing
-the node does), where lateness is mostly the operating system's wait for a free CPU. The ratios
+the lateness of each poll against its slot (jitter p50/p99) and the slots missed because a poll
+ran into them (the collector skips those and starts its next poll on its own slot; the naive loop
+polls late instead). Every loop runs twice in the same run: on the machine as it is (``quiet``),
+and beside one busy process per CPU (``loaded``, plain Python spinning at the default priority:
+what an engine's tokenizer or a batch job sharing the node does), where lateness is mostly the
+operating system's wait for a free CPU. The ratios
 are peer / oomtrace (above 1 means the collector is cheaper). Last, the whole agent at its default
 rates (Prometheus 10 Hz, log tail 10 Hz, health 1 Hz) is measured the same way. Server-side cost
 (the engine rendering its exposition on every scrape) is reported separately: a 10 Hz scrape makes
@@ -209,7 +211,7 @@ def worker_oomtrace(url: str, rate: float, seconds: float, out: Path) -> dict[st
     stop.set()
     runner.join(5.0)
     writer.close()
-    return _result(cpu0, wall0, lateness, runner.samples, runner.errors)
+    return _result(cpu0, wall0, lateness, runner.samples, runner.errors, runner.misses)
 
 
 def worker_naive(url: str, rate: float, seconds: float, out: Path) -> dict[str, Any]:
@@ -260,12 +262,20 @@ def worker_agent(url: str, seconds: float, out: Path) -> dict[str, Any]:
     time.sleep(seconds)
     summary = agent.stop()
     polls = sum(s.samples for s in summary.sources)
-    return _result(cpu0, wall0, lateness, polls, sum(s.errors for s in summary.sources))
+    misses = sum(s.misses for s in summary.sources)
+    return _result(cpu0, wall0, lateness, polls, sum(s.errors for s in summary.sources), misses)
 
 
 def _result(
-    cpu0: float, wall0: float, lateness: list[float], samples: int, errors: int
+    cpu0: float,
+    wall0: float,
+    lateness: list[float],
+    samples: int,
+    errors: int,
+    misses: int | None = None,
 ) -> dict[str, Any]:
+    """``misses``: slots skipped because a poll ran into them (None: a loop that never skips,
+    it polls late instead)."""
     wall = time.monotonic() - wall0
     quantiles = (
         statistics.quantiles([x * 1e3 for x in lateness], n=100)
@@ -279,6 +289,7 @@ def _result(
         "jitter_p99_ms": quantiles[98],
         "samples": samples,
         "errors": errors,
+        "misses": misses,
     }
 
 
@@ -361,7 +372,8 @@ def compare(rates: list[float], seconds: float) -> None:
                 print(
                     f"  {condition:>6}: {agent['cpu_share'] * 100:.2f}% of one core, "
                     f"{agent['rss_mib']:.1f} MiB peak RSS, tick lateness p50 "
-                    f"{agent['jitter_p50_ms']:.2f} ms p99 {agent['jitter_p99_ms']:.2f} ms"
+                    f"{agent['jitter_p50_ms']:.2f} ms p99 {agent['jitter_p99_ms']:.2f} ms, "
+                    f"{agent['misses']} slots missed"
                 )
         finally:
             server.terminate()
@@ -370,7 +382,7 @@ def compare(rates: list[float], seconds: float) -> None:
 
 def _table(url: str, rates: list[float], seconds: float, tmp: Path) -> None:
     columns = [("rate", 6), ("loop", 9), ("machine", 7), ("CPU %", 7), ("RSS MiB", 8)]
-    columns += [("p50 ms", 8), ("p99 ms", 8), ("scrapes", 8)]
+    columns += [("p50 ms", 8), ("p99 ms", 8), ("scrapes", 8), ("missed", 7)]
     print(" ".join(f"{name:>{width}}" for name, width in columns))
     ratios = []
     for rate in rates:
@@ -385,7 +397,7 @@ def _table(url: str, rates: list[float], seconds: float, tmp: Path) -> None:
                 print(
                     f"{rate:>4g}Hz {impl:>9} {condition:>7} {r['cpu_share'] * 100:7.2f} "
                     f"{r['rss_mib']:8.1f} {r['jitter_p50_ms']:8.2f} {r['jitter_p99_ms']:8.2f} "
-                    f"{r['samples']:8d}"
+                    f"{r['samples']:8d} {'-' if r['misses'] is None else r['misses']:>7}"
                 )
         ours, peer = results["oomtrace", "quiet"], results["naive", "quiet"]
         ratios.append(
