@@ -12,11 +12,16 @@ family with its real buckets, ``_created`` series, process and GC metrics) rende
   with ``prometheus_client.parser``, keep the same families, append them as JSON lines.
 
 Reported per loop: CPU share of one core during the window (user + system), peak resident memory,
-and the lateness of each tick against its schedule (jitter p50/p99). The ratios are peer /
-oomtrace (above 1 means the collector is cheaper). Last, the whole agent at its default rates
-(Prometheus 10 Hz, log tail 10 Hz, health 1 Hz) is measured the same way. Server-side cost (the
-engine rendering its exposition on every scrape) is reported separately: a 10 Hz scrape makes the
-engine's API server do that work ten times a second.
+the lateness of each poll against its slot (jitter p50/p99) and the slots missed because a poll
+ran into them (the collector skips those and starts its next poll on its own slot; the naive loop
+polls late instead). Every loop runs twice in the same run: on the machine as it is (``quiet``),
+and beside one busy process per CPU (``loaded``, plain Python spinning at the default priority:
+what an engine's tokenizer or a batch job sharing the node does), where lateness is mostly the
+operating system's wait for a free CPU. The ratios
+are peer / oomtrace (above 1 means the collector is cheaper). Last, the whole agent at its default
+rates (Prometheus 10 Hz, log tail 10 Hz, health 1 Hz) is measured the same way. Server-side cost
+(the engine rendering its exposition on every scrape) is reported separately: a 10 Hz scrape makes
+the engine's API server do that work ten times a second.
 """
 
 from __future__ import annotations
@@ -206,7 +211,7 @@ def worker_oomtrace(url: str, rate: float, seconds: float, out: Path) -> dict[st
     stop.set()
     runner.join(5.0)
     writer.close()
-    return _result(cpu0, wall0, lateness, runner.samples, runner.errors)
+    return _result(cpu0, wall0, lateness, runner.samples, runner.errors, runner.misses)
 
 
 def worker_naive(url: str, rate: float, seconds: float, out: Path) -> dict[str, Any]:
@@ -257,12 +262,20 @@ def worker_agent(url: str, seconds: float, out: Path) -> dict[str, Any]:
     time.sleep(seconds)
     summary = agent.stop()
     polls = sum(s.samples for s in summary.sources)
-    return _result(cpu0, wall0, lateness, polls, sum(s.errors for s in summary.sources))
+    misses = sum(s.misses for s in summary.sources)
+    return _result(cpu0, wall0, lateness, polls, sum(s.errors for s in summary.sources), misses)
 
 
 def _result(
-    cpu0: float, wall0: float, lateness: list[float], samples: int, errors: int
+    cpu0: float,
+    wall0: float,
+    lateness: list[float],
+    samples: int,
+    errors: int,
+    misses: int | None = None,
 ) -> dict[str, Any]:
+    """``misses``: slots skipped because a poll ran into them (None: a loop that never skips,
+    it polls late instead)."""
     wall = time.monotonic() - wall0
     quantiles = (
         statistics.quantiles([x * 1e3 for x in lateness], n=100)
@@ -276,16 +289,32 @@ def _result(
         "jitter_p99_ms": quantiles[98],
         "samples": samples,
         "errors": errors,
+        "misses": misses,
     }
 
 
 # -- orchestration -----------------------------------------------------------------------------
 
 
-def _run_worker(args: list[str]) -> dict[str, Any]:
-    out = subprocess.run(
-        [sys.executable, __file__, *args], capture_output=True, text=True, check=True, cwd=ROOT
-    )
+SPIN = "while True: pass"
+CONDITIONS = ("quiet", "loaded")
+
+
+def _run_worker(args: list[str], condition: str = "quiet") -> dict[str, Any]:
+    """One measured loop in its own process; ``loaded``: beside one spinning process per CPU."""
+    spinners = []
+    if condition == "loaded":
+        spinners = [
+            subprocess.Popen([sys.executable, "-c", SPIN]) for _ in range(os.cpu_count() or 1)
+        ]
+    try:
+        out = subprocess.run(
+            [sys.executable, __file__, *args], capture_output=True, text=True, check=True, cwd=ROOT
+        )
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     return result
 
@@ -334,50 +363,61 @@ def compare(rates: list[float], seconds: float) -> None:
                 time.sleep(0.05)
             url = f"http://127.0.0.1:{(tmp / 'port').read_text()}/metrics"
             _table(url, rates, seconds, tmp)
-            out = tmp / "agent"
-            out.mkdir()
-            agent = _run_worker(
-                ["--worker", "agent", "--url", url, "--seconds", str(seconds), "--out", str(out)]
-            )
             print("\nwhole agent at default rates (prometheus 10 Hz, log tail 10 Hz, health 1 Hz):")
-            print(
-                f"  {agent['cpu_share'] * 100:.2f}% of one core, {agent['rss_mib']:.1f} MiB peak "
-                f"RSS, tick lateness p50 {agent['jitter_p50_ms']:.2f} ms "
-                f"p99 {agent['jitter_p99_ms']:.2f} ms"
-            )
+            for condition in CONDITIONS:
+                out = tmp / f"agent-{condition}"
+                out.mkdir()
+                worker = ["--worker", "agent", "--url", url, "--seconds", str(seconds)]
+                agent = _run_worker([*worker, "--out", str(out)], condition)
+                print(
+                    f"  {condition:>6}: {agent['cpu_share'] * 100:.2f}% of one core, "
+                    f"{agent['rss_mib']:.1f} MiB peak RSS, tick lateness p50 "
+                    f"{agent['jitter_p50_ms']:.2f} ms p99 {agent['jitter_p99_ms']:.2f} ms, "
+                    f"{agent['misses']} slots missed"
+                )
         finally:
             server.terminate()
             server.wait()
 
 
 def _table(url: str, rates: list[float], seconds: float, tmp: Path) -> None:
-    columns = [("rate", 6), ("loop", 9), ("CPU %", 7), ("RSS MiB", 8), ("p50 ms", 8)]
-    columns += [("p99 ms", 8), ("scrapes", 8)]
+    columns = [("rate", 6), ("loop", 9), ("machine", 7), ("CPU %", 7), ("RSS MiB", 8)]
+    columns += [("p50 ms", 8), ("p99 ms", 8), ("scrapes", 8), ("missed", 7)]
     print(" ".join(f"{name:>{width}}" for name, width in columns))
     ratios = []
     for rate in rates:
         results = {}
-        for impl in ("oomtrace", "naive"):
-            out = tmp / f"{impl}-{rate:g}"
-            out.mkdir()
-            worker = ["--worker", impl, "--url", url, "--rate", str(rate)]
-            results[impl] = r = _run_worker([*worker, "--seconds", str(seconds), "--out", str(out)])
-            print(
-                f"{rate:>4g}Hz {impl:>9} {r['cpu_share'] * 100:7.2f} {r['rss_mib']:8.1f} "
-                f"{r['jitter_p50_ms']:8.2f} {r['jitter_p99_ms']:8.2f} {r['samples']:8d}"
-            )
-        ours, peer = results["oomtrace"], results["naive"]
+        for condition in CONDITIONS:
+            for impl in ("oomtrace", "naive"):
+                out = tmp / f"{impl}-{rate:g}-{condition}"
+                out.mkdir()
+                worker = ["--worker", impl, "--url", url, "--rate", str(rate)]
+                worker += ["--seconds", str(seconds), "--out", str(out)]
+                results[impl, condition] = r = _run_worker(worker, condition)
+                print(
+                    f"{rate:>4g}Hz {impl:>9} {condition:>7} {r['cpu_share'] * 100:7.2f} "
+                    f"{r['rss_mib']:8.1f} {r['jitter_p50_ms']:8.2f} {r['jitter_p99_ms']:8.2f} "
+                    f"{r['samples']:8d} {'-' if r['misses'] is None else r['misses']:>7}"
+                )
+        ours, peer = results["oomtrace", "quiet"], results["naive", "quiet"]
         ratios.append(
             (
                 rate,
                 peer["cpu_share"] / ours["cpu_share"],
                 peer["rss_mib"] / ours["rss_mib"],
-                (peer["jitter_p99_ms"] + 1e-3) / (ours["jitter_p99_ms"] + 1e-3),
+                *(
+                    (results["naive", c]["jitter_p99_ms"] + 1e-3)
+                    / (results["oomtrace", c]["jitter_p99_ms"] + 1e-3)
+                    for c in CONDITIONS
+                ),
             )
         )
     print("\nratios naive / oomtrace (above 1: the collector is cheaper or steadier)")
-    for rate, cpu, rss, p99 in ratios:
-        print(f"{rate:>4g}Hz  CPU x{cpu:.1f}  RSS x{rss:.2f}  jitter p99 x{p99:.1f}")
+    for rate, cpu, rss, quiet, loaded in ratios:
+        print(
+            f"{rate:>4g}Hz  CPU x{cpu:.1f}  RSS x{rss:.2f}  jitter p99 x{quiet:.1f} quiet, "
+            f"x{loaded:.1f} loaded"
+        )
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ Cases:
    and Polars, and ``oomtrace ingest`` of the same files (the replay ingests them first).
 2. A day of traffic as a trace directory (``analyze_data.py``: two million requests, 26 million
    memory samples), first with an empty cache (the kernel compiles), then with the cache warm.
-   Floor: reading the requests table and the samples of the metrics the replay reads.
+   Floor: reading the request columns and the samples of the metrics the replay reads.
 
 Every case repeats (``--repeats``); the figures are medians. Outputs are cross-checked: every run
 of a case prints the same JSON, and the sample incidents print the same JSON with the simulator
@@ -18,6 +18,11 @@ kernel for the process) are the steadier figure on a shared machine.
     python benchmarks/replay_command.py                       # generates the day in a temp dir
     python benchmarks/replay_command.py --day /tmp/day        # an existing analyze_data.py trace
     python benchmarks/replay_command.py --skip-day            # the sample incidents only
+    python benchmarks/replay_command.py --day /tmp/day --skip-samples --baseline /work/main
+
+``--baseline CHECKOUT`` also runs that checkout's ``oomtrace`` (another branch, a release) on the
+day, warm, each of its runs right after one of this checkout's, and prints this / baseline: on a
+shared machine only runs made side by side compare.
 """
 
 from __future__ import annotations
@@ -43,21 +48,29 @@ INCIDENTS = (
     "vllm-foreign-process",
     "vllm-cpu-preemptions",
 )
+# The floor reads what the replay reads: the request columns it uses and its sample series.
 READ_DAY = """
 import sys, polars as pl
 from oomtrace.replay.calibrate import SAMPLE_METRICS
+from oomtrace.replay.load import REQUEST_COLUMNS
+from oomtrace.schema import REQUIRED
 day = sys.argv[1]
-pl.read_parquet(day + "/requests.parquet")
+pl.read_parquet(
+    day + "/requests.parquet", columns=[*REQUIRED["requests"], "clock", *REQUEST_COLUMNS]
+)
 kv = pl.col("metric").is_in(list(SAMPLE_METRICS))
 pl.scan_parquet(day + "/samples.parquet").filter(kv).collect()
 """
 
 
-def measured(argv: Sequence[str], env: dict[str, str] | None = None) -> dict[str, Any]:
-    """Run ``argv`` in its own process: wall from start to exit, CPU and peak RSS (wait4)."""
+def measured(
+    argv: Sequence[str], env: dict[str, str] | None = None, cwd: Path = ROOT
+) -> dict[str, Any]:
+    """Run ``argv`` in ``cwd`` (``python -m`` imports from there first) in its own process: wall
+    from start to exit, CPU and peak RSS (wait4)."""
     with tempfile.TemporaryFile("w+b") as out:
         start = time.perf_counter()
-        proc = subprocess.Popen(argv, cwd=ROOT, stdout=out, env={**os.environ, **(env or {})})
+        proc = subprocess.Popen(argv, cwd=cwd, stdout=out, env={**os.environ, **(env or {})})
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - start
         proc.returncode = os.waitstatus_to_exitcode(status)
@@ -81,9 +94,13 @@ def repeated(
     for _ in range(repeats):
         with tempfile.TemporaryDirectory() as cache:
             runs.append(measured(argv, {"OOMTRACE_CACHE_DIR": cache, **(env or {})}))
-    outputs = {r["stdout"] for r in runs}
-    if len(outputs) != 1:
-        raise SystemExit(f"{' '.join(argv)}: the repeats printed different outputs")
+    return medians(runs, " ".join(argv))
+
+
+def medians(runs: list[dict[str, Any]], what: str = "") -> dict[str, Any]:
+    """Medians of the runs' figures; fails unless every run printed the same output."""
+    if len({r["stdout"] for r in runs}) != 1:
+        raise SystemExit(f"{what}: the repeats printed different outputs")
     return {
         key: statistics.median(r[key] for r in runs) for key in ("wall_s", "cpu_s", "peak_mib")
     } | {"stdout": runs[0]["stdout"]}
@@ -133,13 +150,23 @@ def samples_case(repeats: int) -> None:
             raise SystemExit(f"{name}: the plain and compiled simulators disagree")
 
 
-def day_case(day: Path, repeats: int) -> None:
+def day_case(day: Path, repeats: int, baseline: Path | None = None) -> None:
     floor = repeated([sys.executable, "-c", READ_DAY, str(day)], repeats)
     argv = oomtrace("replay", str(day), "--json")
     cold = repeated(argv, 1)  # compiling costs half a minute of CPU: once
-    with tempfile.TemporaryDirectory() as cache:
-        measured(argv, {"OOMTRACE_CACHE_DIR": cache})  # fills the cache
-        warm = repeated(argv, repeats, {"OOMTRACE_CACHE_DIR": cache})
+    with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as other:
+        ours_env = {"OOMTRACE_CACHE_DIR": cache}
+        theirs_env = {"OOMTRACE_CACHE_DIR": other, "PYTHONPATH": str(baseline)}
+        measured(argv, ours_env)  # fills the cache
+        if baseline is not None:
+            measured(argv, theirs_env, baseline)  # fills the baseline's own cache
+        runs: dict[str, list[dict[str, Any]]] = {"ours": [], "theirs": []}
+        for _ in range(repeats):
+            runs["ours"].append(measured(argv, ours_env))
+            if baseline is not None:
+                runs["theirs"].append(measured(argv, theirs_env, baseline))
+    warm, theirs = (medians(runs[k]) if runs[k] else None for k in ("ours", "theirs"))
+    assert warm is not None
     print(f"a day: {day} ({repeats} runs warm, one cold)")
     print(HEADER)
     print(row("floor: read requests and KV samples", floor, None))
@@ -149,6 +176,14 @@ def day_case(day: Path, repeats: int) -> None:
     print(f"  cold and warm outputs agree: {agree}")
     if not agree:
         raise SystemExit("the day's cold and warm replays disagree")
+    if theirs is not None:
+        print(row(f"baseline {baseline}, cache warm", theirs, floor))
+        print(
+            f"  this / baseline: wall {warm['wall_s'] / theirs['wall_s']:.2f}, CPU "
+            f"{warm['cpu_s'] / theirs['cpu_s']:.2f}, peak "
+            f"{warm['peak_mib'] / theirs['peak_mib']:.2f}; outputs agree: "
+            f"{warm['stdout'] == theirs['stdout']}"
+        )
 
 
 def main() -> None:
@@ -156,20 +191,23 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--day", type=Path, help="an existing analyze_data.py trace directory")
     parser.add_argument("--skip-day", action="store_true")
+    parser.add_argument("--skip-samples", action="store_true")
+    parser.add_argument("--baseline", type=Path, help="another checkout to run on the day too")
     args = parser.parse_args()
-    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
-    samples_case(args.repeats)
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
+    if not args.skip_samples:
+        samples_case(args.repeats)
     if args.skip_day:
         return
     if args.day is not None:
-        day_case(args.day, args.repeats)
+        day_case(args.day, args.repeats, args.baseline)
         return
     with tempfile.TemporaryDirectory() as tmp:
         # generated in its own process: a child forked from a parent holding the generated frames
         # would count them in its peak
         generator = Path(__file__).resolve().parent / "analyze_data.py"
         subprocess.run([sys.executable, str(generator), "--out", f"{tmp}/day"], check=True)
-        day_case(Path(tmp) / "day", args.repeats)
+        day_case(Path(tmp) / "day", args.repeats, args.baseline)
 
 
 if __name__ == "__main__":

@@ -63,9 +63,10 @@ class SourceRunner:
         *,
         clock_ns: Callable[[], int] = time.time_ns,
         on_tick: Callable[[float], None] | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.source, self.schedule, self._sink, self._stop = source, schedule, sink, stop
-        self._clock_ns = clock_ns
+        self._clock_ns, self._monotonic = clock_ns, monotonic
         self._on_tick = on_tick
         self.samples = self.errors = self.misses = 0
         self.last_error = ""  # the cause of the latest failed poll, for the agent's summary
@@ -97,25 +98,28 @@ class SourceRunner:
         }
 
     def _run(self) -> None:
-        interval = self.schedule.interval_s
-        due = time.monotonic()
+        """Poll on a fixed grid of absolute deadlines (``interval_s`` apart, so no drift
+        accumulates). A poll that ends after the next slot has begun (a slow engine, a starved
+        thread) makes the slots passed misses, and the next poll waits for its own slot, as
+        Prometheus' scrape loop does: every poll starts on the grid, at most the wake-up's
+        latency late, instead of at a random point of the slot it overran into."""
+        interval, monotonic = self.schedule.interval_s, self._monotonic
+        due = monotonic()
         # Each source is polled at least once, even when the stop came before this thread ran
         # (a short --duration on a loaded machine): a capture holds every source's first reading.
         while True:
-            started = time.monotonic()
-            late = started - due
-            if late >= interval:
-                # Whole slots were lost (a slow poll, a starved thread): count, then re-align.
-                skipped = int(late // interval)
-                self.misses += skipped
-                due += skipped * interval
             if self._on_tick is not None:
-                self._on_tick(started - due)
+                self._on_tick(monotonic() - due)
             if self._tick():
                 due += interval
+                now = monotonic()
+                if now >= due:
+                    skipped = int((now - due) // interval) + 1
+                    self.misses += skipped
+                    due += skipped * interval
             else:
-                due = time.monotonic() + self._backoff_s()
-            if self._stop.wait(max(0.0, due - time.monotonic())):
+                due = monotonic() + self._backoff_s()
+            if self._stop.wait(max(0.0, due - monotonic())):
                 break
         self._end_gap(self._clock_ns(), stopping=True)
         try:

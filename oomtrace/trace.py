@@ -22,6 +22,7 @@ from oomtrace.errors import InputError, SchemaError
 from oomtrace.schema import (
     JOINED_CLOCKS,
     READABLE_VERSIONS,
+    REQUIRED,
     SCHEMA_VERSION,
     TABLES,
     TableName,
@@ -178,10 +179,17 @@ def is_trace_dir(path: Path) -> bool:
     return Path(path).is_dir() and (Path(path) / MANIFEST).is_file()
 
 
-def read_trace(path: Path, *, sample_metrics: Collection[str] | None = None) -> Trace:
+def read_trace(
+    path: Path,
+    *,
+    sample_metrics: Collection[str] | None = None,
+    request_columns: Collection[str] | None = None,
+) -> Trace:
     """Read a trace directory written by :func:`write_trace` (or by hand, in the same form).
     With ``sample_metrics``, only the samples of those metrics are read (the filter runs in the
-    Parquet reader: a command that needs a few slow series skips a day of 100 Hz memory rows)."""
+    Parquet reader: a command that needs a few slow series skips a day of 100 Hz memory rows).
+    With ``request_columns``, only those columns of the requests (and the required ones) are
+    read; the others are null, as in a trace written without them."""
     path = Path(path)
     if not is_trace_dir(path):
         raise InputError(
@@ -202,14 +210,29 @@ def read_trace(path: Path, *, sample_metrics: Collection[str] | None = None) -> 
             tables[name] = empty(name)
             continue
         try:
-            frame = _read_table(file, sample_metrics if name == "samples" else None)
+            frame = _read_table(
+                file,
+                name,
+                sample_metrics if name == "samples" else None,
+                request_columns if name == "requests" else None,
+            )
         except (OSError, pl.exceptions.PolarsError) as err:
             raise InputError(f"{file}: unreadable Parquet ({err}); re-run ingest") from err
         tables[name] = conform(name, frame, what=str(file))
     return Trace(tables["samples"], tables["requests"], tables["events"], manifest)
 
 
-def _read_table(file: Path, metrics: Collection[str] | None) -> pl.DataFrame:
-    if metrics is None:
+def _read_table(
+    file: Path, name: TableName, metrics: Collection[str] | None, columns: Collection[str] | None
+) -> pl.DataFrame:
+    if metrics is None and columns is None:
         return pl.read_parquet(file)
-    return pl.scan_parquet(file).filter(pl.col("metric").is_in(list(metrics))).collect()
+    frame = pl.scan_parquet(file)
+    if metrics is not None:
+        frame = frame.filter(pl.col("metric").is_in(list(metrics)))
+    if columns is not None:
+        # the required columns always (conform checks them); a column the file was written
+        # without (an older trace) is left for conform to add
+        wanted = {*columns, *REQUIRED[name], "clock"}
+        frame = frame.select([c for c in frame.collect_schema().names() if c in wanted])
+    return frame.collect()

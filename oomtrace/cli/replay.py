@@ -132,9 +132,8 @@ def command(
     """Replay the recorded traffic of INPUTS (a trace directory, or the incident's raw files) on
     a paged KV pool under other admission settings: would the pool have run dry, how many
     preemptions, how much queueing. --node also picks the node to replay in a multi-node trace."""
-    from oomtrace.ingest import load_any
     from oomtrace.replay import ReplayOptions, run_replay
-    from oomtrace.replay.calibrate import SAMPLE_METRICS
+    from oomtrace.replay.load import load_replay_input
     from oomtrace.terminal import render_run
     from oomtrace.units import parse_bytes
 
@@ -162,7 +161,7 @@ def command(
         node=ingest.node,
         series=out is not None,  # the pool over time is written only with --out
     )
-    trace = load_any(list(inputs), ingest, sample_metrics=SAMPLE_METRICS)
+    trace = load_replay_input(list(inputs), ingest)
     run = run_replay(trace, options)
     if out is not None:
         run.write_tables(out)

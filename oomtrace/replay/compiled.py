@@ -28,6 +28,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final, Literal
 
+import numpy as np
+
 from oomtrace import user_cache
 from oomtrace.errors import UsageError
 from oomtrace.replay import kernel
@@ -94,7 +96,8 @@ def _marker() -> Path:
     except Exception:  # noqa: BLE001 - any failure: treat as not compiled
         numba_version = "unknown"
     python = f"py{sys.version_info.major}{sys.version_info.minor}"
-    name = f"kernel-{int(stamp.st_mtime)}-{stamp.st_size}-{python}-numba{numba_version}.ok"
+    # "ro": the version compiled for read-only inputs (see _read_only_inputs)
+    name = f"kernel-{int(stamp.st_mtime)}-{stamp.st_size}-{python}-numba{numba_version}-ro.ok"
     return cache_dir() / name
 
 
@@ -131,7 +134,25 @@ def _compile() -> dict[str, Callable[..., Any]]:
     finally:
         settings.CACHE_DIR = previous
     log.debug("replay kernel compiled with numba, cached in %s", directory)
-    return {"simulate": _marking(namespace["simulate"])}
+    return {"simulate": _marking(_read_only_inputs(namespace["simulate"]))}
+
+
+def _read_only_inputs(simulate: Callable[..., Any]) -> Callable[..., Any]:
+    """``simulate`` given its arrays as read-only views. numba compiles one version per array
+    type, and whether an array is writable is part of its type: a column Polars hands over
+    without a copy is read-only, one it had to copy is not; so every array goes in read-only and
+    one compiled version serves them all (the kernel writes only to arrays it made itself)."""
+
+    def run(*args: Any) -> Any:
+        return simulate(*(_read_only(a) if isinstance(a, np.ndarray) else a for a in args))
+
+    return run
+
+
+def _read_only(array: Any) -> Any:
+    view = np.ascontiguousarray(array).view()
+    view.flags.writeable = False
+    return view
 
 
 def _marking(simulate: Callable[..., Any]) -> Callable[..., Any]:

@@ -4,8 +4,10 @@ outcomes and pool series (the settings it ran under are :mod:`oomtrace.replay.se
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 from typing import Any, Final
 
 import polars as pl
@@ -111,15 +113,23 @@ class TimeModel:
 
 @dataclass(frozen=True)
 class ReplayResult:
-    """One replay: its settings, summary, per-request outcomes (:data:`OUTCOME_SCHEMA`) and pool
-    series (:data:`SERIES_SCHEMA`, empty when not asked for)."""
+    """One replay: its settings, summary, pool series (:data:`SERIES_SCHEMA`, empty when not
+    asked for) and per-request :attr:`outcomes`, built from the run when first read."""
 
     settings: ReplaySettings
     summary: ReplaySummary
-    outcomes: pl.DataFrame
     series: pl.DataFrame
     time_model: TimeModel
     notes: tuple[str, ...] = field(default=())
+    outcomes_of: Callable[[], pl.DataFrame] = field(
+        default=lambda: pl.DataFrame(schema=OUTCOME_SCHEMA), repr=False, compare=False
+    )
+
+    @cached_property
+    def outcomes(self) -> pl.DataFrame:
+        """One row per request (:data:`OUTCOME_SCHEMA`): replayed admission, finish, queueing
+        delay, preemptions and outcome."""
+        return self.outcomes_of()
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -133,6 +133,7 @@ def run_replay(trace: Trace, options: ReplayOptions) -> ReplayRun:
     if _calibrates(options.calibrate, trace, config):
         recorded = recorded_settings(trace.manifest, kv_bytes_per_token=bytes_per_token)
     calibration = None
+    points = SERIES_POINTS if options.series else 0
     if recorded == settings and not options.series:
         # the replay is the recorded run: one simulation, read at the observed instants
         probes = calibration_probes(trace, workload, settings, node=options.node)[2]
@@ -140,10 +141,12 @@ def run_replay(trace: Trace, options: ReplayOptions) -> ReplayRun:
         result = result_from_raw(workload, settings, raw, empty_series())
         calibration = calibrate(trace, workload, settings, node=options.node, raw=raw)
     else:
-        result = replay(workload, settings, series_points=SERIES_POINTS if options.series else 0)
+        result = replay(workload, settings, series_points=points)
     if note:
         result = dataclasses.replace(result, notes=(*result.notes, note))
-    found = search(workload, settings, options.search) if options.search else None
+    found = None
+    if options.search:
+        found = search(workload, settings, options.search, series_points=points)
     if recorded is not None and calibration is None:
         calibration = calibrate(trace, workload, recorded, node=options.node)
     return ReplayRun(result, found, calibration)

@@ -40,24 +40,22 @@ class RawRun:
 
 
 def request_arrays(workload: Workload, settings: ReplaySettings) -> dict[str, Any]:
-    """The int64 input arrays of :func:`kernel.simulate` for ``settings``."""
+    """The int64 input arrays of :func:`kernel.simulate` for ``settings``: the workload's own
+    columns without a copy (they are int64 without nulls), and the blocks each request holds."""
     frame = workload.requests
-    p = frame["prompt_tokens"].to_numpy().astype(np.int64)
-    o = frame["output_tokens"].to_numpy().astype(np.int64)
+
+    def column(name: str) -> Any:
+        return np.asarray(frame[name].to_numpy(), dtype=np.int64)
+
+    p, o = column("prompt_tokens"), column("output_tokens")
     block = settings.block_size
     if settings.policy == "reserve":
-        contract = p + np.maximum(frame["max_tokens"].to_numpy().astype(np.int64), o)
+        contract = p + np.maximum(column("max_tokens"), o)
         res = (contract + block - 1) // block
     else:
         res = (p + o - 1 + block - 1) // block
-    return {
-        "arr": frame["arrival_ns"].to_numpy().astype(np.int64),
-        "p": p,
-        "o": o,
-        "pre": frame["prefill_ns"].to_numpy().astype(np.int64),
-        "dl": frame["decode_ns_per_token"].to_numpy().astype(np.int64),
-        "res": res.astype(np.int64),
-    }
+    arrays = {"arr": column("arrival_ns"), "p": p, "o": o}
+    return arrays | {"pre": column("prefill_ns"), "dl": column("decode_ns_per_token"), "res": res}
 
 
 def limits_array(settings: ReplaySettings, *, record: bool = False, peaks: bool = True) -> Any:
@@ -181,8 +179,8 @@ def outcomes_frame(workload: Workload, state: Any) -> pl.DataFrame:
 def result_from_raw(
     workload: Workload, settings: ReplaySettings, raw: RawRun, series: pl.DataFrame
 ) -> ReplayResult:
-    outcomes = outcomes_frame(workload, raw.state)
-    summary = summarise(workload, settings, raw, outcomes)
+    """The result of a run; its per-request outcomes are built when first read (a replay that
+    only prints its summary never builds them)."""
     time_model = TimeModel(
         output_sources=workload.source_counts("output_source"),
         prefill_sources=workload.source_counts("prefill_source"),
@@ -190,21 +188,46 @@ def result_from_raw(
         decode_fallback_tokens_per_s=workload.decode_fallback_tokens_per_s,
         prefill_fallback_tokens_per_s=workload.prefill_fallback_tokens_per_s,
     )
-    return ReplayResult(settings, summary, outcomes, series, time_model, workload.notes)
+    summary = summarise(workload, settings, raw)
+    state = raw.state
+    return ReplayResult(
+        settings,
+        summary,
+        series,
+        time_model,
+        workload.notes,
+        outcomes_of=lambda: outcomes_frame(workload, state),
+    )
 
 
-def summarise(
-    workload: Workload, settings: ReplaySettings, raw: RawRun, outcomes: pl.DataFrame
-) -> ReplaySummary:
-    delays = outcomes.select(
-        p50=pl.col("queue_delay_s").quantile(0.5, interpolation="linear"),
-        p99=pl.col("queue_delay_s").quantile(0.99, interpolation="linear"),
-        top=pl.col("queue_delay_s").max(),
-        finished=(pl.col("outcome") == "finished").sum(),
-        preempted=(pl.col("preemptions") > 0).sum(),
-        too_large=(pl.col("outcome") == "rejected_too_large").sum(),
-        end=pl.col("finished").max(),
-    ).row(0, named=True)
+def summarise(workload: Workload, settings: ReplaySettings, raw: RawRun) -> ReplaySummary:
+    """The headline numbers, from the simulator's arrays (the outcomes frame is not needed)."""
+    state = raw.state
+    admit = pl.col("admit_ns")
+    delays = (
+        pl.DataFrame(
+            {
+                "arrival_ns": workload.requests["arrival_ns"],
+                "admit_ns": state[:, kernel.S_ADMIT],
+                "finish_ns": state[:, kernel.S_FINISH],
+                "preemptions": state[:, kernel.S_NPRE],
+                "reason": state[:, kernel.S_REASON],
+            }
+        )
+        .with_columns(queue_delay_s=pl.when(admit >= 0).then((admit - pl.col("arrival_ns")) / 1e9))
+        .select(
+            p50=pl.col("queue_delay_s").quantile(0.5, interpolation="linear"),
+            p99=pl.col("queue_delay_s").quantile(0.99, interpolation="linear"),
+            top=pl.col("queue_delay_s").max(),
+            finished=(pl.col("reason") == OUTCOMES.index("finished")).sum(),
+            preempted=(pl.col("preemptions") > 0).sum(),
+            too_large=(pl.col("reason") == OUTCOMES.index("rejected_too_large")).sum(),
+            # as the outcomes' finish column reads it (a datetime to the microsecond)
+            end=pl.lit(workload.t0, dtype=pl.Datetime("ns", "UTC"))
+            + pl.duration(nanoseconds=pl.col("finish_ns").filter(pl.col("finish_ns") >= 0).max()),
+        )
+        .row(0, named=True)
+    )
     peak, first_over, preemptions = (int(x) for x in raw.totals[:3])
     block_bytes = settings.block_bytes
     return ReplaySummary(

