@@ -15,6 +15,7 @@ directory with Polars (the floor for the whole command).
 
     python benchmarks/analyze_bench.py                      # full size: 2M requests, 24 h, 100 Hz
     python benchmarks/analyze_bench.py --requests 50000 --hours 0.6   # a smoke run
+    python benchmarks/analyze_bench.py --data DIR --whole-only  # the whole command and its floor
 """
 
 from __future__ import annotations
@@ -419,21 +420,35 @@ def _report(results: list[dict[str, Any]], whole: list[dict[str, Any]], sizes: s
             f"{name} and oomtrace {agree}: rows and sums of resident requests, stored tokens and "
             "KV bytes (to one unit on one row in a thousand, or 1e-9 of the sum)"
         )
+    lines += _whole_lines(whole, floor["process_s"])
+    return "\n".join(lines)
+
+
+def _whole_report(whole: list[dict[str, Any]], sizes: str) -> str:
+    """The whole command beside reading its tables, alone (``--whole-only``)."""
+    return "\n".join([f"analyze benchmark: {sizes}", *_whole_lines(whole, None)])
+
+
+def _whole_lines(whole: list[dict[str, Any]], pool_floor_s: float | None) -> list[str]:
+    """The whole command: wall, CPU and peak, and their ratios to reading every table (and, with
+    the pool contenders, the wall against the pool computation's floor)."""
     read_all = next(r for r in whole if r["name"] == "read all")
-    lines += [
+    pool = f" {'wall/pool floor':>15}" if pool_floor_s else ""
+    lines = [
         "whole command (process wall from start to exit, interpreter start-up included)",
         (
             f"{'contender':<17} {'wall s':>7} {'CPU s':>7} {'peak MiB':>8} {'wall/floor':>10} "
-            f"{'CPU/floor':>9} {'wall/pool floor':>15}"
+            f"{'CPU/floor':>9}{pool}"
         ),
     ]
     for r in whole:
+        pooled = f" {r['process_s'] / pool_floor_s:>15.2f}" if pool_floor_s else ""
         lines.append(
             f"{r['name']:<17} {r['process_s']:>7.2f} {r['cpu_s']:>7.1f} "
             f"{r['peak_rss_mib']:>8.0f} {r['process_s'] / read_all['process_s']:>10.2f} "
-            f"{r['cpu_s'] / read_all['cpu_s']:>9.2f} {r['process_s'] / floor['process_s']:>15.2f}"
+            f"{r['cpu_s'] / read_all['cpu_s']:>9.2f}{pooled}"
         )
-    return "\n".join(lines)
+    return lines
 
 
 def main() -> None:
@@ -445,6 +460,11 @@ def main() -> None:
     parser.add_argument("--child", choices=[*CONTENDERS, *WHOLE], help=argparse.SUPPRESS)
     parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument(
+        "--whole-only",
+        action="store_true",
+        help="only the whole command beside reading its tables (no pool contenders)",
+    )
     args = parser.parse_args()
     if args.child:
         result = RUNNERS[args.child](args.data)
@@ -458,12 +478,12 @@ def main() -> None:
         )
         for file in sorted(Path(data).glob("*.parquet")):  # warm the page cache for everyone
             file.read_bytes()
-        results = [_child(name, data) for name in CONTENDERS]
+        results = [] if args.whole_only else [_child(name, data) for name in CONTENDERS]
         whole = [_child(name, data) for name in WHOLE] + [_command(Path(data))]
     sizes = f"{args.requests:,} requests, {args.hours:g} h at {args.hz:g} Hz"
     if args.data:
         sizes = f"data from {args.data.name}"
-    print(_report(results, whole, sizes))
+    print(_whole_report(whole, sizes) if args.whole_only else _report(results, whole, sizes))
     if args.json:
         document = {"pool": results, "whole": whole}
         args.json.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")

@@ -171,8 +171,11 @@ def _sweep(deltas: pl.DataFrame, quantities: tuple[str, str]) -> pl.DataFrame:
     used (on a day, the deltas and the sums are each hundreds of megabytes)."""
     order = deltas.select(pl.arg_sort_by("ts", maintain_order=True)).to_series()
     ts = deltas.drop_in_place("ts").gather(order)
-    # Several knots at one instant: the state after the last of them is the state then.
-    keep = ts.ne_missing(ts.shift(-1))
+    # Several knots at one instant: the state after the last of them is the state then. One
+    # chunk: a mask in two (a shift makes two) cuts every filtered column into two slices, and
+    # a slice keeps its whole unfiltered buffer alive (the breakpoints would hold twice their
+    # size: hundreds of megabytes on a day).
+    keep = ts.ne_missing(ts.shift(-1)).rechunk()
     since_previous = ts.diff().dt.total_nanoseconds().fill_null(0)
     columns: dict[str, pl.Series] = {"ts": ts.filter(keep)}
 

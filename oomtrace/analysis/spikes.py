@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from oomtrace.analysis import grouped as g
@@ -225,17 +226,22 @@ FILL_LOOKBACK = timedelta(minutes=15)
 
 def _stayed_up(frame: pl.DataFrame, runs: pl.DataFrame, floor: float) -> pl.Series:
     """Per run (in ``runs``' order): whether the series stayed at or above ``floor`` since the
-    previous run ended."""
-    ts = frame["ts"]
-    values = frame["value"]
-    flags = [False]
-    ends = runs["last_ts"].to_list()
-    for previous_end, first in zip(ends[:-1], runs["first_ts"].to_list()[1:], strict=True):
-        lo = search_ts(ts, previous_end, "right")
-        hi = search_ts(ts, first, "left")
-        between = values.slice(lo, max(hi - lo, 0))
-        flags.append(between.len() == 0 or float(between.min()) >= floor)  # type: ignore[arg-type]
-    return pl.Series("up", flags, dtype=pl.Boolean)
+    previous run ended. Times are compared at the microsecond, as :func:`search_ts` compares
+    them; all gaps at once (a saturated pool has tens of thousands of runs a day)."""
+    if runs.height < 2:
+        return pl.Series("up", [False] * runs.height, dtype=pl.Boolean)
+    ts = frame["ts"].to_physical()
+    ends = runs["last_ts"].to_physical().head(-1)
+    firsts = runs["first_ts"].to_physical().tail(-1)
+    lo = ts.search_sorted(ends // 1000 * 1000 + 999, side="right").to_numpy()
+    hi = ts.search_sorted(firsts // 1000 * 1000, side="left").to_numpy()
+    between = hi > lo
+    # Each gap's minimum by one reduction over (lo, hi) pairs; an empty gap reads row 0 and is
+    # not looked at. hi is a run's first row, so always a row of the frame.
+    pairs = np.column_stack([np.where(between, lo, 0), np.where(between, hi, 0)]).ravel()
+    lows = np.fmin.reduceat(frame["value"].to_numpy(), pairs)[0::2]
+    up = ~between | (lows >= floor)
+    return pl.Series("up", [False, *up.tolist()], dtype=pl.Boolean)
 
 
 def _describe(

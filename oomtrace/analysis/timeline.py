@@ -162,6 +162,8 @@ def timeline_of(
     ev = _classified(events, summary)  # the events go once classified
     del events
     segments = infer_admissions(_segments(ev, summary, rate), summary, samples, resets)
+    # The knots read only these: the rest goes before they are built (the timeline's peak).
+    ev = ev.select("sid", "rid", "ts", "event", "output_tokens", "role")
     stated = _stated_knots(ev, segments, summary)
     del ev
     segments = close_open_segments(segments, stated, summary, trace_end, resets, rate)
@@ -228,7 +230,7 @@ def _classified(events: pl.DataFrame, summary: pl.DataFrame) -> pl.DataFrame:
         .with_columns(seg=g.cum_sum(pl.col("begins").cast(pl.Int32), "rid"))
         .filter(pl.col("in_segment"))
         .with_columns(sid=g.group_id("rid", "seg").cast(ID).set_sorted())
-        .drop("begins", "in_segment", "resident_after", "token_events")
+        .drop("begins", "in_segment", "resident_after", "resident_before", "token_events")
         .collect()
     )
 

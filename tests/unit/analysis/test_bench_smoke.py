@@ -9,6 +9,7 @@ import pytest
 
 from benchmarks.analyze_bench import (
     _command,
+    _whole_report,
     run_duckdb,
     run_oomtrace,
     run_pandas,
@@ -44,3 +45,17 @@ def test_the_whole_command_and_its_floor_run_on_the_same_directory(day: Path) ->
     assert command["incidents"] >= 1
     assert command["cpu_s"] > 0
     assert command["peak_rss_mib"] > 0
+
+
+def test_the_whole_only_report_gives_the_command_as_a_ratio_to_its_floor() -> None:
+    # GIVEN the floor and the command as the benchmark measures them
+    whole = [
+        {"name": "read all", "process_s": 2.0, "cpu_s": 2.5, "peak_rss_mib": 2000.0},
+        {"name": "oomtrace analyze", "process_s": 10.0, "cpu_s": 12.5, "peak_rss_mib": 1800.0},
+    ]
+    # WHEN reported without the pool contenders
+    text = _whole_report(whole, "data from day")
+    # THEN the command's line carries its wall and CPU as multiples of the floor's
+    line = next(x for x in text.splitlines() if x.startswith("oomtrace analyze"))
+    assert line.split()[-2:] == ["5.00", "5.00"]
+    assert "pool floor" not in text

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import polars as pl
 import pytest
 from hypothesis import given, settings
@@ -72,3 +73,31 @@ def test_more_keys_than_the_packed_code_holds_are_split_exactly(
     got = smp.split_series(frame.lazy(), METRICS)
     assert sorted(k[3] for k in got) == [100, 101, 102, 103, 104]
     assert [p.height for p in got.values()] == [4] * 5
+
+
+def test_series_sampled_together_share_their_times_and_others_keep_their_own() -> None:
+    # GIVEN two memory series sampled at the same moments and a third at other moments
+    rows = [
+        {"ts": at(t), "node": "a", "source": "torch", "metric": m, "value": float(t)}
+        for t in range(5)
+        for m in ("torch_reserved_bytes", "device_used_bytes")
+    ] + [
+        {
+            "ts": at(t + 0.5),
+            "node": "a",
+            "source": "nvml",
+            "metric": "process_used_bytes",
+            "value": 1.0,
+        }
+        for t in range(5)
+    ]
+    # WHEN the table is split into series
+    got = smp.split_series(samples(*rows).lazy(), METRICS)
+    # THEN each series has its own times, and the two sampled together hold one time column
+    times = {key[4]: frame["ts"] for key, frame in got.items()}
+    assert times["device_used_bytes"].to_list() == [at(t) for t in range(5)]
+    assert times["process_used_bytes"].to_list() == [at(t + 0.5) for t in range(5)]
+    assert times["torch_reserved_bytes"].to_list() == times["device_used_bytes"].to_list()
+    together = [times[m].to_numpy() for m in ("torch_reserved_bytes", "device_used_bytes")]
+    assert np.shares_memory(*together)
+    assert not np.shares_memory(times["process_used_bytes"].to_numpy(), together[0])

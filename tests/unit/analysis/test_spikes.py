@@ -9,7 +9,7 @@ import polars as pl
 from oomtrace.analysis.index import SeriesIndex
 from oomtrace.analysis.observed_series import BYTES_METRICS, downsample
 from oomtrace.analysis.options import AnalyzeOptions
-from oomtrace.analysis.spikes import Spike, find_spikes
+from oomtrace.analysis.spikes import Spike, _stayed_up, find_spikes
 from oomtrace.units import GiB, MiB
 from tests.factories import at, samples
 
@@ -137,3 +137,19 @@ def test_compacting_keeps_incident_windows_whole_and_peaks_elsewhere() -> None:
         "ts",
         "value",
     ]
+
+
+def test_a_pool_that_stays_up_between_runs_is_one_spike_and_one_that_drops_is_two() -> None:
+    # GIVEN a pool metric near its capacity in runs, separated by gaps longer than the window:
+    # between the first two runs it stays above half way to full, between the last two it drops
+    # to its normal level
+    values = [10.0] * 50 + [99.0] * 5 + [80.0] * 100 + [99.0] * 5 + [10.0] * 100 + [99.0] * 5
+    frame = pl.DataFrame({"ts": [at(t) for t in range(len(values))], "value": values})
+    runs = pl.DataFrame(
+        {"first_ts": [at(50), at(155), at(260)], "last_ts": [at(54), at(159), at(264)]}
+    )
+    # WHEN each run is checked against a floor between normal (10) and full (99)
+    up = _stayed_up(frame, runs, 54.5)
+    # THEN the first run has nothing before it, the second followed a gap that stayed up, the
+    # third one that fell
+    assert up.to_list() == [False, True, False]
