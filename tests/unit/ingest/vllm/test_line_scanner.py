@@ -152,10 +152,17 @@ _HEADER = st.builds(
     st.sampled_from(["43", "269"]),
 )
 _PARAMS = st.builds(
-    "SamplingParams(n=1, temperature=0.7, stop={}, max_tokens={}, min_tokens=0)".format,
+    "SamplingParams(n={}, temperature=0.7, stop={}, max_tokens={}, min_tokens=0{})".format,
+    st.sampled_from(["1", "2", "None", "x"]),
     st.sampled_from(["[]", "['max_tokens=5']", "['xmax_tokens=9']", "['INFO 06-02 08:00:00 ']"]),
     st.sampled_from(["512", "None", "0007", "99999999999999999999", "x"]),
-)
+    st.sampled_from(
+        [
+            "", ", best_of=2, logprobs=5, prompt_logprobs=None", ", logprobs=None, best_of=None",
+            ", prompt_logprobs=3, top_n=4, xbest_of=7", ", stop=['logprobs=1', 'n=3']",
+        ]
+    ),
+)  # fmt: skip
 _PROMPT = st.sampled_from(
     [
         "'hi'", "'CUDA out of memory. Tried to allocate 2.00 GiB'", "'max_tokens=3'",
