@@ -203,7 +203,7 @@ def _token_ids_key(b: np.ndarray, start: int, stop: int) -> int:
     none. Found at its colon, a byte search (a search for the whole word cost a record a slower
     pass over its body: most records hold a few colons)."""
     base = b.ctypes.data
-    n = _TOKEN_IDS_KEY.shape[0]
+    n: int = _TOKEN_IDS_KEY.shape[0]
     c = find_byte(base, start + n, stop, 58)
     while c >= 0:
         if c + 2 <= stop and b[c + 1] == 32 and is_at(b, c - n, _TOKEN_IDS_KEY):
