@@ -12,6 +12,8 @@ is never imported.
 
 from __future__ import annotations
 
+import hashlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -19,8 +21,10 @@ from typing import Any, Final
 import numpy as np
 import polars as pl
 import pyarrow as pa
+from numba.core.caching import FunctionCache
 
 from oomtrace.ingest.frame_check import check_frame
+from oomtrace.ingest.text import byte_search, prefix_scanner
 from oomtrace.ingest.text.byte_search import count_lines
 from oomtrace.ingest.text.input_file import TextChunk
 from oomtrace.ingest.text.prefix_scanner import NO_TIME
@@ -30,26 +34,65 @@ from oomtrace.ingest.vllm.frames import REQUEST_FIELDS, SCANNED_RUNS
 from oomtrace.ingest.vllm.line_records import numbered_lines, piece_first_line
 from oomtrace.ingest.vllm.skipped_lines import EXAMPLE_HEAD, PRIVATE, example_rows
 from oomtrace.schema import TS
+from oomtrace.user_cache import numba_dir
 
 _ENTRY_POINTS: Final[tuple[Any, ...]] = (count_lines, scanner.scan_lines, scanner.write_views)
+# The modules whose compiled functions make up the scanner's machine code.
+_MODULES: Final = (byte_search, prefix_scanner, record, scanner)
+# Beside numba's files: the fingerprint of the sources the cached code was compiled from.
+_STAMP: Final = "vllm_scanner.sha256"
 
 
 def cached() -> bool:
     """Whether numba's cache holds the scanner's machine code (compiling it takes seconds of a
-    core, once per machine and numba version). Reads numba's cache index files: an answer it
-    cannot find is no."""
+    core, once per machine and numba version), compiled from the sources installed now. Reads
+    numba's cache index files: an answer it cannot find is no."""
     try:
-        return all(
+        indexed = all(
             Path(function._cache._cache_file._index_path).is_file() for function in _ENTRY_POINTS
         )
     except AttributeError:
         return False
+    return indexed and _stamp_path().is_file() and _stamp_path().read_text() == _fingerprint()
 
 
 def warm() -> None:
-    """Load the scanner's machine code from numba's cache, or compile it (and cache it)."""
+    """Load the scanner's machine code from numba's cache, or compile it (and cache it). numba
+    checks a cached function against its own file only, not the files of the functions it
+    calls (inlined into it): code cached from other sources of those is dropped first."""
+    fingerprint = _fingerprint()
+    stamp = _stamp_path()
+    if not stamp.is_file() or stamp.read_text() != fingerprint:
+        for function in _compiled_functions():
+            function._cache.flush()
     text = b"2025-06-02T08:00:00.5Z INFO 06-02 08:00:00 [x.py:1] Added request a\n"
     scan_chunk(TextChunk(text, len(text)), 0)
+    try:
+        stamp.parent.mkdir(parents=True, exist_ok=True)
+        stamp.write_text(fingerprint)
+    except OSError:  # a cache that cannot be written: compiled again next time
+        pass
+
+
+def _compiled_functions() -> list[Any]:
+    return [
+        value
+        for module in _MODULES
+        for value in vars(module).values()
+        if isinstance(getattr(value, "_cache", None), FunctionCache)
+    ]
+
+
+def _fingerprint() -> str:
+    digest = hashlib.sha256()
+    for module in _MODULES:
+        digest.update(Path(module.__file__ or "").read_bytes())
+    return digest.hexdigest()
+
+
+def _stamp_path() -> Path:
+    # numba's folder (oomtrace.user_cache.use_for_numba sets it when the package is imported)
+    return Path(os.environ.get("NUMBA_CACHE_DIR") or numba_dir()) / _STAMP
 
 
 @dataclass(frozen=True)
@@ -265,7 +308,5 @@ def _valid_utf8(piece: TextChunk) -> bool:
 
 
 if __name__ == "__main__":  # compile the scanner once, into the user's cache
-    import os
-
     warm()
     print(f"vLLM line scanner compiled and cached in {os.environ['NUMBA_CACHE_DIR']}")
