@@ -226,48 +226,59 @@ def _requests(records: np.ndarray, first_line: int, ids: np.ndarray) -> pl.DataF
     """The request fields (:data:`~.frames.REQUEST_FIELDS`) of the scanner's records, as
     :func:`~.request_lines.read_requests` makes them of the same lines; their ids are in
     ``ids``, copied there by the scanner."""
-    records = records[:, records[record.R_TOLD] == 0]
-    starts, stops = records[record.R_ID_START], records[record.R_ID_STOP]
+    keep = np.flatnonzero(records[record.R_TOLD] == 0)
+
+    def field(row: int) -> np.ndarray:
+        return np.take(records[row], keep)
+
+    starts, stops = field(record.R_ID_START), field(record.R_ID_STOP)
     # A buffer of their own size: the rows are kept to the end of the file.
     kept = ids[: stops[-1] if stops.shape[0] else 0].copy()
-    request_ids = _views(kept, kept, starts, stops)
-    arrived = pl.col("_kind") == scanner.RECEIVED
-    known = pl.col("_prompt") >= 0
-    event = _EVENTS.gather(records[record.R_KIND] - scanner.RECEIVED)
+    kind = field(record.R_KIND)
     frame = pl.DataFrame(
         {
-            "record_seq": _seq(records[record.R_LINE], first_line),
-            "request_id": request_ids,
-            "_kind": records[record.R_KIND],
-            "_max": records[record.R_MAX_TOKENS],
-            "_n": records[record.R_N],
-            "_best_of": records[record.R_BEST_OF],
-            "_logprobs": records[record.R_LOGPROBS],
-            "_prompt_logprobs": records[record.R_PROMPT_LOGPROBS],
-            "_prompt": records[record.R_PROMPT_TOKENS],
-            "_params_first": records[record.R_PARAMS_FIRST] == 1,
-            "outer_ts": _outer_ts(records[record.R_OUTER]),
-            "run": records[record.R_RUN],
+            "record_seq": _seq(field(record.R_LINE), first_line),
+            "request_id": _views(kept, kept, starts, stops),
+            "event": _EVENTS.gather(kind - scanner.RECEIVED),
+            "_kind": kind,
+            "_max": field(record.R_MAX_TOKENS),
+            "_n": field(record.R_N),
+            "_best_of": field(record.R_BEST_OF),
+            "_logprobs": field(record.R_LOGPROBS),
+            "_prompt_logprobs": field(record.R_PROMPT_LOGPROBS),
+            "_prompt": field(record.R_PROMPT_TOKENS),
+            "_params_first": field(record.R_PARAMS_FIRST) == 1,
+            "outer_ts": _outer_ts(field(record.R_OUTER)),
+            "run": field(record.R_RUN),
         }
-    ).select(
-        "record_seq",
-        "request_id",
-        event=pl.lit(event),
-        prompt_tokens=pl.when(arrived & known).then(pl.col("_prompt")),
-        max_tokens=pl.when(arrived & (pl.col("_max") >= 0)).then(pl.col("_max")),
-        output_tokens=pl.lit(None, pl.Int64),
-        **{
-            name: pl.when(arrived & (pl.col(f"_{name}") >= 0)).then(pl.col(f"_{name}"))
-            for name in ("n", "best_of", "logprobs", "prompt_logprobs")
-        },
-        line_kind=pl.lit(event),
-        count_may_be_capped=arrived & known & pl.col("_params_first"),
-        outer_ts=pl.col("outer_ts"),
-        run=pl.col("run"),
-    )
+    ).select(_REQUEST_COLUMNS)
     return check_frame(frame, _REQUESTS, "scanned requests")
 
 
+def _request_columns() -> list[pl.Expr]:
+    """:func:`_requests`' columns from the scanner's fields (-1 for null), built once."""
+    arrived = pl.col("_kind") == scanner.RECEIVED
+    known = pl.col("_prompt") >= 0
+
+    def stated(name: str) -> pl.Expr:
+        return pl.when(arrived & (pl.col(f"_{name}") >= 0)).then(pl.col(f"_{name}")).alias(name)
+
+    return [
+        pl.col("record_seq"),
+        pl.col("request_id"),
+        pl.col("event"),
+        pl.when(arrived & known).then(pl.col("_prompt")).alias("prompt_tokens"),
+        pl.when(arrived & (pl.col("_max") >= 0)).then(pl.col("_max")).alias("max_tokens"),
+        pl.lit(None, pl.Int64).alias("output_tokens"),
+        *(stated(name) for name in ("n", "best_of", "logprobs", "prompt_logprobs")),
+        pl.col("event").alias("line_kind"),
+        (arrived & known & pl.col("_params_first")).alias("count_may_be_capped"),
+        pl.col("outer_ts"),
+        pl.col("run"),
+    ]
+
+
+_REQUEST_COLUMNS: Final = _request_columns()
 # What each kind of record is in the request table (line_scanner's RECEIVED, ADDED, ABORTED).
 _EVENTS: Final = pl.Series(["arrived", "admitted", "aborted"])
 _REQUESTS: Final = pl.Schema(
