@@ -4,7 +4,7 @@ For each fraction of a day, each command runs as its own process (wall from star
 seconds and peak resident memory as the kernel counted them):
 
 * ``oomtrace ingest LOG --out DIR``: a vLLM V1 log of that fraction of 1 GB (the day of
-  ``ingest_bench.py``'s generator: request lines, stats every 10 s, an OOM traceback);
+  ``ingest_log.py``'s generator: request lines, stats every 10 s, an OOM traceback);
 * ``oomtrace analyze DIR --json``: that fraction of ``analyze_data.py``'s day (two million
   requests, 100 Hz memory samples: 26 million rows);
 * ``oomtrace report DIR -o report.html``: the same trace, analysed and rendered.
@@ -56,7 +56,7 @@ def one_size(
     out = {}
     if "ingest" in commands:
         generated(
-            "from pathlib import Path; from ingest_bench import generate; "
+            "from pathlib import Path; from ingest_log import generate; "
             f"generate(Path({str(log)!r}), {int(DAY_LOG_BYTES * fraction)})"
         )
         out["ingest"] = measured(oomtrace("ingest", str(log), "--out", str(ingested)))

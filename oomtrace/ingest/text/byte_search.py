@@ -1,13 +1,14 @@
-"""Byte searches for compiled line scanners: the C library's ``memchr`` and ``memmem`` (vector
-instructions, several bytes a cycle), called from numba-compiled code.
+"""Byte searches for compiled line scanners: the C library's ``memchr`` (vector instructions,
+several bytes a cycle), called from numba-compiled code.
 
-A scanner walks a chunk's lines one by one; finding each line's end, or a word in a long line,
-byte by byte costs it a branch a byte. These are the C library's own searches, bound by name when
+A scanner walks a chunk's lines one by one; finding each line's end, or the byte a word is told
+by in a long line (its colon, its "="), byte by byte costs it a branch a byte. This is the C
+library's own search, bound by name when
 the scanner is compiled (so the compiled code stays cacheable), on addresses: a call passes
 integers only, so it costs no reference counting however often it is made.
 
-:func:`available` says whether this platform's C library has both (Linux and macOS do; where it
-does not, parsers read their input without a compiled scanner).
+:func:`available` says whether this platform's C library can be bound so (Linux and macOS:
+where it cannot, parsers read their input without a compiled scanner).
 """
 
 from __future__ import annotations
@@ -21,17 +22,14 @@ from numba import njit, types
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-# Typed for numba, which calls them; to mypy they are opaque.
+# Typed for numba, which calls it; to mypy it is opaque.
 _MEMCHR: Final[Any] = types.ExternalFunction(
     "memchr", types.intp(types.intp, types.intc, types.uintp)
-)
-_MEMMEM: Final[Any] = types.ExternalFunction(
-    "memmem", types.intp(types.intp, types.uintp, types.intp, types.uintp)
 )
 
 
 def available() -> bool:
-    """Whether the C library has ``memchr`` and ``memmem`` (not on Windows)."""
+    """Whether the C library's ``memchr`` can be bound by name (not on Windows)."""
     return sys.platform != "win32"
 
 
@@ -47,16 +45,6 @@ def find_byte(base: int, start: int, stop: int, byte: int) -> int:
     if stop <= start:
         return -1
     found = _MEMCHR(base + start, byte, stop - start)
-    return -1 if found == 0 else found - base
-
-
-@compiled
-def find(base: int, start: int, stop: int, needle: int, size: int) -> int:
-    """The offset of the first ``size`` bytes at address ``needle`` in ``[start, stop)`` of the
-    text at ``base``; -1 when they are not there."""
-    if stop - start < size:
-        return -1
-    found = _MEMMEM(base + start, stop - start, needle, size)
     return -1 if found == 0 else found - base
 
 

@@ -76,8 +76,15 @@ def find_split_records(lines: pl.Series, *, starts: str, opens: str | None = Non
     if folds < MIN_FOLDS and opens is None:
         return none
     line, n = pl.col("line"), pl.col("n")
-    # A fold may fall just before a space; an indented line after a re-flowed one is code.
-    start = line.str.contains(starts).fill_null(value=False)
+    # A fold may fall just before a space; an indented line after a re-flowed one is code. One
+    # that falls just after a space, before a bracket or a parenthesis (vLLM's "[file.py:N]",
+    # a process prefix), leaves a piece that reads like a record's start: after a line of the
+    # fold's width that ends in a space (a record ends with none), it is a piece.
+    cut_after_space = ((n.shift(1) == width) & line.shift(1).str.ends_with(" ")).fill_null(
+        value=False
+    )
+    start = line.str.contains(starts) & ~(line.str.contains(r"^[\[(]") & cut_after_space)
+    start = start.fill_null(value=False)
     frame = frame.with_columns(start=start).with_columns(piece=(n > 0) & ~pl.col("start"))
     # A fold breaks a record: the line before the piece starts one, or is itself a piece of a
     # line folded more than once (so headerless text whose longest lines tie is left alone).

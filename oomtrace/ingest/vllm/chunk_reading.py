@@ -20,6 +20,7 @@ the user's cache directory (:func:`oomtrace.user_cache.numba_dir`).
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import threading
 from collections.abc import Callable, Iterator
@@ -76,15 +77,28 @@ class Scanner:
     def __init__(self, size: int) -> None:
         self.ready = threading.Event()
         self._compiling: threading.Thread | None = None
-        if size < SCAN_MIN_BYTES or not scanner_available():
+        if size < SCAN_MIN_BYTES:
             return
-        # numba and pyarrow load only when a large input is read.
-        from oomtrace.ingest.vllm import scanned_chunk  # noqa: PLC0415
+        # numba and pyarrow load only when a large input is read. Loading them makes some
+        # hundred thousand objects that live as long as the process: the cyclic collector is
+        # paused meanwhile (its full passes over them cost about 0.3 s of CPU a run and find
+        # nothing) and they are then frozen out of its later passes.
+        paused = gc.isenabled()
+        gc.disable()
+        try:
+            if not scanner_available():
+                return
+            from oomtrace.ingest.vllm import scanned_chunk  # noqa: PLC0415
 
-        if scanned_chunk.cached():
-            scanned_chunk.warm()
-            self.ready.set()
-        elif size >= COMPILE_MIN_BYTES:
+            if scanned_chunk.cached():
+                scanned_chunk.warm()
+                self.ready.set()
+                return
+        finally:
+            gc.freeze()
+            if paused:
+                gc.enable()
+        if size >= COMPILE_MIN_BYTES:
             self._compiling = threading.Thread(
                 target=self._compile, args=(scanned_chunk.warm,), name="oomtrace-compile"
             )

@@ -16,7 +16,7 @@ from typing import Final
 
 import numpy as np
 
-from oomtrace.ingest.text.byte_search import compiled, find, find_byte
+from oomtrace.ingest.text.byte_search import compiled, find_byte
 
 # The rows of ``records``.
 R_LINE: Final = 0
@@ -49,13 +49,14 @@ _INFO: Final = np.frombuffer(b"INFO:", np.uint8)
 _ERROR: Final = np.frombuffer(b"ERROR:", np.uint8)
 _WARNING: Final = np.frombuffer(b"WARNING:", np.uint8)
 _HTTP: Final = np.frombuffer(b" HTTP/", np.uint8)
-_MAX_TOKENS: Final = np.frombuffer(b"max_tokens=", np.uint8)
-_N: Final = np.frombuffer(b"n=", np.uint8)
-_BEST_OF: Final = np.frombuffer(b"best_of=", np.uint8)
-_LOGPROBS: Final = np.frombuffer(b"logprobs=", np.uint8)
-_PROMPT_LOGPROBS: Final = np.frombuffer(b"prompt_logprobs=", np.uint8)
+# The SamplingParams read (request_lines.PARAMS), each a row of _KEYS (padded), its length in
+# _KEY_LENGTHS and its row of ``records`` in _KEY_ROWS.
+_KEY_NAMES: Final = (b"max_tokens", b"n", b"best_of", b"logprobs", b"prompt_logprobs")
+_KEYS: Final = np.array([list(name.ljust(16, b"\0")) for name in _KEY_NAMES], np.uint8)
+_KEY_LENGTHS: Final = np.array([len(name) for name in _KEY_NAMES], np.int64)
+_KEY_ROWS: Final = np.array([R_MAX_TOKENS, R_N, R_BEST_OF, R_LOGPROBS, R_PROMPT_LOGPROBS], np.int64)
 _NONE: Final = np.frombuffer(b"None", np.uint8)
-_TOKEN_IDS_KEY: Final = np.frombuffer(b"prompt_token_ids: ", np.uint8)
+_TOKEN_IDS_KEY: Final = np.frombuffer(b"prompt_token_ids", np.uint8)
 _TOKEN_IDS: Final = np.frombuffer(b" token ids>", np.uint8)
 
 
@@ -115,25 +116,34 @@ def plain_id(b: np.ndarray, first: int, stop: int) -> bool:
 
 
 @compiled
-def _param(b: np.ndarray, body: int, stop: int, key: np.ndarray, params_first: bool) -> int:
-    """The value of ``key`` (``name=``, a word of its own, then digits or "None") in
-    ``b[body:stop]``: the first where the params come first, else the last; -1 for null."""
+def _params(b: np.ndarray, body: int, stop: int, params_first: bool, row: np.ndarray) -> None:
+    """The values of the :data:`_KEYS` (``name=``, a word of its own, then digits or "None")
+    in ``b[body:stop]`` into their rows of ``row``: the first where the params come first, else
+    the last; -1 for null (and where a key is not there). One pass: each ``=`` is looked at once
+    (a search per key cost a record five passes over its body)."""
     base = b.ctypes.data
-    n = key.shape[0]
-    found = -1
-    k = find(base, body, stop, key.ctypes.data, n)
+    for f in range(_KEY_ROWS.shape[0]):
+        row[_KEY_ROWS[f]] = -1
+    found = 0  # a bit per key: a value taken (where the first counts, the others are not read)
+    k = find_byte(base, body, stop, 61)
     while k >= 0:
-        c = b[k - 1]
-        word = 48 <= c <= 57 or 65 <= c <= 90 or 97 <= c <= 122 or c == 95
-        if k == body or not word:
-            v = k + n
-            value = _integer(b, v, stop)
-            if value != -2 or (v + 4 <= stop and is_at(b, v, _NONE)):
-                found = value if value != -2 else -1
-                if params_first:
-                    return found
-        k = find(base, k + 1, stop, key.ctypes.data, n)
-    return found
+        for f in range(_KEY_ROWS.shape[0]):
+            n = _KEY_LENGTHS[f]
+            start = k - n
+            if start < body or (params_first and found & (1 << f)):
+                continue
+            if not is_at(b, start, _KEYS[f, :n]):
+                continue
+            c = b[start - 1]
+            word = 48 <= c <= 57 or 65 <= c <= 90 or 97 <= c <= 122 or c == 95
+            if start != body and word:
+                continue
+            value = _integer(b, k + 1, stop)
+            if value != -2 or (k + 5 <= stop and is_at(b, k + 1, _NONE)):
+                row[_KEY_ROWS[f]] = value if value != -2 else -1
+                found |= 1 << f
+            break  # the word before an "=" is one key at most
+        k = find_byte(base, k + 1, stop, 61)
 
 
 @compiled
@@ -152,26 +162,21 @@ def request_fields(
     ids listed after the last ``prompt_token_ids: [`` (to the first "]", digits, commas and
     spaces only), else the count a collector stated (``prompt_token_ids: <N token ids>``). -1
     stands for null."""
-    base = b.ctypes.data
     row[R_ID_START] = id_start
     row[R_ID_STOP] = colon - 1 if b[colon - 1] == 46 else colon
     row[R_PARAMS_FIRST] = 1 if params_first else 0
     row[R_PROMPT_TOKENS] = -1
-    row[R_MAX_TOKENS] = _param(b, body, stop, _MAX_TOKENS, params_first)
-    row[R_N] = _param(b, body, stop, _N, params_first)
-    row[R_BEST_OF] = _param(b, body, stop, _BEST_OF, params_first)
-    row[R_LOGPROBS] = _param(b, body, stop, _LOGPROBS, params_first)
-    row[R_PROMPT_LOGPROBS] = _param(b, body, stop, _PROMPT_LOGPROBS, params_first)
+    _params(b, body, stop, params_first, row)
     # "prompt_token_ids: " then "[" (a list: the last one counts) or "<" (a stated count: the
     # first one counts, where no list does).
     listed = stated = -1
-    k = find(base, body, stop, _TOKEN_IDS_KEY.ctypes.data, 18)
+    k = _token_ids_key(b, body, stop)
     while k >= 0 and k + 18 < stop:
         if b[k + 18] == 91:
             listed = k
         elif b[k + 18] == 60 and stated < 0 and _stated_count(b, k + 19, stop) != -2:
             stated = k
-        k = find(base, k + 1, stop, _TOKEN_IDS_KEY.ctypes.data, 18)
+        k = _token_ids_key(b, k + 1, stop)
     if listed >= 0:
         commas = 0
         chars = 0
@@ -190,6 +195,21 @@ def request_fields(
             return
     if stated >= 0:
         row[R_PROMPT_TOKENS] = _stated_count(b, stated + 19, stop)
+
+
+@compiled
+def _token_ids_key(b: np.ndarray, start: int, stop: int) -> int:
+    """Where the first ``prompt_token_ids: `` in ``b[start:stop]`` starts, -1 when there is
+    none. Found at its colon, a byte search (a search for the whole word cost a record a slower
+    pass over its body: most records hold a few colons)."""
+    base = b.ctypes.data
+    n: int = _TOKEN_IDS_KEY.shape[0]
+    c = find_byte(base, start + n, stop, 58)
+    while c >= 0:
+        if c + 2 <= stop and b[c + 1] == 32 and is_at(b, c - n, _TOKEN_IDS_KEY):
+            return c - n
+        c = find_byte(base, c + 1, stop, 58)
+    return -1
 
 
 @compiled

@@ -12,6 +12,8 @@ is never imported.
 
 from __future__ import annotations
 
+import hashlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -19,8 +21,10 @@ from typing import Any, Final
 import numpy as np
 import polars as pl
 import pyarrow as pa
+from numba.core.caching import FunctionCache
 
 from oomtrace.ingest.frame_check import check_frame
+from oomtrace.ingest.text import byte_search, prefix_scanner
 from oomtrace.ingest.text.byte_search import count_lines
 from oomtrace.ingest.text.input_file import TextChunk
 from oomtrace.ingest.text.prefix_scanner import NO_TIME
@@ -30,26 +34,65 @@ from oomtrace.ingest.vllm.frames import REQUEST_FIELDS, SCANNED_RUNS
 from oomtrace.ingest.vllm.line_records import numbered_lines, piece_first_line
 from oomtrace.ingest.vllm.skipped_lines import EXAMPLE_HEAD, PRIVATE, example_rows
 from oomtrace.schema import TS
+from oomtrace.user_cache import numba_dir
 
 _ENTRY_POINTS: Final[tuple[Any, ...]] = (count_lines, scanner.scan_lines, scanner.write_views)
+# The modules whose compiled functions make up the scanner's machine code.
+_MODULES: Final = (byte_search, prefix_scanner, record, scanner)
+# Beside numba's files: the fingerprint of the sources the cached code was compiled from.
+_STAMP: Final = "vllm_scanner.sha256"
 
 
 def cached() -> bool:
     """Whether numba's cache holds the scanner's machine code (compiling it takes seconds of a
-    core, once per machine and numba version). Reads numba's cache index files: an answer it
-    cannot find is no."""
+    core, once per machine and numba version), compiled from the sources installed now. Reads
+    numba's cache index files: an answer it cannot find is no."""
     try:
-        return all(
+        indexed = all(
             Path(function._cache._cache_file._index_path).is_file() for function in _ENTRY_POINTS
         )
     except AttributeError:
         return False
+    return indexed and _stamp_path().is_file() and _stamp_path().read_text() == _fingerprint()
 
 
 def warm() -> None:
-    """Load the scanner's machine code from numba's cache, or compile it (and cache it)."""
+    """Load the scanner's machine code from numba's cache, or compile it (and cache it). numba
+    checks a cached function against its own file only, not the files of the functions it
+    calls (inlined into it): code cached from other sources of those is dropped first."""
+    fingerprint = _fingerprint()
+    stamp = _stamp_path()
+    if not stamp.is_file() or stamp.read_text() != fingerprint:
+        for function in _compiled_functions():
+            function._cache.flush()
     text = b"2025-06-02T08:00:00.5Z INFO 06-02 08:00:00 [x.py:1] Added request a\n"
     scan_chunk(TextChunk(text, len(text)), 0)
+    try:
+        stamp.parent.mkdir(parents=True, exist_ok=True)
+        stamp.write_text(fingerprint)
+    except OSError:  # a cache that cannot be written: compiled again next time
+        pass
+
+
+def _compiled_functions() -> list[Any]:
+    return [
+        value
+        for module in _MODULES
+        for value in vars(module).values()
+        if isinstance(getattr(value, "_cache", None), FunctionCache)
+    ]
+
+
+def _fingerprint() -> str:
+    digest = hashlib.sha256()
+    for module in _MODULES:
+        digest.update(Path(module.__file__ or "").read_bytes())
+    return digest.hexdigest()
+
+
+def _stamp_path() -> Path:
+    # numba's folder (oomtrace.user_cache.use_for_numba sets it when the package is imported)
+    return Path(os.environ.get("NUMBA_CACHE_DIR") or numba_dir()) / _STAMP
 
 
 @dataclass(frozen=True)
@@ -183,48 +226,59 @@ def _requests(records: np.ndarray, first_line: int, ids: np.ndarray) -> pl.DataF
     """The request fields (:data:`~.frames.REQUEST_FIELDS`) of the scanner's records, as
     :func:`~.request_lines.read_requests` makes them of the same lines; their ids are in
     ``ids``, copied there by the scanner."""
-    records = records[:, records[record.R_TOLD] == 0]
-    starts, stops = records[record.R_ID_START], records[record.R_ID_STOP]
+    keep = np.flatnonzero(records[record.R_TOLD] == 0)
+
+    def field(row: int) -> np.ndarray:
+        return np.take(records[row], keep)
+
+    starts, stops = field(record.R_ID_START), field(record.R_ID_STOP)
     # A buffer of their own size: the rows are kept to the end of the file.
     kept = ids[: stops[-1] if stops.shape[0] else 0].copy()
-    request_ids = _views(kept, kept, starts, stops)
-    arrived = pl.col("_kind") == scanner.RECEIVED
-    known = pl.col("_prompt") >= 0
-    event = _EVENTS.gather(records[record.R_KIND] - scanner.RECEIVED)
+    kind = field(record.R_KIND)
     frame = pl.DataFrame(
         {
-            "record_seq": _seq(records[record.R_LINE], first_line),
-            "request_id": request_ids,
-            "_kind": records[record.R_KIND],
-            "_max": records[record.R_MAX_TOKENS],
-            "_n": records[record.R_N],
-            "_best_of": records[record.R_BEST_OF],
-            "_logprobs": records[record.R_LOGPROBS],
-            "_prompt_logprobs": records[record.R_PROMPT_LOGPROBS],
-            "_prompt": records[record.R_PROMPT_TOKENS],
-            "_params_first": records[record.R_PARAMS_FIRST] == 1,
-            "outer_ts": _outer_ts(records[record.R_OUTER]),
-            "run": records[record.R_RUN],
+            "record_seq": _seq(field(record.R_LINE), first_line),
+            "request_id": _views(kept, kept, starts, stops),
+            "event": _EVENTS.gather(kind - scanner.RECEIVED),
+            "_kind": kind,
+            "_max": field(record.R_MAX_TOKENS),
+            "_n": field(record.R_N),
+            "_best_of": field(record.R_BEST_OF),
+            "_logprobs": field(record.R_LOGPROBS),
+            "_prompt_logprobs": field(record.R_PROMPT_LOGPROBS),
+            "_prompt": field(record.R_PROMPT_TOKENS),
+            "_params_first": field(record.R_PARAMS_FIRST) == 1,
+            "outer_ts": _outer_ts(field(record.R_OUTER)),
+            "run": field(record.R_RUN),
         }
-    ).select(
-        "record_seq",
-        "request_id",
-        event=pl.lit(event),
-        prompt_tokens=pl.when(arrived & known).then(pl.col("_prompt")),
-        max_tokens=pl.when(arrived & (pl.col("_max") >= 0)).then(pl.col("_max")),
-        output_tokens=pl.lit(None, pl.Int64),
-        **{
-            name: pl.when(arrived & (pl.col(f"_{name}") >= 0)).then(pl.col(f"_{name}"))
-            for name in ("n", "best_of", "logprobs", "prompt_logprobs")
-        },
-        line_kind=pl.lit(event),
-        count_may_be_capped=arrived & known & pl.col("_params_first"),
-        outer_ts=pl.col("outer_ts"),
-        run=pl.col("run"),
-    )
+    ).select(_REQUEST_COLUMNS)
     return check_frame(frame, _REQUESTS, "scanned requests")
 
 
+def _request_columns() -> list[pl.Expr]:
+    """:func:`_requests`' columns from the scanner's fields (-1 for null), built once."""
+    arrived = pl.col("_kind") == scanner.RECEIVED
+    known = pl.col("_prompt") >= 0
+
+    def stated(name: str) -> pl.Expr:
+        return pl.when(arrived & (pl.col(f"_{name}") >= 0)).then(pl.col(f"_{name}")).alias(name)
+
+    return [
+        pl.col("record_seq"),
+        pl.col("request_id"),
+        pl.col("event"),
+        pl.when(arrived & known).then(pl.col("_prompt")).alias("prompt_tokens"),
+        pl.when(arrived & (pl.col("_max") >= 0)).then(pl.col("_max")).alias("max_tokens"),
+        pl.lit(None, pl.Int64).alias("output_tokens"),
+        *(stated(name) for name in ("n", "best_of", "logprobs", "prompt_logprobs")),
+        pl.col("event").alias("line_kind"),
+        (arrived & known & pl.col("_params_first")).alias("count_may_be_capped"),
+        pl.col("outer_ts"),
+        pl.col("run"),
+    ]
+
+
+_REQUEST_COLUMNS: Final = _request_columns()
 # What each kind of record is in the request table (line_scanner's RECEIVED, ADDED, ABORTED).
 _EVENTS: Final = pl.Series(["arrived", "admitted", "aborted"])
 _REQUESTS: Final = pl.Schema(
@@ -253,7 +307,19 @@ def _from_views(views: np.ndarray, data: bytes | np.ndarray) -> pl.Series:
     array = pa.Array.from_buffers(
         pa.string_view(), views.shape[0], [None, pa.py_buffer(views), pa.py_buffer(data)]
     )
-    return pl.Series(pl.from_arrow(array))
+    # Handed over through the Arrow C data interface, as is (the buffers stay pyarrow's until
+    # Polars releases them): pl.from_arrow costs about 0.6 ms a call and loads pyarrow.compute.
+    return pl.Series(_ArrowArray(array))
+
+
+class _ArrowArray:
+    """An Arrow array as Polars takes it through the PyCapsule interface, and nothing else."""
+
+    def __init__(self, array: pa.Array) -> None:
+        self._array = array
+
+    def __arrow_c_array__(self, requested_schema: object = None) -> tuple[object, object]:
+        return self._array.__arrow_c_array__(requested_schema)  # type: ignore[no-any-return]
 
 
 def _valid_utf8(piece: TextChunk) -> bool:
@@ -265,7 +331,5 @@ def _valid_utf8(piece: TextChunk) -> bool:
 
 
 if __name__ == "__main__":  # compile the scanner once, into the user's cache
-    import os
-
     warm()
     print(f"vLLM line scanner compiled and cached in {os.environ['NUMBA_CACHE_DIR']}")

@@ -70,6 +70,30 @@ def test_one_long_line_followed_by_a_traceback_is_no_fold() -> None:
     assert split.joined == 0
 
 
+def test_a_fold_just_after_a_space_before_a_bracket_is_joined() -> None:
+    # GIVEN a stats line folded at 69 columns: the second piece starts at vLLM's "[loggers.py"
+    folded = _fold(STATS.format(s=0), 69)
+    assert folded[0].endswith(" ")
+    assert folded[1].startswith("[loggers.py")
+    # WHEN split records are joined THEN the line is whole again
+    split = find_split_records(pl.Series("line", folded), starts=LOG_RECORD_START)
+    assert [line for line in split.lines.to_list() if line] == [STATS.format(s=0)]
+
+
+def test_a_record_that_starts_with_a_prefix_after_a_line_of_the_folds_width_stays_apart() -> None:
+    # GIVEN a folded log where a record without a trailing space is exactly the fold's width,
+    # and the next record starts with a process prefix
+    width = 69
+    exact = ("2025-10-15T00:07:00Z (APIServer pid=1) INFO 10-14 17:07:00 [x.py:1] ok " + "y" * 99)[
+        :width
+    ]
+    nxt = "(APIServer pid=1) INFO 10-14 17:07:01 [x.py:1] next"
+    folded = [*_fold(STATS.format(s=0), width), exact, nxt]
+    # WHEN split records are joined THEN the prefixed record is a record of its own
+    split = find_split_records(pl.Series("line", folded), starts=LOG_RECORD_START)
+    assert [line for line in split.lines.to_list() if line] == [STATS.format(s=0), exact, nxt]
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.integers(min_value=0, max_value=2), min_size=1, max_size=12),
        st.integers(min_value=60, max_value=140))  # fmt: skip

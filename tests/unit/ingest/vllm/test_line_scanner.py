@@ -152,10 +152,17 @@ _HEADER = st.builds(
     st.sampled_from(["43", "269"]),
 )
 _PARAMS = st.builds(
-    "SamplingParams(n=1, temperature=0.7, stop={}, max_tokens={}, min_tokens=0)".format,
+    "SamplingParams(n={}, temperature=0.7, stop={}, max_tokens={}, min_tokens=0{})".format,
+    st.sampled_from(["1", "2", "None", "x"]),
     st.sampled_from(["[]", "['max_tokens=5']", "['xmax_tokens=9']", "['INFO 06-02 08:00:00 ']"]),
     st.sampled_from(["512", "None", "0007", "99999999999999999999", "x"]),
-)
+    st.sampled_from(
+        [
+            "", ", best_of=2, logprobs=5, prompt_logprobs=None", ", logprobs=None, best_of=None",
+            ", prompt_logprobs=3, top_n=4, xbest_of=7", ", stop=['logprobs=1', 'n=3']",
+        ]
+    ),
+)  # fmt: skip
 _PROMPT = st.sampled_from(
     [
         "'hi'", "'CUDA out of memory. Tried to allocate 2.00 GiB'", "'max_tokens=3'",
@@ -265,3 +272,41 @@ def test_without_its_code_cached_the_scanner_is_compiled_alongside_and_the_resul
     # AND a file read while that happens (its first chunks without the scanner, the later ones
     # with it) gives the vectorised reader's result
     _same(DATA / "v1_0.20_stream.log", piece_bytes=800, pieces=1)
+
+
+def test_code_cached_from_other_sources_of_the_functions_it_calls_is_dropped(
+    compiled: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN code cached from sources other than the ones installed now (numba checks a cached
+    # function's own file only, not those of the functions inlined into it)
+    from oomtrace.ingest.vllm import scanned_chunk
+
+    flushed: list[str] = []
+
+    class _Cache:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def flush(self) -> None:
+            flushed.append(self.name)
+
+    class _Function:
+        def __init__(self, name: str) -> None:
+            self._cache = _Cache(name)
+
+    functions = [_Function("a"), _Function("b")]
+    assert len(scanned_chunk._compiled_functions()) > 10  # every compiled function is found
+    monkeypatch.setattr(scanned_chunk, "_compiled_functions", lambda: functions)
+    real = scanned_chunk._fingerprint()
+    monkeypatch.setattr(scanned_chunk, "_fingerprint", lambda: real + "-changed")
+    # THEN it does not count as cached
+    assert not scanned_chunk.cached()
+    # WHEN the scanner is warmed THEN every compiled function's cache is dropped first, and the
+    # code cached afterwards counts as cached
+    scanned_chunk.warm()
+    assert flushed == ["a", "b"]
+    assert scanned_chunk.cached()
+    monkeypatch.setattr(scanned_chunk, "_fingerprint", lambda: real)
+    assert not scanned_chunk.cached()
+    scanned_chunk.warm()  # the stamp of the sources installed now, for the next tests
+    assert scanned_chunk.cached()
