@@ -330,6 +330,8 @@ BARE_SNIFF: Final = (
     r"|Desired GPU memory utilization is \(|"
     + PREEMPT_LITERAL.replace(".", r"\.")
     + r"|KV cache is needed, which is larger than the available KV cache memory"
+    # The same refusal's opening words, whole where a terminal folded the line after them.
+    r"|To serve at least one request with the models?'s? max seq len \(\d+\)"
     r"|is larger than the maximum number of tokens that can be stored in KV cache"
 )
 SNIFF_MARKERS: Final = (

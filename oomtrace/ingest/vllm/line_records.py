@@ -55,9 +55,13 @@ _TS_ONLY: Final = frozenset({"timestamp", "process", "nested"})
 # record glued on.
 UNUSUAL: Final = "\x1b|" + re.escape(REPEATED_LITERAL) + "|" + _LEVEL_TS
 _SAMPLE: Final = 256
-# What begins a record, so never goes on the one before: vLLM's header anywhere on the line, or a
-# supervisor's date at its start.
-RECORD_START: Final = HEADER_AT + r"|^\d{4}-\d\d-\d\d[T ]|^[A-Z][a-z]{2} [ \d]\d \d\d:"
+# What begins a record, so never goes on the one before: vLLM's header anywhere on the line, a
+# supervisor's date at its start, or the prefix vLLM puts on every line a worker process prints
+# ("(EngineCore pid=316) ", a traceback's lines included), so a folded traceback is joined too.
+RECORD_START: Final = (
+    HEADER_AT
+    + r"|^\d{4}-\d\d-\d\d[T ]|^[A-Z][a-z]{2} [ \d]\d \d\d:|^\([\w ]+ pid=\d+(?:, ip=[^)]+)?\) "
+)
 _BARE_LEAD: Final = r"^[ \t]*(?:\[[\w./-]+\.py:\d+\][ \t]+)?"
 
 

@@ -40,6 +40,7 @@ def _ingest(name: str) -> Trace:
         "bare_kv_needed_xinference.txt",
         "bare_kv_sizes_v1.txt",
         "bare_free_memory_info.md",
+        "bare_kv_needed_folded_120.txt",
     ],
 )
 def test_records_without_their_prefix_are_sniffed_as_a_vllm_log(name: str) -> None:
@@ -148,3 +149,16 @@ def test_stats_lines_folded_at_a_fixed_width_are_read_whole() -> None:
     source = trace.manifest.sources[0]
     assert source.skipped[REJOINED].count == 3
     assert source.lines_recognised + source.lines_skipped == source.lines_read == 10
+
+
+def test_a_traceback_folded_by_the_terminal_is_joined_and_recognised() -> None:
+    # A terminal 120 columns wide folded the engine core's traceback mid-word, the pieces without
+    # the "(EngineCore pid=316)" prefix, the refusal's figures across the fold ("KV cach" / "e is
+    # needed"): https://github.com/SergiioB/intel-arc-pro-b70-inference-cookbook/issues/4
+    trace = _ingest("bare_kv_needed_folded_120.txt")
+    events = trace.events.filter(pl.col("kind") == "startup_kv_insufficient")
+    assert events.height == 1
+    assert events.item(0, "requested_bytes") == parse_bytes("4.26 GiB")
+    assert events.item(0, "free_bytes") == parse_bytes("4.25 GiB")
+    source_facts = trace.manifest.sources[0]
+    assert source_facts.skipped[REJOINED].count == 3
