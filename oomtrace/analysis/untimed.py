@@ -31,8 +31,19 @@ import polars as pl
 
 from oomtrace.analysis import evidence as ev
 from oomtrace.analysis.breakdown import REFUSED_FREE
-from oomtrace.analysis.check_allocation import not_short, one_allocation, stated_fragmentation
-from oomtrace.analysis.check_startup import MISFIT_KINDS, stated_start
+from oomtrace.analysis.check_allocation import (
+    kv_pool_oom,
+    not_short,
+    one_allocation,
+    pool_not_short,
+    stated_fragmentation,
+)
+from oomtrace.analysis.check_startup import (
+    MISFIT_KINDS,
+    phase_reason,
+    serving_phase,
+    stated_start,
+)
 from oomtrace.analysis.deaths import unexplained_deaths
 from oomtrace.analysis.findings import (
     Anchor,
@@ -201,7 +212,9 @@ def _incident(
     processes = _processes(anchor, samples)
     checks = _checks(anchor, processes, retractions, options, config, served=served)
     cls, reason = _verdict(checks)
-    if (enough := not_short(anchor)) is not None:
+    # SGLang's page size (its server_args' page_size) reads a KV-pool OOM's token counts
+    page_size = config.get("block_size")
+    if enough := not_short(anchor, page_size if isinstance(page_size, int) else None):
         cls, reason = "unknown", enough
     total, free = anchor.get("total_bytes"), anchor.get("free_bytes")
     in_use = total - free if total is not None and free is not None else None
@@ -365,7 +378,22 @@ def _startup(event: dict[str, Any], config: dict[str, Any], *, served: bool) -> 
                 ("device_total_bytes", event.get("total_bytes")),
             ),
         )
-    evidence = stated_start(event, config) if event["kind"] == "oom" and not served else None
+    figures = (
+        ("requested_bytes", event.get("requested_bytes")),
+        ("free_bytes", event.get("free_bytes")),
+        ("kv_available_bytes", config.get("available_kv_cache_bytes")),
+        ("max_model_len", config.get("max_model_len")),
+        ("device_total_bytes", event.get("total_bytes")),
+    )
+    oom = event["kind"] == "oom"
+    # the phase the failure's own lines state wins over what else the input shows
+    if oom and (stated := phase_reason(event)) is not None:
+        return ClassCheck("startup_misfit", True, stated, (ev.event(event),), figures)
+    if oom and (serving := serving_phase(event)) is not None:
+        return ClassCheck(
+            "startup_misfit", False, f"the lines around the OOM place it in {serving}"
+        )
+    evidence = stated_start(event, config) if oom and not served else None
     if evidence is not None:
         return ClassCheck(
             "startup_misfit",
@@ -373,13 +401,7 @@ def _startup(event: dict[str, Any], config: dict[str, Any], *, served: bool) -> 
             f"the OOM came while the engine was starting ({evidence}; nothing served): what it "
             "loads and reserves did not fit",
             (ev.event(event),),
-            (
-                ("requested_bytes", event.get("requested_bytes")),
-                ("free_bytes", event.get("free_bytes")),
-                ("kv_available_bytes", config.get("available_kv_cache_bytes")),
-                ("max_model_len", config.get("max_model_len")),
-                ("device_total_bytes", event.get("total_bytes")),
-            ),
+            figures,
         )
     return ClassCheck(
         "startup_misfit",
@@ -397,8 +419,9 @@ def _fragmentation(event: dict[str, Any]) -> ClassCheck:
 
 
 def _kv(event: dict[str, Any], retractions: pl.DataFrame) -> ClassCheck:
-    # SGLang's KV-pool OOM ("Decode out of memory" raised) is an OOM of the pool, not the device
-    pool = event["kind"] == "oom" and "KV cache" in str(event.get("detail") or "")
+    # SGLang's KV-pool OOM ("Decode out of memory" raised) is an OOM of the pool, not the device,
+    # unless the pool had the tokens it asked for
+    pool = kv_pool_oom(event) and pool_not_short(event) is None
     if retractions.height or pool:
         parts = []
         if pool:

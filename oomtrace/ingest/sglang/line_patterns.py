@@ -127,9 +127,16 @@ KINDS: Final[tuple[Kind, ...]] = (
         starts=("Decode out of memory happened", "KV cache pool is full"),
     ),
     Kind(
+        # "Out of memory." without the phase since 0.5 (mem_cache/common.py)
         "kv_pool_oom",
-        r"(?:Prefill|Decode) out of memory\. Try to lower your batch size",
+        r"(?:(?:Prefill|Decode) out|\bOut) of memory\. Try to lower your batch size",
         "[2025-05-01 12:00:00 TP0] Prefill out of memory. Try to lower your batch size.",
+    ),
+    Kind(
+        # the lines after it, without a prefix: what it asked, what the pool had
+        "kv_pool_figures",
+        r"^[\s`>]*(?:Try to allocate \d+ tokens\.|Ava(?:i)?liable (?:full )?tokens: \d+)",
+        "Try to allocate 148 tokens.",
     ),
     Kind(
         "engine_dead",

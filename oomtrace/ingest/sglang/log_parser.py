@@ -72,6 +72,8 @@ _SNIFF_BARE = re.compile(
     r"|new fill batch\. #seq: \d+\. |#running-req: \d+, #token: \d+, token usage: )"
     r"|(?:Prefill|Decode) out of memory\. Try to lower your batch size"
 )
+# Kinds whose pattern is tested on the whole line (they have no SGLang prefix, or it varies).
+_WHOLE_LINE_KINDS: Final = ("kv_pool_oom", "kv_pool_figures")
 _NOT_USED: Final = "SGLang line not used (not relevant to memory or admission)"
 _NUMBER: Final = "number"
 _STAMPED: Final = "stamped"
@@ -223,7 +225,7 @@ class _Acc:
         of :func:`_classify` picked them); lines it does not match are not used."""
         checks = [
             (pl.col("kind") == k.name)
-            & ~pl.col("line" if k.name == "kv_pool_oom" else "msg").str.contains(k.pattern)
+            & ~pl.col("line" if k.name in _WHOLE_LINE_KINDS else "msg").str.contains(k.pattern)
             for k in pat.KINDS
             if k.name in self._kinds_seen(used)
         ]
@@ -251,7 +253,7 @@ class _Acc:
         if retract.height:
             self._note_families(retract)
             self.keep("retract", extract.retractions(retract))
-        self.keep("oom_text", used.filter(kinds.is_in(["torch_oom", "kv_pool_oom"])))
+        self.keep("oom_text", used.filter(kinds.is_in(["torch_oom", *_WHOLE_LINE_KINDS])))
         self.keep("dead", used.filter(kinds == "engine_dead").select("ts", "ranks", "msg"))
         startup = used.filter(kinds.is_in(list(extract.STARTUP_KINDS)))
         self.keep("startup", extract.startup_fields(startup))

@@ -13,6 +13,8 @@ from oomtrace.ingest.sglang import line_patterns as pat
 from oomtrace.ingest.sglang.log_parser import PARSER
 from oomtrace.units import GiB
 
+KINDS = {k.name: k for k in pat.KINDS}
+
 
 def _parse(*lines: str) -> tuple[ParseResult, SourceDiagnostics]:
     diag = SourceDiagnostics("sample", "sglang-log", "n")
@@ -45,6 +47,12 @@ CHECKS: dict[str, Callable[[ParseResult], bool]] = {
         _event_kinds(r) == ["preemption"] and _metrics(r) == {"preemptions_in_interval": 3}
     ),
     "kv_pool_oom": lambda r: _event_kinds(r) == ["oom"],
+    # read with the failure it follows: its figures join that failure's event
+    "kv_pool_figures": lambda r: (
+        r.events is not None
+        and r.events["detail"].to_list()
+        == ["SGLang could not allocate KV cache slots (Prefill out of memory): 148 tokens asked"]
+    ),
     "engine_dead": lambda r: _event_kinds(r) == ["engine_dead"],
     "server_args": lambda r: (
         _event_kinds(r) == ["engine_start"]
@@ -95,9 +103,11 @@ CHECKS: dict[str, Callable[[ParseResult], bool]] = {
 
 @pytest.mark.parametrize("kind", pat.KINDS, ids=lambda k: k.name)
 def test_each_message_sample_gives_its_rows(kind: pat.Kind) -> None:
-    result, diag = _parse(kind.sample)
+    # a line that continues a message is read after the message's first line
+    before = [KINDS["kv_pool_oom"].sample] if kind.name == "kv_pool_figures" else []
+    result, diag = _parse(*before, kind.sample)
     assert CHECKS[kind.name](result)
-    assert diag.lines_recognised == 1
+    assert diag.lines_recognised == 1 + len(before)
     assert diag.lines_skipped == 0
 
 

@@ -1,0 +1,132 @@
+"""The phase an out-of-memory failure came in, as the lines around it state it.
+
+An allocator's message says how much it asked and what was free, never what the engine was doing.
+The lines around it do, and a person reads them first:
+
+* llama.cpp names the caller of a failed buffer right after the ``cudaMalloc failed`` line
+  (``src/llama-model.cpp``, ``src/llama-context.cpp``, ``ggml/src/ggml-alloc.c``):
+  ``llama_model_load: error loading model: unable to allocate CUDA0 buffer`` (the weights, after
+  ``load_tensors: loading model tensors``), ``graph_reserve: failed to allocate compute buffers``
+  (the compute buffers reserved while the context is made), ``llama_kv_cache_update_impl: failed
+  to allocate compute buffers`` (the compute buffers rebuilt while serving, when the KV cache is
+  shifted or defragmented), ``llama_kv_cache_init: failed to allocate buffer for kv cache``;
+* a Python traceback names the frames it failed in, outermost first: vLLM's start-up profiling
+  (``vllm/v1/worker/gpu_model_runner.py``: ``profile_run`` runs ``_dummy_run`` and
+  ``_dummy_sampler_run``, whose call passes ``sampling_metadata=dummy_metadata``; the worker's
+  ``determine_available_memory``), the KV cache's allocation (``initialize_kv_cache``,
+  ``_allocate_kv_cache_tensors``, the engine core's ``_initialize_kv_caches``), CUDA graph
+  capture (``capture_model``), the weights (``load_model``); SGLang's ``init_memory_pool`` and
+  its ``Capture cuda graph failed`` wrapper (``python/sglang/srt/model_executor/model_runner.py``).
+
+Each marker is a phase of :data:`oomtrace.schema.EVENT_PHASES`. A marker counts for the nearest
+failure line before it (within :attr:`Marker.after` lines: llama.cpp's statements follow the
+failure) or after it (within :attr:`Marker.before` lines: a traceback's frames precede its
+message), never across another failure line; among the markers of one failure the most specific
+wins (the list's order: a capture runs ``_dummy_run``, the engine core's
+``_initialize_kv_caches`` runs the profile and the capture).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+import polars as pl
+
+
+@dataclass(frozen=True)
+class Marker:
+    """A line shape that states a phase, and how far from the failure it may stand."""
+
+    phase: str
+    pattern: str
+    before: int = 80  # lines before the failure line (a traceback's frames)
+    after: int = 6  # lines after it (llama.cpp's account of the failed buffer)
+
+
+_FRAME = r"\bin "  # a traceback's "File ..., line N, in <function>"
+MARKERS: Final[tuple[Marker, ...]] = (
+    Marker(
+        "graph_capture",
+        _FRAME + r"(?:capture_model|_capture_cudagraphs|capture_one_graph)\b"
+        r"|Capture cuda graph failed|cuda_graph_runner\.py\", line \d+, in capture\b",
+    ),
+    Marker(
+        "profile_sampler",
+        _FRAME + r"_dummy_sampler_run\b|sampling_metadata=dummy_metadata"
+        r"|out of memory occurred when warming up sampler",
+    ),
+    Marker(
+        "profile_run",
+        _FRAME + r"(?:profile_run|_dummy_run|_dummy_pooler_run|determine_available_memory"
+        r"|determine_num_available_blocks)\b",
+    ),
+    Marker("compute_realloc", r"llama_kv_cache_update(?:_impl)?: failed to allocate compute"),
+    Marker(
+        "compute_reserve",
+        r"\b(?:graph_reserve|sched_reserve): |(?:llama_new_context_with_model|llama_init_from_model"
+        r"|llama_context): failed to allocate compute buffers",
+    ),
+    Marker(
+        "kv_cache_init",
+        _FRAME + r"(?:initialize_kv_cache|_allocate_kv_cache_tensors|initialize_from_config"
+        r"|_initialize_kv_caches|init_memory_pool|_allocate_kv_cache|allocate_kv_cache)\b"
+        r"|failed to allocate buffer for kv cache|llama_kv_cache(?:_unified)?: failed to allocate",
+    ),
+    Marker(
+        "load_weights",
+        _FRAME + r"(?:load_model|load_weights)\b|llama_model_load: error loading model"
+        r"|alloc_tensor_range: failed to allocate",
+    ),
+    # an informational line: it counts only right before the failure
+    Marker("load_weights", r"\b(?:llm_)?load_tensors: loading model tensors", before=3, after=0),
+    Marker(
+        "warmup",
+        _FRAME + r"(?:compile_or_warm_up_model|warmup_model|warm_up_model)\b"
+        r"|(?i:unable to warm ?up)",
+    ),
+)
+# Any line that may state a phase: what a parser keeps beside the failures.
+LINES: Final = "|".join(f"(?:{m.pattern})" for m in MARKERS)
+
+
+def failure_phases(lines: pl.DataFrame, failure: str) -> pl.DataFrame:
+    """``lines`` (``line``: the line number, in file order; ``text``) with a ``phase`` column:
+    on each line where ``failure`` (a pattern) matches, the phase the markers around it state,
+    else null. Linear in the lines: each marker is offered to the one failure before it and the
+    one after it."""
+    text = pl.col("text")
+    rank = pl.coalesce(
+        pl.when(text.str.contains(m.pattern)).then(pl.lit(i, pl.Int32))
+        for i, m in enumerate(MARKERS)
+    )
+    frame = lines.with_columns(
+        _fail=text.str.contains(failure),
+        _rank=pl.when(text.str.contains(LINES)).then(rank),
+    )
+    failed = pl.when("_fail").then(pl.col("line"))
+    frame = frame.with_columns(_next=failed.backward_fill(), _prev=failed.forward_fill())
+    marked = frame.filter(pl.col("_rank").is_not_null())
+    before = pl.col("_rank").replace_strict({i: m.before for i, m in enumerate(MARKERS)})
+    after = pl.col("_rank").replace_strict({i: m.after for i, m in enumerate(MARKERS)})
+    offered = pl.concat(
+        [
+            marked.filter(pl.col("_next") - pl.col("line") <= before).select(
+                _at="_next", _best="_rank"
+            ),
+            marked.filter(pl.col("line") - pl.col("_prev") <= after).select(
+                _at="_prev", _best="_rank"
+            ),
+        ]
+    )
+    best = offered.group_by("_at").agg(pl.col("_best").min())
+    phases = {i: m.phase for i, m in enumerate(MARKERS)}
+    return (
+        frame.join(best, left_on="line", right_on="_at", how="left", maintain_order="left")
+        .with_columns(
+            phase=pl.when("_fail").then(
+                pl.col("_best").replace_strict(phases, default=None, return_dtype=pl.String)
+            )
+        )
+        .drop("_fail", "_rank", "_next", "_prev", "_best")
+    )
