@@ -207,8 +207,11 @@ def _transient(ctx: Context) -> ClassCheck:
             )
         )
         rows += [ev.request(r) for r in admitted.iter_rows(named=True)]
+    # the KV pool's share in use where it was observed: what lets a reader say the cache still
+    # had room (the report's explanation says so only then)
+    seen = (("kv_usage_ratio", ratio),) if room and ratio is not None else ()
     return ClassCheck(
-        "transient_peak", True, ", ".join(parts), tuple(rows), _step_figures(ctx, wanted)
+        "transient_peak", True, ", ".join(parts), tuple(rows), _step_figures(ctx, wanted) + seen
     )
 
 

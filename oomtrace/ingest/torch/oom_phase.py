@@ -21,9 +21,9 @@ The lines around it do, and a person reads them first:
 Each marker is a phase of :data:`oomtrace.schema.EVENT_PHASES`. A marker counts for the nearest
 failure line before it (within :attr:`Marker.after` lines: llama.cpp's statements follow the
 failure) or after it (within :attr:`Marker.before` lines: a traceback's frames precede its
-message), never across another failure line; among the markers of one failure the most specific
-wins (the list's order: a capture runs ``_dummy_run``, the engine core's
-``_initialize_kv_caches`` runs the profile and the capture).
+message), never across another failure line; a marker on the failure's own line counts. Among
+the markers of one failure the most specific wins (the list's order: a capture runs
+``_dummy_run``, the engine core's ``_initialize_kv_caches`` runs the profile and the capture).
 """
 
 from __future__ import annotations
@@ -36,65 +36,97 @@ import polars as pl
 
 @dataclass(frozen=True)
 class Marker:
-    """A line shape that states a phase, and how far from the failure it may stand."""
+    """A line shape that states a phase, and how far from the failure it may stand: a
+    traceback's frames come before its message, llama.cpp's account of a failed buffer after
+    the ``cudaMalloc failed`` line (so a marker between two failures belongs to one of them)."""
 
     phase: str
     pattern: str
-    before: int = 80  # lines before the failure line (a traceback's frames)
-    after: int = 6  # lines after it (llama.cpp's account of the failed buffer)
+    before: int = 0  # lines before the failure line it may stand (0: on that line only)
+    after: int = 0  # lines after it
 
 
 _FRAME = r"\bin "  # a traceback's "File ..., line N, in <function>"
+_TRACEBACK = 80  # lines a traceback's frames may stand before its message
+_ACCOUNT = 6  # lines llama.cpp's account may stand after the failure
 MARKERS: Final[tuple[Marker, ...]] = (
     Marker(
         "graph_capture",
         _FRAME + r"(?:capture_model|_capture_cudagraphs|capture_one_graph)\b"
         r"|Capture cuda graph failed|cuda_graph_runner\.py\", line \d+, in capture\b",
+        before=_TRACEBACK,
     ),
     Marker(
         "profile_sampler",
         _FRAME + r"_dummy_sampler_run\b|sampling_metadata=dummy_metadata"
         r"|out of memory occurred when warming up sampler",
+        before=_TRACEBACK,
     ),
     Marker(
         "profile_run",
         _FRAME + r"(?:profile_run|_dummy_run|_dummy_pooler_run|determine_available_memory"
         r"|determine_num_available_blocks)\b",
+        before=_TRACEBACK,
     ),
-    Marker("compute_realloc", r"llama_kv_cache_update(?:_impl)?: failed to allocate compute"),
+    Marker(
+        "compute_realloc",
+        r"llama_kv_cache_update(?:_impl)?: failed to allocate compute",
+        after=_ACCOUNT,
+    ),
     Marker(
         "compute_reserve",
         r"\b(?:graph_reserve|sched_reserve): |(?:llama_new_context_with_model|llama_init_from_model"
         r"|llama_context): failed to allocate compute buffers",
+        after=_ACCOUNT,
     ),
     Marker(
         "kv_cache_init",
         _FRAME + r"(?:initialize_kv_cache|_allocate_kv_cache_tensors|initialize_from_config"
-        r"|_initialize_kv_caches|init_memory_pool|_allocate_kv_cache|allocate_kv_cache)\b"
-        r"|failed to allocate buffer for kv cache|llama_kv_cache(?:_unified)?: failed to allocate",
+        r"|_initialize_kv_caches|init_memory_pool|_allocate_kv_cache|allocate_kv_cache)\b",
+        before=_TRACEBACK,
     ),
     Marker(
+        "kv_cache_init",
+        r"failed to allocate buffer for kv cache|llama_kv_cache(?:_unified)?: failed to allocate",
+        after=_ACCOUNT,
+    ),
+    Marker("load_weights", _FRAME + r"(?:load_model|load_weights)\b", before=_TRACEBACK),
+    Marker(
         "load_weights",
-        _FRAME + r"(?:load_model|load_weights)\b|llama_model_load: error loading model"
-        r"|alloc_tensor_range: failed to allocate",
+        r"llama_model_load: error loading model|alloc_tensor_range: failed to allocate",
+        after=_ACCOUNT,
     ),
     # an informational line: it counts only right before the failure
-    Marker("load_weights", r"\b(?:llm_)?load_tensors: loading model tensors", before=3, after=0),
+    Marker("load_weights", r"\b(?:llm_)?load_tensors: loading model tensors", before=3),
     Marker(
         "warmup",
         _FRAME + r"(?:compile_or_warm_up_model|warmup_model|warm_up_model)\b"
         r"|(?i:unable to warm ?up)",
+        before=_TRACEBACK,
     ),
 )
 # Any line that may state a phase: what a parser keeps beside the failures.
 LINES: Final = "|".join(f"(?:{m.pattern})" for m in MARKERS)
+# Literal text one of the traceback markers holds, for a parser that picks its candidate records
+# by a literal scan (vLLM's: oomtrace/ingest/vllm/extract.py); each line so picked is then
+# tested against :data:`LINES`.
+FRAME_LITERALS: Final = (
+    "in capture_model", "in _capture_cudagraphs", "in capture_one_graph",
+    "in _dummy_sampler_run", "dummy_metadata", "when warming up sampler",
+    "in profile_run", "in _dummy_run", "in _dummy_pooler_run", "in determine_available_memory",
+    "in determine_num_available_blocks", "in initialize_kv_cache", "in _allocate_kv_cache",
+    "in initialize_from_config", "in _initialize_kv_caches", "in allocate_kv_cache",
+    "in load_model", "in load_weights", "in compile_or_warm_up_model", "in warm_up_model",
+    "in warmup_model",
+)  # fmt: skip
 
 
-def failure_phases(lines: pl.DataFrame, failure: str) -> pl.DataFrame:
+def failure_phases(lines: pl.DataFrame, failure: str, by: str | None = None) -> pl.DataFrame:
     """``lines`` (``line``: the line number, in file order; ``text``) with a ``phase`` column:
     on each line where ``failure`` (a pattern) matches, the phase the markers around it state,
-    else null. Linear in the lines: each marker is offered to the one failure before it and the
-    one after it."""
+    else null. ``by`` names a column whose groups are read apart (the process that printed each
+    line: ranks interleave their tracebacks). Linear in the lines: each marker is offered to the
+    one failure before it and the one after it."""
     text = pl.col("text")
     rank = pl.coalesce(
         pl.when(text.str.contains(m.pattern)).then(pl.lit(i, pl.Int32))
@@ -105,7 +137,10 @@ def failure_phases(lines: pl.DataFrame, failure: str) -> pl.DataFrame:
         _rank=pl.when(text.str.contains(LINES)).then(rank),
     )
     failed = pl.when("_fail").then(pl.col("line"))
-    frame = frame.with_columns(_next=failed.backward_fill(), _prev=failed.forward_fill())
+    following, preceding = failed.backward_fill(), failed.forward_fill()
+    if by is not None:
+        following, preceding = following.over(by), preceding.over(by)
+    frame = frame.with_columns(_next=following, _prev=preceding)
     marked = frame.filter(pl.col("_rank").is_not_null())
     before = pl.col("_rank").replace_strict({i: m.before for i, m in enumerate(MARKERS)})
     after = pl.col("_rank").replace_strict({i: m.after for i, m in enumerate(MARKERS)})

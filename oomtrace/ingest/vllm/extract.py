@@ -17,6 +17,7 @@ from typing import Final, TypeVar
 import polars as pl
 
 from oomtrace.ingest.frame_check import check_frame
+from oomtrace.ingest.torch import oom_phase
 from oomtrace.ingest.vllm.frames import (
     CONFIG_ROWS,
     EVENT_ROWS,
@@ -48,6 +49,8 @@ OOM_LITERALS: Final = (
     # each with a figure the refusal is read from
     "Currently allocated", "Requested      ", "Device limit", "Free (according to CUDA)",
     "user-supplied memory fraction", "          : ",
+    # the traceback frames that say what the engine was doing (oomtrace/ingest/torch/oom_phase.py)
+    *oom_phase.FRAME_LITERALS,
 )  # fmt: skip
 # The request lines that carry prompt or output text.
 USER_TEXT_LEADS: Final = r"^(?:Received request |Generated response |Request \S+ details: )"
