@@ -38,26 +38,27 @@ def pool_tokens(event: dict[str, Any]) -> tuple[int, int] | None:
 
 
 def pool_not_short(event: dict[str, Any], page_size: int | None = None) -> str | None:
-    """Why a KV-pool OOM was not the pool running out (it had as many tokens as were asked), or
-    None. SGLang counts tokens where a paged pool hands out whole pages: a decode step of N
-    requests asks for "N tokens" and may need N pages."""
+    """Why a KV-pool OOM was not the pool too small for the step (by its own count it had as
+    many tokens as were asked), or None. SGLang counts tokens where a paged pool hands out whole
+    pages: a decode step of N requests asks for "N tokens" and may need up to N pages."""
     tokens = pool_tokens(event)
     if tokens is None or tokens[1] < tokens[0]:
         return None
     asked, available = tokens
     reason = (
-        f"the engine's KV pool had {available:,} tokens available (free and evictable) for the "
-        f"{asked:,} it asked, yet refused them: not a KV pool that ran out"
+        f"the engine counted {available:,} tokens available in its KV pool (free and evictable) "
+        f"for the {asked:,} it asked, and still failed: by its count the pool had room"
     )
     if page_size is not None and page_size > 1:
         return reason + (
-            f"; with a page size of {page_size} a step takes whole pages: {available:,} tokens "
-            f"are {available // page_size:,} pages, and {asked:,} requests may need a new page "
-            "each (a page-size accounting problem, not the pool's size)"
+            f"; with a page size of {page_size} a decode step takes a whole page for each request "
+            f"that fills its last one, up to {asked:,} pages ({asked * page_size:,} tokens), "
+            f"and {available:,} tokens are {available // page_size:,} pages: the pool ran out "
+            "of whole pages, which the count in tokens does not show (a page-size problem)"
         )
     return reason + (
-        "; with a page size above 1 (--page-size) the pool hands out whole pages, which these "
-        "token counts do not show: an allocator or page-size problem, not the pool's size"
+        "; with a page size above 1 (--page-size) a step takes whole pages, which these token "
+        "counts do not show (a page-size problem, not a pool too small for the step)"
     )
 
 

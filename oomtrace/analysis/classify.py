@@ -32,7 +32,11 @@ from typing import Any, cast
 import polars as pl
 
 from oomtrace.analysis import evidence as ev
-from oomtrace.analysis.check_allocation import one_allocation, stated_fragmentation
+from oomtrace.analysis.check_allocation import (
+    one_allocation,
+    pool_not_short,
+    stated_fragmentation,
+)
 from oomtrace.analysis.check_context import Context
 from oomtrace.analysis.check_foreign import foreign
 from oomtrace.analysis.check_leak import leak
@@ -54,8 +58,16 @@ def classify(ctx: Context) -> tuple[IncidentClass, str, tuple[ClassCheck, ...]]:
     for check in checks:
         if check.matched:
             return check.cls, check.reason, checks
-    reason = "no class fits: " + "; ".join(f"{c.cls}: {c.reason}" for c in checks)
-    return "unknown", reason, checks
+    room = _pool_room(ctx)
+    # what the engine itself said at the failure comes first, once
+    others = [c for c in checks if room is None or c.cls != "kv_exhaustion"]
+    reason = "no class fits: " + "; ".join(f"{c.cls}: {c.reason}" for c in others)
+    return "unknown", reason if room is None else f"{room}; {reason}", checks
+
+
+def _pool_room(ctx: Context) -> str | None:
+    page = ctx.config.get("block_size")
+    return pool_not_short(ctx.oom or {}, page if isinstance(page, int) else None)
 
 
 def _fragmentation(ctx: Context) -> ClassCheck:
@@ -125,6 +137,9 @@ def _kv_full(ctx: Context) -> tuple[float | None, dict[str, Any] | None]:
 
 
 def _kv_exhaustion(ctx: Context) -> ClassCheck:
+    if ctx.oom is not None and (room := _pool_room(ctx)):
+        # the engine's own count at the failure: the pool had what the step asked for
+        return ClassCheck("kv_exhaustion", False, room, (ev.event(ctx.oom),))
     ratio, row = _kv_full(ctx)
     preemptions, rows = _preemptions(ctx)
     parts: list[str] = []
