@@ -11,6 +11,7 @@ import polars as pl
 from oomtrace.ingest.frame_check import check_frame
 from oomtrace.ingest.sglang import line_patterns as pat
 from oomtrace.ingest.sglang.frames import PREFIX_PARTS
+from oomtrace.ingest.torch.oom_phase import FRAME_LITERALS
 from oomtrace.ingest.torch.oom_text import PREFILTER
 
 _KV_POOL_OOM_LITERALS: Final = [
@@ -132,4 +133,6 @@ def classify() -> pl.Expr:
             cheap = pl.any_horizontal([msg.str.starts_with(word) for word in kind.starts])
             choices.append(pl.when(cheap).then(pl.lit(kind.name)))
     choices.append(pl.when(line.str.contains(PREFILTER)).then(pl.lit("torch_oom")))
+    # a traceback's frame that says what the engine was doing (oomtrace/ingest/torch/oom_phase.py)
+    choices.append(pl.when(line.str.contains_any(list(FRAME_LITERALS))).then(pl.lit("oom_phase")))
     return pl.coalesce(choices)

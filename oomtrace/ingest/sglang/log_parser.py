@@ -40,6 +40,7 @@ from oomtrace.ingest.sglang.frames import KIND_LINES
 from oomtrace.ingest.sglang.line_kinds import classify, split_prefix
 from oomtrace.ingest.text.input_file import InputFile, first_line
 from oomtrace.ingest.text.timestamps import ISO, localize, naive, with_offset
+from oomtrace.ingest.torch.oom_phase import failure_phases
 from oomtrace.ingest.torch.oom_text import OOM_SHAPES, extract_ooms
 from oomtrace.schema import TS
 
@@ -73,7 +74,7 @@ _SNIFF_BARE = re.compile(
     r"|(?:Prefill|Decode) out of memory\. Try to lower your batch size"
 )
 # Kinds whose pattern is tested on the whole line (they have no SGLang prefix, or it varies).
-_WHOLE_LINE_KINDS: Final = ("kv_pool_oom", "kv_pool_figures")
+_WHOLE_LINE_KINDS: Final = ("kv_pool_oom", "kv_pool_figures", "oom_phase")
 _NOT_USED: Final = "SGLang line not used (not relevant to memory or admission)"
 _NUMBER: Final = "number"
 _STAMPED: Final = "stamped"
@@ -291,8 +292,11 @@ class _Acc:
         if oom_text.height == 0:
             oom_text = pl.DataFrame(schema=KIND_LINES)
         events.append(extract.kv_pool_oom_events(oom_text))
+        # the frames kept beside the failures say what the engine was doing (distances count
+        # the kept lines, in the log's order)
+        lines = oom_text.select("ts", text="line").with_row_index("line").cast({"line": pl.Int64})
         torch_events, torch_samples = extract_ooms(
-            oom_text.select("ts", text="line"), diag=self.diag
+            failure_phases(lines, OOM_SHAPES).drop("line"), diag=self.diag
         )
         events.append(torch_events)
         samples.append(torch_samples)

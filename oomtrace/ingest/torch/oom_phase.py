@@ -52,7 +52,7 @@ _ACCOUNT = 6  # lines llama.cpp's account may stand after the failure
 MARKERS: Final[tuple[Marker, ...]] = (
     Marker(
         "graph_capture",
-        _FRAME + r"(?:capture_model|_capture_cudagraphs|capture_one_graph)\b"
+        _FRAME + r"(?:capture_model|_capture_cudagraphs|capture_one_graph|init_cuda_graphs)\b"
         r"|Capture cuda graph failed|cuda_graph_runner\.py\", line \d+, in capture\b",
         before=_TRACEBACK,
     ),
@@ -107,17 +107,17 @@ MARKERS: Final[tuple[Marker, ...]] = (
 )
 # Any line that may state a phase: what a parser keeps beside the failures.
 LINES: Final = "|".join(f"(?:{m.pattern})" for m in MARKERS)
-# Literal text one of the traceback markers holds, for a parser that picks its candidate records
-# by a literal scan (vLLM's: oomtrace/ingest/vllm/extract.py); each line so picked is then
-# tested against :data:`LINES`.
+# Literal text one of the traceback markers holds, for a parser that picks its candidate lines
+# by a literal scan (vLLM's oomtrace/ingest/vllm/extract.py, SGLang's line_kinds.py); each line
+# so picked is then tested against :data:`LINES`.
 FRAME_LITERALS: Final = (
-    "in capture_model", "in _capture_cudagraphs", "in capture_one_graph",
+    "in capture_model", "in _capture_cudagraphs", "in capture_one_graph", "in init_cuda_graphs",
     "in _dummy_sampler_run", "dummy_metadata", "when warming up sampler",
     "in profile_run", "in _dummy_run", "in _dummy_pooler_run", "in determine_available_memory",
     "in determine_num_available_blocks", "in initialize_kv_cache", "in _allocate_kv_cache",
     "in initialize_from_config", "in _initialize_kv_caches", "in allocate_kv_cache",
     "in load_model", "in load_weights", "in compile_or_warm_up_model", "in warm_up_model",
-    "in warmup_model",
+    "in warmup_model", "in init_memory_pool", "Capture cuda graph failed",
 )  # fmt: skip
 
 
