@@ -7,10 +7,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from oomtrace.analysis import analyze
 from oomtrace.analysis.findings import Incident
-from oomtrace.ingest import IngestOptions, load_any
 from oomtrace.report.verdict import build_verdict
+from tests.factories import text_trace
 from tests.unit.ingest.torch.test_oom_phase import (
     LLAMA_KV_UPDATE,
     LLAMA_WEIGHTS,
@@ -53,40 +55,38 @@ SGLANG_PAGED_LOG = (
 
 
 def _primary(tmp_path: Path, name: str, text: str) -> Incident:
-    path = tmp_path / name
-    path.write_text(text, encoding="utf-8")
-    incident = analyze(load_any([path], IngestOptions())).primary
+    incident = analyze(text_trace(tmp_path, name, text)).primary
     assert incident is not None
     return incident
 
 
-def test_the_weights_that_do_not_fit_are_a_startup_misfit(tmp_path: Path) -> None:
-    incident = _primary(tmp_path, "llama.txt", LLAMA_WEIGHTS)
-    assert incident.cls == "startup_misfit"
-    assert incident.reason.startswith("the model's weights did not fit device 0: 141.42 GiB asked")
-
-
-def test_the_compute_buffers_reserved_at_start_up_are_a_startup_misfit(tmp_path: Path) -> None:
-    incident = _primary(tmp_path, "llama.txt", LLAMA_GRAPH_RESERVE)
-    assert (incident.cls, incident.device) == ("startup_misfit", 1)
-    assert incident.reason.startswith(
-        "the reservation of the compute buffers at start-up needed 50.54 GiB"
-    )
-
-
-def test_vllm_start_up_profiling_is_a_startup_misfit_with_its_figures(tmp_path: Path) -> None:
-    incident = _primary(tmp_path, "gptoss.txt", VLLM_DUMMY_SAMPLER)
-    assert incident.cls == "startup_misfit"
-    assert incident.reason.startswith(
-        "the start-up profiling run's dummy sampler pass (logits of a full batch) needed "
-        "786.00 MiB, 140.75 MiB free of 79.11 GiB"
-    )
-
-
-def test_a_graph_capture_in_a_timed_vllm_log_is_a_startup_misfit(tmp_path: Path) -> None:
-    incident = _primary(tmp_path, "vllm.log", VLLM_CAPTURE)
-    assert incident.cls == "startup_misfit"
-    assert incident.reason.startswith("the CUDA graph capture at start-up needed 786.00 MiB")
+@pytest.mark.parametrize(
+    ("text", "device", "reason"),
+    [
+        # the weights of one device (llama.cpp 20431)
+        (LLAMA_WEIGHTS, 0, "the model's weights did not fit device 0: 141.42 GiB asked"),
+        # the compute buffers of a 50k context (llama.cpp 26297)
+        (LLAMA_GRAPH_RESERVE, 1, "the reservation of the compute buffers at start-up needed "),
+        # vLLM's profiling run, its dummy sampler pass (vllm 27508)
+        (
+            VLLM_DUMMY_SAMPLER,
+            0,
+            (
+                "the start-up profiling run's dummy sampler pass (logits of a full batch) needed "
+                "786.00 MiB, 140.75 MiB free of 79.11 GiB"
+            ),
+        ),
+        # the CUDA graph capture in a timed vLLM log (vllm 30515's frames)
+        (VLLM_CAPTURE, 0, "the CUDA graph capture at start-up needed 786.00 MiB"),
+    ],
+    ids=["weights", "graph-reserve", "dummy-sampler", "graph-capture"],
+)
+def test_a_start_up_phase_is_a_startup_misfit_named_with_its_figures(
+    tmp_path: Path, text: str, device: int, reason: str
+) -> None:
+    incident = _primary(tmp_path, "excerpt.log", text)
+    assert (incident.cls, incident.device) == ("startup_misfit", device)
+    assert incident.reason.startswith(reason)
 
 
 def test_a_compute_buffer_rebuilt_while_serving_is_a_transient_peak(tmp_path: Path) -> None:
@@ -105,35 +105,42 @@ def test_a_compute_buffer_rebuilt_while_serving_is_a_transient_peak(tmp_path: Pa
     )
 
 
-def test_a_kv_pool_with_the_tokens_asked_is_not_exhausted(tmp_path: Path) -> None:
-    incident = _primary(tmp_path, "sglang.md", SGLANG_PAGED)
+_POOL_ROOM = (
+    "the engine counted 2,048 tokens available in its KV pool (free and evictable) for the 148 it "
+    "asked, and still failed: by its count the pool had room; "
+)
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "pages"),
+    [
+        # pasted alone: the page size is not known
+        ("sglang.md", SGLANG_PAGED, "with a page size above 1 (--page-size) a step takes whole"),
+        # in a log with its server_args: the pages are counted
+        (
+            "sglang.log",
+            SGLANG_PAGED_LOG,
+            (
+                "with a page size of 64 a decode step takes a whole page for each request that "
+                "fills its last one, up to 148 pages (9,472 tokens), and 2,048 tokens are 32 pages"
+            ),
+        ),
+    ],
+    ids=["pasted", "log"],
+)
+def test_a_kv_pool_with_the_tokens_asked_is_not_exhausted(
+    tmp_path: Path, name: str, text: str, pages: str
+) -> None:
+    incident = _primary(tmp_path, name, text)
     assert incident.cls == "unknown"
-    assert incident.reason.startswith(
-        "the engine counted 2,048 tokens available in its KV pool (free and evictable) for the "
-        "148 it asked, and still failed: by its count the pool had room; with a page size above 1"
-    )
+    assert incident.reason.startswith(_POOL_ROOM + pages)
     kv = next(c for c in incident.checks if c.cls == "kv_exhaustion")
     assert not kv.matched
 
 
-def test_the_page_size_reads_the_kv_pool_figures(tmp_path: Path) -> None:
-    incident = _primary(tmp_path, "sglang.log", SGLANG_PAGED_LOG)
-    assert incident.cls == "unknown"
-    assert incident.reason.startswith(
-        "the engine counted 2,048 tokens available in its KV pool (free and evictable) for the "
-        "148 it asked, and still failed: by its count the pool had room; with a page size of 64 "
-        "a decode step takes a whole page for each request that fills its last one, up to 148 "
-        "pages (9,472 tokens), and 2,048 tokens are 32 pages"
-    )
-
-
 def test_an_untimed_transient_peak_does_not_claim_the_kv_cache_had_room(tmp_path: Path) -> None:
     # GIVEN a PyTorch OOM pasted alone (vllm#27508's message, without its traceback)
-    text = VLLM_DUMMY_SAMPLER.splitlines()[-2] + "\n"
-    path = tmp_path / "oom.txt"
-    path.write_text(text, encoding="utf-8")
-    incident = analyze(load_any([path], IngestOptions())).primary
-    assert incident is not None
+    incident = _primary(tmp_path, "oom.txt", VLLM_DUMMY_SAMPLER.splitlines()[-2] + "\n")
     assert incident.cls == "transient_peak"
     # THEN the report's explanation does not say what the KV cache held: nothing showed it
     paragraph = build_verdict(incident.to_json()).paragraph

@@ -8,11 +8,10 @@ from pathlib import Path
 
 import polars as pl
 
-from oomtrace.ingest import IngestOptions, load_any
 from oomtrace.ingest.torch.oom_phase import failure_phases
 from oomtrace.ingest.torch.oom_text import OOM_SHAPES
-from oomtrace.trace import Trace
 from oomtrace.units import MiB
+from tests.factories import text_trace
 
 # vllm-project/vllm#27508 (gpt-oss-120b on an H100): the engine core's traceback as pasted, the
 # logger's header cut; the sampler's forward pass of the dummy sampler run fails.
@@ -83,12 +82,6 @@ VLLM_CAPTURE = (
 )
 
 
-def _ingest(tmp_path: Path, name: str, text: str) -> Trace:
-    path = tmp_path / name
-    path.write_text(text, encoding="utf-8")
-    return load_any([path], IngestOptions())
-
-
 def _phases(text: str) -> list[tuple[int, str | None]]:
     lines = pl.DataFrame({"text": text.splitlines()}).with_row_index("line", 1)
     found = failure_phases(lines.with_columns(pl.col("line").cast(pl.Int64)), OOM_SHAPES)
@@ -96,7 +89,7 @@ def _phases(text: str) -> list[tuple[int, str | None]]:
 
 
 def test_the_dummy_sampler_run_is_read_off_the_traceback(tmp_path: Path) -> None:
-    (oom,) = _ingest(tmp_path, "gptoss.txt", VLLM_DUMMY_SAMPLER).events.to_dicts()
+    (oom,) = text_trace(tmp_path, "gptoss.txt", VLLM_DUMMY_SAMPLER).events.to_dicts()
     assert (oom["phase"], oom["requested_bytes"]) == ("profile_sampler", 786 * MiB)
     assert oom["detail"].endswith(
         "; during the start-up profiling run's dummy sampler pass (logits of a full batch)"
@@ -130,7 +123,7 @@ def test_the_most_specific_frame_wins() -> None:
 
 
 def test_vllm_logs_carry_the_phase_of_their_tracebacks(tmp_path: Path) -> None:
-    trace = _ingest(tmp_path, "vllm.log", VLLM_CAPTURE)
+    trace = text_trace(tmp_path, "vllm.log", VLLM_CAPTURE)
     (oom,) = trace.events.filter(pl.col("kind") == "oom").to_dicts()
     assert oom["phase"] == "graph_capture"
     assert oom["detail"].endswith("; during the CUDA graph capture at start-up")
