@@ -8,13 +8,15 @@ findings so a reader sees what else was considered and why it was ruled out:
    engine left for others, or took it in the window (:mod:`oomtrace.analysis.check_foreign`);
    memory outside PyTorch's cache grew while the cache did not;
 2. ``startup_misfit`` — the engine said at startup that the cache cannot hold one request or that
-   nothing is left for it, or the OOM came before the engine served anything since it started
-   (in any source), or weights + KV cache + CUDA graphs stated at startup exceed what the engine
-   was allowed to use (:mod:`oomtrace.analysis.check_startup`);
+   nothing is left for it, or the lines around the OOM place it in the start-up (its ``phase``),
+   or the OOM came before the engine served anything since it started (in any source), or
+   weights + KV cache + CUDA graphs stated at startup exceed what the engine was allowed to use
+   (:mod:`oomtrace.analysis.check_startup`);
 3. ``fragmentation`` — at the OOM the allocator held, reserved but unallocated, at least the
    allocation that failed;
 4. ``kv_exhaustion`` — the KV pool was full (observed usage at or above the full ratio, or the
    modelled KV at the pool size), or requests were preempted in the window (a preemption storm);
+   not where the engine's own KV-pool OOM counted the tokens it asked as available;
 5. ``leak`` — the memory level at idle moments rose steadily before the peak by a good part of
    the headroom the engine had left (:mod:`oomtrace.analysis.check_leak`);
 6. ``transient_peak`` — an allocation failed or a series peaked and fell back while the pool had
