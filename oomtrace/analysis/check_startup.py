@@ -128,8 +128,8 @@ def starting(ctx: Context, since: datetime | None) -> str | None:
 
 def phase_reason(event: dict[str, Any]) -> str | None:
     """The start-up misfit in the words of the phase the OOM's lines state, with its figures
-    ("the model's weights did not fit device 0: 141.42 GiB asked"), or None when they state no
-    start-up phase."""
+    ("the model's weights did not fit device 0: loading them asked for 141.42 GiB"), or None
+    when they state no start-up phase."""
     phase = event.get("phase")
     if phase not in STARTUP_PHASES:
         return None
@@ -140,8 +140,9 @@ def phase_reason(event: dict[str, Any]) -> str | None:
         room = f", {format_bytes(free)} free" + (f" of {format_bytes(total)}" if total else "")
     if phase == "load_weights":
         where = f"device {device}" if device is not None else "the device"
-        asked = f": {format_bytes(wanted)} asked" if wanted is not None else ""
-        return f"the model's weights did not fit {where}{asked}{room} (the OOM came while loading)"
+        # the failed allocation is one buffer of the weights (llama.cpp: all of a device's)
+        asked = f": loading them asked for {format_bytes(wanted)}" if wanted is not None else ""
+        return f"the model's weights did not fit {where}{asked}{room}"
     what = EVENT_PHASES[str(phase)]
     needed = f" needed {format_bytes(wanted)}{room}" if wanted is not None else " failed"
     return f"{what}{needed}: what the engine loads and reserves at start-up did not fit"

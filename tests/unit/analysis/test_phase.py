@@ -64,7 +64,7 @@ def _primary(tmp_path: Path, name: str, text: str) -> Incident:
     ("text", "device", "reason"),
     [
         # the weights of one device (llama.cpp 20431)
-        (LLAMA_WEIGHTS, 0, "the model's weights did not fit device 0: 141.42 GiB asked"),
+        (LLAMA_WEIGHTS, 0, "the model's weights did not fit device 0: loading them asked for 141."),
         # the compute buffers of a 50k context (llama.cpp 26297)
         (LLAMA_GRAPH_RESERVE, 1, "the reservation of the compute buffers at start-up needed "),
         # vLLM's profiling run, its dummy sampler pass (vllm 27508)

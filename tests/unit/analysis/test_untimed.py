@@ -202,7 +202,9 @@ def test_the_weights_refused_while_loading_are_a_startup_misfit(tmp_path: Path) 
     # THEN the phase those lines state makes it a start-up misfit, said with the figures
     assert incident is not None
     assert (incident.cls, incident.device) == ("startup_misfit", 0)
-    assert incident.reason.startswith("the model's weights did not fit device 0: 141.42 GiB asked")
+    assert incident.reason == (
+        "the model's weights did not fit device 0: loading them asked for 141.42 GiB"
+    )
 
 
 def test_a_failure_stating_only_its_size_leads_with_it(tmp_path: Path) -> None:
