@@ -9,7 +9,9 @@ The lines around it do, and a person reads them first:
   ``load_tensors: loading model tensors``), ``graph_reserve: failed to allocate compute buffers``
   (the compute buffers reserved while the context is made), ``llama_kv_cache_update_impl: failed
   to allocate compute buffers`` (the compute buffers rebuilt while serving, when the KV cache is
-  shifted or defragmented), ``llama_kv_cache_init: failed to allocate buffer for kv cache``;
+  shifted or defragmented; newer builds go through ``graph_reserve`` and then say
+  ``memory_update: failed to reserve graph after the memory update``),
+  ``llama_kv_cache_init: failed to allocate buffer for kv cache``;
 * a Python traceback names the frames it failed in, outermost first: vLLM's start-up profiling
   (``vllm/v1/worker/gpu_model_runner.py``: ``profile_run`` runs ``_dummy_run`` and
   ``_dummy_sampler_run``, whose call passes ``sampling_metadata=dummy_metadata``; the worker's
@@ -69,8 +71,11 @@ MARKERS: Final[tuple[Marker, ...]] = (
         before=_TRACEBACK,
     ),
     Marker(
+        # newer builds reserve the graph again after the memory update, through graph_reserve:
+        # "memory_update: failed to reserve graph after the memory update" names the runtime
         "compute_realloc",
-        r"llama_kv_cache_update(?:_impl)?: failed to allocate compute",
+        r"llama_kv_cache_update(?:_impl)?: failed to allocate compute"
+        r"|failed to reserve graph after the memory update",
         after=_ACCOUNT,
     ),
     Marker(

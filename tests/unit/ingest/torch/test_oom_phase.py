@@ -102,6 +102,18 @@ def test_each_llama_cpp_failure_takes_the_account_after_it() -> None:
     assert _phases(LLAMA_WEIGHTS) == [(3, "load_weights")]
 
 
+def test_a_graph_reserved_again_after_a_memory_update_is_while_serving() -> None:
+    # GIVEN newer llama.cpp's runtime path (src/llama-context.cpp, memory_update): graph_reserve
+    # fails, then memory_update says it was after the memory update
+    lines = [
+        *LLAMA_KV_UPDATE.splitlines(keepends=True)[:2],
+        "deep-seek-1  | graph_reserve: failed to allocate compute buffers\n",
+        "deep-seek-1  | memory_update: failed to reserve graph after the memory update\n",
+    ]
+    # THEN the runtime account wins over graph_reserve's (which start-up prints too)
+    assert _phases("".join(lines)) == [(1, "compute_realloc")]
+
+
 def test_a_marker_does_not_reach_across_another_failure() -> None:
     # GIVEN a weights failure, then a runtime one whose lines state nothing
     text = LLAMA_WEIGHTS + LLAMA_KV_UPDATE.splitlines(keepends=True)[0]
