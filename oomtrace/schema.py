@@ -265,9 +265,10 @@ EVENT_PHASES: Final[Mapping[str, str]] = {
     "graph_capture": "the CUDA graph capture at start-up",
     "warmup": "the warm-up before serving",
     "compute_realloc": "a re-allocation of the compute buffers while serving (a KV cache update)",
+    "dummy_batch": "a dummy batch an idle data-parallel rank runs while serving",
 }
 # The phases that come before the engine serves anything.
-STARTUP_PHASES: Final = frozenset(EVENT_PHASES) - {"compute_realloc"}
+STARTUP_PHASES: Final = frozenset(EVENT_PHASES) - {"compute_realloc", "dummy_batch"}
 
 
 # What a reading can hold. Beyond these a value is damage or hostility, not a measurement (a year

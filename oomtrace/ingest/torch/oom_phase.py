@@ -58,6 +58,9 @@ MARKERS: Final[tuple[Marker, ...]] = (
         r"|Capture cuda graph failed|cuda_graph_runner\.py\", line \d+, in capture\b",
         before=_TRACEBACK,
     ),
+    # an idle data-parallel rank runs _dummy_run while the others serve (vLLM's gpu_worker.py,
+    # execute_dummy_batch): while serving, not the start-up's profiling run
+    Marker("dummy_batch", _FRAME + r"execute_dummy_batch\b", before=_TRACEBACK),
     Marker(
         "profile_sampler",
         _FRAME + r"_dummy_sampler_run\b|sampling_metadata=dummy_metadata"
@@ -118,7 +121,8 @@ LINES: Final = "|".join(f"(?:{m.pattern})" for m in MARKERS)
 FRAME_LITERALS: Final = (
     "in capture_model", "in _capture_cudagraphs", "in capture_one_graph", "in init_cuda_graphs",
     "in _dummy_sampler_run", "dummy_metadata", "when warming up sampler",
-    "in profile_run", "in _dummy_run", "in _dummy_pooler_run", "in determine_available_memory",
+    "in execute_dummy_batch", "in profile_run", "in _dummy_run", "in _dummy_pooler_run",
+    "in determine_available_memory",
     "in determine_num_available_blocks", "in initialize_kv_cache", "in _allocate_kv_cache",
     "in initialize_from_config", "in _initialize_kv_caches", "in allocate_kv_cache",
     "in load_model", "in load_weights", "in compile_or_warm_up_model", "in warm_up_model",

@@ -134,6 +134,15 @@ def test_the_most_specific_frame_wins() -> None:
     assert _phases(VLLM_CAPTURE)[-1][1] == "graph_capture"
 
 
+def test_an_idle_rank_s_dummy_batch_is_while_serving() -> None:
+    # GIVEN the same _dummy_run, called by an idle data-parallel rank (vLLM's gpu_worker.py,
+    # execute_dummy_batch) rather than by the capture
+    text = VLLM_CAPTURE.replace("in compile_or_warm_up_model", "in execute_dummy_batch")
+    text = text.replace("in capture_model", "in _run").replace("in _capture_cudagraphs", "in _x")
+    # THEN it is no start-up phase
+    assert _phases(text)[-1][1] == "dummy_batch"
+
+
 def test_vllm_logs_carry_the_phase_of_their_tracebacks(tmp_path: Path) -> None:
     trace = text_trace(tmp_path, "vllm.log", VLLM_CAPTURE)
     (oom,) = trace.events.filter(pl.col("kind") == "oom").to_dicts()
