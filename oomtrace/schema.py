@@ -36,7 +36,10 @@ Versions. A trace of an older version is read as a current one:
   ``detail``, one per process and name where a source first shows it; nvidia-smi's default table
   and ``--query-compute-apps`` print names, the per-pid memory is in the ``process_used_bytes``
   samples) and metric ``state_usage_ratio`` (a hybrid model's recurrent-state pool, SGLang's
-  Mamba slots, which is not KV cache). A version 2 trace is a valid version 3 trace.
+  Mamba slots, which is not KV cache). A version 2 trace is a valid version 3 trace. Later, as a
+  nullable column: ``events.phase``, what the engine was doing when the failure came
+  (:data:`EVENT_PHASES`, as the lines around it state it: llama.cpp's account of the failed
+  buffer, a traceback's frames); a trace written before it reads with it null ("not stated").
 
 Validation happens at stage boundaries through :func:`conform`, which fails in one place with a
 column-level message. A value no measurement can hold (:data:`LIMITS`) is left out where rows
@@ -144,6 +147,8 @@ EVENTS: Final = _schema(
         "process_bytes": pl.Int64,
         "detail": pl.String,
         "clock": CLOCK,
+        # what the engine was doing (EVENT_PHASES); null where nothing states it
+        "phase": pl.String,
     }
 )
 
@@ -248,6 +253,22 @@ EVENT_KINDS: Final[Mapping[str, str]] = {
     "source_gap": "a source could not be read for a while (collector health)",
     "process": "a process seen holding device memory (pid, device; detail: its name)",
 }
+
+# What the engine was doing when a failure came, as the lines around it state it
+# (oomtrace/ingest/torch/oom_phase.py), in a person's words.
+EVENT_PHASES: Final[Mapping[str, str]] = {
+    "load_weights": "the loading of the model's weights",
+    "profile_run": "the start-up profiling run (a dummy batch that sizes the KV cache)",
+    "profile_sampler": "the start-up profiling run's dummy sampler pass (logits of a full batch)",
+    "kv_cache_init": "the KV cache's allocation at start-up",
+    "compute_reserve": "the reservation of the compute buffers at start-up",
+    "graph_capture": "the CUDA graph capture at start-up",
+    "warmup": "the warm-up before serving",
+    "compute_realloc": "a re-allocation of the compute buffers while serving (a KV cache update)",
+    "dummy_batch": "a dummy batch an idle data-parallel rank runs while serving",
+}
+# The phases that come before the engine serves anything.
+STARTUP_PHASES: Final = frozenset(EVENT_PHASES) - {"compute_realloc", "dummy_batch"}
 
 
 # What a reading can hold. Beyond these a value is damage or hostility, not a measurement (a year
@@ -432,6 +453,7 @@ def _check_values(table: TableName, frame: pl.DataFrame, where: str) -> None:
         )
     else:
         _check_vocabulary(frame, "kind", EVENT_KINDS, where)
+        _check_vocabulary(frame.drop_nulls("phase"), "phase", EVENT_PHASES, where)
         _check_non_negative(frame, [c for c in EVENTS if c.endswith("_bytes")], where)
 
 

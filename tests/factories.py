@@ -10,7 +10,9 @@ from typing import Any
 
 import polars as pl
 
+from oomtrace.ingest import IngestOptions, load_any
 from oomtrace.schema import conform
+from oomtrace.trace import Trace
 
 T0 = datetime(2025, 3, 14, 9, 0, 0, tzinfo=UTC)
 
@@ -46,3 +48,11 @@ def file_at(
         path.write_text(text or "")
     os.utime(path, (mtime.timestamp(), mtime.timestamp()))
     return path
+
+
+def text_trace(tmp_path: Path, name: str, text: str) -> Trace:
+    """The trace ingest makes of ``text`` written to ``tmp_path / name`` (a log or an excerpt
+    pasted from a thread)."""
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return load_any([path], IngestOptions())

@@ -5,10 +5,13 @@ transient check falls back on when no KV observation or request places the OOM i
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from oomtrace.analysis import evidence as ev
 from oomtrace.analysis.findings import ClassCheck
+from oomtrace.ingest.sglang.extract import KV_POOL_OOM, POOL_TOKENS
+from oomtrace.schema import EVENT_PHASES, STARTUP_PHASES
 from oomtrace.units import format_bytes
 
 # Memory in use outside PyTorch's allocator worth naming: a tenth of the device.
@@ -18,8 +21,52 @@ _OUTSIDE_SHARE = 0.1
 _PLENTY = 0.05
 
 
-def not_short(event: dict[str, Any]) -> str | None:
-    """Why an OOM was not for lack of device memory (more was free than it asked), or None."""
+_POOL_TOKENS = re.compile(POOL_TOKENS)
+
+
+def kv_pool_oom(event: dict[str, Any]) -> bool:
+    """Whether the failure is an engine's KV pool running out of slots (SGLang's "Decode out of
+    memory"), not the device's allocator."""
+    return event.get("kind") == "oom" and KV_POOL_OOM in str(event.get("detail") or "")
+
+
+def pool_tokens(event: dict[str, Any]) -> tuple[int, int] | None:
+    """The tokens a KV-pool OOM asked for and those the pool had, where its message states
+    them."""
+    found = _POOL_TOKENS.search(str(event.get("detail") or "")) if kv_pool_oom(event) else None
+    return (int(found.group(1)), int(found.group(2))) if found else None
+
+
+def pool_not_short(event: dict[str, Any], page_size: int | None = None) -> str | None:
+    """Why a KV-pool OOM was not the pool too small for the step (by its own count it had as
+    many tokens as were asked), or None. SGLang counts tokens where a paged pool hands out whole
+    pages: a decode step of N requests asks for "N tokens" and may need up to N pages."""
+    tokens = pool_tokens(event)
+    if tokens is None or tokens[1] < tokens[0]:
+        return None
+    asked, available = tokens
+    reason = (
+        f"the engine counted {available:,} tokens available in its KV pool (free and evictable) "
+        f"for the {asked:,} it asked, and still failed: by its count the pool had room"
+    )
+    if page_size is not None and page_size > 1:
+        return reason + (
+            f"; with a page size of {page_size} a decode step takes a whole page for each request "
+            f"that fills its last one, up to {asked:,} pages ({asked * page_size:,} tokens), "
+            f"and {available:,} tokens are {available // page_size:,} pages: the pool ran out "
+            "of whole pages, which the count in tokens does not show (a page-size problem)"
+        )
+    return reason + (
+        "; with a page size above 1 (--page-size) a step takes whole pages, which these token "
+        "counts do not show (a page-size problem, not a pool too small for the step)"
+    )
+
+
+def not_short(event: dict[str, Any], page_size: int | None = None) -> str | None:
+    """Why an OOM was not for lack of device memory (more was free than it asked), or of KV pool
+    slots (:func:`pool_not_short`), or None."""
+    if (pool := pool_not_short(event, page_size)) is not None:
+        return pool
     wanted, free = event.get("requested_bytes"), event.get("free_bytes")
     total = event.get("total_bytes")
     if event.get("kind") != "oom" or wanted is None or free is None or total is None:
@@ -39,6 +86,19 @@ def one_allocation(event: dict[str, Any]) -> ClassCheck:
     wanted, free, total = (event.get(k) for k in ("requested_bytes", "free_bytes", "total_bytes"))
     if wanted is None or event.get("kind") != "oom":
         return ClassCheck("transient_peak", False, "the failure states no allocation size")
+    phase = event.get("phase")
+    if free is None and phase is not None and phase not in STARTUP_PHASES:
+        # the lines around it place it in a step while serving: temporary memory that did not
+        # fit beside what was held, even though the message states nothing free to compare
+        return ClassCheck(
+            "transient_peak",
+            True,
+            f"{EVENT_PHASES[phase]} asked for {format_bytes(wanted)} and failed (the message "
+            "states no free memory): temporary memory for a step did not fit beside what was "
+            "held",
+            (ev.event(event),),
+            (("requested_bytes", wanted), ("room_bytes", None)),
+        )
     if free is None:
         return ClassCheck(
             "transient_peak",

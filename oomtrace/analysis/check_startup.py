@@ -12,6 +12,11 @@ that is no server) shows no request because it is cut. Start-up needs positive e
 (:func:`starting`): the engine's start in the trace, its start-up figures (model loading, KV
 cache size), a start-up refusal, or an OOM whose own account names the warm-up or the profile
 run. Without any, the phase is unknown and the other checks judge the OOM by its own figures.
+
+The strongest evidence is the phase the lines around the OOM state (the event's ``phase``:
+llama.cpp's account of the failed buffer, a traceback's frames; ``oomtrace.schema.EVENT_PHASES``):
+a start-up phase makes the OOM a start-up misfit whatever else the trace holds, and the reason
+names it with the figures (:func:`phase_reason`); a phase while serving rules start-up out.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from oomtrace.analysis.check_context import Context
 from oomtrace.analysis.evidence import Evidence
 from oomtrace.analysis.findings import ClassCheck
 from oomtrace.analysis.timeline import RESETS, lit_ts
+from oomtrace.schema import EVENT_PHASES, STARTUP_PHASES
 from oomtrace.units import format_bytes
 
 # Refusals that say the engine's own settings do not fit (not that others hold the memory).
@@ -62,6 +68,16 @@ def startup(ctx: Context) -> ClassCheck:
             tuple(ev.event(r) for r in refused.head(5).iter_rows(named=True)),
             _refusal_figures(ctx, first),
         )
+    if ctx.anchor == "oom" and ctx.oom is not None:
+        # the phase the failure's own lines state wins over what else the trace shows
+        if phased := phase_reason(ctx.oom):
+            return ClassCheck(
+                "startup_misfit", True, phased, (ev.event(ctx.oom),), _oom_figures(ctx)
+            )
+        if serving := serving_phase(ctx.oom):
+            return ClassCheck(
+                "startup_misfit", False, f"the lines around the OOM place it in {serving}"
+            )
     since = _started(ctx)
     served = served_since(ctx, since)
     evidence = starting(ctx, since)
@@ -110,10 +126,45 @@ def starting(ctx: Context, since: datetime | None) -> str | None:
     return stated_start(ctx.event or {}, ctx.config)
 
 
+def phase_reason(event: dict[str, Any]) -> str | None:
+    """The start-up misfit in the words of the phase the OOM's lines state, with its figures
+    ("the model's weights did not fit device 0: loading them asked for 141.42 GiB"), or None
+    when they state no start-up phase."""
+    phase = event.get("phase")
+    if phase not in STARTUP_PHASES:
+        return None
+    wanted, free, total = (event.get(k) for k in ("requested_bytes", "free_bytes", "total_bytes"))
+    device = event.get("device")
+    room = ""
+    if free is not None:
+        room = f", {format_bytes(free)} free" + (f" of {format_bytes(total)}" if total else "")
+    if phase == "load_weights":
+        where = f"device {device}" if device is not None else "the device"
+        # the failed allocation is one buffer of the weights (llama.cpp: all of a device's)
+        asked = f": loading them asked for {format_bytes(wanted)}" if wanted is not None else ""
+        return f"the model's weights did not fit {where}{asked}{room}"
+    what = EVENT_PHASES[str(phase)]
+    needed = f" needed {format_bytes(wanted)}{room}" if wanted is not None else " failed"
+    return f"{what}{needed}: what the engine loads and reserves at start-up did not fit"
+
+
+def serving_phase(event: dict[str, Any]) -> str | None:
+    """The phase the OOM's lines state when it is one while serving, in words, else None."""
+    phase = event.get("phase")
+    if phase is None or phase in STARTUP_PHASES:
+        return None
+    return EVENT_PHASES.get(str(phase))
+
+
 def stated_start(event: dict[str, Any], config: dict[str, Any]) -> str | None:
     """What the failure's own account or the engine's configuration says of the start-up: an
-    OOM naming the warm-up or the profile run, or figures an engine states only while starting
-    (llama.cpp's KV self size, vLLM's model loading)."""
+    OOM whose lines state a start-up phase or name the warm-up or the profile run, or figures an
+    engine states only while starting (llama.cpp's KV self size, vLLM's model loading). None
+    when the failure's lines place it while serving."""
+    if event.get("phase") in STARTUP_PHASES:
+        return f"the lines around the OOM place it in {EVENT_PHASES[str(event['phase'])]}"
+    if serving_phase(event) is not None:
+        return None
     if _STARTING.search(str(event.get("detail") or "")):
         return "the OOM's own account places it in the start-up"
     stated = [k for k in STARTUP_FIGURES if config.get(k) is not None]

@@ -8,13 +8,15 @@ findings so a reader sees what else was considered and why it was ruled out:
    engine left for others, or took it in the window (:mod:`oomtrace.analysis.check_foreign`);
    memory outside PyTorch's cache grew while the cache did not;
 2. ``startup_misfit`` — the engine said at startup that the cache cannot hold one request or that
-   nothing is left for it, or the OOM came before the engine served anything since it started
-   (in any source), or weights + KV cache + CUDA graphs stated at startup exceed what the engine
-   was allowed to use (:mod:`oomtrace.analysis.check_startup`);
+   nothing is left for it, or the lines around the OOM place it in the start-up (its ``phase``),
+   or the OOM came before the engine served anything since it started (in any source), or
+   weights + KV cache + CUDA graphs stated at startup exceed what the engine was allowed to use
+   (:mod:`oomtrace.analysis.check_startup`);
 3. ``fragmentation`` — at the OOM the allocator held, reserved but unallocated, at least the
    allocation that failed;
 4. ``kv_exhaustion`` — the KV pool was full (observed usage at or above the full ratio, or the
    modelled KV at the pool size), or requests were preempted in the window (a preemption storm);
+   not where the engine's own KV-pool OOM counted the tokens it asked as available;
 5. ``leak`` — the memory level at idle moments rose steadily before the peak by a good part of
    the headroom the engine had left (:mod:`oomtrace.analysis.check_leak`);
 6. ``transient_peak`` — an allocation failed or a series peaked and fell back while the pool had
@@ -32,7 +34,11 @@ from typing import Any, cast
 import polars as pl
 
 from oomtrace.analysis import evidence as ev
-from oomtrace.analysis.check_allocation import one_allocation, stated_fragmentation
+from oomtrace.analysis.check_allocation import (
+    one_allocation,
+    pool_not_short,
+    stated_fragmentation,
+)
 from oomtrace.analysis.check_context import Context
 from oomtrace.analysis.check_foreign import foreign
 from oomtrace.analysis.check_leak import leak
@@ -54,8 +60,16 @@ def classify(ctx: Context) -> tuple[IncidentClass, str, tuple[ClassCheck, ...]]:
     for check in checks:
         if check.matched:
             return check.cls, check.reason, checks
-    reason = "no class fits: " + "; ".join(f"{c.cls}: {c.reason}" for c in checks)
-    return "unknown", reason, checks
+    room = _pool_room(ctx)
+    # what the engine itself said at the failure comes first, once
+    others = [c for c in checks if room is None or c.cls != "kv_exhaustion"]
+    reason = "no class fits: " + "; ".join(f"{c.cls}: {c.reason}" for c in others)
+    return "unknown", reason if room is None else f"{room}; {reason}", checks
+
+
+def _pool_room(ctx: Context) -> str | None:
+    page = ctx.config.get("block_size")
+    return pool_not_short(ctx.oom or {}, page if isinstance(page, int) else None)
 
 
 def _fragmentation(ctx: Context) -> ClassCheck:
@@ -125,6 +139,9 @@ def _kv_full(ctx: Context) -> tuple[float | None, dict[str, Any] | None]:
 
 
 def _kv_exhaustion(ctx: Context) -> ClassCheck:
+    if ctx.oom is not None and (room := _pool_room(ctx)):
+        # the engine's own count at the failure: the pool had what the step asked for
+        return ClassCheck("kv_exhaustion", False, room, (ev.event(ctx.oom),))
     ratio, row = _kv_full(ctx)
     preemptions, rows = _preemptions(ctx)
     parts: list[str] = []
@@ -207,8 +224,11 @@ def _transient(ctx: Context) -> ClassCheck:
             )
         )
         rows += [ev.request(r) for r in admitted.iter_rows(named=True)]
+    # the KV pool's share in use where it was observed: what lets a reader say the cache still
+    # had room (the report's explanation says so only then)
+    seen = (("kv_usage_ratio", ratio),) if room and ratio is not None else ()
     return ClassCheck(
-        "transient_peak", True, ", ".join(parts), tuple(rows), _step_figures(ctx, wanted)
+        "transient_peak", True, ", ".join(parts), tuple(rows), _step_figures(ctx, wanted) + seen
     )
 
 

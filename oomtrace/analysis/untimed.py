@@ -7,15 +7,19 @@ placed only when another input anchors it: ``docs/formats/log-prefixes-and-times
 needs no timeline still comes out, from the failure's own figures:
 
 * ``startup_misfit`` — the engine refused to start (vLLM's KV-insufficient ``ValueError``, TGI's
-  warm-up "Not enough memory to handle N prefill tokens");
+  warm-up "Not enough memory to handle N prefill tokens"), or the lines around its OOM place it in
+  the start-up (the event's ``phase``: loading the weights, the profiling run, the graph capture);
 * ``foreign_memory`` — other processes held memory the failed allocation lacked: PyTorch's
   "Process N has X memory in use" clauses, or the OOM's own accounting (in use less the failing
   process);
 * ``fragmentation`` — PyTorch held, reserved but unallocated, at least the allocation that failed;
-* ``kv_exhaustion`` — the KV pool ran out: SGLang's "Decode out of memory", retractions;
+* ``kv_exhaustion`` — the KV pool ran out: SGLang's "Decode out of memory" (unless the pool, by
+  its own count, had the tokens asked), retractions;
 * ``transient_peak`` — one allocation asked for more than was free (an activation, a logits
   buffer): the figures say by how much;
 * ``unknown`` — the failure states no size, with each check's reason.
+
+The checks themselves are :mod:`oomtrace.analysis.untimed_checks`.
 
 Where inputs with times and inputs without are mixed, none of this applies: the rows without a
 time stay set aside unless anchored (:func:`oomtrace.trace.set_aside`). Each incident's times are
@@ -29,19 +33,16 @@ from typing import Any, Final
 
 import polars as pl
 
-from oomtrace.analysis import evidence as ev
 from oomtrace.analysis.breakdown import REFUSED_FREE
-from oomtrace.analysis.check_allocation import not_short, one_allocation, stated_fragmentation
-from oomtrace.analysis.check_startup import MISFIT_KINDS, stated_start
+from oomtrace.analysis.check_allocation import not_short
+from oomtrace.analysis.check_startup import MISFIT_KINDS
 from oomtrace.analysis.deaths import unexplained_deaths
 from oomtrace.analysis.findings import (
     Anchor,
-    ClassCheck,
     Component,
     Findings,
     Gap,
     Incident,
-    IncidentClass,
     Ledger,
     ProcessUse,
     TraceSummary,
@@ -52,10 +53,10 @@ from oomtrace.analysis.options import AnalyzeOptions
 from oomtrace.analysis.prepare import serving_samples
 from oomtrace.analysis.remedies import RemedyFacts, remedies_for
 from oomtrace.analysis.trace_scan import TraceScan
+from oomtrace.analysis.untimed_checks import untimed_checks, verdict
 from oomtrace.errors import InputError
 from oomtrace.schema import TableName
 from oomtrace.trace import Trace
-from oomtrace.units import format_bytes
 
 NO_TIME: Final = "no time (the input prints none)"
 FAILURES: Final = ("oom", *MISFIT_KINDS, "startup_memory_insufficient")
@@ -199,9 +200,11 @@ def _incident(
         )
         anchor = stated.sort("stated", descending=True, maintain_order=True).row(0, named=True)
     processes = _processes(anchor, samples)
-    checks = _checks(anchor, processes, retractions, options, config, served=served)
-    cls, reason = _verdict(checks)
-    if (enough := not_short(anchor)) is not None:
+    checks = untimed_checks(anchor, processes, retractions, options, config, served=served)
+    cls, reason = verdict(checks)
+    # SGLang's page size (its server_args' page_size) reads a KV-pool OOM's token counts
+    page_size = config.get("block_size")
+    if enough := not_short(anchor, page_size if isinstance(page_size, int) else None):
         cls, reason = "unknown", enough
     total, free = anchor.get("total_bytes"), anchor.get("free_bytes")
     in_use = total - free if total is not None and free is not None else None
@@ -273,151 +276,6 @@ def _processes(oom: dict[str, Any], samples: pl.DataFrame) -> list[ProcessUse]:
     if out or own is None or in_use is None or in_use - own <= 0:
         return sorted(out, key=lambda p: -p.bytes)
     return [ProcessUse(None, in_use - own, None, (in_use - own) / in_use, "oom_event")]
-
-
-def _checks(
-    anchor: dict[str, Any],
-    processes: list[ProcessUse],
-    retractions: pl.DataFrame,
-    options: AnalyzeOptions,
-    config: dict[str, Any],
-    *,
-    served: bool,
-) -> tuple[ClassCheck, ...]:
-    return (
-        _foreign(anchor, processes, options),
-        _startup(anchor, config, served=served),
-        _fragmentation(anchor),
-        _kv(anchor, retractions),
-        one_allocation(anchor),
-    )
-
-
-def _verdict(checks: tuple[ClassCheck, ...]) -> tuple[IncidentClass, str]:
-    for check in checks:
-        if check.matched:
-            return check.cls, check.reason
-    # what the failure states comes first (the allocation's size), then why nothing fits
-    own = next(c.reason for c in checks if c.cls == "transient_peak")
-    others = "; ".join(f"{c.cls}: {c.reason}" for c in checks if c.cls != "transient_peak")
-    return "unknown", f"{own}; no class fits: {others}"
-
-
-def _shortfall(event: dict[str, Any]) -> int | None:
-    wanted, free = event.get("requested_bytes"), event.get("free_bytes")
-    return None if wanted is None or free is None else max(wanted - free, 0)
-
-
-def _foreign(
-    event: dict[str, Any], processes: list[ProcessUse], options: AnalyzeOptions
-) -> ClassCheck:
-    if event["kind"] in MISFIT_KINDS:
-        return ClassCheck(
-            "foreign_memory", False, "the engine refused its own settings, not others' memory"
-        )
-    held = sum(p.bytes for p in processes)
-    total, shortfall = event.get("total_bytes"), _shortfall(event)
-    floor = max(float(options.min_rise_bytes), 0.1 * (total or 0))
-    if not processes or held < floor or (shortfall is not None and held < shortfall):
-        seen = f"other processes held {format_bytes(held)}" if processes else "no other process"
-        return ClassCheck(
-            "foreign_memory",
-            False,
-            f"{seen}: not a significant share of the device, or less than the allocation lacked",
-        )
-    top = processes[0]
-    refused = event["kind"] == REFUSED_FREE
-    named = [p for p in processes if p.pid is not None]
-    who = (
-        ", ".join(f"process {p.pid} {format_bytes(p.bytes)}" for p in named[:4])
-        if named
-        else ("outside the engine" if refused else "outside the failing process")
-    )
-    when, failed = ("at start-up", "the start-up") if refused else ("at the OOM", "the allocation")
-    reason = f"{when} other processes held {format_bytes(held)} ({who})"
-    if shortfall is not None:
-        reason += f"; {failed} lacked {format_bytes(shortfall)}, which they held"
-    figures = (
-        ("pid", top.pid),
-        ("process_name", top.name),
-        ("foreign_bytes", held),
-        ("growth_bytes", None),
-        ("shortfall_bytes", shortfall),
-        ("left_for_others_bytes", None),
-    )
-    return ClassCheck("foreign_memory", True, reason, (ev.event(event),), figures)
-
-
-def _startup(event: dict[str, Any], config: dict[str, Any], *, served: bool) -> ClassCheck:
-    if event["kind"] in (*MISFIT_KINDS, "startup_memory_insufficient"):
-        detail = str(event.get("detail") or event["kind"])
-        return ClassCheck(
-            "startup_misfit",
-            True,
-            f"the engine refused to start: {detail}",
-            (ev.event(event),),
-            (
-                ("kv_needed_bytes", event.get("requested_bytes")),
-                ("kv_available_bytes", event.get("free_bytes")),
-                ("max_model_len", None),
-                ("engine_max_model_len", None),
-                ("kv_tokens", None),
-                ("device_total_bytes", event.get("total_bytes")),
-            ),
-        )
-    evidence = stated_start(event, config) if event["kind"] == "oom" and not served else None
-    if evidence is not None:
-        return ClassCheck(
-            "startup_misfit",
-            True,
-            f"the OOM came while the engine was starting ({evidence}; nothing served): what it "
-            "loads and reserves did not fit",
-            (ev.event(event),),
-            (
-                ("requested_bytes", event.get("requested_bytes")),
-                ("free_bytes", event.get("free_bytes")),
-                ("kv_available_bytes", config.get("available_kv_cache_bytes")),
-                ("max_model_len", config.get("max_model_len")),
-                ("device_total_bytes", event.get("total_bytes")),
-            ),
-        )
-    return ClassCheck(
-        "startup_misfit",
-        False,
-        "phase unknown: the input shows no start-up line, refusal or request served, so the OOM "
-        "is judged by its own figures",
-    )
-
-
-def _fragmentation(event: dict[str, Any]) -> ClassCheck:
-    stated = stated_fragmentation(event, None)
-    return stated or ClassCheck(
-        "fragmentation", False, "the failure states no reserved-but-unallocated memory"
-    )
-
-
-def _kv(event: dict[str, Any], retractions: pl.DataFrame) -> ClassCheck:
-    # SGLang's KV-pool OOM ("Decode out of memory" raised) is an OOM of the pool, not the device
-    pool = event["kind"] == "oom" and "KV cache" in str(event.get("detail") or "")
-    if retractions.height or pool:
-        parts = []
-        if pool:
-            parts.append(f"the engine could not allocate KV cache slots ({event.get('detail')})")
-        if retractions.height:
-            plural = "" if retractions.height == 1 else "s"
-            first = retractions.row(0, named=True).get("detail")
-            parts.append(
-                f"{retractions.height} preemption{plural} or retraction{plural} of running "
-                "requests" + (f" ({first})" if first else "")
-            )
-        rows = [ev.event(r) for r in retractions.head(3).iter_rows(named=True)]
-        return ClassCheck(
-            "kv_exhaustion",
-            True,
-            "the KV pool ran out: " + "; ".join(parts),
-            (ev.event(event), *rows) if event["kind"] != "preemption" else tuple(rows),
-        )
-    return ClassCheck("kv_exhaustion", False, "no KV pool figure and no request retracted")
 
 
 def _breakdown(event: dict[str, Any], processes: list[ProcessUse]) -> tuple[Component, ...]:

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from oomtrace.isotime import iso_time
+from oomtrace.report.cause_data import check_figures
 from oomtrace.report.document import Figure, Table, Verdict
 from oomtrace.report.fmt import value_text
 from oomtrace.report.records import parse_time, table_from_records
@@ -35,6 +36,14 @@ CLASS_EXPLANATIONS: Final[dict[str, str]] = {
         "Memory rose briefly above what the device could give while the KV cache still had "
         "room: temporary memory for a large step (a long prompt's prefill, its activations or "
         "logits) did not fit beside the cache."
+    ),
+    # the same class where nothing observed the KV cache at the failure (an OOM message pasted
+    # alone, a log without times): what the cache held then is not known, so not said
+    "transient_peak_kv_unseen": (
+        "One allocation asked for more than the device could give at that moment: temporary "
+        "memory for a step (a long prompt's prefill, its activations or logits, a compute "
+        "buffer) did not fit beside what was already held. Nothing in the inputs shows how "
+        "full the KV cache was then."
     ),
     "startup_misfit": (
         "The configuration could not work: the model weights, the KV cache and the runtime "
@@ -206,7 +215,10 @@ def build_verdict(
 
 
 def _paragraph(cls: str, incident: Mapping[str, Any]) -> str:
-    parts = [CLASS_EXPLANATIONS.get(cls, CLASS_EXPLANATIONS["unknown"])]
+    explained = cls
+    if cls == "transient_peak" and check_figures(incident).get("kv_usage_ratio") is None:
+        explained = "transient_peak_kv_unseen"
+    parts = [CLASS_EXPLANATIONS.get(explained, CLASS_EXPLANATIONS["unknown"])]
     reason = str(incident.get("reason") or "").strip()
     if reason:
         parts.append(reason[:1].upper() + reason[1:].rstrip(".") + ".")

@@ -158,3 +158,16 @@ def test_only_an_untimed_row_may_lack_a_time_and_an_untimed_row_has_none() -> No
         events({"ts": None, "kind": "oom", "clock": "unaligned"})
     with pytest.raises(SchemaError, match="clock 'untimed' and a time"):
         events({"ts": at(0), "kind": "oom", "clock": "untimed"})
+
+
+def test_an_event_without_a_phase_reads_as_not_stated_and_a_phase_is_from_the_vocabulary() -> None:
+    # GIVEN an events frame written before the phase column existed
+    frame = pl.DataFrame({"ts": [T0], "node": ["n"], "source": ["s"], "kind": ["oom"]})
+    # THEN it reads with the phase null ("not stated")
+    assert conform("events", frame)["phase"].to_list() == [None]
+    # AND a phase is one of the vocabulary's, or refused with the column named
+    assert conform("events", frame.with_columns(phase=pl.lit("graph_capture")))["phase"][0] == (
+        "graph_capture"
+    )
+    with pytest.raises(SchemaError, match="column phase has value"):
+        conform("events", frame.with_columns(phase=pl.lit("lunch")))

@@ -154,20 +154,52 @@ def retraction_samples(frame: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+# What a KV-pool OOM's event says (its detail), and the figures in it, for the analysis to read
+# back: the tokens the step asked for and those the pool had (free plus evictable).
+KV_POOL_OOM: Final = "SGLang could not allocate KV cache slots"
+POOL_TOKENS: Final = r"(\d+) tokens asked, (\d+) available"
+# SGLang's KV-pool OOM (python/sglang/srt/managers/schedule_batch.py, alloc_token_slots and the
+# paged alloc_*_token_slots; mem_cache/common.py since 0.5): "Prefill out of memory. Try to lower
+# your batch size." ("Decode", or "Out of memory." without the phase since 0.5), then, each on a
+# line of its own, "Try to allocate N tokens." and the pool's room: "Avaliable tokens: N" (0.4,
+# misspelt), "Available tokens: N (available_size=A + evictable_size=E)", "Available full
+# tokens: N (...)" (a hybrid SWA pool).
+_POOL_HEAD: Final = r"((?:Prefill|Decode) out|\bOut) of memory\. Try to lower"
+_ASKED: Final = r"Try to allocate (\d+) tokens\."
+_AVAILABLE: Final = r"Ava(?:i)?liable (?:full )?tokens: (\d+)"
+
+
 def kv_pool_oom_events(oom_text: pl.DataFrame) -> pl.DataFrame:
+    """One ``oom`` event per KV-pool OOM, with the tokens it asked for and the pool had where
+    the lines after it state them (the next head line ends a failure's lines)."""
     if oom_text.height == 0:
         return pl.DataFrame()
-    phase = pl.col("line").str.extract(r"(Prefill|Decode) out of memory\. Try to lower", 1)
-    rows = oom_text.with_columns(phase=phase).drop_nulls("phase")
+    line = pl.col("line")
+    frame = oom_text.sort("ts", maintain_order=True).with_columns(
+        _head=line.str.extract(_POOL_HEAD, 1),
+        _asked=line.str.extract(_ASKED, 1).cast(pl.Int64, strict=False),
+        _available=line.str.extract(_AVAILABLE, 1).cast(pl.Int64, strict=False),
+    )
+    frame = frame.with_columns(_failure=pl.col("_head").is_not_null().cum_sum())
+    figures = (
+        frame.filter(pl.col("_failure") > 0)
+        .group_by("_failure")
+        .agg(pl.col("_asked").drop_nulls().first(), pl.col("_available").drop_nulls().first())
+    )
+    rows = frame.filter(pl.col("_head").is_not_null()).select("ts", "_head", "_failure")
     if rows.height == 0:
         return pl.DataFrame()
+    rows = rows.join(figures, on="_failure", how="left").with_columns(
+        phase=pl.concat_str(pl.col("_head"), pl.lit(" of memory"))
+    )
+    asked = pl.format("{} tokens asked", pl.col("_asked"))
+    available = pl.format("{} available", pl.col("_available"))
+    stated = pl.concat_str(asked, available, separator=", ", ignore_nulls=True)
+    sizes = pl.when(stated != "").then(": " + stated).otherwise(pl.lit("; sizes not stated"))
     return dedupe(rows, ["phase"]).select(
         "ts",
         kind=pl.lit("oom"),
-        detail=pl.format(
-            "SGLang could not allocate KV cache slots ({} out of memory); sizes not stated",
-            pl.col("phase"),
-        ),
+        detail=pl.concat_str(pl.format(KV_POOL_OOM + " ({})", pl.col("phase")), sizes),
     )
 
 

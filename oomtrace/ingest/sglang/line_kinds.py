@@ -11,9 +11,16 @@ import polars as pl
 from oomtrace.ingest.frame_check import check_frame
 from oomtrace.ingest.sglang import line_patterns as pat
 from oomtrace.ingest.sglang.frames import PREFIX_PARTS
+from oomtrace.ingest.torch.oom_phase import FRAME_LITERALS
 from oomtrace.ingest.torch.oom_text import PREFILTER
 
-_KV_POOL_OOM_LITERAL: Final = " out of memory. Try to lower your batch size"
+_KV_POOL_OOM_LITERALS: Final = [
+    " out of memory. Try to lower your batch size",
+    "Out of memory. Try to lower your batch size",
+]
+# The lines after it: "Try to allocate N tokens.", "Avaliable tokens: N" (0.4's spelling),
+# "Available tokens: N (...)", "Available full tokens: N (...)".
+_KV_POOL_FIGURE_LITERALS: Final = ["Try to allocate ", "liable tokens: ", "liable full tokens: "]
 
 
 def split_prefix(lines: pl.Series) -> pl.DataFrame:
@@ -118,11 +125,14 @@ def classify() -> pl.Expr:
     only."""
     line, msg = pl.col("line"), pl.col("msg")
     choices = [
-        pl.when(line.str.contains(_KV_POOL_OOM_LITERAL, literal=True)).then(pl.lit("kv_pool_oom"))
+        pl.when(line.str.contains_any(_KV_POOL_OOM_LITERALS)).then(pl.lit("kv_pool_oom")),
+        pl.when(line.str.contains_any(_KV_POOL_FIGURE_LITERALS)).then(pl.lit("kv_pool_figures")),
     ]
     for kind in pat.KINDS:
         if kind.starts:
             cheap = pl.any_horizontal([msg.str.starts_with(word) for word in kind.starts])
             choices.append(pl.when(cheap).then(pl.lit(kind.name)))
     choices.append(pl.when(line.str.contains(PREFILTER)).then(pl.lit("torch_oom")))
+    # a traceback's frame that says what the engine was doing (oomtrace/ingest/torch/oom_phase.py)
+    choices.append(pl.when(line.str.contains_any(list(FRAME_LITERALS))).then(pl.lit("oom_phase")))
     return pl.coalesce(choices)

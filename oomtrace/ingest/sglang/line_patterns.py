@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
+from oomtrace.ingest.torch import oom_phase
+
 # SGLang's own prefix, after any outer prefix (docker-compose, kubectl, Ray "(name pid=N)", ...).
 # Releases up to 0.3.x print the time of day only (``datefmt="%H:%M:%S"``): ``[11:19:46 TP0]``.
 PREFIX: Final = (
@@ -127,9 +129,24 @@ KINDS: Final[tuple[Kind, ...]] = (
         starts=("Decode out of memory happened", "KV cache pool is full"),
     ),
     Kind(
+        # "Out of memory." without the phase since 0.5 (mem_cache/common.py)
         "kv_pool_oom",
-        r"(?:Prefill|Decode) out of memory\. Try to lower your batch size",
+        r"(?:(?:Prefill|Decode) out|\bOut) of memory\. Try to lower your batch size",
         "[2025-05-01 12:00:00 TP0] Prefill out of memory. Try to lower your batch size.",
+    ),
+    Kind(
+        # the lines after it, without a prefix: what it asked, what the pool had
+        "kv_pool_figures",
+        r"^[\s`>]*(?:Try to allocate \d+ tokens\.|Ava(?:i)?liable (?:full )?tokens: \d+)",
+        "Try to allocate 148 tokens.",
+    ),
+    Kind(
+        # a traceback's frame around an OOM that says what the engine was doing: read with the
+        # failure it belongs to (SGLang's model_runner.py: init_memory_pool, init_cuda_graphs)
+        "oom_phase",
+        oom_phase.LINES,
+        '  File "/sgl-workspace/sglang/python/sglang/srt/model_executor/model_runner.py", line '
+        "252, in init_cuda_graphs",
     ),
     Kind(
         "engine_dead",

@@ -40,6 +40,7 @@ from oomtrace.ingest.sglang.frames import KIND_LINES
 from oomtrace.ingest.sglang.line_kinds import classify, split_prefix
 from oomtrace.ingest.text.input_file import InputFile, first_line
 from oomtrace.ingest.text.timestamps import ISO, localize, naive, with_offset
+from oomtrace.ingest.torch.oom_phase import failure_phases
 from oomtrace.ingest.torch.oom_text import OOM_SHAPES, extract_ooms
 from oomtrace.schema import TS
 
@@ -72,6 +73,8 @@ _SNIFF_BARE = re.compile(
     r"|new fill batch\. #seq: \d+\. |#running-req: \d+, #token: \d+, token usage: )"
     r"|(?:Prefill|Decode) out of memory\. Try to lower your batch size"
 )
+# Kinds whose pattern is tested on the whole line (they have no SGLang prefix, or it varies).
+_WHOLE_LINE_KINDS: Final = ("kv_pool_oom", "kv_pool_figures", "oom_phase")
 _NOT_USED: Final = "SGLang line not used (not relevant to memory or admission)"
 _NUMBER: Final = "number"
 _STAMPED: Final = "stamped"
@@ -223,7 +226,7 @@ class _Acc:
         of :func:`_classify` picked them); lines it does not match are not used."""
         checks = [
             (pl.col("kind") == k.name)
-            & ~pl.col("line" if k.name == "kv_pool_oom" else "msg").str.contains(k.pattern)
+            & ~pl.col("line" if k.name in _WHOLE_LINE_KINDS else "msg").str.contains(k.pattern)
             for k in pat.KINDS
             if k.name in self._kinds_seen(used)
         ]
@@ -251,7 +254,7 @@ class _Acc:
         if retract.height:
             self._note_families(retract)
             self.keep("retract", extract.retractions(retract))
-        self.keep("oom_text", used.filter(kinds.is_in(["torch_oom", "kv_pool_oom"])))
+        self.keep("oom_text", used.filter(kinds.is_in(["torch_oom", *_WHOLE_LINE_KINDS])))
         self.keep("dead", used.filter(kinds == "engine_dead").select("ts", "ranks", "msg"))
         startup = used.filter(kinds.is_in(list(extract.STARTUP_KINDS)))
         self.keep("startup", extract.startup_fields(startup))
@@ -289,8 +292,11 @@ class _Acc:
         if oom_text.height == 0:
             oom_text = pl.DataFrame(schema=KIND_LINES)
         events.append(extract.kv_pool_oom_events(oom_text))
+        # the frames kept beside the failures say what the engine was doing (distances count
+        # the kept lines, in the log's order)
+        lines = oom_text.select("ts", text="line").with_row_index("line").cast({"line": pl.Int64})
         torch_events, torch_samples = extract_ooms(
-            oom_text.select("ts", text="line"), diag=self.diag
+            failure_phases(lines, OOM_SHAPES).drop("line"), diag=self.diag
         )
         events.append(torch_events)
         samples.append(torch_samples)

@@ -37,14 +37,18 @@ from oomtrace.ingest.parser_api import ParseContext, ParseResult
 from oomtrace.ingest.text.input_file import InputFile, first_line
 from oomtrace.ingest.text.split_records import LOG_RECORD_START, find_split_records
 from oomtrace.ingest.text.timestamps import StampForms, line_stamps
-from oomtrace.ingest.torch import llamacpp_log, tgi_log
+from oomtrace.ingest.torch import llamacpp_log, oom_phase, tgi_log
 from oomtrace.ingest.torch.oom_text import OOM_SHAPES, PREFILTER, extract_ooms
 from oomtrace.schema import TS
 
 CONFIDENCE: Final = 0.55
-# Lines this parser reads: OOM messages and TGI's and llama.cpp's own lines about memory.
-_USED: Final = f"{OOM_SHAPES}|{tgi_log.LINES}|{llamacpp_log.STARTUP}"
-_KEEP: Final = f"{PREFILTER}|Not enough memory to handle|{tgi_log.LINES}|{llamacpp_log.STARTUP}"
+# Lines this parser reads: OOM messages, the lines around them that state the phase, and TGI's
+# and llama.cpp's own lines about memory.
+_USED: Final = f"{OOM_SHAPES}|{oom_phase.LINES}|{tgi_log.LINES}|{llamacpp_log.STARTUP}"
+_KEEP: Final = (
+    f"{PREFILTER}|{oom_phase.LINES}|Not enough memory to handle|{tgi_log.LINES}|"
+    f"{llamacpp_log.STARTUP}"
+)
 _SNIFF_OOM = re.compile(f"{OOM_SHAPES}|{tgi_log.WARMUP}")
 # A server log this parser reads even when its head holds no failure.
 _SNIFF_SERVER = re.compile(f"{llamacpp_log.MARKERS.pattern}|{tgi_log.MARKERS}", re.MULTILINE)
@@ -145,7 +149,7 @@ class _Acc:
             if other
             else None,
         )
-        timed = kept.drop_nulls("ts")
+        timed = oom_phase.failure_phases(kept.drop_nulls("ts"), OOM_SHAPES)
         events, samples = extract_ooms(timed, diag=self.diag)
         found = [f for f in (events, tgi_log.events(timed.select("ts", "text"))) if f.height]
         result = ParseResult(

@@ -52,7 +52,7 @@ from oomtrace.ingest.torch.oom_processes import (
     process_samples,
     with_processes,
 )
-from oomtrace.schema import OUT_OF_RANGE, empty
+from oomtrace.schema import EVENT_PHASES, OUT_OF_RANGE, empty
 from oomtrace.units import bytes_beyond_range, bytes_expr
 
 REPEAT_WINDOW_S: Final = 5
@@ -120,7 +120,7 @@ OOM_SHAPES: Final = "|".join(
 
 EVENT_COLUMNS: Final = [
     "ts", "device", "pid", "kind", "requested_bytes", "total_bytes", "free_bytes",
-    "allocated_bytes", "reserved_unallocated_bytes", "process_bytes", "detail",
+    "allocated_bytes", "reserved_unallocated_bytes", "process_bytes", "detail", "phase",
 ]  # fmt: skip
 
 
@@ -129,7 +129,8 @@ def extract_ooms(
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """OOM events and per-process samples from ``lines`` (columns ``ts`` and ``text``, in file
     order; an optional ``pid`` column is the pid of the process that printed each line, where
-    the parser knows it).
+    the parser knows it; an optional ``phase`` column, the phase the lines around it state:
+    :func:`oomtrace.ingest.torch.oom_phase.failure_phases`).
 
     Returns ``(events, samples)`` with canonical column names (without ``node``/``source``).
     A size beyond any device (``10^29 GiB``) is left out of its event and counted on ``diag``.
@@ -139,6 +140,8 @@ def extract_ooms(
     keep = ["ts", pl.col(text).alias("_t")]
     if "pid" in lines.columns:
         keep.append(pl.col("pid").cast(pl.Int64, strict=False))
+    if "phase" in lines.columns:
+        keep.append(pl.col("phase"))
     hits = lines.filter(pl.col(text).str.contains(PREFILTER)).select(keep)
     if hits.height == 0:
         return _empty_events(), empty_samples()
@@ -179,6 +182,13 @@ def extract_ooms(
     if diag is not None:
         diag.skip(OUT_OF_RANGE, samples["value"].null_count(), None)
     samples = samples.drop_nulls("value")
+    if "phase" not in events.columns:
+        events = events.with_columns(phase=pl.lit(None, dtype=pl.String))
+    # TGI's launcher names the phase: "Unable to warmup model" (the start-up's warm-up)
+    warmup = pl.col("_t").str.contains(r"(?i)unable to warm ?up")
+    events = events.with_columns(
+        phase=pl.coalesce("phase", pl.when(warmup).then(pl.lit("warmup"))),
+    )
     events = events.with_columns(kind=pl.lit("oom"), detail=_detail(events))
     events = events.with_columns(
         pl.lit(None).alias(column) for column in EVENT_COLUMNS if column not in events.columns
@@ -213,9 +223,8 @@ def _detail(events: pl.DataFrame) -> pl.Expr:
             parts.append(
                 pl.when(pl.col(column).is_not_null()).then(pl.format(words, pl.col(column)))
             )
-    # TGI's launcher names the phase: "Unable to warmup model" (the start-up's warm-up)
-    warmup = pl.col("_t").str.contains(r"(?i)unable to warm ?up")
-    parts.append(pl.when(warmup).then(pl.lit("; during the warm-up at start-up")))
+    phase = pl.col("phase").replace_strict(EVENT_PHASES, default=None, return_dtype=pl.String)
+    parts.append(pl.format("; during {}", phase))
     return pl.concat_str(parts, ignore_nulls=True)
 
 
@@ -273,6 +282,7 @@ def _ggml(hits: pl.DataFrame) -> pl.DataFrame | None:
     return found.select(
         "ts",
         "_t",
+        *(["phase"] if "phase" in found.columns else []),
         _layout=pl.lit("ggml"),
         device=pl.col("d").cast(pl.Int32, strict=False),
         requested_bytes=bytes_expr(pl.col("n"), pl.col("u")),

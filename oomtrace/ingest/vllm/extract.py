@@ -17,6 +17,7 @@ from typing import Final, TypeVar
 import polars as pl
 
 from oomtrace.ingest.frame_check import check_frame
+from oomtrace.ingest.torch import oom_phase
 from oomtrace.ingest.vllm.frames import (
     CONFIG_ROWS,
     EVENT_ROWS,
@@ -61,6 +62,11 @@ _LITERALS: Final = tuple(
 )
 LITERAL_ALT: Final = "|".join(re.escape(literal) for literal in _LITERALS)
 OOM_ALT: Final = "|".join(re.escape(literal) for literal in OOM_LITERALS)
+# The OOM candidates and the traceback frames that say what the engine was doing
+# (oomtrace/ingest/torch/oom_phase.py): read beside the failures, used only for their phase.
+_OOM_CONTEXT_ALT: Final = "|".join(
+    re.escape(literal) for literal in (*OOM_LITERALS, *oom_phase.FRAME_LITERALS)
+)
 _REQUEST_KIND: Final = (
     r"^(?:Engine [0-9]+: |[0-9]+ Engines Aggregated: )?(?P<stats>Avg prompt throughput: )?"
     r"(?P<req>Received request |Added request |Finished request |Aborted request|Request |"
@@ -117,7 +123,7 @@ def flags() -> dict[str, pl.Expr]:
     line = pl.col("line")
     return {
         "has_literal": line.str.contains(LITERAL_ALT),
-        "may_be_oom": line.str.contains(OOM_ALT),
+        "may_be_oom": line.str.contains(_OOM_CONTEXT_ALT),
     }
 
 
@@ -133,7 +139,10 @@ def extract(records: pl.DataFrame, out: Extracted) -> None:
     ooms = cand.filter(pl.col("may_be_oom") & ~pl.col("body").str.contains(USER_TEXT_LEADS))
     if ooms.height:
         out.ooms.append(check_frame(ooms.select(*TIME_COLUMNS, "body"), OOM_ROWS, "vLLM OOM rows"))
-        out.used.append(ooms.get_column("record_seq"))
+        # a frame is put to use only where it gives a failure its phase: it stays counted as a
+        # record not used (the skip counts are per record, settled per chunk)
+        failures = ooms.filter(pl.col("body").str.contains(OOM_ALT))
+        out.used.append(failures.get_column("record_seq"))
     if not cand.get_column("has_literal").all():
         cand = cand.filter(pl.col("has_literal"))
     if cand.height == 0:

@@ -14,7 +14,8 @@ from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.ingest.alignment.anchoring import ORDER
 from oomtrace.ingest.frame_check import check_frame
 from oomtrace.ingest.text.yearless_clock import ClockDecision, placed_utc
-from oomtrace.ingest.torch.oom_text import REPEAT_WINDOW_S, extract_ooms
+from oomtrace.ingest.torch import oom_phase
+from oomtrace.ingest.torch.oom_text import OOM_SHAPES, PREFILTER, REPEAT_WINDOW_S, extract_ooms
 from oomtrace.ingest.vllm.frames import (
     CHUNK_CARRY,
     EVENT_ROWS,
@@ -321,10 +322,18 @@ def interval_preemptions(stats: pl.DataFrame) -> pl.DataFrame:
 def oom_rows(ooms: pl.DataFrame, ledger: Ledger) -> tuple[pl.DataFrame, pl.DataFrame]:
     """PyTorch OOM events and per-process samples (shared extractor, after rank de-dup)."""
     check_frame(ooms, timed(OOM_ROWS), "vLLM OOM rows")
+    # the traceback frames around each failure say what the engine was doing (each process's
+    # lines apart: ranks interleave theirs); then only the failures go on
+    lines = ooms.sort("record_seq").with_columns(line=pl.col("record_seq") // 256, text="body")
+    ooms = oom_phase.failure_phases(lines, OOM_SHAPES, by="proc").filter(
+        pl.col("body").str.contains(PREFILTER)
+    )
     ooms = drop_rank_repeats(ooms, ["body"], ledger)
     # The pid of the process prefix ("(EngineCore_DP0 pid=494) ") names the failing process.
     pid = pl.col("proc").str.extract(r"\bpid=(\d+)", 1).cast(pl.Int64, strict=False)
-    events, samples = extract_ooms(ooms.select("ts", text="body", pid=pid), diag=ledger.diag)
+    events, samples = extract_ooms(
+        ooms.select("ts", "phase", text="body", pid=pid), diag=ledger.diag
+    )
     return _fold_wrappers(events), samples
 
 

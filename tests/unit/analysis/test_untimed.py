@@ -186,16 +186,30 @@ def test_a_cuda_malloc_failure_after_the_kv_cache_was_sized_is_a_startup_misfit(
 ) -> None:
     # GIVEN llama.cpp's context creation: its KV cache stated, then the compute buffer refused
     incident = analyze(ingest(tmp_path, "llama.txt", LLAMA_CONTEXT)).primary
-    # THEN start-up: the log holds what an engine states only while starting
+    # THEN start-up, in the words of the line after the failure (llama_new_context_with_model:
+    # failed to allocate compute buffers), with the size
     assert incident is not None
     assert (incident.cls, incident.device) == ("startup_misfit", 4)
-    assert incident.reason.startswith("the OOM came while the engine was starting (the log holds")
+    assert incident.reason.startswith(
+        "the reservation of the compute buffers at start-up needed 144.00 MiB"
+    )
+
+
+def test_the_weights_refused_while_loading_are_a_startup_misfit(tmp_path: Path) -> None:
+    # GIVEN llama.cpp's weights refused: load_tensors before the failure, alloc_tensor_range
+    # after it (llama.cpp issue 20431), no free memory stated
+    incident = analyze(ingest(tmp_path, "llama.txt", LLAMA_LOAD)).primary
+    # THEN the phase those lines state makes it a start-up misfit, said with the figures
+    assert incident is not None
+    assert (incident.cls, incident.device) == ("startup_misfit", 0)
+    assert incident.reason == (
+        "the model's weights did not fit device 0: loading them asked for 141.42 GiB"
+    )
 
 
 def test_a_failure_stating_only_its_size_leads_with_it(tmp_path: Path) -> None:
-    # GIVEN llama.cpp's weights refused, with no free memory and no start-up figure stated (the
-    # phase is in the lines around the failure, which the OOM event does not carry)
-    incident = analyze(ingest(tmp_path, "llama.txt", LLAMA_LOAD)).primary
+    # GIVEN llama.cpp's failed cudaMalloc alone: no free memory, no line around it
+    incident = analyze(ingest(tmp_path, "llama.txt", LLAMA_LOAD.splitlines()[1] + "\n")).primary
     # THEN no class is claimed without evidence, and the reason says first what the failure
     # states
     assert incident is not None

@@ -13,6 +13,17 @@ from oomtrace.ingest.sglang import line_patterns as pat
 from oomtrace.ingest.sglang.log_parser import PARSER
 from oomtrace.units import GiB
 
+KINDS = {k.name: k for k in pat.KINDS}
+# What a kind that continues or precedes a failure is read with.
+_TORCH_OOM = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+    "capacity of 79.11 GiB of which 1.50 GiB is free."
+)
+CONTEXT: dict[str, tuple[list[str], list[str]]] = {
+    "kv_pool_figures": ([KINDS["kv_pool_oom"].sample], []),
+    "oom_phase": ([KINDS["kv_pool_oom"].sample], [_TORCH_OOM]),
+}
+
 
 def _parse(*lines: str) -> tuple[ParseResult, SourceDiagnostics]:
     diag = SourceDiagnostics("sample", "sglang-log", "n")
@@ -45,6 +56,14 @@ CHECKS: dict[str, Callable[[ParseResult], bool]] = {
         _event_kinds(r) == ["preemption"] and _metrics(r) == {"preemptions_in_interval": 3}
     ),
     "kv_pool_oom": lambda r: _event_kinds(r) == ["oom"],
+    # read with the failure it stands before: its phase joins that failure's event
+    "oom_phase": lambda r: r.events is not None and "graph_capture" in r.events["phase"].to_list(),
+    # read with the failure it follows: its figures join that failure's event
+    "kv_pool_figures": lambda r: (
+        r.events is not None
+        and r.events["detail"].to_list()
+        == ["SGLang could not allocate KV cache slots (Prefill out of memory): 148 tokens asked"]
+    ),
     "engine_dead": lambda r: _event_kinds(r) == ["engine_dead"],
     "server_args": lambda r: (
         _event_kinds(r) == ["engine_start"]
@@ -95,9 +114,11 @@ CHECKS: dict[str, Callable[[ParseResult], bool]] = {
 
 @pytest.mark.parametrize("kind", pat.KINDS, ids=lambda k: k.name)
 def test_each_message_sample_gives_its_rows(kind: pat.Kind) -> None:
-    result, diag = _parse(kind.sample)
+    # a line read only with a failure is read with one (after a line that gives the time)
+    before, after = CONTEXT.get(kind.name, ([], []))
+    result, diag = _parse(*before, kind.sample, *after)
     assert CHECKS[kind.name](result)
-    assert diag.lines_recognised == 1
+    assert diag.lines_recognised == 1 + len(before) + len(after)
     assert diag.lines_skipped == 0
 
 

@@ -85,7 +85,9 @@ def test_v04_kv_pool_oom_torch_oom_and_death_become_events(tmp_path: Path) -> No
     trace = _ingest(tmp_path, "v0.4-tp2.log")
     events = trace.events.select("ts", "kind", "device", "requested_bytes", "detail")
     ooms = events.filter(pl.col("kind") == "oom").sort("device", nulls_last=True)
-    # The KV-pool OOM is printed by both ranks and again in the traceback: one event, no sizes.
+    # The KV-pool OOM is printed by both ranks and again in the traceback: one event, with the
+    # tokens it asked for and those the pool had from the lines after it (SGLang 0.4's
+    # "Avaliable tokens").
     assert ooms.rows() == [
         (
             _utc(2025, 3, 14, 2, 16, 17),
@@ -102,7 +104,10 @@ def test_v04_kv_pool_oom_torch_oom_and_death_become_events(tmp_path: Path) -> No
             "oom",
             None,
             None,
-            "SGLang could not allocate KV cache slots (Prefill out of memory); sizes not stated",
+            (
+                "SGLang could not allocate KV cache slots (Prefill out of memory): 8192 tokens "
+                "asked, 412 available"
+            ),
         ),
     ]
     dead = events.filter(pl.col("kind") == "engine_dead")["detail"].to_list()

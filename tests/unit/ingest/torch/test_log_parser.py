@@ -106,7 +106,12 @@ def test_llama_cpp_log_without_timestamps_alone_stays_untimed_not_at_the_file_ti
     assert row["ts"] != MTIME
     assert row["requested_bytes"] == round(13285.50 * MiB)
     assert row["free_bytes"] is None
-    assert row["detail"] == "llama.cpp (ggml) cudaMalloc failed: out of memory"
+    # the line after it names the caller: the KV cache's buffer, made at start-up
+    assert row["phase"] == "kv_cache_init"
+    assert row["detail"] == (
+        "llama.cpp (ggml) cudaMalloc failed: out of memory; during the KV cache's allocation at "
+        "start-up"
+    )
     (diag,) = trace.manifest.sources
     assert diag.notes[0].startswith("this log prints no time: its events keep their order")
     assert (diag.clock["status"], diag.clock["untimed_rows"]) == ("untimed", 1)
@@ -259,9 +264,13 @@ def test_llama_cpp_durations_since_start_are_no_time_of_day(tmp_path: Path) -> N
     assert (row["ts"], row["clock"]) == (None, "untimed")
     assert row["device"] == 1
     assert row["requested_bytes"] == round(51748.72 * MiB)
+    # graph_reserve and sched_reserve, right after it, say what failed: the compute buffers
+    # reserved while the context is made (start-up)
+    assert row["phase"] == "compute_reserve"
     (diag,) = trace.manifest.sources
-    # the failure and the server's slots ("n_slots = 1", its max_num_seqs)
-    assert diag.lines_recognised == 2
+    # the failure, the lines that state its phase and the server's slots ("n_slots = 1", its
+    # max_num_seqs)
+    assert diag.lines_recognised == 4
     assert trace.manifest.engine_config == {"max_num_seqs": 1}
     assert any("llama.cpp prints how long after its start" in n for n in diag.notes)
 
@@ -349,7 +358,7 @@ def test_tgi_warmup_panic_with_the_cudamallocasync_refusal(tmp_path: Path) -> No
     )
     assert (row["total_bytes"], row["free_bytes"]) == (round(22.20 * GiB), round(11.12 * MiB))
     assert str(row["detail"]).endswith(
-        "limit 22.20 GiB (the memory fraction); during the warm-up at start-up"
+        "limit 22.20 GiB (the memory fraction); during the warm-up before serving"
     )
 
 

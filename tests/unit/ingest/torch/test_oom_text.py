@@ -384,7 +384,7 @@ def test_tgi_warmup_panic_refusal_with_escaped_newlines() -> None:
     # the launcher's "Unable to warmup model" places the OOM in the start-up (analysis reads it)
     assert row["detail"] == (
         "PyTorch cudaMallocAsync refusal: allocation would exceed allowed memory; limit 22.20 GiB "
-        "(the memory fraction); during the warm-up at start-up"
+        "(the memory fraction); during the warm-up before serving"
     )
 
 

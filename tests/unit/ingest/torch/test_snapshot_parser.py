@@ -179,6 +179,7 @@ def test_the_oom_entry_becomes_an_event_with_the_allocator_state_at_that_moment(
             "reserved_unallocated_bytes": [38 * MiB],
             "process_bytes": [None],
             "detail": ["PyTorch memory snapshot: allocator OOM trace entry (device_free, size)"],
+            "phase": [None],
         },
         schema=events.schema,
     )

@@ -1,0 +1,176 @@
+"""The phase an out-of-memory failure came in, as the lines around it state it.
+
+An allocator's message says how much it asked and what was free, never what the engine was doing.
+The lines around it do, and a person reads them first:
+
+* llama.cpp names the caller of a failed buffer right after the ``cudaMalloc failed`` line
+  (``src/llama-model.cpp``, ``src/llama-context.cpp``, ``ggml/src/ggml-alloc.c``):
+  ``llama_model_load: error loading model: unable to allocate CUDA0 buffer`` (the weights, after
+  ``load_tensors: loading model tensors``), ``graph_reserve: failed to allocate compute buffers``
+  (the compute buffers reserved while the context is made), ``llama_kv_cache_update_impl: failed
+  to allocate compute buffers`` (the compute buffers rebuilt while serving, when the KV cache is
+  shifted or defragmented; newer builds go through ``graph_reserve`` and then say
+  ``memory_update: failed to reserve graph after the memory update``),
+  ``llama_kv_cache_init: failed to allocate buffer for kv cache``;
+* a Python traceback names the frames it failed in, outermost first: vLLM's start-up profiling
+  (``vllm/v1/worker/gpu_model_runner.py``: ``profile_run`` runs ``_dummy_run`` and
+  ``_dummy_sampler_run``, whose call passes ``sampling_metadata=dummy_metadata``; the worker's
+  ``determine_available_memory``), the KV cache's allocation (``initialize_kv_cache``,
+  ``_allocate_kv_cache_tensors``, the engine core's ``_initialize_kv_caches``), CUDA graph
+  capture (``capture_model``), the weights (``load_model``); SGLang's ``init_memory_pool`` and
+  its ``Capture cuda graph failed`` wrapper (``python/sglang/srt/model_executor/model_runner.py``).
+
+Each marker is a phase of :data:`oomtrace.schema.EVENT_PHASES`. A marker counts for the nearest
+failure line before it (within :attr:`Marker.after` lines: llama.cpp's statements follow the
+failure) or after it (within :attr:`Marker.before` lines: a traceback's frames precede its
+message), never across another failure line; a marker on the failure's own line counts. Among
+the markers of one failure the most specific wins (the list's order: a capture runs
+``_dummy_run``, the engine core's ``_initialize_kv_caches`` runs the profile and the capture).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+import polars as pl
+
+
+@dataclass(frozen=True)
+class Marker:
+    """A line shape that states a phase, and how far from the failure it may stand: a
+    traceback's frames come before its message, llama.cpp's account of a failed buffer after
+    the ``cudaMalloc failed`` line (so a marker between two failures belongs to one of them)."""
+
+    phase: str
+    pattern: str
+    before: int = 0  # lines before the failure line it may stand (0: on that line only)
+    after: int = 0  # lines after it
+
+
+_FRAME = r"\bin "  # a traceback's "File ..., line N, in <function>"
+_TRACEBACK = 80  # lines a traceback's frames may stand before its message
+_ACCOUNT = 6  # lines llama.cpp's account may stand after the failure
+MARKERS: Final[tuple[Marker, ...]] = (
+    Marker(
+        "graph_capture",
+        _FRAME + r"(?:capture_model|_capture_cudagraphs|capture_one_graph|init_cuda_graphs)\b"
+        r"|Capture cuda graph failed|cuda_graph_runner\.py\", line \d+, in capture\b",
+        before=_TRACEBACK,
+    ),
+    # an idle data-parallel rank runs _dummy_run while the others serve (vLLM's gpu_worker.py,
+    # execute_dummy_batch): while serving, not the start-up's profiling run
+    Marker("dummy_batch", _FRAME + r"execute_dummy_batch\b", before=_TRACEBACK),
+    Marker(
+        "profile_sampler",
+        _FRAME + r"_dummy_sampler_run\b|sampling_metadata=dummy_metadata"
+        r"|out of memory occurred when warming up sampler",
+        before=_TRACEBACK,
+    ),
+    Marker(
+        "profile_run",
+        _FRAME + r"(?:profile_run|_dummy_run|_dummy_pooler_run|determine_available_memory"
+        r"|determine_num_available_blocks)\b",
+        before=_TRACEBACK,
+    ),
+    Marker(
+        # newer builds reserve the graph again after the memory update, through graph_reserve:
+        # "memory_update: failed to reserve graph after the memory update" names the runtime
+        "compute_realloc",
+        r"llama_kv_cache_update(?:_impl)?: failed to allocate compute"
+        r"|failed to reserve graph after the memory update",
+        after=_ACCOUNT,
+    ),
+    Marker(
+        "compute_reserve",
+        r"\b(?:graph_reserve|sched_reserve): |(?:llama_new_context_with_model|llama_init_from_model"
+        r"|llama_context): failed to allocate compute buffers",
+        after=_ACCOUNT,
+    ),
+    Marker(
+        "kv_cache_init",
+        _FRAME + r"(?:initialize_kv_cache|_allocate_kv_cache_tensors|initialize_from_config"
+        r"|_initialize_kv_caches|init_memory_pool|_allocate_kv_cache|allocate_kv_cache)\b",
+        before=_TRACEBACK,
+    ),
+    Marker(
+        "kv_cache_init",
+        r"failed to allocate buffer for kv cache|llama_kv_cache(?:_unified)?: failed to allocate",
+        after=_ACCOUNT,
+    ),
+    Marker("load_weights", _FRAME + r"(?:load_model|load_weights)\b", before=_TRACEBACK),
+    Marker(
+        "load_weights",
+        r"llama_model_load: error loading model|alloc_tensor_range: failed to allocate",
+        after=_ACCOUNT,
+    ),
+    # an informational line: it counts only right before the failure
+    Marker("load_weights", r"\b(?:llm_)?load_tensors: loading model tensors", before=3),
+    Marker(
+        "warmup",
+        _FRAME + r"(?:compile_or_warm_up_model|warmup_model|warm_up_model)\b"
+        r"|(?i:unable to warm ?up)",
+        before=_TRACEBACK,
+    ),
+)
+# Any line that may state a phase: what a parser keeps beside the failures.
+LINES: Final = "|".join(f"(?:{m.pattern})" for m in MARKERS)
+# Literal text one of the traceback markers holds, for a parser that picks its candidate lines
+# by a literal scan (vLLM's oomtrace/ingest/vllm/extract.py, SGLang's line_kinds.py); each line
+# so picked is then tested against :data:`LINES`.
+FRAME_LITERALS: Final = (
+    "in capture_model", "in _capture_cudagraphs", "in capture_one_graph", "in init_cuda_graphs",
+    "in _dummy_sampler_run", "dummy_metadata", "when warming up sampler",
+    "in execute_dummy_batch", "in profile_run", "in _dummy_run", "in _dummy_pooler_run",
+    "in determine_available_memory",
+    "in determine_num_available_blocks", "in initialize_kv_cache", "in _allocate_kv_cache",
+    "in initialize_from_config", "in _initialize_kv_caches", "in allocate_kv_cache",
+    "in load_model", "in load_weights", "in compile_or_warm_up_model", "in warm_up_model",
+    "in warmup_model", "in init_memory_pool", "Capture cuda graph failed",
+)  # fmt: skip
+
+
+def failure_phases(lines: pl.DataFrame, failure: str, by: str | None = None) -> pl.DataFrame:
+    """``lines`` (``line``: the line number, in file order; ``text``) with a ``phase`` column:
+    on each line where ``failure`` (a pattern) matches, the phase the markers around it state,
+    else null. ``by`` names a column whose groups are read apart (the process that printed each
+    line: ranks interleave their tracebacks). Linear in the lines: each marker is offered to the
+    one failure before it and the one after it."""
+    text = pl.col("text")
+    rank = pl.coalesce(
+        pl.when(text.str.contains(m.pattern)).then(pl.lit(i, pl.Int32))
+        for i, m in enumerate(MARKERS)
+    )
+    frame = lines.with_columns(
+        _fail=text.str.contains(failure),
+        _rank=pl.when(text.str.contains(LINES)).then(rank),
+    )
+    failed = pl.when("_fail").then(pl.col("line"))
+    following, preceding = failed.backward_fill(), failed.forward_fill()
+    if by is not None:
+        following, preceding = following.over(by), preceding.over(by)
+    frame = frame.with_columns(_next=following, _prev=preceding)
+    marked = frame.filter(pl.col("_rank").is_not_null())
+    before = pl.col("_rank").replace_strict({i: m.before for i, m in enumerate(MARKERS)})
+    after = pl.col("_rank").replace_strict({i: m.after for i, m in enumerate(MARKERS)})
+    offered = pl.concat(
+        [
+            marked.filter(pl.col("_next") - pl.col("line") <= before).select(
+                _at="_next", _best="_rank"
+            ),
+            marked.filter(pl.col("line") - pl.col("_prev") <= after).select(
+                _at="_prev", _best="_rank"
+            ),
+        ]
+    )
+    best = offered.group_by("_at").agg(pl.col("_best").min())
+    phases = {i: m.phase for i, m in enumerate(MARKERS)}
+    return (
+        frame.join(best, left_on="line", right_on="_at", how="left", maintain_order="left")
+        .with_columns(
+            phase=pl.when("_fail").then(
+                pl.col("_best").replace_strict(phases, default=None, return_dtype=pl.String)
+            )
+        )
+        .drop("_fail", "_rank", "_next", "_prev", "_best")
+    )
