@@ -81,9 +81,30 @@ def _classify(lines: pl.Series, first: int) -> pl.DataFrame:
     )
 
 
+def embedded_tables(
+    lines: pl.Series, first: int, ctx: ParseContext, diag: SourceDiagnostics
+) -> tuple[ParseResult, pl.Series]:
+    """The tables printed inside another log (TGI's ``text-generation-launcher --env`` report
+    holds one), read by the same rules as a table file, and the numbers of the lines read as
+    part of them (counted here; the log's own parser counts the rest). ``lines`` are numbered
+    from ``first``. Such a table is placed only by its own time line: one without is left out,
+    counted (the log's times around it say when it was pasted, not when it was taken)."""
+    table = _Table(_classify(lines, first), ctx, diag, embedded=True)
+    result = table.result()
+    read = table.lines.filter(pl.col("kind").is_not_null()).get_column("n")
+    return result, pl.concat([read, table.memory_lines]).sort()
+
+
 class _Table:
-    def __init__(self, lines: pl.DataFrame, ctx: ParseContext, diag: SourceDiagnostics) -> None:
-        self.ctx, self.diag = ctx, diag
+    def __init__(
+        self,
+        lines: pl.DataFrame,
+        ctx: ParseContext,
+        diag: SourceDiagnostics,
+        *,
+        embedded: bool = False,
+    ) -> None:
+        self.ctx, self.diag, self.embedded = ctx, diag, embedded
         self.tz = ctx.clock.tz or "UTC"
         # A snapshot starts at each header box; the time line above a header is its time.
         header = pl.col("kind") == "header"
@@ -91,13 +112,15 @@ class _Table:
             snapshot=header.cum_sum().cast(pl.Int64) + (pl.col("kind") == "time").cast(pl.Int64)
         )
         self.used = 0
-        self._memory_lines = pl.Series([], dtype=pl.Int64)
+        self.memory_lines = pl.Series([], dtype=pl.Int64)
 
     def result(self) -> ParseResult:
         times = self._times()
         gpus = self._gpus()
         processes = self._processes()
-        self._count_rest()
+        self.diag.lines_recognised += self.used
+        if not self.embedded:
+            self._count_rest()
         placed, kept = self._place(times, gpus, processes)
         samples = [f for f in (placed["gpus"], placed["processes"]) if f.height]
         result = ParseResult(
@@ -156,7 +179,7 @@ class _Table:
                 " e.g. unified memory); their device memory is unknown",
                 lost=True,
             )
-        self._memory_lines = memory["n"] + 1
+        self.memory_lines = memory["n"] + 1
         return joined
 
     def _processes(self) -> pl.DataFrame:
@@ -194,9 +217,8 @@ class _Table:
         return procs
 
     def _count_rest(self) -> None:
-        self.diag.lines_recognised += self.used
         rest = self.lines.filter(
-            pl.col("kind").is_null() & ~pl.col("n").is_in(self._memory_lines.implode())
+            pl.col("kind").is_null() & ~pl.col("n").is_in(self.memory_lines.implode())
         )
         frame = rest.filter(pl.col("line").str.contains(tl.FRAME))
         self.diag.skip(
@@ -218,9 +240,10 @@ class _Table:
         snapshots = pl.concat([gpus.select("snapshot"), processes.select("snapshot")]).unique()
         timed = snapshots.join(times.unique("snapshot", keep="last"), on="snapshot", how="left")
         untimed = timed.filter(pl.col("ts").is_null()).height
-        if untimed and times.height:
+        if untimed and (times.height or self.embedded):
+            among = "inside another log" if self.embedded else "among tables with one"
             self.diag.note(
-                f"{untimed} table(s) without nvidia-smi's time line, among tables with one, "
+                f"{untimed} table(s) without nvidia-smi's time line, {among}, "
                 "cannot be placed in time; left out",
                 lost=True,
             )

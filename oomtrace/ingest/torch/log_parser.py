@@ -33,6 +33,7 @@ import polars as pl
 
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.ingest.alignment.anchoring import line_instant, untimed_rows
+from oomtrace.ingest.nvidia_smi import table_parser
 from oomtrace.ingest.parser_api import ParseContext, ParseResult
 from oomtrace.ingest.text.input_file import InputFile, first_line
 from oomtrace.ingest.text.split_records import LOG_RECORD_START, find_split_records
@@ -59,6 +60,8 @@ _ENGINE_SHAPES = re.compile(
     r"(?:Decode batch|Prefill batch|server_args=|Load weight|KV Cache is allocated)"
 )
 _NOT_RELEVANT = "no out-of-memory message (not relevant)"
+# What an nvidia-smi table's header box holds (a literal: the table reader is run only then).
+_TABLE_HEAD: Final = "NVIDIA-SMI "
 
 
 class PyTorchLogParser:
@@ -103,8 +106,10 @@ class _Acc:
         self.lines_seen = 0
         self.untimed = False
         self.durations = False
+        self.tables: list[ParseResult] = []
 
     def add(self, lines: pl.Series, arrival: pl.Series | None = None) -> None:
+        raw = lines
         lines = find_split_records(lines, starts=LOG_RECORD_START, opens=OOM_SHAPES).lines
         stamps, forms = line_stamps(lines, self.tz, self.ctx.clock.year, self.ctx.mtime)
         self.forms += forms
@@ -123,6 +128,13 @@ class _Acc:
             self.first_ts = self.first_ts or known[0]
             self.last_ts = known[-1]
         self.durations = self.durations or bool(lines.str.contains(llamacpp_log.RELATIVE).any())
+        if raw.str.contains(_TABLE_HEAD, literal=True).any():
+            # an nvidia-smi table printed inside the log (TGI's `--env` report): its lines are
+            # read and counted by the table reader, as printed (a table's lines are all of one
+            # width, which the fold-joining above takes for a folded record)
+            tables, read = table_parser.embedded_tables(raw, first, self.ctx, self.diag)
+            self.tables.append(tables)
+            frame = frame.filter(~pl.col("line").is_in(read.implode()))
         keep = pl.col("text").str.contains(_KEEP)
         unused = frame.filter(~keep)
         self.diag.skip(_NOT_RELEVANT, unused.height, first_line(unused["text"]))
@@ -161,6 +173,8 @@ class _Acc:
         if self.untimed:
             result.events = untimed_rows(result.events)
             result.samples = untimed_rows(result.samples)
+        for table in self.tables:
+            _add_table(result, table)
         return result
 
     def _place(self, kept: pl.DataFrame, untimed_allowed: bool) -> pl.DataFrame:
@@ -210,6 +224,19 @@ class _Acc:
                     "(a date after it belongs to the year before); pass --year to set it"
                 )
         return clock
+
+
+def _add_table(result: ParseResult, table: ParseResult) -> None:
+    """An embedded nvidia-smi table's rows (each at its own time line's time) added to the
+    log's; its zone is the one the log's zoneless times are read in (the same ``--tz``)."""
+    for name in ("samples", "events"):
+        mine, theirs = getattr(result, name), getattr(table, name)
+        if theirs is not None and theirs.height:
+            both = theirs if mine is None else pl.concat([mine, theirs], how="diagonal_relaxed")
+            setattr(result, name, both)
+    result.device_index.update(table.device_index)
+    for key, value in table.clock.items():
+        result.clock.setdefault(key, value)
 
 
 PARSER: Final = PyTorchLogParser()

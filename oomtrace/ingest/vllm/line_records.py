@@ -132,6 +132,7 @@ def build_records(
         records = records.with_columns(
             body=pl.when(bare).then(pl.col("body").str.replace(_BARE_LEAD, "")).otherwise("body")
         )
+    records = _split_lead(records, flags, info)
     # Colour codes past the prefix, Ray's repeat suffix and glued records are all rare: one
     # scan of the candidate bodies finds the records that may have any of them, and only those
     # go through the steps that look for each.
@@ -250,6 +251,7 @@ def _parse(frame: pl.DataFrame, kinds: frozenset[PrefixKind] | None = None) -> p
         )
     header = pl.col("has_header")
     return outer.with_columns(
+        unknown_prefix=pl.col("_unknown") & header,
         body_start=pl.col("prefix_chars")
         + pl.when(header).then(pl.col("header_chars")).otherwise(0),
         level=pl.when(header).then(pl.col("header_level")),
@@ -359,6 +361,57 @@ def _repeat_suffix(frame: pl.DataFrame, info: ChunkInfo) -> pl.DataFrame:
     )
     info.ray_collapsed += int(frame.get_column("repeat").sum()) - frame.height
     return frame
+
+
+def _split_lead(
+    records: pl.DataFrame, flags: Mapping[str, pl.Expr], info: ChunkInfo
+) -> pl.DataFrame:
+    """A record whose line begins with text of no prefix form the grammar knows: where that
+    text is itself a candidate (an OOM message, a stats record cut from its header) it is a
+    record glued in front of this one (``...cuda.html#environment-variables)  ERROR 07-04 ...``),
+    not a prefix, and becomes piece 0 of the line, headerless, with the printed time of the
+    header it was glued to; the record is piece 1."""
+    unknown = pl.col("unknown_prefix")
+    if not records.select(unknown.any()).item():
+        return records.drop("unknown_prefix")
+    rows = records.filter(unknown)
+    text = pl.col("line").str.slice(0, pl.col("prefix_chars"))
+    lead = (
+        rows.with_columns(line=text)
+        .with_columns(**flags)
+        .with_columns(is_candidate=pl.any_horizontal(*flags))
+        .filter(pl.col("is_candidate"))
+    )
+    if lead.height == 0:
+        return records.drop("unknown_prefix")
+    lead = lead.with_columns(
+        line=pl.col("line").str.strip_chars(),
+        has_header=pl.lit(value=False),
+        level=pl.lit(None, pl.String),
+        bracketed=pl.lit(value=False),
+        prefix_chars=pl.lit(0, pl.UInt32),
+        body_start=pl.lit(0, pl.UInt32),
+    ).with_columns(body=pl.col("line"))
+    info.glued += lead.height  # the record was glued onto the end of that text
+    seqs = lead.get_column("record_seq")
+    moved = pl.col("record_seq").is_in(seqs.implode())
+    # The record keeps its line from its header on (what a skip count shows of it).
+    records = records.with_columns(
+        record_seq=pl.when(moved).then(pl.col("record_seq") + 1).otherwise("record_seq"),
+        line=pl.when(moved)
+        .then(pl.col("line").str.slice(pl.col("prefix_chars")))
+        .otherwise("line"),
+        body_start=pl.when(moved)
+        .then(pl.col("body_start") - pl.col("prefix_chars"))
+        .otherwise("body_start"),
+        prefix_chars=pl.when(moved).then(pl.lit(0, pl.UInt32)).otherwise("prefix_chars"),
+    )
+    columns = records.columns
+    return (
+        pl.concat([records, lead.select(columns)], how="vertical_relaxed")
+        .sort("record_seq")
+        .drop("unknown_prefix")
+    )
 
 
 def _split_glued(frame: pl.DataFrame, info: ChunkInfo) -> pl.DataFrame:

@@ -4,12 +4,14 @@ the scheduler at its death, and 0.2.x's engine line without a version. Each file
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import polars as pl
 import pytest
 
 from oomtrace.ingest import IngestOptions, ingest_paths
+from oomtrace.ingest.vllm.log_parser import NOT_USED
 
 DATA = Path(__file__).resolve().parents[3] / "data" / "vllm"
 
@@ -76,3 +78,49 @@ def test_the_early_v1_clients_fatal_signal_line_is_the_engines_death(tmp_path: P
     )
     trace = ingest_paths([path], IngestOptions(year=2025))
     assert sorted(trace.events["kind"].to_list()) == ["engine_dead", "oom"]
+
+
+def test_an_oom_message_glued_in_front_of_two_records_is_read_as_a_record(tmp_path: Path) -> None:
+    # A ROCm vLLM fork on two 16 GiB gfx906 cards: https://github.com/nlzy/vllm-gfx906/issues/14
+    # (the paste lost the newlines: HIP's message, then two records of the traceback, one line)
+    path = tmp_path / "gfx906.log"
+    path.write_text(
+        "vllm serve /model/Qwen3-32B-autoround-4bit-gptq --tensor-parallel-size 2\n"
+        "\n"
+        "HIP out of memory. Tried to allocate 64.00 MiB. GPU 0 has a total capacity of 15.98 GiB "
+        "of which 22.00 MiB is free. Of the allocated memory 15.69 GiB is allocated by PyTorch, "
+        "and 92.65 MiB is reserved by PyTorch but unallocated. If reserved but unallocated "
+        "memory is large try setting PYTORCH_HIP_ALLOC_CONF=expandable_segments:True to avoid "
+        "fragmentation.  See documentation for Memory Management  "
+        "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)        "
+        "ERROR 07-04 14:53:23 [engine.py:458] Traceback (most recent call last):        "
+        'ERROR 07-04 14:53:23 [engine.py:458]   File "/opt/torchenv/lib/python3.12/site-packages'
+        '/vllm/engine/multiprocessing/engine.py", line 446,\n'
+    )
+    trace = ingest_paths([path], IngestOptions(year=2025))
+    (oom,) = trace.events.filter(pl.col("kind") == "oom").to_dicts()
+    assert oom["requested_bytes"] == 64 * 2**20
+    assert oom["total_bytes"] == round(15.98 * 2**30)
+    assert oom["free_bytes"] == 22 * 2**20
+    assert oom["allocated_bytes"] == round(15.69 * 2**30)
+    assert oom["reserved_unallocated_bytes"] == round(92.65 * 2**20)
+    # the message takes the time of the record it was glued to
+    assert oom["ts"] == datetime(2025, 7, 4, 14, 53, 23, tzinfo=UTC)
+    source = trace.manifest.sources[0]
+    assert "2 record(s) were glued onto the end of another line" in " ".join(source.notes)
+    # the records after it are still split and counted, each from its own header on
+    assert source.skipped[NOT_USED].count == 2
+    assert source.skipped[NOT_USED].example.startswith("ERROR 07-04 14:53:23 [engine.py:458] ")
+
+
+def test_a_prefix_of_no_known_form_before_a_record_is_no_record(tmp_path: Path) -> None:
+    # A launcher's own words before vLLM's header hold no record: nothing is read from them
+    path = tmp_path / "launcher.log"
+    path.write_text(
+        "worker-3 stdout | INFO 07-04 14:53:23 [gpu_worker.py:276] Available KV cache memory: "
+        "3.17 GiB\n"
+    )
+    trace = ingest_paths([path], IngestOptions(year=2025))
+    assert trace.events.height == 0
+    source = trace.manifest.sources[0]
+    assert (source.lines_recognised, dict(source.skipped)) == (1, {})
