@@ -134,15 +134,23 @@ def one_allocation(event: dict[str, Any]) -> ClassCheck:
     )
 
 
-def _outside(event: dict[str, Any]) -> int | None:
-    """In use less what PyTorch holds, where the message states no process's own use (which
-    would account for it) and it is a tenth of the device or more."""
+def held_outside(event: dict[str, Any]) -> int | None:
+    """In use less what PyTorch holds (allocated, and reserved but unallocated): memory outside
+    this process's PyTorch allocator, where the message states no process's own use (which would
+    account for it); None where a figure is missing."""
     total, free = event.get("total_bytes"), event.get("free_bytes")
     allocated = event.get("allocated_bytes")
     if total is None or free is None or allocated is None or event.get("process_bytes"):
         return None
-    outside = int(total - free - allocated - (event.get("reserved_unallocated_bytes") or 0))
-    return outside if outside >= _OUTSIDE_SHARE * total else None
+    return int(total - free - allocated - (event.get("reserved_unallocated_bytes") or 0))
+
+
+def _outside(event: dict[str, Any]) -> int | None:
+    """:func:`held_outside` where it is a tenth of the device or more."""
+    outside = held_outside(event)
+    if outside is None or outside < _OUTSIDE_SHARE * event["total_bytes"]:
+        return None
+    return outside
 
 
 def stated_fragmentation(oom: dict[str, Any], capacity: int | None) -> ClassCheck | None:

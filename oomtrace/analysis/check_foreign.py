@@ -13,19 +13,34 @@ the engine's process). Another process is the cause when
   start-up refusal (memory held all along still took the room the failure needed).
 
 Without per-process figures, memory outside PyTorch's cache that grew while the cache did not
-points to another process (or non-PyTorch allocations).
+points to another process (or non-PyTorch allocations). An OOM message that names no process
+(PyTorch before 2.1, or a build without NVML such as ROCm's) still states the device's size, what
+was free and what PyTorch held: the rest was held outside the failing process's PyTorch allocator,
+and where that is far more than one process's own CUDA context and libraries
+(:func:`outside_allocator`), a reader blames another process first.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from oomtrace.analysis import evidence as ev
+from oomtrace.analysis.check_allocation import held_outside
 from oomtrace.analysis.check_context import Context
 from oomtrace.analysis.check_startup import MISFIT_KINDS
 from oomtrace.analysis.evidence import Evidence
 from oomtrace.analysis.findings import ClassCheck, ProcessUse
+from oomtrace.schema import STARTUP_PHASES
 from oomtrace.units import format_bytes
+
+# What one process holds on its device outside PyTorch's allocator with nobody else there: its
+# CUDA context, about 300-500 MiB with CUDA's lazy module loading (11.7 and later) and up to about
+# 1 GiB before it (every kernel of the build loaded at start), plus the cuDNN/cuBLAS handles'
+# and NCCL's buffers (tens to a few hundred MiB). 2 GiB is above all of that together, so more
+# held outside is not the process's own overhead; and, like the other processes an OOM message
+# states (``_judge``), it must be a tenth of the device to be a share worth blaming.
+UNNAMED_FLOOR: Final = 2 * 2**30
+UNNAMED_SHARE: Final = 0.1
 
 
 def foreign(ctx: Context) -> ClassCheck:
@@ -42,6 +57,10 @@ def foreign(ctx: Context) -> ClassCheck:
     outside = _outside_growth(ctx)
     if outside is not None:
         return ClassCheck("foreign_memory", True, outside[0], tuple(outside[1]))
+    if not ctx.processes and ctx.anchor == "oom" and ctx.oom is not None:
+        unnamed = outside_allocator(ctx.oom)
+        if unnamed is not None:
+            return unnamed
     return ClassCheck(
         "foreign_memory",
         False,
@@ -141,3 +160,44 @@ def _outside_growth(ctx: Context) -> tuple[str, list[Evidence]] | None:
         )
         return text, [ev.sample(x) for x in (d0, r0, d1, r1)]
     return None
+
+
+def outside_allocator(event: dict[str, Any]) -> ClassCheck | None:
+    """``foreign_memory`` from an OOM message that names no process but states the device's
+    size, what was free and what PyTorch held (allocated and reserved): the rest, held outside
+    the failing process's PyTorch allocator, is well above one process's own overhead
+    (:data:`UNNAMED_FLOOR`, a tenth of the device) and the allocation would have fit had it been
+    free. Who held it the message does not say: another process, or libraries of the same
+    process that allocate outside PyTorch. None where the rule does not hold (the caller keeps
+    its other reading)."""
+    outside, wanted = held_outside(event), event.get("requested_bytes")
+    # without what PyTorch reserved (a message stating only what it allocated, as the "would
+    # exceed allowed memory" one), the rest may be PyTorch's own cache: nothing is known outside
+    stated = event.get("reserved_unallocated_bytes") is not None
+    if event.get("kind") != "oom" or outside is None or wanted is None or not stated:
+        return None
+    total, free = int(event["total_bytes"]), int(event["free_bytes"])  # held_outside read them
+    if event.get("phase") in STARTUP_PHASES:
+        # an engine starting allocates outside PyTorch itself (NCCL and all-reduce buffers, the
+        # graph capture's driver memory): there the rest is no sign of another process
+        return None
+    if outside < max(UNNAMED_FLOOR, UNNAMED_SHARE * total) or wanted > free + outside:
+        return None
+    # free memory can exceed what failed (split in pieces the allocator cannot use): no shortfall
+    shortfall = wanted - free if wanted > free else None
+    reason = (
+        f"{format_bytes(outside)} of the {format_bytes(total)} device was held outside this "
+        "process's PyTorch allocator: another process, or libraries in this process that "
+        "allocate outside PyTorch; the message names no process. Had it been free, the "
+        f"{format_bytes(wanted)} that failed ({format_bytes(free)} free) would have fit"
+    )
+    figures: tuple[tuple[str, Any], ...] = (
+        ("pid", None),
+        ("process_name", None),
+        ("foreign_bytes", outside),
+        ("growth_bytes", None),
+        ("shortfall_bytes", shortfall),
+        ("left_for_others_bytes", None),
+        ("holder", "unnamed"),
+    )
+    return ClassCheck("foreign_memory", True, reason, (ev.event(event),), figures)

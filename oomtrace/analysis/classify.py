@@ -6,7 +6,8 @@ findings so a reader sees what else was considered and why it was ruled out:
 
 1. ``foreign_memory`` — another process held the memory the failure lacked and more than the
    engine left for others, or took it in the window (:mod:`oomtrace.analysis.check_foreign`);
-   memory outside PyTorch's cache grew while the cache did not;
+   memory outside PyTorch's cache grew while the cache did not; an OOM message naming no
+   process left far more outside PyTorch's allocator than one process's own context;
 2. ``startup_misfit`` — the engine said at startup that the cache cannot hold one request or that
    nothing is left for it, or the lines around the OOM place it in the start-up (its ``phase``),
    or the OOM came before the engine served anything since it started (in any source), or

@@ -149,11 +149,13 @@ def _foreign(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> list[
     held = as_int(check.figure("foreign_bytes"))
     name = check.figure("process_name")
     device = incident.device
-    if held:
+    where = f"GPU {device}" if device is not None else "the engine's GPU"
+    if held and check.figure("holder") == "unnamed":
+        out.append(_find_holder(incident, check, held, where))
+    elif held:
         who = f"process {pid}" if pid is not None else "the other processes"
         if isinstance(name, str) and name:
             who += f" ({name})"
-        where = f"GPU {device}" if device is not None else "the engine's GPU"
         shortfall = as_int(check.figure("shortfall_bytes"))
         when = "when the engine started" if incident.anchor == "startup" else "at the peak"
         detail = f"it held {format_bytes(held)} {when}"
@@ -197,6 +199,27 @@ def _foreign(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> list[
                 )
             )
     return out
+
+
+def _find_holder(incident: Incident, check: ClassCheck, held: int, where: str) -> Remedy:
+    """The OOM message named no process: what held the memory is found first, then moved."""
+    return remedy(
+        incident,
+        check,
+        f"find what holds the {format_bytes(held)} on {where} (`nvidia-smi "
+        "--query-compute-apps=pid,process_name,used_memory --format=csv`) and move it off "
+        "or stop it",
+        setting=None,
+        value=None,
+        basis="process",
+        detail=(
+            f"{format_bytes(held)} was held outside the failing process's PyTorch allocator and "
+            "the OOM message names no process; if nvidia-smi lists only the failing process, the "
+            "memory is its own allocations outside PyTorch (another library in it), not "
+            "another process's"
+        ),
+        figures={"pid": None, "foreign_bytes": held},
+    )
 
 
 # -- fragmentation -------------------------------------------------------------------------------

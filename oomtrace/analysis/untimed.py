@@ -11,7 +11,8 @@ needs no timeline still comes out, from the failure's own figures:
   the start-up (the event's ``phase``: loading the weights, the profiling run, the graph capture);
 * ``foreign_memory`` — other processes held memory the failed allocation lacked: PyTorch's
   "Process N has X memory in use" clauses, or the OOM's own accounting (in use less the failing
-  process);
+  process); or, where the message names no process, far more held outside the failing
+  process's PyTorch allocator than its own context takes;
 * ``fragmentation`` — PyTorch held, reserved but unallocated, at least the allocation that failed;
 * ``kv_exhaustion`` — the KV pool ran out: SGLang's "Decode out of memory" (unless the pool, by
   its own count, had the tokens asked), retractions;

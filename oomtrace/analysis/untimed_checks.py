@@ -16,6 +16,7 @@ from oomtrace.analysis.check_allocation import (
     pool_not_short,
     stated_fragmentation,
 )
+from oomtrace.analysis.check_foreign import outside_allocator
 from oomtrace.analysis.check_startup import (
     MISFIT_KINDS,
     phase_reason,
@@ -70,6 +71,8 @@ def _foreign(
     held = sum(p.bytes for p in processes)
     total, shortfall = event.get("total_bytes"), _shortfall(event)
     floor = max(float(options.min_rise_bytes), 0.1 * (total or 0))
+    if not processes and (unnamed := outside_allocator(event)) is not None:
+        return unnamed
     if not processes or held < floor or (shortfall is not None and held < shortfall):
         seen = f"other processes held {format_bytes(held)}" if processes else "no other process"
         return ClassCheck(
