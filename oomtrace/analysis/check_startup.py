@@ -72,7 +72,11 @@ def startup(ctx: Context) -> ClassCheck:
         # the phase the failure's own lines state wins over what else the trace shows
         if phased := phase_reason(ctx.oom):
             return ClassCheck(
-                "startup_misfit", True, phased, (ev.event(ctx.oom),), _oom_figures(ctx)
+                "startup_misfit",
+                True,
+                phased,
+                (ev.event(ctx.oom),),
+                (*_oom_figures(ctx), ("phase", ctx.oom.get("phase"))),
             )
         if serving := serving_phase(ctx.oom):
             return ClassCheck(

@@ -130,7 +130,8 @@ def _startup(event: dict[str, Any], config: dict[str, Any], *, served: bool) -> 
     oom = event["kind"] == "oom"
     # the phase the failure's own lines state wins over what else the input shows
     if oom and (stated := phase_reason(event)) is not None:
-        return ClassCheck("startup_misfit", True, stated, (ev.event(event),), figures)
+        phased = (*figures, ("phase", event.get("phase")))
+        return ClassCheck("startup_misfit", True, stated, (ev.event(event),), phased)
     if oom and (serving := serving_phase(event)) is not None:
         return ClassCheck(
             "startup_misfit", False, f"the lines around the OOM place it in {serving}"

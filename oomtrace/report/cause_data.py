@@ -17,7 +17,7 @@ from typing import Any, Final
 
 import polars as pl
 
-from oomtrace.schema import TS
+from oomtrace.schema import EVENT_PHASES, TS
 from oomtrace.units import format_bytes
 
 USE_SCHEMA: Final = pl.Schema({"ts": TS, "part": pl.String(), "value": pl.Float64()})
@@ -336,6 +336,33 @@ def fit_bars(
         pl.DataFrame(rows, schema=FIT_SCHEMA, orient="row"),
         pl.DataFrame(limits, schema=LIMIT_SCHEMA, orient="row"),
     )
+
+
+def phase_bars(values: Mapping[str, Any], total: int | None) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """A start-up OOM whose lines state its phase (loading the weights, the profiling run): what
+    was held when it failed and what the phase asked for, against the device. Its figures are
+    the allocation's, not weights, reserve and KV cache, so they are not drawn as those."""
+    requested = number(values.get("requested_bytes"))
+    free = number(values.get("free_bytes"))
+    total = number(values.get("device_total_bytes"), total)
+    held = total - free if total is not None and free is not None else None
+    parts = (("held when it failed", held), ("the allocation that failed", requested))
+    bar = "at the failure"
+    rows = [(bar, part, float(v), i) for i, (part, v) in enumerate(parts) if v is not None]
+    limits = [(f"device {_size(total)}", float(total), False)] if total is not None else []
+    return (
+        pl.DataFrame(rows, schema=FIT_SCHEMA, orient="row"),
+        pl.DataFrame(limits, schema=LIMIT_SCHEMA, orient="row"),
+    )
+
+
+def phase_text(values: Mapping[str, Any], bars: pl.DataFrame, limits: pl.DataFrame) -> str:
+    """The words beside :func:`phase_bars`' chart."""
+    during = EVENT_PHASES.get(str(values.get("phase")), "the start-up")
+    parts = "; ".join(f"{part}: {format_bytes(int(v))}" for part, v in bars["part", "value"].rows())
+    if limits.is_empty():
+        return f"What {during} asked for: {parts}; the inputs do not state the device's size."
+    return f"What {during} asked for, against the device: {parts} ({limits.item(0, 'label')})."
 
 
 def _int(text: Any) -> int | None:

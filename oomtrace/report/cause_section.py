@@ -15,7 +15,7 @@ from typing import Any, Final
 import polars as pl
 
 from oomtrace.isotime import iso_time
-from oomtrace.report import cause_charts, cause_data
+from oomtrace.report import cause_charts, cause_data, palette
 from oomtrace.report import processes as processes_of
 from oomtrace.report.document import Chart, Figure, Section
 from oomtrace.report.overview_charts import lane_text
@@ -389,17 +389,27 @@ def _misfit(
         incident.get("capacity_bytes"), totals.max() if totals.len() else None
     )
     remedies = [r for r in findings.get("remedies") or [] if isinstance(r, Mapping)]
-    bars, limits = cause_data.fit_bars(values, drawn.config, total, remedies)
+    phased = values.get("phase") is not None
+    if phased:
+        bars, limits = cause_data.phase_bars(values, total)
+    else:
+        bars, limits = cause_data.fit_bars(values, drawn.config, total, remedies)
     if bars.is_empty():
         return Section(KEY, title, empty="The refusal states no sizes to draw.")
-    spec = cause_charts.fit_chart(bars, limits, title=title)
-    sums = bars.group_by("bar", maintain_order=True).agg(pl.col("value").sum())
-    rows = [f"{bar}: {format_bytes(int(v))}" for bar, v in sums.iter_rows()]
-    text = (
-        "Model weights, the runtime reserve (activations, CUDA graphs and what lies outside "
-        "PyTorch: the engine's share of the device less weights and KV cache) and the KV cache "
-        "one request of the configured length needs, against the device: " + "; ".join(rows) + "."
-    )
+    colours = palette.FAILED_ALLOCATION if phased else palette.PARTS
+    spec = cause_charts.fit_chart(bars, limits, title=title, colours=colours)
+    if phased:
+        text = cause_data.phase_text(values, bars, limits)
+    else:
+        sums = bars.group_by("bar", maintain_order=True).agg(pl.col("value").sum())
+        rows = [f"{bar}: {format_bytes(int(v))}" for bar, v in sums.iter_rows()]
+        text = (
+            "Model weights, the runtime reserve (activations, CUDA graphs and what lies outside "
+            "PyTorch: the engine's share of the device less weights and KV cache) and the KV "
+            "cache one request of the configured length needs, against the device: "
+            + "; ".join(rows)
+            + "."
+        )
     caption = "From the engine's start-up statements and its refusal."
     chart = Chart(KEY, title, caption, spec, bars)
     return Section(KEY, title, paragraphs=(text,), charts=(chart,))

@@ -57,6 +57,11 @@ PARTS: Final[dict[str, str]] = {
     "runtime reserve": SKY,
     "other processes": PURPLE,
 }
+# A start-up allocation that failed, on what the device held then.
+FAILED_ALLOCATION: Final[dict[str, str]] = {
+    "held when it failed": SKY,
+    "the allocation that failed": VERMILLION,
+}
 # What an incident is about, against its limit.
 CULPRITS: Final = VERMILLION
 REST: Final = SKY

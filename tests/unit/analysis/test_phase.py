@@ -11,7 +11,10 @@ import pytest
 
 from oomtrace.analysis import analyze
 from oomtrace.analysis.findings import Incident
+from oomtrace.report import ReportOptions, build_report
+from oomtrace.report.inputs import from_findings_object
 from oomtrace.report.verdict import build_verdict
+from oomtrace.units import parse_bytes
 from tests.factories import text_trace
 from tests.unit.ingest.torch.test_oom_phase import (
     LLAMA_KV_UPDATE,
@@ -146,3 +149,20 @@ def test_an_untimed_transient_peak_does_not_claim_the_kv_cache_had_room(tmp_path
     paragraph = build_verdict(incident.to_json()).paragraph
     assert "still had room" not in paragraph
     assert "Nothing in the inputs shows how full the KV cache was then." in paragraph
+
+
+def test_the_report_draws_a_phased_misfit_as_the_allocation_that_failed(tmp_path: Path) -> None:
+    # The dummy sampler's 786 MiB is the allocation that failed, not a KV cache "as configured",
+    # and the 140.75 MiB free is not the KV cache the engine had (vllm 27508).
+    trace = text_trace(tmp_path, "excerpt.log", VLLM_DUMMY_SAMPLER)
+    report = build_report(from_findings_object(analyze(trace), trace), ReportOptions())
+    cause = next(s for s in report.sections if s.key == "cause")
+    parts = dict(cause.charts[0].data.select("part", "value").iter_rows())
+    assert parts == {
+        "held when it failed": pytest.approx(
+            parse_bytes("79.11 GiB") - parse_bytes("140.75 MiB"), rel=1e-3
+        ),
+        "the allocation that failed": parse_bytes("786.00 MiB"),
+    }
+    assert "KV cache" not in cause.paragraphs[0]
+    assert cause.paragraphs[0].startswith("What the start-up profiling run's dummy sampler pass")
