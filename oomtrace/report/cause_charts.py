@@ -30,10 +30,9 @@ from oomtrace.report.charts import (
     colour_scale,
     epoch_ms,
     finish,
-    markers_layer,
     size_tip,
     sized,
-    span_layer,
+    time_overlays,
     time_tip,
     time_x,
     unit_for,
@@ -172,9 +171,7 @@ def kv_pool_chart(
                 ],
             )
         )
-    if markers.height:
-        layers.append(markers_layer(markers, data_sets, domain))
-    layers += span_layer(domain, data_sets)
+    layers += time_overlays(markers, data_sets, domain)
     return finish(alt.layer(*layers), title, data_sets, height=300)
 
 
@@ -259,9 +256,7 @@ def process_chart(
     layers: list[alt.Chart] = [areas]
     if total is not None:
         layers += _rule(data_sets, "total", total, "device total", unit)
-    if markers.height:
-        layers.append(markers_layer(markers, data_sets, domain))
-    layers += span_layer(domain, data_sets)
+    layers += time_overlays(markers, data_sets, domain)
     return finish(alt.layer(*layers), title, data_sets, height=300)
 
 
@@ -325,9 +320,7 @@ def leak_chart(
     layers[0] = layers[0].add_params(zoom)
     if limit is not None:
         layers += _rule(data_sets, "limit", limit, "device total", unit, y=y)
-    if markers.height:
-        layers.append(markers_layer(markers, data_sets, domain))
-    layers += span_layer(domain, data_sets)
+    layers += time_overlays(markers, data_sets, domain)
     return finish(alt.layer(*layers), title, data_sets, height=300)
 
 

@@ -94,6 +94,15 @@ def time_x(
     )
 
 
+def time_overlays(
+    markers: pl.DataFrame, data_sets: Datasets, domain: tuple[int, int] | None
+) -> list[alt.Chart]:
+    """What every time chart draws over its series: the point events (when there are any) and
+    the span's ends (:func:`markers_layer`, :func:`span_layer`)."""
+    layers = [markers_layer(markers, data_sets, domain)] if markers.height else []
+    return layers + span_layer(domain, data_sets)
+
+
 def span_layer(domain: tuple[int, int] | None, data_sets: Datasets) -> list[alt.Chart]:
     """An invisible layer at the two ends of the charts' span (epoch milliseconds), so the time
     axis covers the whole span even where no series has a point (every series is filtered to

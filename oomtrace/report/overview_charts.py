@@ -21,10 +21,9 @@ from oomtrace.report.charts import (
     colour_scale,
     epoch_ms,
     finish,
-    markers_layer,
     size_tip,
     sized,
-    span_layer,
+    time_overlays,
     time_tip,
     time_x,
     unit_for,
@@ -85,9 +84,7 @@ def memory_chart(
                 tooltip=[alt.Tooltip("series:N", title="level"), size_tip(unit)],
             )
         )
-    if markers.height:
-        layers.append(markers_layer(markers, data_sets, domain))
-    layers += span_layer(domain, data_sets)
+    layers += time_overlays(markers, data_sets, domain)
     # series, levels and markers: each layer its own scales, so its own legend
     chart = alt.layer(*layers).resolve_scale(
         color="independent", stroke="independent", strokeDash="independent"
@@ -176,9 +173,7 @@ def activity_chart(
             )
         )
     layers[0] = layers[0].add_params(zoom)
-    if markers.height:
-        layers.append(markers_layer(markers, data_sets, domain))
-    layers += span_layer(domain, data_sets)
+    layers += time_overlays(markers, data_sets, domain)
     # admissions per slice and requests resident differ by orders of magnitude: two y axes
     chart = alt.layer(*layers).resolve_scale(y="independent")
     return finish(chart, title, data_sets, height=200)
@@ -279,9 +274,7 @@ def swimlane_chart(
                 tooltip=tooltip,
             )
         )
-    if markers.height:
-        layers.append(markers_layer(markers, data_sets, domain))
-    layers += span_layer(domain, data_sets)
+    layers += time_overlays(markers, data_sets, domain)
     height = max(80, LANE_HEIGHT * len(order))
     return finish(alt.layer(*layers), title, data_sets, height=height)
 

@@ -49,25 +49,6 @@ def find_byte(base: int, start: int, stop: int, byte: int) -> int:
 
 
 @compiled
-def line_ends(text: np.ndarray, ends: np.ndarray) -> int:
-    """Where each line of ``text`` ends (its newline, or the end of the text for a last line
-    without one) into ``ends``, which must have room for :func:`count_lines` of them; returns
-    how many."""
-    base = text.ctypes.data
-    size = text.shape[0]
-    start = 0
-    count = 0
-    while start < size:
-        end = find_byte(base, start, size, 10)
-        if end < 0:
-            end = size
-        ends[count] = end
-        count += 1
-        start = end + 1
-    return count
-
-
-@compiled
 def count_lines(text: np.ndarray) -> int:
     """How many lines ``text`` holds (a last line without a newline counts)."""
     base = text.ctypes.data
