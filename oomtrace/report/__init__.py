@@ -12,7 +12,8 @@ The modules: :mod:`~oomtrace.report.build` (the document, section by section),
 class; its frames in :mod:`~oomtrace.report.cause_data`, its charts in
 :mod:`~oomtrace.report.cause_charts`), :mod:`~oomtrace.report.lanes`,
 :mod:`~oomtrace.report.overview_sections` and :mod:`~oomtrace.report.overview_charts`,
-:mod:`~oomtrace.report.span` (the charts' stretch of time), :mod:`~oomtrace.report.trace_view`
+:mod:`~oomtrace.report.span` (the charts' stretch of time), :mod:`~oomtrace.report.drawn` (what
+was read for the charts, shared by the sections), :mod:`~oomtrace.report.trace_view`
 and :mod:`~oomtrace.report.chart_data` (what is read, lazily), :mod:`~oomtrace.report.charts`
 and :mod:`~oomtrace.report.palette` (what every chart shares), and one module per format.
 """

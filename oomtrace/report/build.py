@@ -26,10 +26,11 @@ from oomtrace.analysis.trace_scan import TraceScan
 from oomtrace.diagnostics import clock_warning
 from oomtrace.isotime import iso_time
 from oomtrace.report import chart_data
-from oomtrace.report.cause_section import Drawn, cause_section
+from oomtrace.report.cause_section import cause_section
 from oomtrace.report.chart_data import ANALYSIS_SCHEMA
 from oomtrace.report.document import REPORT_VERSION, Report
 from oomtrace.report.downsample import DEFAULT_BUCKETS, peak_preserving
+from oomtrace.report.drawn import Drawn
 from oomtrace.report.gaps_section import gaps_section
 from oomtrace.report.header import header_figures, subtitle_of, title_of
 from oomtrace.report.lanes import culprit_ranks, lanes_section, ranked_lanes

@@ -11,8 +11,8 @@ import polars as pl
 
 from oomtrace.isotime import iso_time
 from oomtrace.report import chart_data
-from oomtrace.report.cause_section import Drawn
 from oomtrace.report.document import Chart, Section, Table
+from oomtrace.report.drawn import Drawn
 from oomtrace.report.fmt import value_text
 from oomtrace.report.overview_charts import activity_chart, memory_chart, y_top
 from oomtrace.report.records import table_from_mapping, table_from_records
