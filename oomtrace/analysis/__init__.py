@@ -26,9 +26,26 @@ Nothing below this package imports it (``tests/unit/test_layers.py`` checks the 
 terminal summary of the findings is :mod:`oomtrace.terminal.findings_text`.
 """
 
-from oomtrace.analysis.findings import Findings
-from oomtrace.analysis.options import AnalyzeOptions
-from oomtrace.analysis.pipeline import analyze
-from oomtrace.analysis.trace_scan import open_trace
+from typing import TYPE_CHECKING
+
+from oomtrace import lazy
+
+if TYPE_CHECKING:
+    from oomtrace.analysis.findings import Findings
+    from oomtrace.analysis.options import AnalyzeOptions
+    from oomtrace.analysis.pipeline import analyze
+    from oomtrace.analysis.trace_scan import open_trace
+
+# Loaded on first use (oomtrace.lazy): a replay reads the KV model and the grouping helpers
+# without importing every stage of the analysis.
+_EXPORTS = {
+    "AnalyzeOptions": "oomtrace.analysis.options",
+    "Findings": "oomtrace.analysis.findings",
+    "analyze": "oomtrace.analysis.pipeline",
+    "open_trace": "oomtrace.analysis.trace_scan",
+}
 
 __all__ = ["AnalyzeOptions", "Findings", "analyze", "open_trace"]
+
+
+__getattr__ = lazy.exports("oomtrace.analysis", _EXPORTS)

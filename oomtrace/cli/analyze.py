@@ -42,14 +42,17 @@ def command(
     """
     from oomtrace.analysis import analyze, open_trace
     from oomtrace.analysis.findings import dumps
-    from oomtrace.ingest import load_any
     from oomtrace.terminal import render_summary
     from oomtrace.trace import is_trace_dir
 
     paths = list(inputs)
     # A trace directory is scanned (only what the analysis reads); raw files are ingested.
-    one_dir = len(paths) == 1 and is_trace_dir(paths[0])
-    trace = open_trace(paths[0]) if one_dir else load_any(paths, ingest)
+    if len(paths) == 1 and is_trace_dir(paths[0]):
+        trace = open_trace(paths[0])
+    else:
+        from oomtrace.ingest import load_any  # every parser: only for raw files
+
+        trace = load_any(paths, ingest)
     findings = analyze(trace, analysis.options(trace.manifest, ingest.node))
     click.echo(dumps(findings) if as_json else render_summary(findings), nl=False)
     if fail_on_incident and findings.incidents:

@@ -108,7 +108,6 @@ def command(
 
     from oomtrace.analysis import open_trace
     from oomtrace.errors import UsageError
-    from oomtrace.ingest import load_any
     from oomtrace.report import Rendered, ReportOptions, build_report, render
     from oomtrace.report.inputs import (
         from_findings_document,
@@ -124,7 +123,12 @@ def command(
     paths = list(inputs)
     # A trace directory is scanned, as analyze scans it: the report reads only what it draws.
     one_dir = len(paths) == 1 and is_trace_dir(paths[0]) and ingest.node is None
-    trace = open_trace(paths[0]) if one_dir else load_any(paths, ingest)
+    if one_dir:
+        trace = open_trace(paths[0])
+    else:
+        from oomtrace.ingest import load_any  # every parser: only for raw files
+
+        trace = load_any(paths, ingest)
     worksheet = load_document(worksheet_path, "--worksheet") if worksheet_path else None
     if findings_path is None:
         from oomtrace.analysis import analyze

@@ -14,51 +14,20 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.errors import InputError, UsageError
 from oomtrace.ingest.alignment import align
-from oomtrace.ingest.parser_api import ClockOptions, ParseContext, Parser, SeriesParser
+from oomtrace.ingest.options import IngestOptions
+from oomtrace.ingest.parser_api import ParseContext, Parser, SeriesParser
 from oomtrace.ingest.sniffing import Sniffed, expand_inputs, series_name, sniff, unrecognised
-from oomtrace.ingest.text.input_file import DEFAULT_MAX_INPUT_BYTES, InputFile
+from oomtrace.ingest.text.input_file import InputFile
 from oomtrace.ingest.trace_merge import Parsed, merge
 from oomtrace.trace import Trace, is_trace_dir, read_trace
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class IngestOptions:
-    """``--format``, ``--node``, ``--year``, ``--tz``: the same for ingest, analyze, report."""
-
-    format: str | None = None
-    node: str | None = None
-    year: int | None = None
-    tz: str | None = None
-    # ``--max-input-size``: what one input may hold once decompressed (bounds ingest's memory)
-    max_input_bytes: int = DEFAULT_MAX_INPUT_BYTES
-
-    def __post_init__(self) -> None:
-        if self.tz is not None:
-            try:
-                ZoneInfo(self.tz)
-            except (ZoneInfoNotFoundError, ValueError) as err:
-                raise UsageError(
-                    f"--tz {self.tz!r}: unknown time zone; use an IANA name such as "
-                    "'Europe/Berlin', 'America/New_York' or 'UTC'"
-                ) from err
-        if self.year is not None and not 1970 <= self.year <= 2200:
-            raise UsageError(f"--year {self.year}: out of range; give the four-digit year")
-        if self.max_input_bytes <= 0:
-            raise UsageError(f"--max-input-size {self.max_input_bytes}: give a positive size")
-
-    @property
-    def clock(self) -> ClockOptions:
-        """What parsers are told about placing year-less or zone-less times."""
-        return ClockOptions(year=self.year, tz=self.tz)
 
 
 def load_any(

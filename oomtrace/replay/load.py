@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from oomtrace.ingest import IngestOptions, load_any
 from oomtrace.replay.calibrate import SAMPLE_METRICS
 from oomtrace.trace import Trace, is_trace_dir, read_trace
+
+if TYPE_CHECKING:
+    from oomtrace.ingest import IngestOptions
 
 # The request columns a replay reads besides the required ones: the workload
 # (oomtrace.replay.workload) and calibration's prefix-cache caveat.
@@ -26,4 +28,6 @@ def load_replay_input(paths: Sequence[Path], options: IngestOptions | None = Non
     paths = [Path(p) for p in paths]
     if len(paths) == 1 and is_trace_dir(paths[0]):
         return read_trace(paths[0], sample_metrics=SAMPLE_METRICS, request_columns=REQUEST_COLUMNS)
+    from oomtrace.ingest import load_any  # noqa: PLC0415 - every parser: only for raw files
+
     return load_any(paths, options, sample_metrics=SAMPLE_METRICS)

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 from oomtrace import __version__
+from oomtrace.trace import write_trace
+from tests import scenarios
 
 
 def test_help_lists_the_commands_without_importing_polars() -> None:
@@ -21,7 +26,40 @@ def test_help_lists_the_commands_without_importing_polars() -> None:
     assert out.stdout.strip().endswith("False")
 
 
-def test_python_dash_m_runs_the_cli() -> None:
+# What reading a trace directory never needs: the parsers of raw files, the analysis' stages.
+PARSERS = ("oomtrace.ingest.orchestrator", "oomtrace.ingest.vllm", "oomtrace.ingest.prometheus")
+ANALYSIS = ("oomtrace.analysis.pipeline", "oomtrace.analysis.classify")
+
+
+def loaded_by(*args: str) -> set[str]:
+    """The modules of ``oomtrace`` that running the command imported (in a fresh interpreter)."""
+    code = (
+        "import sys\n"
+        "from oomtrace.cli import cli\n"
+        f"cli.main({list(args)!r}, prog_name='oomtrace', standalone_mode=False)\n"
+        "print(' '.join(m for m in sys.modules if m.startswith('oomtrace')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return set(out.stdout.splitlines()[-1].split())
+
+
+@pytest.mark.parametrize(
+    ("command", "unused"),
+    [
+        (("replay", "--json"), PARSERS + ANALYSIS),
+        (("analyze", "--json"), PARSERS),
+        (("report", "--format", "json"), PARSERS),
+    ],
+)
+def test_a_trace_directory_is_read_without_the_parsers_of_raw_files(
+    tmp_path: Path, command: tuple[str, ...], unused: tuple[str, ...]
+) -> None:
+    trace_dir = tmp_path / "trace"
+    write_trace(scenarios.long_requests_growing().trace, trace_dir)
+    loaded = loaded_by(command[0], str(trace_dir), *command[1:])
+    assert "oomtrace.trace" in loaded  # the command ran
+    assert not loaded & set(unused)
+
     out = subprocess.run(
         [sys.executable, "-m", "oomtrace", "--version"], capture_output=True, text=True, check=True
     )
