@@ -133,7 +133,8 @@ def _timeline(
         request_sources = _request_sources(tables)
     else:
         scan, windows = scanned
-        life = lifecycle(scan.within(tables.requests, windows), tables.strict)
+        # the windows' requests are few: read once, not once per column
+        life = lifecycle(scan.within(tables.requests, windows).collect(), tables.strict)
         request_spans = scan.spans
         request_events, requests, request_sources = scan.rows, scan.ends.height, scan.sources
     events = tables.events

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 import polars as pl
 
@@ -26,7 +26,6 @@ from oomtrace.analysis.index import HOLE_FACTOR, HOLE_MIN_S, SeriesIndex
 from oomtrace.analysis.observed_series import SERIES_KEYS
 from oomtrace.analysis.samples import (
     CHUNK_ROWS,
-    WHOLE_METRICS,
     Invalid,
     Numbering,
     SampleView,
@@ -56,14 +55,22 @@ class Bucketed:
 
 @dataclass
 class _Series:
-    """What the pass keeps of one series: its buckets' extremes, its ends, its intervals."""
+    """What the pass keeps of one series: its ends and rows, its batches' median intervals."""
 
-    picks: list[pl.DataFrame] = field(default_factory=list)
-    first: int | None = None  # nanoseconds
-    last: int | None = None
+    first: int  # nanoseconds
+    last: int
     rows: int = 0
-    gaps: list[pl.DataFrame] = field(default_factory=list)
     medians: list[tuple[float, int]] = field(default_factory=list)
+
+
+@dataclass
+class _Kept:
+    """What the pass keeps of all series: each one's ends, and every batch's buckets' extremes
+    and silences (``_code`` telling the series apart)."""
+
+    series: dict[int, _Series] = field(default_factory=dict)
+    picks: list[pl.DataFrame] = field(default_factory=list)
+    gaps: list[pl.DataFrame] = field(default_factory=list)
 
 
 def time_span(samples: pl.LazyFrame) -> tuple[datetime, datetime] | None:
@@ -87,7 +94,7 @@ def bucketed_samples(
     wanted = list(memory_metrics)
     rows = samples.filter(pl.col("metric").is_in(wanted)).select("ts", "value", *SERIES_KEYS)
     numberings = numberings_of(samples.collect_schema())
-    kept: dict[int, _Series] = {}
+    kept = _Kept()
     bucket = ((pl.col("ts") - pl.lit(origin, dtype=TS)).dt.total_nanoseconds() // width_ns).alias(
         "_bucket"
     )
@@ -96,27 +103,22 @@ def bucketed_samples(
         frame = coded_batch(batch, numberings)
         if frame is None:  # too many distinct keys to code: the single pass reads them exactly
             raise OutOfOrder
-        parts = frame.partition_by("_code", as_dict=True, maintain_order=True, include_key=False)
-        for (code,), part in parts.items():
-            _add(kept.setdefault(int(code), _Series()), part, bucket)
+        _add(kept, frame, bucket)
     other = (
         samples.filter(~pl.col("metric").is_in(wanted) | pl.col("metric").is_null())
         .collect()
         .select(SAMPLES.names())
     )
     check_other(other, invalid)
-    series = {series_key(numberings, code): _points(s) for code, s in kept.items()}
+    points = _points(kept.picks)
+    series = {series_key(numberings, code): points.get(code, _NONE) for code in kept.series}
     series = dict(sorted(series.items(), key=lambda kv: _sort(kv[0])))
     index = memory_index(series, unit="bytes")
-    ends = {
-        series_key(numberings, code): (s.first, s.last)
-        for code, s in kept.items()
-        if s.first is not None and s.last is not None
-    }
+    ends = {series_key(numberings, code): (s.first, s.last) for code, s in kept.series.items()}
     view = SampleView(
         memory=index,
         other=other,
-        rows=other.height + sum(s.rows for s in kept.values()),
+        rows=other.height + sum(s.rows for s in kept.series.values()),
         spans=spans_of(ends, other),
         metrics=frozenset([*other["metric"].unique().to_list(), *(k[4] for k in series)]),
         sources=frozenset([*other["source"].unique().to_list(), *(k[1] for k in series)]),
@@ -125,26 +127,49 @@ def bucketed_samples(
 
 
 def _check_batch(batch: pl.DataFrame, invalid: Invalid) -> None:
-    """The checks :func:`~oomtrace.analysis.samples.read_samples` runs on a memory series."""
-    nulls = batch.select(pl.any_horizontal(pl.col(c).is_null() for c in ("ts", "value", "node")))
-    if nulls.to_series().any() or batch["source"].has_nulls():
+    """The checks :func:`~oomtrace.analysis.samples.read_samples` runs on a memory series (all
+    of them in bytes: whole numbers)."""
+    if any(batch[c].has_nulls() for c in ("ts", "value", "node", "source")):
         invalid()
-    whole = pl.col("metric").is_in(WHOLE_METRICS) & (pl.col("value") != pl.col("value").round(0))
-    if batch.select(whole.any()).item():
+    if batch.select((pl.col("value") != pl.col("value").round(0)).any()).item():
         invalid()
 
 
-def _add(series: _Series, part: pl.DataFrame, bucket: pl.Expr) -> None:
-    """One batch's rows of one series: their buckets' extremes, their intervals."""
+_NS: Final = pl.col("ts").to_physical()
+_GAPS_COLUMNS: dict[str, Any] = {"start": TS, "end": TS, "seconds": pl.Float64, "_code": pl.UInt64}
+_GAPS: Final = pl.Schema(_GAPS_COLUMNS)
+_NONE: Final = pl.DataFrame(schema={"ts": TS, "value": pl.Float64})
+
+
+def _add(kept: _Kept, frame: pl.DataFrame, bucket: pl.Expr) -> None:
+    """One batch (``ts, value, _code``): its buckets' extremes and its silences, per series. A
+    table written series by series (as a day's often is) has one series a batch: not split."""
+    codes = frame["_code"]
+    if codes.min() == codes.max():
+        _add_series(kept, int(codes[0]), frame.drop("_code"), bucket)
+        return
+    parts = frame.partition_by("_code", as_dict=True, maintain_order=True, include_key=False)
+    for (code,), part in parts.items():
+        _add_series(kept, int(code), part, bucket)
+
+
+def _add_series(kept: _Kept, code: int, part: pl.DataFrame, bucket: pl.Expr) -> None:
+    """Raises :class:`OutOfOrder` when the series' rows go back in time across batches."""
     if not part["ts"].is_sorted():
         part = part.sort("ts", maintain_order=True)
     ns = part["ts"].to_physical()
     first, last = int(ns[0]), int(ns[-1])
-    if series.last is not None and first < series.last:
+    known = kept.series.get(code)
+    if known is not None and first < known.last:
         raise OutOfOrder
+    seam = None if known is None else known.last
+    if known is None:
+        known = kept.series[code] = _Series(first, last)
+    known.last, known.rows = last, known.rows + part.height
     value = pl.col("value")
-    series.picks.append(
-        part.with_columns(bucket)
+    # the buckets of rows in time order are runs: grouped without hashing
+    kept.picks.append(
+        part.with_columns(bucket.set_sorted())
         .group_by("_bucket", maintain_order=True)
         .agg(
             lo_ts=pl.col("ts").get(value.arg_min()),
@@ -152,52 +177,64 @@ def _add(series: _Series, part: pl.DataFrame, bucket: pl.Expr) -> None:
             hi_ts=pl.col("ts").get(value.arg_max()),
             hi=value.max(),
         )
+        .with_columns(_code=pl.lit(code, pl.UInt64))
     )
-    ts = part["ts"]
-    if series.last is not None:  # the silence across the batches' seam counts too
-        ts = pl.concat([pl.Series([series.last], dtype=pl.Int64).cast(TS), ts])
-    gaps = pl.DataFrame({"end": ts}).select(
-        start=pl.col("end").shift(1),
-        end="end",
-        seconds=((pl.col("end") - pl.col("end").shift(1)).dt.total_nanoseconds() / 1e9).round(6),
-    )
-    if gaps.height > 1:
-        series.medians.append((float(gaps["seconds"].median() or 0.0), gaps.height - 1))  # type: ignore[arg-type]
-    series.gaps.append(gaps.filter(pl.col("seconds") > HOLE_MIN_S))
-    series.first = first if series.first is None else series.first
-    series.last = last
-    series.rows += part.height
+    # the silence across the batches' seam counts too: the batch's first row follows the last
+    previous = _NS.shift(1, fill_value=seam)
+    seconds = ((_NS - previous) / 1e9).round(6)
+    summary = part.select(
+        median=seconds.median(), n=seconds.count(), silent=(seconds > HOLE_MIN_S).any()
+    ).row(0)
+    if summary[1]:
+        known.medians.append((float(summary[0]), int(summary[1])))
+    if summary[2]:
+        gaps = part.select(start=previous.cast(TS), end="ts", seconds=seconds)
+        kept.gaps.append(
+            gaps.filter(pl.col("seconds") > HOLE_MIN_S).with_columns(_code=pl.lit(code, pl.UInt64))
+        )
 
 
-def _points(series: _Series) -> pl.DataFrame:
-    """A series' kept points: the first minimum and first maximum of each bucket (buckets that
-    two batches share are merged: the smallest minimum, the earliest on ties)."""
-    picks = pl.concat(series.picks)
-    series.picks = []
-    lows = picks.sort("_bucket", "lo", "lo_ts").group_by("_bucket", maintain_order=True).first()
+def _points(picks: list[pl.DataFrame]) -> dict[int, pl.DataFrame]:
+    """Each series' kept points: the first minimum and first maximum of each bucket (buckets
+    that two batches share are merged: the smallest minimum, the earliest on ties)."""
+    if not picks:
+        return {}
+    every = pl.concat(picks)
+    picks.clear()
+    key = ["_code", "_bucket"]
+    lows = every.sort(*key, "lo", "lo_ts").group_by(key, maintain_order=True).first()
     highs = (
-        picks.sort(["_bucket", "hi", "hi_ts"], descending=[False, True, False])
-        .group_by("_bucket", maintain_order=True)
+        every.sort([*key, "hi", "hi_ts"], descending=[False, False, True, False])
+        .group_by(key, maintain_order=True)
         .first()
     )
-    both = pl.concat([lows.select(ts="lo_ts", value="lo"), highs.select(ts="hi_ts", value="hi")])
-    return both.unique(subset="ts", keep="first").sort("ts").with_columns(pl.col("ts").set_sorted())
+    both = pl.concat(
+        [
+            lows.select("_code", ts="lo_ts", value="lo"),
+            highs.select("_code", ts="hi_ts", value="hi"),
+        ]
+    )
+    both = both.unique(subset=["_code", "ts"], keep="first").sort("_code", "ts")
+    return {
+        int(code): part.with_columns(pl.col("ts").set_sorted())
+        for (code,), part in both.partition_by("_code", as_dict=True, include_key=False).items()
+    }
 
 
-def _holes(
-    kept: dict[int, _Series], numberings: list[Numbering], index: SeriesIndex
-) -> pl.DataFrame:
+def _holes(kept: _Kept, numberings: list[Numbering], index: SeriesIndex) -> pl.DataFrame:
     """Silences of each series longer than :data:`HOLE_FACTOR` times its usual interval (the
     median of its batches' median intervals, weighted by their rows) and :data:`HOLE_MIN_S`."""
     frames = []
     labels = {tuple(index.meta(n)[k] for k in SERIES_KEYS): n for n in index.names()}
-    for code, series in kept.items():
+    gaps = pl.concat(kept.gaps) if kept.gaps else pl.DataFrame(schema=_GAPS)
+    kept.gaps.clear()
+    for code, series in kept.series.items():
         if series.rows < 3 or not series.medians:
             continue
         usual = _weighted_median(series.medians)
         name = labels[series_key(numberings, code)]
-        found = pl.concat(series.gaps).filter(
-            pl.col("seconds") > max(usual * HOLE_FACTOR, HOLE_MIN_S)
+        found = gaps.filter(
+            (pl.col("_code") == code) & (pl.col("seconds") > max(usual * HOLE_FACTOR, HOLE_MIN_S))
         )
         frames.append(
             found.select(
