@@ -17,7 +17,6 @@ keeps it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, Final
 
 import polars as pl
@@ -73,31 +72,22 @@ class _Kept:
     gaps: list[pl.DataFrame] = field(default_factory=list)
 
 
-def time_span(samples: pl.LazyFrame) -> tuple[datetime, datetime] | None:
-    """The first and last sample time (read from the Parquet statistics where it can)."""
-    ends = samples.select(lo=pl.col("ts").min(), hi=pl.col("ts").max()).collect()
-    lo, hi = ends["lo"][0], ends["hi"][0]
-    return None if lo is None or hi is None else (lo, hi)
-
-
 def bucketed_samples(
     samples: pl.LazyFrame,
     memory_metrics: tuple[str, ...],
     invalid: Invalid,
     *,
-    origin: datetime,
     width_ns: int,
     chunk_rows: int = CHUNK_ROWS // 4,
 ) -> Bucketed:
-    """The pass of the module docstring: buckets of ``width_ns`` from ``origin``. Raises
+    """The pass of the module docstring: buckets of ``width_ns`` counted from the epoch (no
+    first pass to find where the trace starts). Raises
     :class:`OutOfOrder` when a memory series is not in time order in the table."""
     wanted = list(memory_metrics)
     rows = samples.filter(pl.col("metric").is_in(wanted)).select("ts", "value", *SERIES_KEYS)
     numberings = numberings_of(samples.collect_schema())
     kept = _Kept()
-    bucket = ((pl.col("ts") - pl.lit(origin, dtype=TS)).dt.total_nanoseconds() // width_ns).alias(
-        "_bucket"
-    )
+    bucket = (pl.col("ts").to_physical() // width_ns).alias("_bucket")
     for batch in rows.collect_batches(chunk_size=chunk_rows):
         _check_batch(batch, invalid)
         frame = coded_batch(batch, numberings)

@@ -62,6 +62,7 @@ class Numbering:
         self.column, self.dtype = column, dtype
         self.values: list[Any] = []
         self.capacity = (1 << _BITS[column]) - 1
+        self._code: tuple[int, pl.Expr] | None = None  # the expression, for this many values
 
     def learn(self, batch: pl.DataFrame) -> bool:
         """Number the batch's new values; False when they no longer fit the code."""
@@ -73,7 +74,14 @@ class Numbering:
 
     def code(self) -> pl.Expr:
         """The value's number; a value not numbered yet fails the cast (text) or gives null
-        (integers), so that the caller numbers the batch's values and codes it again."""
+        (integers), so that the caller numbers the batch's values and codes it again. Built
+        once for each set of values (a day is a hundred batches, the values known after the
+        first few)."""
+        if self._code is None or self._code[0] != len(self.values):
+            self._code = (len(self.values), self._build())
+        return self._code[1]
+
+    def _build(self) -> pl.Expr:
         col = pl.col(self.column)
         if self.dtype == pl.String and len(self.values) > _FEW:
             physical = col.cast(pl.Enum(self.values)).to_physical().cast(pl.UInt64) + 1

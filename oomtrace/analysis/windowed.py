@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import timedelta
+from typing import Final
 
 import polars as pl
 
@@ -43,26 +44,24 @@ from oomtrace.analysis.observed_series import BYTES_METRICS
 from oomtrace.analysis.options import AnalyzeOptions
 from oomtrace.analysis.prepare import first_served, prepare
 from oomtrace.analysis.request_scan import Window, scan_requests
-from oomtrace.analysis.sample_buckets import OutOfOrder, bucketed_samples, time_span
+from oomtrace.analysis.sample_buckets import OutOfOrder, bucketed_samples
 from oomtrace.analysis.samples import memory_index, split_series
 from oomtrace.analysis.spikes import FILL_LOOKBACK, Spike
 from oomtrace.analysis.trace_scan import Tables
 from oomtrace.schema import TS
 
-__all__ = ["analyze_windowed"]
+__all__ = ["BUCKETS_PER_WINDOW", "analyze_windowed"]
+
+BUCKETS_PER_WINDOW: Final = 8
 
 
 def analyze_windowed(tables: Tables, options: AnalyzeOptions) -> Findings | None:
     """The findings of the module docstring's two passes; None where the trace is to be read in
     one pass."""
-    span = time_span(tables.samples)
-    if span is None:
-        return None
-    width_ns = max(int((span[1] - span[0]).total_seconds() * 1e9) // options.series_buckets, 1)
+    # buckets an eighth of a window wide: a rise within a window spans several of them
+    width_ns = max(int(options.window_s * 1e9) // BUCKETS_PER_WINDOW, 1)
     try:
-        bucketed = bucketed_samples(
-            tables.samples, BYTES_METRICS, tables.strict, origin=span[0], width_ns=width_ns
-        )
+        bucketed = bucketed_samples(tables.samples, BYTES_METRICS, tables.strict, width_ns=width_ns)
     except OutOfOrder:
         return None
     scan = scan_requests(tables)

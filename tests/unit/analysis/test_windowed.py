@@ -15,7 +15,7 @@ from oomtrace.analysis.findings import Findings
 from oomtrace.analysis.observed_series import BYTES_METRICS
 from oomtrace.analysis.options import AnalyzeOptions
 from oomtrace.analysis.prepare import tables_on_node
-from oomtrace.analysis.sample_buckets import OutOfOrder, bucketed_samples, time_span
+from oomtrace.analysis.sample_buckets import OutOfOrder, bucketed_samples
 from oomtrace.analysis.samples import read_samples
 from oomtrace.analysis.trace_scan import open_trace
 from oomtrace.analysis.windowed import analyze_windowed
@@ -115,7 +115,7 @@ def test_a_generated_stretch_of_serving_reads_the_same_in_windows(tmp_path: Path
 
 
 def test_a_long_trace_takes_the_windowed_path_by_its_size(tmp_path: Path) -> None:
-    path = generate(tmp_path / "trace", requests=2_000, hours=0.05, hz=100.0)
+    path = generate(tmp_path / "trace", requests=5_000, hours=0.3, hz=100.0)
     # GIVEN a threshold below the trace's rows, WHEN analysed through analyze()
     small = analyze(open_trace(path), AnalyzeOptions(windowed_above_rows=10**9))
     windowed = analyze(open_trace(path), WINDOWED)
@@ -132,10 +132,8 @@ def test_the_bucket_pass_keeps_every_peak_and_finds_the_same_holes() -> None:
     # GIVEN a scenario's samples, read whole and read in buckets by batches of 50 rows
     samples = scenarios.SHAPES["slow_leak"]().trace.samples
     whole = read_samples(samples.lazy(), BYTES_METRICS, lambda: None)
-    span = time_span(samples.lazy())
-    assert span is not None
     bucketed = bucketed_samples(
-        samples.lazy(), BYTES_METRICS, lambda: None, origin=span[0], width_ns=10**10, chunk_rows=50
+        samples.lazy(), BYTES_METRICS, lambda: None, width_ns=10**10, chunk_rows=50
     )
     # THEN each series keeps its largest and smallest value, and its holes are the same
     assert bucketed.view.memory.names() == whole.memory.names()
@@ -151,9 +149,5 @@ def test_the_bucket_pass_keeps_every_peak_and_finds_the_same_holes() -> None:
 def test_a_series_out_of_time_order_across_batches_is_read_in_one_pass() -> None:
     samples = scenarios.SHAPES["slow_leak"]().trace.samples
     shuffled = samples.sample(fraction=1.0, shuffle=True, seed=1).lazy()
-    span = time_span(shuffled)
-    assert span is not None
     with pytest.raises(OutOfOrder):
-        bucketed_samples(
-            shuffled, BYTES_METRICS, lambda: None, origin=span[0], width_ns=10**9, chunk_rows=50
-        )
+        bucketed_samples(shuffled, BYTES_METRICS, lambda: None, width_ns=10**9, chunk_rows=50)
