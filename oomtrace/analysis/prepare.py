@@ -74,10 +74,12 @@ def prepare(
     options: AnalyzeOptions,
     samples: SampleView | None = None,
     scanned: tuple[RequestScan, list[Window]] | None = None,
+    evicted: pl.DataFrame | None = None,
 ) -> tuple[Prepared, SeriesIndex, list[Spike], TableFacts]:
     """Everything computed once (see the module docstring). The windowed analysis
-    (:mod:`oomtrace.analysis.windowed`) hands over the samples it read and the requests' scan
-    with its windows: the timeline is then built of the requests those windows hold."""
+    (:mod:`oomtrace.analysis.windowed`) hands over the samples it read, the requests' scan with
+    its windows (the timeline is then built of the requests those windows hold) and, the second
+    time, the preemptions it found the first (:func:`preemption_times`)."""
     samples = samples or read_samples(tables.samples, BYTES_METRICS, tables.strict)
     kv = kv_model(
         tables.manifest, samples.other, spec=options.kv_spec, spec_label=options.kv_spec_label
@@ -93,7 +95,8 @@ def prepare(
         (r["node"], r["device"]): int(r["capacity_bytes"]) for r in caps.iter_rows(named=True)
     }
     observed_any = not (memory.empty and kv_index.empty)
-    evicted = preemption_times(tables, samples.other)
+    if evicted is None:
+        evicted = preemption_times(tables, samples.other)
     spikes = find_spikes(
         [memory, kv_index] if observed_any else [_modelled_for_spikes(modelled, kv)],
         _capacity_of(cap_map, kv),

@@ -49,7 +49,7 @@ class RequestScan:
     def within(self, requests: pl.LazyFrame, windows: list[Window]) -> pl.LazyFrame:
         """The rows of every request resident at some moment of a window on its node."""
         if not windows:
-            return requests.filter(pl.lit(value=False))
+            return pl.LazyFrame(schema=requests.collect_schema())  # not a scan that finds none
         inside = pl.lit(value=False)
         for node, start, end in windows:
             inside |= (
@@ -59,7 +59,7 @@ class RequestScan:
             )
         picked = self.ends.filter(inside)
         if picked.is_empty():
-            return requests.filter(pl.lit(value=False))
+            return pl.LazyFrame(schema=requests.collect_schema())  # not a scan that finds none
         # their events lie between the first's first and the last's last: a time filter the
         # Parquet scan applies to its row groups, before the hashing
         # (in nanoseconds: a Python datetime would round the last event's time down)

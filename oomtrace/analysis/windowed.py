@@ -77,6 +77,7 @@ def analyze_windowed(tables: Tables, options: AnalyzeOptions) -> Findings | None
         first.preemptions,
         kv_observed=frozenset(first.kv_index.catalog["node"].drop_nulls().to_list()),
     )
+    evicted = first.preemptions
     del first
     pad = timedelta(seconds=options.window_s) + timedelta(microseconds=2 * width_ns / 1000)
     windows = _windows(anchors, spikes, pad)
@@ -85,7 +86,7 @@ def analyze_windowed(tables: Tables, options: AnalyzeOptions) -> Findings | None
     )
     merged = _merged(view.memory, full, windows)
     prep, modelled, spikes, facts = prepare(
-        tables, options, replace(view, memory=merged), (scan, windows)
+        tables, options, replace(view, memory=merged), (scan, windows), evicted
     )
     return findings_of(
         tables, prep, modelled, spikes, facts, options, Detail(windows, full, bucketed.holes)
