@@ -218,26 +218,33 @@ class SeriesIndex:
                 seconds=((pl.col("end") - pl.col("start")).dt.total_nanoseconds() / 1e9).round(6)
             )
             usual = float(gaps["seconds"].median() or 0.0)  # type: ignore[arg-type]
-            found = gaps.filter(pl.col("seconds") > max(usual * HOLE_FACTOR, HOLE_MIN_S))
-            frames.append(
-                found.select(
-                    series=pl.lit(name),
-                    source=pl.lit(self._meta[name]["source"]),
-                    start="start",
-                    end="end",
-                    seconds="seconds",
-                    usual_s=pl.lit(usual),
-                )
-            )
-        schema: dict[str, Any] = {
-            "series": pl.String,
-            "source": pl.String,
-            "start": TS,
-            "end": TS,
-            "seconds": pl.Float64,
-            "usual_s": pl.Float64,
-        }
-        return pl.concat(frames) if frames else pl.DataFrame(schema=schema)
+            frames.append(holes_of(gaps, name, self._meta[name]["source"], usual))
+        return pl.concat(frames) if frames else pl.DataFrame(schema=HOLES)
+
+
+_HOLE_COLUMNS: dict[str, Any] = {
+    "series": pl.String,
+    "source": pl.String,
+    "start": TS,
+    "end": TS,
+    "seconds": pl.Float64,
+    "usual_s": pl.Float64,
+}
+HOLES: Final = pl.Schema(_HOLE_COLUMNS)
+
+
+def holes_of(gaps: pl.DataFrame, series: str, source: str, usual: float) -> pl.DataFrame:
+    """The silences of ``gaps`` (``start, end, seconds``) long enough to be holes of a series
+    usually sampled every ``usual`` seconds (see :meth:`SeriesIndex.holes`)."""
+    found = gaps.filter(pl.col("seconds") > max(usual * HOLE_FACTOR, HOLE_MIN_S))
+    return found.select(
+        series=pl.lit(series),
+        source=pl.lit(source),
+        start="start",
+        end="end",
+        seconds="seconds",
+        usual_s=pl.lit(usual),
+    )
 
 
 def _compact(

@@ -69,14 +69,19 @@ class RequestScan:
         return keyed.join(picked.lazy().select("_key"), on="_key", how="semi").drop("_key")
 
 
-def within(frame: pl.DataFrame, windows: list[Window]) -> pl.DataFrame:
-    """The rows of a frame with ``node, ts`` that lie in a window on their node."""
+def in_windows(windows: list[Window]) -> pl.Expr:
+    """Whether a row (``node, ts``) lies in a window on its node."""
     inside = pl.lit(value=False)
     for node, start, end in windows:
         inside |= (pl.col("node") == node) & pl.col("ts").is_between(
             pl.lit(start, dtype=TS), pl.lit(end, dtype=TS)
         )
-    return frame.filter(inside)
+    return inside
+
+
+def within(frame: pl.DataFrame, windows: list[Window]) -> pl.DataFrame:
+    """The rows of a frame with ``node, ts`` that lie in a window on their node."""
+    return frame.filter(in_windows(windows))
 
 
 def scan_requests(tables: Tables) -> RequestScan:

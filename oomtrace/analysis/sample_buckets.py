@@ -21,7 +21,7 @@ from typing import Any, Final
 
 import polars as pl
 
-from oomtrace.analysis.index import HOLE_FACTOR, HOLE_MIN_S, SeriesIndex
+from oomtrace.analysis.index import HOLE_MIN_S, HOLES, SeriesIndex, holes_of
 from oomtrace.analysis.observed_series import SERIES_KEYS
 from oomtrace.analysis.samples import (
     CHUNK_ROWS,
@@ -212,8 +212,8 @@ def _points(picks: list[pl.DataFrame]) -> dict[int, pl.DataFrame]:
 
 
 def _holes(kept: _Kept, numberings: list[Numbering], index: SeriesIndex) -> pl.DataFrame:
-    """Silences of each series longer than :data:`HOLE_FACTOR` times its usual interval (the
-    median of its batches' median intervals, weighted by their rows) and :data:`HOLE_MIN_S`."""
+    """Each series' holes, as :meth:`SeriesIndex.holes` finds them, its usual interval the
+    median of its batches' median intervals (weighted by their rows)."""
     frames = []
     labels = {tuple(index.meta(n)[k] for k in SERIES_KEYS): n for n in index.names()}
     gaps = pl.concat(kept.gaps) if kept.gaps else pl.DataFrame(schema=_GAPS)
@@ -223,28 +223,9 @@ def _holes(kept: _Kept, numberings: list[Numbering], index: SeriesIndex) -> pl.D
             continue
         usual = _weighted_median(series.medians)
         name = labels[series_key(numberings, code)]
-        found = gaps.filter(
-            (pl.col("_code") == code) & (pl.col("seconds") > max(usual * HOLE_FACTOR, HOLE_MIN_S))
-        )
-        frames.append(
-            found.select(
-                series=pl.lit(name),
-                source=pl.lit(index.meta(name)["source"]),
-                start="start",
-                end="end",
-                seconds="seconds",
-                usual_s=pl.lit(usual),
-            )
-        )
-    schema: dict[str, Any] = {
-        "series": pl.String,
-        "source": pl.String,
-        "start": TS,
-        "end": TS,
-        "seconds": pl.Float64,
-        "usual_s": pl.Float64,
-    }
-    return pl.concat(frames) if frames else pl.DataFrame(schema=schema)
+        mine = gaps.filter(pl.col("_code") == code)
+        frames.append(holes_of(mine, name, index.meta(name)["source"], usual))
+    return pl.concat(frames) if frames else pl.DataFrame(schema=HOLES)
 
 
 def _weighted_median(medians: list[tuple[float, int]]) -> float:

@@ -43,12 +43,11 @@ from oomtrace.analysis.index import SeriesIndex
 from oomtrace.analysis.observed_series import BYTES_METRICS
 from oomtrace.analysis.options import AnalyzeOptions
 from oomtrace.analysis.prepare import first_served, prepare
-from oomtrace.analysis.request_scan import Window, scan_requests
+from oomtrace.analysis.request_scan import Window, in_windows, scan_requests
 from oomtrace.analysis.sample_buckets import OutOfOrder, bucketed_samples
 from oomtrace.analysis.samples import memory_index, split_series
 from oomtrace.analysis.spikes import FILL_LOOKBACK, Spike
 from oomtrace.analysis.trace_scan import Tables
-from oomtrace.schema import TS
 
 __all__ = ["BUCKETS_PER_WINDOW", "analyze_windowed"]
 
@@ -82,7 +81,7 @@ def analyze_windowed(tables: Tables, options: AnalyzeOptions) -> Findings | None
     pad = timedelta(seconds=options.window_s) + timedelta(microseconds=2 * width_ns / 1000)
     windows = _windows(anchors, spikes, pad)
     full = memory_index(
-        split_series(tables.samples.filter(_inside(windows)), BYTES_METRICS), unit="bytes"
+        split_series(tables.samples.filter(in_windows(windows)), BYTES_METRICS), unit="bytes"
     )
     merged = _merged(view.memory, full, windows)
     prep, modelled, spikes, facts = prepare(
@@ -113,15 +112,6 @@ def _windows(anchors: list[Anchoring], spikes: list[Spike], pad: timedelta) -> l
     return merged
 
 
-def _inside(windows: list[Window]) -> pl.Expr:
-    inside = pl.lit(value=False)
-    for node, start, end in windows:
-        inside |= (pl.col("node") == node) & pl.col("ts").is_between(
-            pl.lit(start, dtype=TS), pl.lit(end, dtype=TS)
-        )
-    return inside
-
-
 def _merged(buckets: SeriesIndex, full: SeriesIndex, windows: list[Window]) -> SeriesIndex:
     """Each memory series: its full-resolution rows inside the windows on its node, its buckets'
     extremes outside them."""
@@ -132,7 +122,7 @@ def _merged(buckets: SeriesIndex, full: SeriesIndex, windows: list[Window]) -> S
         node = description["node"]
         mine = [(n, s, e) for n, s, e in windows if n == node]
         outside = buckets.rows(name).with_columns(node=pl.lit(node, pl.String))
-        outside = outside.filter(~_inside(mine)).drop("node")
+        outside = outside.filter(~in_windows(mine)).drop("node")
         inside = [full.rows(name).select(outside.columns)] if name in full.names() else []
         joined = pl.concat([outside, *inside]).sort("ts")
         parts[name] = joined.with_columns(pl.col("ts").set_sorted())
