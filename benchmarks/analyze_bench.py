@@ -507,7 +507,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=2_000_000)
     parser.add_argument("--hours", type=float, default=24.0)
     parser.add_argument("--hz", type=float, default=100.0)
-    parser.add_argument("--child", choices=[*CONTENDERS, *WHOLE], help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=list(RUNNERS), help=argparse.SUPPRESS)
     parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument(
