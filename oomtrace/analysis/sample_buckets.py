@@ -222,7 +222,9 @@ def _holes(kept: _Kept, numberings: list[Numbering], index: SeriesIndex) -> pl.D
         if series.rows < 3 or not series.medians:
             continue
         usual = _weighted_median(series.medians)
-        name = labels[series_key(numberings, code)]
+        name = labels.get(series_key(numberings, code))
+        if name is None:  # its label taken by another node's series (memory_index keeps one)
+            continue
         mine = gaps.filter(pl.col("_code") == code)
         frames.append(holes_of(mine, name, index.meta(name)["source"], usual))
     return pl.concat(frames) if frames else pl.DataFrame(schema=HOLES)

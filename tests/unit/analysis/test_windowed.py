@@ -8,6 +8,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 import pytest
 
 from oomtrace.analysis import analyze
@@ -20,7 +21,7 @@ from oomtrace.analysis.samples import read_samples
 from oomtrace.analysis.trace_scan import open_trace
 from oomtrace.analysis.windowed import analyze_windowed
 from oomtrace.ingest import IngestOptions, load_any
-from oomtrace.trace import Trace
+from oomtrace.trace import Trace, read_trace, write_trace
 from tests import scenarios
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -126,6 +127,32 @@ def test_a_long_trace_takes_the_windowed_path_by_its_size(tmp_path: Path) -> Non
 
     assert modelled(windowed) < modelled(small)
     assert what_matters(windowed) == what_matters(small)
+
+
+@pytest.mark.parametrize("node", [None, "node-b"])
+def test_two_nodes_read_the_same_in_windows(tmp_path: Path, node: str | None) -> None:
+    # GIVEN two nodes serving the same traffic, each with an OOM, in one trace directory
+    one = read_trace(generate(tmp_path / "one", requests=4_000, hours=0.2, hz=50.0))
+    twin = [f.with_columns(node=pl.lit("node-b")) for f in (one.samples, one.requests, one.events)]
+    one.manifest.nodes = ["node-a", "node-b"]
+    both = Trace(
+        pl.concat([one.samples, twin[0]]),
+        pl.concat([one.requests, twin[1]]),
+        pl.concat([one.events, twin[2]]),
+        one.manifest,
+    )
+    write_trace(both, tmp_path / "both")
+    # WHEN analysed in one pass and in windows, on every node and on one
+    single = analyze(open_trace(tmp_path / "both"), AnalyzeOptions(node=node))
+    windowed = analyze(
+        open_trace(tmp_path / "both"), AnalyzeOptions(node=node, windowed_above_rows=0)
+    )
+    # THEN the incidents of each node are the same
+    assert what_matters(windowed) == what_matters(single)
+    assert {i.node for i in windowed.incidents} == (
+        {"node-a", "node-b"} if node is None else {node}
+    )
+    assert windowed.trace.requests == single.trace.requests
 
 
 def test_the_bucket_pass_keeps_every_peak_and_finds_the_same_holes() -> None:
