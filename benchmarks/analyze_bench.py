@@ -11,11 +11,15 @@ cross-checked.
 
 The whole command is measured too: ``oomtrace analyze DIR --json`` in its own process (wall
 time from start to exit, CPU seconds, peak memory), beside merely reading every table of the
-directory with Polars (the floor for the whole command).
+directory with Polars (the floor for the whole command). With ``--cross-check`` the same trace is
+also analysed in one pass, in its own process (what a trace below the windowed path's threshold
+gets: every series, the timeline and the sweep of the whole day held), and the benchmark fails
+unless both find the same incidents, classes, peaks and culprits.
 
     python benchmarks/analyze_bench.py                      # full size: 2M requests, 24 h, 100 Hz
     python benchmarks/analyze_bench.py --requests 50000 --hours 0.6   # a smoke run
     python benchmarks/analyze_bench.py --data DIR --whole-only  # the whole command and its floor
+    python benchmarks/analyze_bench.py --data DIR --whole-only --cross-check  # and the single pass
 """
 
 from __future__ import annotations
@@ -326,12 +330,45 @@ def run_read_all(data: Path) -> dict[str, Any]:
     }
 
 
+def incident_facts(findings: dict[str, Any]) -> list[list[Any]]:
+    """What the windowed and the single pass must agree on, per incident of a findings document:
+    class, anchor, peak time and bytes, the culprits in order."""
+    return [
+        [
+            i["class"],
+            i["anchor"],
+            i["peak_ts"],
+            i["peak_bytes"],
+            [c["request_id"] for c in i["culprits"]],
+        ]
+        for i in findings["incidents"]
+    ]
+
+
+def run_single_pass(data: Path) -> dict[str, Any]:
+    """The analysis of the whole trace in one pass, as a trace below the windowed path's
+    threshold is analysed (every table's series, timeline and sweep of the whole day held)."""
+    from oomtrace.analysis import AnalyzeOptions, analyze, open_trace
+    from oomtrace.analysis.findings import dumps
+
+    started = time.perf_counter()
+    findings = analyze(open_trace(data), AnalyzeOptions(windowed_above_rows=2**62))
+    facts = incident_facts(json.loads(dumps(findings)))
+    return {
+        "name": "single pass",
+        "read_s": 0.0,
+        "compute_s": time.perf_counter() - started,
+        "facts": facts,
+    }
+
+
 RUNNERS = {
     "read": run_read,
     "oomtrace": run_oomtrace,
     "duckdb": run_duckdb,
     "pandas": run_pandas,
     "read all": run_read_all,
+    "single pass": run_single_pass,
 }
 COMMAND = "oomtrace analyze"
 
@@ -361,7 +398,8 @@ def _command(data: Path) -> dict[str, Any]:
         measured = _measured(argv, COMMAND, stdout=out)
         out.seek(0)
         findings = json.loads(out.read())
-    return {"name": COMMAND, **measured, "incidents": len(findings["incidents"])}
+    facts = incident_facts(findings)
+    return {"name": COMMAND, **measured, "incidents": len(facts), "facts": facts}
 
 
 def _child(name: str, data: Path) -> dict[str, Any]:
@@ -451,15 +489,33 @@ def _whole_lines(whole: list[dict[str, Any]], pool_floor_s: float | None) -> lis
     return lines
 
 
+def _cross_check(whole: list[dict[str, Any]]) -> None:
+    """The command (windowed on a day) and the single pass agree, or the benchmark fails."""
+    by = {r["name"]: r for r in whole}
+    ours, single = by[COMMAND]["facts"], by["single pass"]["facts"]
+    if ours != single:
+        raise SystemExit(f"the windowed and the single pass disagree: {ours} != {single}")
+    print(
+        f"cross-checked: the command and the single pass find the same {len(ours)} incident(s), "
+        "classes, peaks and culprits"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--data", type=Path, help="an existing benchmark trace directory")
     parser.add_argument("--requests", type=int, default=2_000_000)
     parser.add_argument("--hours", type=float, default=24.0)
     parser.add_argument("--hz", type=float, default=100.0)
-    parser.add_argument("--child", choices=[*CONTENDERS, *WHOLE], help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=list(RUNNERS), help=argparse.SUPPRESS)
     parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument(
+        "--cross-check",
+        action="store_true",
+        help="also analyse the trace in one pass (below the windowed path's threshold) and check "
+        "that both find the same incidents, classes, peaks and culprits",
+    )
     parser.add_argument(
         "--whole-only",
         action="store_true",
@@ -480,6 +536,9 @@ def main() -> None:
             file.read_bytes()
         results = [] if args.whole_only else [_child(name, data) for name in CONTENDERS]
         whole = [_child(name, data) for name in WHOLE] + [_command(Path(data))]
+        if args.cross_check:
+            whole.insert(1, _child("single pass", data))
+            _cross_check(whole)
     sizes = f"{args.requests:,} requests, {args.hours:g} h at {args.hz:g} Hz"
     if args.data:
         sizes = f"data from {args.data.name}"

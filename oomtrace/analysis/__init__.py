@@ -20,7 +20,11 @@ Stages, each reading only what the previous one produced (``docs/ARCHITECTURE.md
 * :mod:`oomtrace.analysis.reconcile`, :mod:`oomtrace.analysis.culprits`,
   :mod:`oomtrace.analysis.classify`, :mod:`oomtrace.analysis.gaps` — what an incident is made of;
 * :mod:`oomtrace.analysis.findings` — the frozen result and its versioned JSON;
-* :mod:`oomtrace.analysis.pipeline` — :func:`analyze`, the stages run in order.
+* :mod:`oomtrace.analysis.conclude` — from what was prepared to the incidents and the findings;
+* :mod:`oomtrace.analysis.pipeline` — :func:`analyze`, the stages run in order;
+* :mod:`oomtrace.analysis.windowed` — a long trace in two passes, its memory bounded by the
+  incident windows: a streaming scan (:mod:`oomtrace.analysis.sample_buckets`,
+  :mod:`oomtrace.analysis.request_scan`) finds them, the stages above run on their rows.
 
 Nothing below this package imports it (``tests/unit/test_layers.py`` checks the layering); the
 terminal summary of the findings is :mod:`oomtrace.terminal.findings_text`.

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Literal
 
 import polars as pl
@@ -43,10 +43,20 @@ def search_ts(ts: pl.Series, when: datetime, side: Literal["left", "right"]) -> 
     Python datetime holds: a row within the same microsecond as ``when`` counts as at it (so
     ``side="right"`` keeps it). One binary search on the integers; searching with the datetime
     itself would first convert the whole column to microseconds (tens of milliseconds a call)."""
-    at_ns = int(pl.Series([when], dtype=TS).to_physical()[0])
+    at_ns = micros(when) * 1000
     target = at_ns if side == "left" else at_ns + 999
-    needle = pl.Series([target], dtype=pl.Int64)
-    return int(ts.to_physical().search_sorted(needle, side=side)[0])
+    return int(ts.to_physical().search_sorted(target, side=side))
+
+
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND: Final = timedelta(microseconds=1)
+
+
+def micros(when: datetime) -> int:
+    """Microseconds since the epoch (a time without a zone is UTC, as Polars reads it): plain
+    arithmetic, not a one-value Series (a leak check searches thousands of idle stretches)."""
+    aware = when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+    return (aware - _EPOCH) // _MICROSECOND
 
 
 def series_label(metric: str, source: str, device: int | None, pid: int | None) -> str:
@@ -71,6 +81,7 @@ class SeriesIndex:
         self._parts = parts
         self._families: dict[str, Family] = {}
         self._meta = meta
+        self._descriptions: dict[str, list[pl.Expr]] = {}
         self._set_catalog({s: frame.height for s, frame in parts.items()})
 
     @classmethod
@@ -142,10 +153,15 @@ class SeriesIndex:
         rows = self.rows(series)
         lo = search_ts(rows["ts"], start, "left")
         hi = search_ts(rows["ts"], end, "right")
-        meta = self.meta(series)
-        return rows.slice(lo, hi - lo).with_columns(
-            pl.lit(v, dtype=SERIES_SCHEMA[k]).alias(k) for k, v in meta.items()
-        )
+        return rows.slice(lo, hi - lo).with_columns(self._described(series))
+
+    def _described(self, series: str) -> list[pl.Expr]:
+        """The series' description as literal columns, built once per series."""
+        if series not in self._descriptions:
+            self._descriptions[series] = [
+                pl.lit(v, dtype=SERIES_SCHEMA[k]).alias(k) for k, v in self.meta(series).items()
+            ]
+        return self._descriptions[series]
 
     def at(self, series: str | None, ts: datetime, within: timedelta) -> dict[str, Any] | None:
         """The last row at or before ``ts``, if it is no older than ``within``."""
@@ -218,26 +234,33 @@ class SeriesIndex:
                 seconds=((pl.col("end") - pl.col("start")).dt.total_nanoseconds() / 1e9).round(6)
             )
             usual = float(gaps["seconds"].median() or 0.0)  # type: ignore[arg-type]
-            found = gaps.filter(pl.col("seconds") > max(usual * HOLE_FACTOR, HOLE_MIN_S))
-            frames.append(
-                found.select(
-                    series=pl.lit(name),
-                    source=pl.lit(self._meta[name]["source"]),
-                    start="start",
-                    end="end",
-                    seconds="seconds",
-                    usual_s=pl.lit(usual),
-                )
-            )
-        schema: dict[str, Any] = {
-            "series": pl.String,
-            "source": pl.String,
-            "start": TS,
-            "end": TS,
-            "seconds": pl.Float64,
-            "usual_s": pl.Float64,
-        }
-        return pl.concat(frames) if frames else pl.DataFrame(schema=schema)
+            frames.append(holes_of(gaps, name, self._meta[name]["source"], usual))
+        return pl.concat(frames) if frames else pl.DataFrame(schema=HOLES)
+
+
+_HOLE_COLUMNS: dict[str, Any] = {
+    "series": pl.String,
+    "source": pl.String,
+    "start": TS,
+    "end": TS,
+    "seconds": pl.Float64,
+    "usual_s": pl.Float64,
+}
+HOLES: Final = pl.Schema(_HOLE_COLUMNS)
+
+
+def holes_of(gaps: pl.DataFrame, series: str, source: str, usual: float) -> pl.DataFrame:
+    """The silences of ``gaps`` (``start, end, seconds``) long enough to be holes of a series
+    usually sampled every ``usual`` seconds (see :meth:`SeriesIndex.holes`)."""
+    found = gaps.filter(pl.col("seconds") > max(usual * HOLE_FACTOR, HOLE_MIN_S))
+    return found.select(
+        series=pl.lit(series),
+        source=pl.lit(source),
+        start="start",
+        end="end",
+        seconds="seconds",
+        usual_s=pl.lit(usual),
+    )
 
 
 def _compact(

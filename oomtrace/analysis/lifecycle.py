@@ -40,7 +40,7 @@ RANK: Final = {
 ENDS: Final = ("finished", "aborted", "rejected")
 INSIDE: Final = ("first_token", "progress")
 ID: Final = pl.UInt32  # request and segment ids: four billion of each is plenty
-_COUNTS: Final = ("prompt_tokens", "max_tokens", "cached_tokens", "output_tokens")
+REQUEST_COUNTS: Final = ("prompt_tokens", "max_tokens", "cached_tokens", "output_tokens")
 _NULL: Final = np.iinfo(np.int64).min  # stands for "not stated" inside segmented maxima
 
 
@@ -100,7 +100,7 @@ def lifecycle(
     stated = ("kv_blocks",) if "kv_blocks" in frame.collect_schema().names() else ()
     columns = {
         name: _column(frame, name, invalid).gather(order)
-        for name in ("ts", "event", *_COUNTS, *stated)
+        for name in ("ts", "event", *REQUEST_COUNTS, *stated)
     }
     ranks = pl.Series([RANK[e] for e in REQUEST_EVENTS], dtype=pl.Int8)
     events = pl.DataFrame(columns).select(
@@ -108,7 +108,7 @@ def lifecycle(
         "ts",
         "event",
         pl.lit(ranks).gather(pl.col("event").to_physical()).alias("rank"),
-        *_COUNTS,
+        *REQUEST_COUNTS,
         *stated,
     )
     if not _in_order(events):
@@ -186,7 +186,7 @@ def summarize(life: Lifecycle) -> pl.DataFrame:
             first_token_ts=_first_where(ev, n, event == "first_token", "ts"),
             end_ts=_scatter(n, ends["rid"], ends["ts"]),
             end_event=_scatter(n, ends["rid"], ends["event"].cast(pl.String)),
-            **{c: _max_per_request(ev, starts, c) for c in _COUNTS},
+            **{c: _max_per_request(ev, starts, c) for c in REQUEST_COUNTS},
             preemptions=_count_where(ev, n, event == "preempted", "preemptions"),
             token_events=_count_where(ev, n, event.is_in(INSIDE), "token_events"),
             progress_stated=_count_where(

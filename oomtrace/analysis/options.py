@@ -58,6 +58,9 @@ class AnalyzeOptions:
     # maximum of each of this many time buckets (peaks survive). The JSON document keeps fewer.
     series_buckets: int = 5000
     json_series_buckets: int = 1000
+    # A trace of more sample and request rows than this is analysed in windows
+    # (:mod:`oomtrace.analysis.windowed`): its memory bounded by the incident windows.
+    windowed_above_rows: int = 4_000_000
 
     def __post_init__(self) -> None:
         if self.window_s <= 0:

@@ -26,6 +26,7 @@ from oomtrace.analysis.observed_series import BYTES_METRICS, capacities, engine_
 from oomtrace.analysis.options import AnalyzeOptions
 from oomtrace.analysis.pool import Breakpoints, pool_breakpoints
 from oomtrace.analysis.reconcile import modelled_index, pool_caps
+from oomtrace.analysis.request_scan import RequestScan, Window
 from oomtrace.analysis.samples import SampleView, read_samples
 from oomtrace.analysis.spikes import Spike, find_spikes
 from oomtrace.analysis.timeline import RESETS, Timeline, timeline_of
@@ -42,12 +43,12 @@ def tables_on_node(source: Trace | TraceScan, node: str | None) -> Tables:
     """The source's tables on ``node`` (all nodes when None). Raises :class:`InputError` when
     nothing can be analysed: no rows at all, or none on that node."""
     everything = tables_of(source, None)
-    if not any(_counts(everything)) and (apart := set_aside(source.manifest)):
+    if not any(row_counts(everything)) and (apart := set_aside(source.manifest)):
         raise InputError(
             "nothing to analyse on one clock: "
             + "; ".join(w for s in apart if (w := clock_warning(s)))
         )
-    if not any(_counts(everything)):
+    if not any(row_counts(everything)):
         raise InputError(
             "the trace holds no samples, requests or events: nothing to analyse; check that "
             "ingest recognised the input files (see manifest.json sources)"
@@ -55,7 +56,7 @@ def tables_on_node(source: Trace | TraceScan, node: str | None) -> Tables:
     if node is None:
         return everything
     picked = tables_of(source, node)
-    if not any(_counts(picked)):
+    if not any(row_counts(picked)):
         frames = (everything.samples, everything.requests, everything.events.lazy())
         nodes = pl.concat([f.select("node") for f in frames]).unique().collect()
         names = ", ".join(sorted(nodes["node"].to_list()))
@@ -63,20 +64,27 @@ def tables_on_node(source: Trace | TraceScan, node: str | None) -> Tables:
     return picked
 
 
-def _counts(tables: Tables) -> tuple[int, int, int]:
+def row_counts(tables: Tables) -> tuple[int, int, int]:
     rows = [int(f.select(pl.len()).collect().item()) for f in (tables.samples, tables.requests)]
     return rows[0], rows[1], tables.events.height
 
 
 def prepare(
-    tables: Tables, options: AnalyzeOptions
+    tables: Tables,
+    options: AnalyzeOptions,
+    samples: SampleView | None = None,
+    scanned: tuple[RequestScan, list[Window]] | None = None,
+    evicted: pl.DataFrame | None = None,
 ) -> tuple[Prepared, SeriesIndex, list[Spike], TableFacts]:
-    """Everything computed once (see the module docstring)."""
-    samples = read_samples(tables.samples, BYTES_METRICS, tables.strict)
+    """Everything computed once (see the module docstring). The windowed analysis
+    (:mod:`oomtrace.analysis.windowed`) hands over the samples it read, the requests' scan with
+    its windows (the timeline is then built of the requests those windows hold) and, the second
+    time, the preemptions it found the first (:func:`preemption_times`)."""
+    samples = samples or read_samples(tables.samples, BYTES_METRICS, tables.strict)
     kv = kv_model(
         tables.manifest, samples.other, spec=options.kv_spec, spec_label=options.kv_spec_label
     )
-    timeline, facts = _timeline(tables, samples, kv)
+    timeline, facts = _timeline(tables, samples, kv, scanned)
     breakpoints = pool_breakpoints(timeline)
     memory = samples.memory
     kv_index = SeriesIndex.from_long(observed_kv(samples.other, kv))
@@ -87,7 +95,8 @@ def prepare(
         (r["node"], r["device"]): int(r["capacity_bytes"]) for r in caps.iter_rows(named=True)
     }
     observed_any = not (memory.empty and kv_index.empty)
-    evicted = preemption_times(tables, samples.other)
+    if evicted is None:
+        evicted = preemption_times(tables, samples.other)
     spikes = find_spikes(
         [memory, kv_index] if observed_any else [_modelled_for_spikes(modelled, kv)],
         _capacity_of(cap_map, kv),
@@ -113,17 +122,25 @@ def prepare(
     return prep, modelled, spikes, facts
 
 
-def _timeline(tables: Tables, samples: SampleView, kv: KVModel) -> tuple[Timeline, TableFacts]:
+def _timeline(
+    tables: Tables,
+    samples: SampleView,
+    kv: KVModel,
+    scanned: tuple[RequestScan, list[Window]] | None,
+) -> tuple[Timeline, TableFacts]:
     """The timeline from the lifecycle, and the totals of every table."""
-    life = lifecycle(tables.requests, tables.strict)
-    sources = tables.requests.select(
-        pl.col("source").unique().implode().alias("sources"),
-        pl.col("source").null_count().alias("nulls"),
-    ).collect()
-    if sources["nulls"].item():
-        tables.strict()
+    if scanned is None:
+        life = lifecycle(tables.requests, tables.strict)
+        request_spans = _request_spans(life)
+        request_events, requests = life.events.height, life.keys.height
+        request_sources = _request_sources(tables)
+    else:
+        scan, windows = scanned
+        # the windows' requests are few: read once, not once per column
+        life = lifecycle(scan.within(tables.requests, windows).collect(), tables.strict)
+        request_spans = scan.spans
+        request_events, requests, request_sources = scan.rows, scan.ends.height, scan.sources
     events = tables.events
-    request_spans = _request_spans(life)
     spans = pl.concat(
         [
             samples.spans,
@@ -134,13 +151,12 @@ def _timeline(tables: Tables, samples: SampleView, kv: KVModel) -> tuple[Timelin
     spans = spans.group_by("node").agg(pl.col("first").min(), pl.col("last").max()).sort("node")
     facts = TableFacts(
         samples=samples.rows,
-        request_events=life.events.height,
+        request_events=request_events,
+        requests=requests,
         events=events.height,
         spans=spans,
         metrics=samples.metrics,
-        sources=samples.sources
-        | frozenset(sources["sources"].item().to_list())
-        | frozenset(events["source"].unique().to_list()),
+        sources=samples.sources | request_sources | frozenset(events["source"].unique().to_list()),
         first_request={str(n): t for n, t in request_spans.select("node", "first").rows()},
     )
     trace_end: dict[str, datetime] = {str(n): t for n, t in spans.select("node", "last").rows()}
@@ -156,6 +172,16 @@ def _timeline(tables: Tables, samples: SampleView, kv: KVModel) -> tuple[Timelin
         max_model_len=int(max_len) if isinstance(max_len, int) else None,
     )
     return timeline, facts
+
+
+def _request_sources(tables: Tables) -> frozenset[str]:
+    sources = tables.requests.select(
+        pl.col("source").unique().implode().alias("sources"),
+        pl.col("source").null_count().alias("nulls"),
+    ).collect()
+    if sources["nulls"].item():
+        tables.strict()
+    return frozenset(sources["sources"].item().to_list())
 
 
 def _request_spans(life: Lifecycle) -> pl.DataFrame:

@@ -25,14 +25,14 @@ import polars as pl
 
 from oomtrace.analysis.index import SeriesIndex, series_label
 from oomtrace.analysis.observed_series import SERIES_KEYS
-from oomtrace.schema import METRICS, REQUIRED, SAMPLES, WHOLE_NUMBER_KINDS
+from oomtrace.schema import METRICS, REQUIRED, SAMPLES, TS, WHOLE_NUMBER_KINDS
 
 CHUNK_ROWS: Final = 1_000_000
 # Bits of the packed series code per key column (metric first): values beyond are read exactly
 # but slowly (a key-column grouping per batch).
 _BITS: Final = {"metric": 6, "node": 12, "source": 12, "device": 12, "pid": 20}
 _FEW: Final = 4  # up to this many names per key column are told apart by comparison
-_WHOLE: Final = [m for m, (kind, _) in METRICS.items() if kind in WHOLE_NUMBER_KINDS]
+WHOLE_METRICS: Final = [m for m, (kind, _) in METRICS.items() if kind in WHOLE_NUMBER_KINDS]
 
 Invalid = Callable[[], None]  # called when a value fails a check
 
@@ -55,13 +55,14 @@ class SampleView:
         return self.rows == 0
 
 
-class _Numbering:
+class Numbering:
     """Values of one key column numbered from 1 in order of appearance (0 is null)."""
 
     def __init__(self, column: str, dtype: pl.DataType) -> None:
         self.column, self.dtype = column, dtype
         self.values: list[Any] = []
         self.capacity = (1 << _BITS[column]) - 1
+        self._code: tuple[int, pl.Expr] | None = None  # the expression, for this many values
 
     def learn(self, batch: pl.DataFrame) -> bool:
         """Number the batch's new values; False when they no longer fit the code."""
@@ -73,7 +74,14 @@ class _Numbering:
 
     def code(self) -> pl.Expr:
         """The value's number; a value not numbered yet fails the cast (text) or gives null
-        (integers), so that the caller numbers the batch's values and codes it again."""
+        (integers), so that the caller numbers the batch's values and codes it again. Built
+        once for each set of values (a day is a hundred batches, the values known after the
+        first few)."""
+        if self._code is None or self._code[0] != len(self.values):
+            self._code = (len(self.values), self._build())
+        return self._code[1]
+
+    def _build(self) -> pl.Expr:
         col = pl.col(self.column)
         if self.dtype == pl.String and len(self.values) > _FEW:
             physical = col.cast(pl.Enum(self.values)).to_physical().cast(pl.UInt64) + 1
@@ -91,7 +99,12 @@ class _Numbering:
         return None if number == 0 else self.values[number - 1]
 
 
-def _packed(numberings: list[_Numbering]) -> pl.Expr:
+def numberings_of(schema: pl.Schema) -> list[Numbering]:
+    """The key columns' numberings, packed into a series code in this order."""
+    return [Numbering(c, schema[c]) for c in ("metric", "node", "source", "device", "pid")]
+
+
+def _packed(numberings: list[Numbering]) -> pl.Expr:
     code, shift = pl.lit(0, pl.UInt64), 0
     for numbering in numberings:
         code = code + (numbering.code() * (1 << shift))
@@ -99,7 +112,7 @@ def _packed(numberings: list[_Numbering]) -> pl.Expr:
     return code
 
 
-def _unpack(numberings: list[_Numbering], code: int) -> tuple[Any, ...]:
+def series_key(numberings: list[Numbering], code: int) -> tuple[Any, ...]:
     values: dict[str, Any] = {}
     for numbering in numberings:
         bits = _BITS[numbering.column]
@@ -115,12 +128,11 @@ def split_series(
     metric)``, each in time order (the table's order among rows of one instant)."""
     wanted = list(metrics)
     rows = samples.filter(pl.col("metric").is_in(wanted)).select("ts", "value", *SERIES_KEYS)
-    schema = samples.collect_schema()
-    numberings = [_Numbering(c, schema[c]) for c in ("metric", "node", "source", "device", "pid")]
+    numberings = numberings_of(samples.collect_schema())
     chunks: dict[int, list[pl.DataFrame]] = {}
     batches = rows.collect_batches(chunk_size=chunk_rows)
     for batch in batches:
-        coded = _coded(batch, numberings)
+        coded = coded_batch(batch, numberings)
         if coded is None:
             return _split_exactly(rows)
         # one pass over the batch, however many series it holds (a filter per series is one
@@ -132,7 +144,7 @@ def split_series(
     times: list[pl.Series] = []
     for code in list(chunks):  # one series at a time: its batches go as it is put together
         frame = _in_time_order(chunks.pop(code))
-        out[_unpack(numberings, code)] = _sharing_times(frame, times)
+        out[series_key(numberings, code)] = _sharing_times(frame, times)
     return dict(sorted(out.items(), key=lambda kv: _sort_key(kv[0])))
 
 
@@ -148,13 +160,13 @@ def _sharing_times(frame: pl.DataFrame, times: list[pl.Series]) -> pl.DataFrame:
     return frame.with_columns(same)
 
 
-def _coded(batch: pl.DataFrame, numberings: list[_Numbering]) -> pl.DataFrame | None:
+def coded_batch(batch: pl.DataFrame, numberings: list[Numbering]) -> pl.DataFrame | None:
     """``ts, value, _code`` of a batch; its new key values are numbered first when it has any
     (None when they no longer fit the code)."""
     try:
-        coded = batch.select("ts", "value", _code=_packed(numberings))
-        if not coded["_code"].has_nulls():
-            return coded
+        frame = batch.select("ts", "value", _code=_packed(numberings))
+        if not frame["_code"].has_nulls():
+            return frame
     except pl.exceptions.InvalidOperationError:  # text not numbered yet
         pass
     if not all(n.learn(batch) for n in numberings):
@@ -213,7 +225,7 @@ def read_samples(
         .select(SAMPLES.names())
     )
     _check(series, other, invalid)
-    spans = _spans(series, other)
+    spans = spans_of({k: _ends(f) for k, f in series.items() if f.height}, other)
     return SampleView(
         memory=memory_index(series, unit="bytes"),
         other=other,
@@ -232,28 +244,39 @@ def _check(
     for (node, source, _device, _pid, metric), frame in series.items():
         if node is None or source is None or frame["ts"].has_nulls() or frame["value"].has_nulls():
             invalid()
-        if metric in _WHOLE and frame.select(whole.any()).item():
+        if metric in WHOLE_METRICS and frame.select(whole.any()).item():
             invalid()
+    check_other(other, invalid)
+
+
+def check_other(other: pl.DataFrame, invalid: Invalid) -> None:
+    """The checks of :func:`oomtrace.schema.conform` on the rows other than the memory series."""
+    whole = pl.col("value") != pl.col("value").round(0)
     required = other.select(pl.any_horizontal(pl.col(c).is_null() for c in REQUIRED["samples"]))
     if required.to_series().any():
         invalid()
     if other.filter(~pl.col("metric").is_in(list(METRICS))).height:
         invalid()
-    if other.filter(pl.col("metric").is_in(_WHOLE) & whole).height:
+    if other.filter(pl.col("metric").is_in(WHOLE_METRICS) & whole).height:
         invalid()
 
 
-def _spans(series: dict[tuple[Any, ...], pl.DataFrame], other: pl.DataFrame) -> pl.DataFrame:
-    """First and last sample time per node."""
-    ends = [
-        frame.select(
-            pl.lit(key[0], pl.String).alias("node"),
-            first=pl.col("ts").first(),
-            last=pl.col("ts").last(),
-        )
-        for key, frame in series.items()
-        if frame.height
-    ]
+def _ends(frame: pl.DataFrame) -> tuple[int, int]:
+    ns = frame["ts"].to_physical()
+    return int(ns[0]), int(ns[-1])
+
+
+def spans_of(ends: dict[tuple[Any, ...], tuple[int, int]], other: pl.DataFrame) -> pl.DataFrame:
+    """First and last sample time per node (``ends``: each memory series' first and last, in
+    nanoseconds, so that nothing is rounded to a Python datetime's microseconds)."""
+    of_series = pl.DataFrame(
+        {
+            "node": [key[0] for key in ends],
+            "first": pl.Series([e[0] for e in ends.values()], dtype=pl.Int64).cast(TS),
+            "last": pl.Series([e[1] for e in ends.values()], dtype=pl.Int64).cast(TS),
+        },
+        schema={"node": pl.String, "first": TS, "last": TS},
+    )
     of_other = other.group_by("node").agg(first=pl.col("ts").min(), last=pl.col("ts").max())
-    both = pl.concat([of_other, *ends])
+    both = pl.concat([of_other, of_series])
     return both.group_by("node").agg(pl.col("first").min(), pl.col("last").max()).sort("node")

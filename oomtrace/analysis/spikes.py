@@ -107,12 +107,15 @@ def find_spikes(
     ``preemptions`` (``node, ts``) tell which fill of a pool ran it dry; ``pool_blocks`` tells
     when a pool had no block left."""
     spikes: list[Spike] = []
+    times: dict[str, list[datetime]] = {}  # per node: a day has 100,000 preemptions
     for index in indexes:
         for name in index.names():
             meta = index.meta(name)
             frame = index.rows(name).select("ts", "value").drop_nulls("value")
             if frame.height:
-                evicted = _times(preemptions, meta["node"])
+                if meta["node"] not in times:
+                    times[meta["node"]] = _times(preemptions, meta["node"])
+                evicted = times[meta["node"]]
                 spikes += _series_spikes(
                     frame, meta, capacity(meta), options, per_series, evicted, pool_blocks
                 )

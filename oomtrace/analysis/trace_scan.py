@@ -32,14 +32,16 @@ from oomtrace.trace import MANIFEST, Manifest, Trace, in_time, read_trace
 
 @dataclass(frozen=True)
 class TableFacts:
-    """Totals of the tables one analysis read: rows of each, the first and last moment each node
-    has in any of them (``spans``: ``node, first, last``), the sample metrics and the sources;
+    """Totals of the tables one analysis read: rows of each, ``requests`` (how many), the first
+    and last moment each node has in any of them (``spans``: ``node, first, last``), the sample
+    metrics and the sources;
     ``first_request``: each node's first request event (before it the engine was starting, not
     serving)."""
 
     samples: int
     request_events: int
     events: int
+    requests: int
     spans: pl.DataFrame
     metrics: frozenset[str]
     sources: frozenset[str]

@@ -15,6 +15,7 @@ from benchmarks.analyze_bench import (
     run_pandas,
     run_read,
     run_read_all,
+    run_single_pass,
 )
 from benchmarks.analyze_data import generate
 
@@ -45,6 +46,17 @@ def test_the_whole_command_and_its_floor_run_on_the_same_directory(day: Path) ->
     assert command["incidents"] >= 1
     assert command["cpu_s"] > 0
     assert command["peak_rss_mib"] > 0
+
+
+def test_the_cross_check_compares_the_incidents_of_the_command_and_the_single_pass(
+    day: Path,
+) -> None:
+    single = run_single_pass(day)
+    command = _command(day)
+    assert single["facts"] == command["facts"]
+    (cls, anchor, peak_ts, _, _) = command["facts"][0]
+    assert (cls, anchor) == ("kv_exhaustion", "oom")
+    assert peak_ts.endswith("Z")
 
 
 def test_the_whole_only_report_gives_the_command_as_a_ratio_to_its_floor() -> None:
