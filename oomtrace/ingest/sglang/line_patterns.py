@@ -57,7 +57,7 @@ LOST_BRACKET: Final = (
     r"(?<ranks>(?: [A-Z][A-Z_]*\d+)+)\] (?<msg>\S.*)$"
 )
 # The forms a line without SGLang's own prefix is tried in, in this order.
-OTHER_PREFIXES: Final = (RANKED_LOGGING, PYTHON_LOGGING, LOST_BRACKET)
+OTHER_PREFIXES: Final = (RANKED_LOGGING, LOST_BRACKET, PYTHON_LOGGING)
 
 
 @dataclass(frozen=True)

@@ -102,3 +102,14 @@ def test_a_batch_line_that_lost_its_opening_bracket_is_read(tmp_path: Path) -> N
     assert _metric(path, "requests_running") == [4]
     assert _metric(path, "kv_tokens_used") == [9071]
     assert _metric(path, "kv_usage_ratio") == [0.01]
+
+
+def test_a_lost_bracket_with_milliseconds_is_not_taken_for_python_logging(tmp_path: Path) -> None:
+    # the line of issue 10408 as SGLANG_LOG_MS=1 prints it: the ".mmm" must not make it a
+    # Python-logging line whose message would start with "TP0]"
+    path = tmp_path / "paste.log"
+    path.write_text(
+        "2025-09-13 09:09:15.250 TP0] Decode batch. #running-req: 4, #token: 9071, token usage: "
+        "0.01, cuda graph: True, gen throughput (token/s): 41.10, #queue-req: 0\n"
+    )
+    assert _metric(path, "kv_tokens_used") == [9071]
