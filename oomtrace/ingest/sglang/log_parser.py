@@ -69,7 +69,7 @@ _SNIFF_PYTHON_LOGGING = re.compile(
 # its "[" in a paste (line_patterns.RANKED_LOGGING, LOST_BRACKET)
 _SNIFF_RANKED_LOGGING = re.compile(
     r"(?m)^.{0,40}\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[,.]\d{3}\d*)?\s+\[?(?:DEBUG|INFO|"
-    r"WARNING|WARN|ERROR|CRITICAL)\]?\s+(?:\d+\s+)?\[(?:[A-Z][A-Z_]*\d+ )+[\w./-]+\.py:\d+\]\s+"
+    r"WARNING|WARN|ERROR|CRITICAL)\]?\s+(?:\d+\s+)?\[(?:[A-Z][A-Z_]*\d+ )*[\w./-]+\.py:\d+\]\s+"
     + _MESSAGES
 )
 _SNIFF_LOST_BRACKET = re.compile(

@@ -113,3 +113,14 @@ def test_a_lost_bracket_with_milliseconds_is_not_taken_for_python_logging(tmp_pa
         "0.01, cuda graph: True, gen throughput (token/s): 41.10, #queue-req: 0\n"
     )
     assert _metric(path, "kv_tokens_used") == [9071]
+
+
+def test_the_same_format_on_one_gpu_has_no_rank_tag_and_is_read(tmp_path: Path) -> None:
+    # the format of sglang PR 11854 where no rank tag is printed (a single scheduler)
+    path = tmp_path / "one.log"
+    path.write_text(
+        "2025-10-20 03:02:22 INFO 31223 [scheduler_metrics_mixin.py:222] Decode batch. "
+        "#running-req: 5, #token: 1000, token usage: 0.21, cuda graph: True, gen throughput "
+        "(token/s): 693.45, #queue-req: 0\n"
+    )
+    assert _metric(path, "requests_running") == [5]
