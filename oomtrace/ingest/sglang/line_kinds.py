@@ -69,34 +69,46 @@ def split_prefix(lines: pl.Series) -> pl.DataFrame:
 
 
 def _python_logging(parts: pl.DataFrame) -> pl.DataFrame:
-    """Lines without SGLang's prefix read as Python ``logging`` lines where they are ones."""
+    """Lines without SGLang's prefix read in the other forms SGLang's lines come in
+    (:data:`~.line_patterns.OTHER_PREFIXES`: Python ``logging``'s own prefix, a format with the
+    rank tag beside the source file, SGLang's prefix that lost its ``[``), the first that fits."""
     indexed = parts.with_row_index("_i")
     # only the lines SGLang's prefix did not cut (tracebacks, other output) are looked at
     bare = indexed.filter(pl.col("msg").is_null())
     bare = bare.filter(pl.col("line").str.contains(r"\d{4}-\d{2}-\d{2}[ T]\d{2}:"))
     if bare.height == 0:
         return parts
-    found = (
-        bare.select("_i", _p=pl.col("line").str.extract_groups(pat.PYTHON_LOGGING))
-        .unnest("_p")
-        .filter(pl.col("msg").is_not_null())
-    )
-    if found.height == 0:
+    found: list[pl.DataFrame] = []
+    for pattern in pat.OTHER_PREFIXES:
+        fits = (
+            bare.select("_i", _p=pl.col("line").str.extract_groups(pattern))
+            .unnest("_p")
+            .filter(pl.col("msg").is_not_null())
+        )
+        if fits.height:
+            found.append(
+                fits.select(
+                    "_i",
+                    _outer=pl.col("outer"),
+                    _stamp=pl.concat_str(pl.col("date"), pl.lit(" "), pl.col("time")),
+                    _ms=pl.col("ms"),
+                    _ranks=pl.col("ranks").str.strip_chars()
+                    if "ranks" in fits.columns
+                    else pl.lit(None, pl.String),
+                    _msg=pl.col("msg"),
+                )
+            )
+            bare = bare.filter(~pl.col("_i").is_in(fits.get_column("_i").implode()))
+    if not found:
         return parts
-    read = found.select(
-        "_i",
-        _outer=pl.col("outer"),
-        _stamp=pl.concat_str(pl.col("date"), pl.lit(" "), pl.col("time")),
-        _ms=pl.col("ms"),
-        _msg=pl.col("msg"),
-    )
+    read = pl.concat(found)
     joined = indexed.join(read, on="_i", how="left", maintain_order="left")
     return joined.select(
         "line",
         outer=pl.when(pl.col("_msg").is_not_null()).then(pl.col("_outer")).otherwise("outer"),
         stamp=pl.coalesce("stamp", "_stamp"),
         ms=pl.coalesce("ms", "_ms"),
-        ranks="ranks",
+        ranks=pl.coalesce("ranks", "_ranks"),
         msg=pl.coalesce("msg", "_msg"),
     )
 

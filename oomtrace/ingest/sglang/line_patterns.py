@@ -42,6 +42,23 @@ PYTHON_LOGGING: Final = (
     r"(?:\s*-)?\s+(?:" + _LEVEL + r"\s*[-:|]?\s+)?(?:(?:sglang[\w.]*|\w+(?:\.\w+)+|root|__main__)"
     r"\s*(?:\[[^\]]*\])?\s*[-:|]\s+)?(?:" + _LEVEL + r"\s*[-:|]?\s+)?(?<msg>\S.*)$"
 )
+# A logging format of the user's that puts the process id after the level and SGLang's rank tag
+# (if any: one GPU has none) with the source file in one bracket: ``2025-10-20 03:02:22 INFO
+# 31223 [DP3 TP3 EP3 scheduler_metrics_mixin.py:222] Decode batch. ...`` (a PD deployment's own
+# format).
+RANKED_LOGGING: Final = (
+    r"^(?<outer>.*?)(?<date>\d{4}-\d{2}-\d{2})[ T](?<time>\d{2}:\d{2}:\d{2})"
+    r"(?:[,.](?<ms>\d{3})\d*)?\s+" + _LEVEL + r"\s+(?:\d+\s+)?"
+    r"\[(?<ranks>(?:[A-Z][A-Z_]*\d+ )*)[\w./-]+\.py:\d+\]\s+(?<msg>\S.*)$"
+)
+# SGLang's own prefix with its opening bracket lost in a paste (``2025-09-13 09:09:15 TP0]
+# Decode batch. ...``); only with a rank tag, which no other program prints there.
+LOST_BRACKET: Final = (
+    r"^(?<outer>.*?)(?<date>\d{4}-\d{2}-\d{2}) (?<time>\d{2}:\d{2}:\d{2})(?:\.(?<ms>\d{3}))?"
+    r"(?<ranks>(?: [A-Z][A-Z_]*\d+)+)\] (?<msg>\S.*)$"
+)
+# The forms a line without SGLang's own prefix is tried in, in this order.
+OTHER_PREFIXES: Final = (RANKED_LOGGING, LOST_BRACKET, PYTHON_LOGGING)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,10 @@ read in ``--tz`` (UTC unless told; recorded as an assumption). Releases up to 0.
 of day only (``[11:19:46 TP0]``): the dates come from the file's modification time
 (:mod:`oomtrace.ingest.sglang.time_of_day`). Under a logging configuration of the user's own the
 lines are Python ``logging``'s (``2026-06-07 10:59:32,625 [INFO] sglang...: Decode batch, ...``)
-and are read alike. Anything before the ``[`` is an
+and are read alike, as are a format with the rank tag beside the source file (``2025-10-20
+03:02:22 INFO 31223 [DP3 TP3 EP3 scheduler_metrics_mixin.py:222] Decode batch. ...``) and SGLang's
+prefix that lost its ``[`` in a paste (``2025-09-13 09:09:15 TP0] Decode batch. ...``). Anything
+before the ``[`` is an
 outer prefix (docker-compose, Ray ``(name pid=N)``, journald) and is ignored, except a full RFC
 3339 timestamp with a zone (``kubectl logs --timestamps``, ``docker logs -t``), which wins.
 Lines without SGLang's prefix (tracebacks, continuation lines) inherit the previous line's time.
@@ -60,6 +63,17 @@ _SNIFF_MESSAGES = re.compile(pat.PREFIX_SNIFF + _MESSAGES)
 # SGLang's messages under Python logging's own prefix (a logging configuration of the user's)
 _SNIFF_PYTHON_LOGGING = re.compile(
     r"(?m)^.{0,40}\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}[,.]\d{3}\b.{0,80}?(?:sglang\S*[:\s-]+)"
+    + _MESSAGES
+)
+# The rank tag beside the source file in a format of the user's, and SGLang's prefix that lost
+# its "[" in a paste (line_patterns.RANKED_LOGGING, LOST_BRACKET)
+_SNIFF_RANKED_LOGGING = re.compile(
+    r"(?m)^.{0,40}\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[,.]\d{3}\d*)?\s+\[?(?:DEBUG|INFO|"
+    r"WARNING|WARN|ERROR|CRITICAL)\]?\s+(?:\d+\s+)?\[(?:[A-Z][A-Z_]*\d+ )*[\w./-]+\.py:\d+\]\s+"
+    + _MESSAGES
+)
+_SNIFF_LOST_BRACKET = re.compile(
+    r"(?m)^.{0,40}\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d{3})?(?: [A-Z][A-Z_]*\d+)+\] "
     + _MESSAGES
 )
 _SNIFF_TIME_ONLY = re.compile(time_of_day.TIME_ONLY)
@@ -419,8 +433,10 @@ class SGLangLogParser:
         lines = head.splitlines()[:400]
         prefixed = sum(1 for line in lines if _SNIFF_PREFIX.search(line))
         if not prefixed:
-            if _SNIFF_PYTHON_LOGGING.search(head):
+            if _SNIFF_PYTHON_LOGGING.search(head) or _SNIFF_RANKED_LOGGING.search(head):
                 return 0.9
+            if _SNIFF_LOST_BRACKET.search(head):
+                return 0.6
             # above pytorch-log's, which would read a bare KV-pool OOM's torch lines only
             return 0.6 if _SNIFF_BARE.search(head) else 0.0
         if any(_SNIFF_MESSAGES.search(line) for line in lines):

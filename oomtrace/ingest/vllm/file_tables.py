@@ -362,3 +362,40 @@ def _fold_wrappers(events: pl.DataFrame) -> pl.DataFrame:
     ).get_column("_n")
     kept = sizeless.filter(~pl.col("_n").is_in(told.implode())).drop("_n")
     return pl.concat([sized, kept]).sort("ts")
+
+
+def before_first_time(
+    frames: dict[str, pl.DataFrame], diag: SourceDiagnostics
+) -> dict[str, pl.DataFrame]:
+    """``frames`` with the records above the first one the file places in time (an error quoted
+    above the log it came from, a header-less line at the top) placed at that record's time, as
+    SGLang's reader does, and a note; without it they would be dropped as unplaceable. A record
+    that printed a time no calendar has (a daylight-saving gap, February 29 of a common year)
+    stays unplaced wherever it is."""
+    tables = {n: f for n, f in frames.items() if n != "config" and f.height and "ts" in f.columns}
+    timed = [f.filter(pl.col("ts").is_not_null()) for f in tables.values()]
+    timed = [f.select("record_seq", "ts") for f in timed if f.height]
+    if not timed:
+        return frames
+    first = pl.concat(timed).sort("record_seq").row(0, named=True)
+    out = dict(frames)
+    early = 0
+    for name, frame in tables.items():
+        stated = (
+            pl.col("printed_month_day").is_not_null()
+            if "printed_month_day" in frame.columns
+            else pl.lit(value=False)
+        )
+        above = pl.col("ts").is_null() & (pl.col("record_seq") < first["record_seq"]) & ~stated
+        count = frame.select(above.sum()).item()
+        if count:
+            early += count
+            out[name] = frame.with_columns(
+                ts=pl.when(above).then(pl.lit(first["ts"], TS)).otherwise(pl.col("ts"))
+            )
+    if early:
+        diag.note(
+            f"{early:,} record(s) came above the first one the log places in time (quoted above "
+            "it, or without a header at its top); placed at that record's time"
+        )
+    return out

@@ -291,6 +291,15 @@ EVENT_LINES: Final[tuple[EventLine, ...]] = (
         "MQLLMEngine is already dead, terminating server process", "v0",
     ),
     EventLine(
+        # 0.6 - 0.8's multiprocessing front end (vllm/engine/multiprocessing/__init__.py,
+        # ENGINE_DEAD_ERROR), told to every request after the engine loop stopped
+        "V0 MQ engine loop not running", "engine_dead", "Engine loop is not running",
+        r"MQEngineDeadError: Engine loop is not running", "the V0 engine loop is not running",
+        "vllm.engine.multiprocessing.MQEngineDeadError: Engine loop is not running. Inspect the "
+        "stacktrace to find the original error: RuntimeError('Engine loop has died').",
+        "v0",
+    ),
+    EventLine(
         "V0 background loop errored", "engine_dead", "Background loop has errored already",
         r"Background loop has errored already", "the V0 background loop failed",
         "vllm.engine.async_llm_engine.AsyncEngineDeadError: Background loop has errored "

@@ -66,6 +66,7 @@ from oomtrace.ingest.vllm.extract import Extracted
 from oomtrace.ingest.vllm.file_tables import (
     UNTIMED_NOTE,
     Ledger,
+    before_first_time,
     event_rows,
     interval_preemptions,
     oom_rows,
@@ -237,7 +238,12 @@ class _Run:
             self.diag.note(UNTIMED_NOTE)
             frames = {name: f.with_columns(ts=untimed_instant()) if f.height else f
                       for name, f in frames.items()}  # fmt: skip
-        frames = {name: _placed(f, ledger) for name, f in frames.items()}
+        else:
+            frames = before_first_time(frames, self.diag)
+        # What the engine states about itself needs no time: a start-up line quoted without its
+        # header (a blog's two lines above the log) still says what the engine had.
+        frames = {name: f if name == "config" else _placed(f, ledger)
+                  for name, f in frames.items()}  # fmt: skip
         config, version = (
             engine_config(frames["config"], ledger) if frames["config"].height else ({}, None)
         )

@@ -121,6 +121,33 @@ CONFIG_LINES: Final[tuple[ConfigLine, ...]] = (
         {"gpu_memory_utilization": 0.87, "requested_memory_bytes": _gib(105.87)},
     ),
     ConfigLine(
+        # the same record goes on (vllm/v1/worker/gpu_worker.py): what profiling measured, then
+        # the KV cache it holds
+        "profiled use (V1 0.11+)", "GiB for weight, ",
+        r"Actual usage is (?P<profiled_weights_bytes__gib>[\d.]+) GiB for weight, "
+        r"(?P<activation_peak_bytes__gib>-?[\d.]+) GiB for peak activation, "
+        r"(?P<non_torch_bytes__gib>-?[\d.]+) GiB for non-torch memory",
+        "Actual usage is 13.72 GiB for weight, 1.83 GiB for peak activation, 0.04 GiB for "
+        "non-torch memory, and 0.0 GiB for CUDAGraph memory.",
+        {"profiled_weights_bytes": _gib(13.72), "activation_peak_bytes": _gib(1.83),
+         "non_torch_bytes": _gib(0.04)},
+    ),
+    ConfigLine(
+        # later releases count the weights in with the non-torch memory
+        "profiled use, weights with non-torch (V1)", "(weights + non-torch), ",
+        r"Actual usage is [\d.]+ GiB for consumed memory \(weights \+ non-torch\), "
+        r"(?P<activation_peak_bytes__gib>-?[\d.]+) GiB for peak activation",
+        "Actual usage is 2.81 GiB for consumed memory (weights + non-torch), 0.57 GiB for peak "
+        "activation, and 0.22 GiB for CUDAGraph memory.",
+        {"activation_peak_bytes": _gib(0.57)},
+    ),
+    ConfigLine(
+        "KV cache in use after profiling (V1 0.11+)", "Current kv cache memory in use is",
+        r"Current kv cache memory in use is (?P<available_kv_cache_bytes__gib>[\d.]+) GiB",
+        "Current kv cache memory in use is 24.38 GiB.",
+        {"available_kv_cache_bytes": _gib(24.38)},
+    ),
+    ConfigLine(
         # The refusal states the length asked for and (V0) the tokens the cache holds.
         "max seq len refused (V0)",
         "is larger than the maximum number of tokens that can be stored in KV cache",
@@ -265,7 +292,8 @@ CONFIG_LINES: Final[tuple[ConfigLine, ...]] = (
     ),
     ConfigLine(
         "blocks after init, V1 0.8.5+", "with initialization after num_gpu_blocks is",
-        r"^Engine \d+: vllm cache_config_info with initialization after num_gpu_blocks is: "
+        # 0.9.0 printed it without "Engine 000: " (vllm/v1/metrics/loggers.py)
+        r"^(?:Engine \d+: )?vllm cache_config_info with initialization after num_gpu_blocks is: "
         r"(?P<num_gpu_blocks__int>\d+)",
         "Engine 000: vllm cache_config_info with initialization after num_gpu_blocks is: 4741",
         {"num_gpu_blocks": 4741}, "v1-0.8.5",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import polars as pl
@@ -55,3 +56,71 @@ def test_a_0_1_log_without_times_gives_its_decode_counters(tmp_path: Path) -> No
     assert running == [3, 4, 5]
     assert [v for m, v in got if m == "requests_waiting"] == [1, 0, 0]
     assert trace.samples["ts"].is_null().all()
+
+
+def test_a_format_with_the_rank_tag_beside_the_source_file_is_read(tmp_path: Path) -> None:
+    # https://github.com/sgl-project/sglang/pull/11854 (a PD decode deployment's own logging
+    # format: date, level, pid, then "[DPn TPn EPn file.py:line]"; the ranks out of order)
+    path = tmp_path / "decode.log"
+    path.write_text(
+        "Example output (batch size 32):\n"
+        + "".join(
+            f"2025-10-20 03:02:22 INFO {pid} [DP{r} TP{r} EP{r} scheduler_metrics_mixin.py:222] "
+            f"Decode batch. #running-req: 32, #token: {tokens}, token usage: {usage}, accept len: "
+            f"1.93, pre-allocated usage: 0.00, #retracted-req: 0, cuda graph: True, gen "
+            f"throughput (token/s): 693.45, #queue-req: {queue}\n"
+            for pid, r, tokens, usage, queue in (
+                (31223, 3, 157952, "0.21", 0),
+                (31222, 2, 162112, "0.22", 1),
+                (31224, 4, 168768, "0.22", 2),
+            )
+        )
+    )
+    trace = ingest_paths([path], IngestOptions())
+    assert trace.manifest.sources[0].parser == "sglang-log"
+    got = dict(trace.samples.select("metric", "value").iter_rows())
+    # one series per metric: the lowest rank tag present (DP2) is it
+    assert got["kv_tokens_used"] == 162112
+    assert got["kv_usage_ratio"] == 0.22
+    assert got["requests_waiting"] == 1
+    assert got["requests_running"] == 32
+    assert trace.samples["ts"].unique().to_list() == [datetime(2025, 10, 20, 3, 2, 22, tzinfo=UTC)]
+
+
+def test_a_batch_line_that_lost_its_opening_bracket_is_read(tmp_path: Path) -> None:
+    # https://github.com/sgl-project/sglang/issues/10408 (the paste lost the "[" of the only
+    # batch line, above the request-slot refusal)
+    path = tmp_path / "paste.md"
+    path.write_text(
+        "The error message when it crashes\n"
+        "`RuntimeError: alloc_req_slots runs out of memory. Please set a smaller number for "
+        "`--max-running-requests`. self.req_to_token_pool.available_size()=1, num_reqs=2,\n"
+        "```\n"
+        "2025-09-13 09:09:15 TP0] Decode batch. #running-req: 4, #token: 9071, token usage: "
+        "0.01, cuda graph: True, gen throughput (to\n"
+    )
+    assert _metric(path, "requests_running") == [4]
+    assert _metric(path, "kv_tokens_used") == [9071]
+    assert _metric(path, "kv_usage_ratio") == [0.01]
+
+
+def test_a_lost_bracket_with_milliseconds_is_not_taken_for_python_logging(tmp_path: Path) -> None:
+    # the line of issue 10408 as SGLANG_LOG_MS=1 prints it: the ".mmm" must not make it a
+    # Python-logging line whose message would start with "TP0]"
+    path = tmp_path / "paste.log"
+    path.write_text(
+        "2025-09-13 09:09:15.250 TP0] Decode batch. #running-req: 4, #token: 9071, token usage: "
+        "0.01, cuda graph: True, gen throughput (token/s): 41.10, #queue-req: 0\n"
+    )
+    assert _metric(path, "kv_tokens_used") == [9071]
+
+
+def test_the_same_format_on_one_gpu_has_no_rank_tag_and_is_read(tmp_path: Path) -> None:
+    # the format of sglang PR 11854 where no rank tag is printed (a single scheduler)
+    path = tmp_path / "one.log"
+    path.write_text(
+        "2025-10-20 03:02:22 INFO 31223 [scheduler_metrics_mixin.py:222] Decode batch. "
+        "#running-req: 5, #token: 1000, token usage: 0.21, cuda graph: True, gen throughput "
+        "(token/s): 693.45, #queue-req: 0\n"
+    )
+    assert _metric(path, "requests_running") == [5]
