@@ -32,10 +32,11 @@ TIME: Final = (
 )
 TIME_FORMAT: Final = "%a %b %e %H:%M:%S %Y"
 HEADER: Final = LEAD + r"\|\s*NVIDIA-SMI \d+\.\d+"
-# The GPU row: index, name, persistence mode (or WDDM/TCC on Windows), bus id.
+# The GPU row: index, name, persistence mode (or WDDM/TCC on Windows), bus id, display active
+# (``N/A`` where the driver cannot tell, as 415 printed for a GeForce GT 640).
 GPU_ROW: Final = (
     LEAD + r"\|\s+(?<index>\d+)\s+(?<name>\S.*?)\s+(?:On|Off|WDDM|TCC)\s*\|\s*"
-    r"(?<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s+(?:On|Off)\s*\|"
+    r"(?<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s+(?:On|Off|N/A)\s*\|"
 )
 # The line under a GPU row: memory used and total in the middle cell, or a state.
 MEMORY_ROW: Final = (
