@@ -7,7 +7,8 @@ process the message lists. The message layouts (``docs/formats/pytorch.md``):
 * ``old``: ``CUDA out of memory. Tried to allocate A (GPU d; T total capacity; X already
   allocated; F free; [L allowed; ]R reserved in total by PyTorch)`` (torch <= 2.0; very old
   builds end ``; C cached)``; ROCm builds say ``HIP``, other vendors reuse it, e.g. ``NPU ...
-  current active;``; Intel's IPEX leaves out ``F free;``);
+  current active;``; Intel's IPEX leaves out ``F free;``; a paste may lose the head and start at
+  ``Tried to allocate``);
 * ``sentences``: ``CUDA out of memory. Tried to allocate A. GPU d has a total capacity of T of
   which F is free. [Process P has X memory in use. ]...[Including non-PyTorch memory, this
   process has X memory in use. ][L allowed; ]Of the allocated memory X is allocated by PyTorch,
@@ -20,6 +21,8 @@ process the message lists. The message layouts (``docs/formats/pytorch.md``):
   exceed allowed memory", read by :mod:`.oom_fraction`;
 * ``ggml``: llama.cpp's ``ggml_backend_cuda_buffer_type_alloc_buffer: allocating A MiB on device
   d: cudaMalloc failed: out of memory`` (the requested size and device only);
+* ``xla``: JAX/XLA's ``RESOURCE_EXHAUSTED: Out of memory while trying to allocate N bytes.``
+  (the requested size only);
 * ``sizeless``: ``CUDA error: out of memory``, ``HIP error: out of memory``,
   ``CUBLAS_STATUS_ALLOC_FAILED``, ``CUDNN_STATUS_ALLOC_FAILED``, ``Tried to allocate more than 1EB
   memory``, the 2.14 ``preemptively rejected`` form, and PyTorch 0.x's ``cuda runtime error (2) :
@@ -39,6 +42,7 @@ The same failure is often printed several times (the worker's traceback, then th
 
 from __future__ import annotations
 
+import re
 from typing import Final
 
 import polars as pl
@@ -60,9 +64,13 @@ REPEAT_WINDOW_S: Final = 5
 _DEVICE_WORD = r"(?:GPU|NPU|XPU|HPU|MPS)"
 _VENDOR = r"(?:CUDA|HIP|NPU|XPU|HPU|MUSA)"
 
+# A paste may lose the head ("CUDA out of memory. ") and start the line at "Tried to allocate";
+# only there, since IPEX's 4 GB single-block refusal prints the same parenthesis after its own
+# sentence and is no out-of-memory.
 _OLD: Final = (
-    _VENDOR
-    + r" out of memory\. Tried to allocate "
+    r"(?:"
+    + _VENDOR
+    + r" out of memory\. |^[\s>`]*)Tried to allocate "
     + SIZE
     + r" \("
     + _DEVICE_WORD
@@ -109,13 +117,31 @@ SIZELESS: Final = (
 # What a message cut short still states: the size it tried to allocate.
 _CUT: Final = r"out of memory\. Tried to allocate " + SIZE
 _GGML: Final = r"allocating ([0-9.]+) (MiB) on device (\d+): cudaMalloc failed: out of memory"
+# JAX/XLA (``xla/service``, raised as ``XlaRuntimeError``; older jaxlib ``Resource exhausted``):
+# the request in bytes, no device.
+_XLA: Final = (
+    r"(?:RESOURCE_EXHAUSTED|Resource exhausted): Out of memory while trying to allocate "
+    r"(\d+) (bytes)"
+)
 # Cheap test that a line may hold an OOM (or a line of a multi-line one); parsers use it to pick
 # the lines worth keeping.
-PREFILTER: Final = r"out of memory|ALLOC_FAILED|preemptively rejected|" + oom_fraction.PARTS
+PREFILTER: Final = (
+    r"out of memory|ALLOC_FAILED|preemptively rejected|total capacity; |"
+    r"Out of memory while trying|" + oom_fraction.PARTS
+)
 # Any line that extract_ooms reads matches this (used to count recognised lines).
 OOM_SHAPES: Final = "|".join(
     f"(?:{p})"
-    for p in (_OLD, _NEW, oom_fraction.HEAD, oom_fraction.PARTS, oom_mps.HEAD, _GGML, SIZELESS)
+    for p in (
+        _OLD,
+        _NEW,
+        oom_fraction.HEAD,
+        oom_fraction.PARTS,
+        oom_mps.HEAD,
+        _GGML,
+        _XLA,
+        SIZELESS,
+    )
 )
 
 EVENT_COLUMNS: Final = [
@@ -153,7 +179,8 @@ def extract_ooms(
         _sized(hits, _NEW, _NEW_NAMES, "sentences"),
         oom_fraction.refusals(anonymous),
         oom_mps.refusals(anonymous),
-        _ggml(anonymous),
+        _one_size(anonymous, _GGML, "ggml"),
+        _one_size(anonymous, _XLA, "xla"),
     ]
     sized = pl.concat([f for f in found if f is not None] or [hits.clear()], how="diagonal_relaxed")
     sizeless = (
@@ -205,6 +232,8 @@ def _detail(events: pl.DataFrame) -> pl.Expr:
         .then(pl.lit("PyTorch OOM message cut short: only the requested size read"))
         .when(layout == "ggml")
         .then(pl.lit("llama.cpp (ggml) cudaMalloc failed: out of memory"))
+        .when(layout == "xla")
+        .then(pl.lit("JAX/XLA RESOURCE_EXHAUSTED: out of memory (the request only)"))
         .when(layout == "fraction")
         .then(pl.lit("PyTorch cudaMallocAsync refusal: allocation would exceed allowed memory"))
         .when(layout == "mps")
@@ -274,17 +303,20 @@ def _sized(hits: pl.DataFrame, pattern: str, names: list[str], layout: str) -> p
     ).select(~pl.selectors.matches(r"_(n|u)$"))
 
 
-def _ggml(hits: pl.DataFrame) -> pl.DataFrame | None:
-    groups = pl.col("_t").str.extract_groups(_GGML).struct.rename_fields(["n", "u", "d"])
+def _one_size(hits: pl.DataFrame, pattern: str, layout: str) -> pl.DataFrame | None:
+    """A failure that states only its request (size, unit) and perhaps its device (group 3)."""
+    names = ["n", "u", "d"][: re.compile(pattern).groups]
+    groups = pl.col("_t").str.extract_groups(pattern).struct.rename_fields(names)
     found = hits.with_columns(_g=groups).unnest("_g").filter(pl.col("n").is_not_null())
     if found.height == 0:
         return None
+    device = pl.col("d") if "d" in names else pl.lit(None)
     return found.select(
         "ts",
         "_t",
         *(["phase"] if "phase" in found.columns else []),
-        _layout=pl.lit("ggml"),
-        device=pl.col("d").cast(pl.Int32, strict=False),
+        _layout=pl.lit(layout),
+        device=device.cast(pl.Int32, strict=False),
         requested_bytes=bytes_expr(pl.col("n"), pl.col("u")),
         free_bytes=pl.lit(None, dtype=pl.Int64),
         _beyond=bytes_beyond_range(pl.col("n"), pl.col("u")).cast(pl.Int32),
