@@ -135,6 +135,7 @@ class _Acc:
             tables, read = table_parser.embedded_tables(raw, first, self.ctx, self.diag)
             self.tables.append(tables)
             frame = frame.filter(~pl.col("line").is_in(read.implode()))
+        frame = frame.with_columns(text=tgi_log.join_pretty_args(pl.col("text")))
         keep = pl.col("text").str.contains(_KEEP)
         unused = frame.filter(~keep)
         self.diag.skip(_NOT_RELEVANT, unused.height, first_line(unused["text"]))
