@@ -17,13 +17,14 @@ DATA = Path(__file__).resolve().parents[3] / "data" / "nvidia_smi"
 MiB = 1 << 20
 MTIME = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 
-# github.com/sugarcraft/candy-top tests/fixtures/gpu/nvidia/skynet2-pmon.txt (driver 595, SGLang on
-# four GPUs): pmon -s um then dmon -s pucm, each in a fence under a heading; the dmon fb figures
-# equal the same capture's memory.used in MiB although the unit line says MB.
+# https://github.com/sugarcraft/candy-top/blob/main/tests/fixtures/gpu/nvidia/skynet2-pmon.txt
+# (driver 595, SGLang on four GPUs): pmon -s um then dmon -s pucm, each in a fence under a
+# heading; the dmon fb figures equal the same capture's memory.used in MiB although the unit line
+# says MB.
 PMON_DMON = (DATA / "monitor-595-pmon-dmon.txt").read_text()
 
-# github.com/XueSongTap/XueSongTap.github.io _posts/2024-01-04-nvidia-smi-more.md: dmon -o TD
-# (date and time first), a blank line among the rows.
+# https://github.com/XueSongTap/XueSongTap.github.io/blob/main/_posts/2024-01-04-nvidia-smi-more.md:
+# dmon -o TD (date and time first), a blank line among the rows.
 DMON_TD = (DATA / "monitor-dmon-date-time.txt").read_text()
 
 # A dmon without -s m (HeKun-NVIDIA/AI-Blog, 83.nvidia-smi): no fb column, so no memory figure.

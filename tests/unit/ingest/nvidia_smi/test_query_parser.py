@@ -107,8 +107,8 @@ def test_sniffed_as_a_report_and_a_table_is_not() -> None:
 
 
 # Driver 270 (2011) on a Tesla M2090, `nvidia-smi -i 0 -q -d MEMORY,UTILIZATION,...`
-# (github.com/HeKun-NVIDIA/AI-Blog, 83.nvidia-smi/nvidia-smi.md): the block opens "GPU 0:2:0",
-# the section is "Memory Usage" and its sizes are in "Mb", which is MiB.
+# (https://github.com/HeKun-NVIDIA/AI-Blog/blob/main/83.nvidia-smi/nvidia-smi.md): the block
+# opens "GPU 0:2:0", the section is "Memory Usage" and its sizes are in "Mb", which is MiB.
 DRIVER_270 = """\
 ==============NVSMI LOG==============
 
