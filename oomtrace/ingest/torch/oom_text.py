@@ -109,7 +109,8 @@ _ALLOCATED: Final = r"Of the allocated memory " + SIZE + r" is allocated by PyTo
 _UNALLOCATED: Final = r"and " + SIZE + r" is reserved by PyTorch but unallocated"
 
 SIZELESS: Final = (
-    r"(?:CUDA|HIP) error: out of memory|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED|"
+    r"(?:CUDA|HIP) error(?: 2 at \S+:\d+)?: out of memory|CUBLAS_STATUS_ALLOC_FAILED|"
+    r"CUDNN_STATUS_ALLOC_FAILED|"
     r"Tried to allocate more than 1EB memory|Allocation was preemptively rejected|"
     r"(?:CUDA|HIP|XPU|NPU) out of memory|cuda runtime error \(2\) : out of memory|"
     r"THCudaCheck FAIL .*error=2 : out of memory"
@@ -117,6 +118,14 @@ SIZELESS: Final = (
 # What a message cut short still states: the size it tried to allocate.
 _CUT: Final = r"out of memory\. Tried to allocate " + SIZE
 _GGML: Final = r"allocating ([0-9.]+) (MiB) on device (\d+): cudaMalloc failed: out of memory"
+# ggml's own account of the buffer it could not get (``ggml_gallocr_reserve_n``,
+# ``alloc_tensor_range``): the size in bytes and the backend device (``CUDA0``, ``ROCm0``). It
+# follows the ``allocating`` line above, and stands alone where only a runner's last words were
+# relayed (Ollama's "llama runner process has terminated: cudaMalloc failed: out of memory").
+# Not among OOM_SHAPES: it is no failure of its own where it follows the allocating line.
+BUFFER_FAILURE: Final = r"failed to allocate [A-Za-z]+?(\d+) buffer of size (\d+)\b"
+# ggml's CUDA error report names the device on the line after (``current device: 0``, 2023-2024).
+GGML_DEVICE: Final = r"^\s*current device: (\d+)"
 # JAX/XLA (``xla/service``, raised as ``XlaRuntimeError``; older jaxlib ``Resource exhausted``):
 # the request in bytes, no device.
 _XLA: Final = (
@@ -127,7 +136,7 @@ _XLA: Final = (
 # the lines worth keeping.
 PREFILTER: Final = (
     r"out of memory|ALLOC_FAILED|preemptively rejected|total capacity; |"
-    r"Out of memory while trying|" + oom_fraction.PARTS
+    r"Out of memory while trying|buffer of size \d|" + oom_fraction.PARTS
 )
 # Any line that extract_ooms reads matches this (used to count recognised lines).
 OOM_SHAPES: Final = "|".join(
@@ -163,12 +172,20 @@ def extract_ooms(
     Cost: one literal-ish scan of every line; the detailed patterns run only on the few lines
     that mention running out of memory.
     """
-    keep = ["ts", pl.col(text).alias("_t")]
+    # the lines around each: ggml names the device on the line after, and its buffer line
+    # repeats the failure the allocating line above (or before it on a fold-joined line) told
+    told = pl.col(text).shift(1).str.contains(_GGML).fill_null(value=False)
+    keep = [
+        "ts",
+        pl.col(text).alias("_t"),
+        pl.col(text).shift(-1).alias("_next"),
+        (told | pl.col(text).str.contains(_GGML)).alias("_told"),
+    ]
     if "pid" in lines.columns:
         keep.append(pl.col("pid").cast(pl.Int64, strict=False))
     if "phase" in lines.columns:
         keep.append(pl.col("phase"))
-    hits = lines.filter(pl.col(text).str.contains(PREFILTER)).select(keep)
+    hits = lines.select(keep).filter(pl.col("_t").str.contains(PREFILTER))
     if hits.height == 0:
         return _empty_events(), empty_samples()
     hits = oom_fraction.stitch(hits)
@@ -180,6 +197,7 @@ def extract_ooms(
         oom_fraction.refusals(anonymous),
         oom_mps.refusals(anonymous),
         _one_size(anonymous, _GGML, "ggml"),
+        _one_size(anonymous.filter(~pl.col("_told")), BUFFER_FAILURE, "ggml", bytes_first=False),
         _one_size(anonymous, _XLA, "xla"),
     ]
     sized = pl.concat([f for f in found if f is not None] or [hits.clear()], how="diagonal_relaxed")
@@ -188,9 +206,10 @@ def extract_ooms(
         .filter(pl.col("_t").str.contains(SIZELESS))
         .with_columns(
             _what=pl.col("_t").str.extract("(" + SIZELESS + ")", 1),
-            device=pl.col("_t")
-            .str.extract(r"(?:GPU|device) (\d+)", 1)
-            .cast(pl.Int32, strict=False),
+            device=pl.coalesce(
+                pl.col("_t").str.extract(r"(?:GPU|device):? (\d+)", 1),
+                pl.col("_next").str.extract(GGML_DEVICE, 1),
+            ).cast(pl.Int32, strict=False),
             requested_bytes=bytes_expr(
                 pl.col("_t").str.extract(_CUT, 1), pl.col("_t").str.extract(_CUT, 2)
             ),
@@ -303,13 +322,18 @@ def _sized(hits: pl.DataFrame, pattern: str, names: list[str], layout: str) -> p
     ).select(~pl.selectors.matches(r"_(n|u)$"))
 
 
-def _one_size(hits: pl.DataFrame, pattern: str, layout: str) -> pl.DataFrame | None:
-    """A failure that states only its request (size, unit) and perhaps its device (group 3)."""
-    names = ["n", "u", "d"][: re.compile(pattern).groups]
+def _one_size(
+    hits: pl.DataFrame, pattern: str, layout: str, *, bytes_first: bool = True
+) -> pl.DataFrame | None:
+    """A failure that states only its request (size, unit) and perhaps its device (group 3);
+    ``bytes_first=False``: the pattern's groups are the device, then the size in bytes."""
+    names = ["n", "u", "d"][: re.compile(pattern).groups] if bytes_first else ["d", "n"]
     groups = pl.col("_t").str.extract_groups(pattern).struct.rename_fields(names)
     found = hits.with_columns(_g=groups).unnest("_g").filter(pl.col("n").is_not_null())
     if found.height == 0:
         return None
+    if "u" not in names:
+        found = found.with_columns(u=pl.lit("bytes"))
     device = pl.col("d") if "d" in names else pl.lit(None)
     return found.select(
         "ts",
