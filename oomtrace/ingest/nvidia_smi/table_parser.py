@@ -173,8 +173,8 @@ class _Table:
             "snapshot",
             device=pl.col("index").cast(pl.Int32, strict=False),
             bus="bus",
-            used=pl.col("used").cast(pl.Int64, strict=False) * MiB,
-            total=pl.col("total").cast(pl.Int64, strict=False) * MiB,
+            used=_mib("used"),
+            total=_mib("total"),
             state="state",
         )
         self.used += joined.height + memory.height
@@ -233,8 +233,8 @@ class _Table:
             "snapshot",
             device=pl.col("gpu").cast(pl.Int32, strict=False),
             gi="gi",
-            used=pl.col("used").cast(pl.Int64, strict=False) * MiB,
-            total=pl.col("total").cast(pl.Int64, strict=False) * MiB,
+            used=_mib("used"),
+            total=_mib("total"),
         )
         self.used += migs.height
         after = self.lines.filter(pl.col("n").is_in((migs["n"] + 1).implode()))
@@ -320,6 +320,11 @@ class _Table:
             device_ref=pl.lit(None, pl.String),
         )
         return placed, kept
+
+
+def _mib(column: str) -> pl.Expr:
+    """A MiB figure the table prints, as integer bytes (null where it printed none)."""
+    return pl.col(column).cast(pl.Int64, strict=False) * MiB
 
 
 def _memory(rows: pl.DataFrame, order: list[pl.Expr]) -> pl.DataFrame:
