@@ -138,7 +138,12 @@ class SeriesIndex:
             condition &= pl.col("device") == device
         if pid != ANY_PID:
             condition &= pl.col("pid").eq_missing(pid)
-        rows = self.catalog.filter(condition).sort("n", "series", descending=[True, False])
+        # A MIG instance's series (source qualifier "mig=GI") is a part of its device: at equal
+        # sampling the device's own series is the one meant.
+        part = pl.col("source").str.contains(r"[#,]mig=").fill_null(value=False)
+        rows = self.catalog.filter(condition).sort(
+            pl.col("n"), part, pl.col("series"), descending=[True, False, False]
+        )
         return None if rows.is_empty() else str(rows["series"][0])
 
     def rows(self, series: str) -> pl.DataFrame:

@@ -43,6 +43,7 @@ SEEDS: dict[str, list[Path]] = {
     "torch-memory-snapshot": sorted((DATA / "torch").glob("*.pickle")),
     "nvidia-smi-table": sorted((DATA / "nvidia_smi").glob("table-*.txt")),
     "nvidia-smi-query": sorted((DATA / "nvidia_smi").glob("query-*.txt")),
+    "nvidia-smi-monitor": sorted((DATA / "nvidia_smi").glob("monitor-*.txt")),
     "collector-capture": sorted((ROOT / "sample_logs" / "vllm-prefill-oom" / "capture").glob("*")),
 }
 EXAMPLES = int(os.environ.get("OOMTRACE_FUZZ_EXAMPLES", "12"))
@@ -159,6 +160,7 @@ test_fuzz_torch_memory_snapshot = fuzz_parser("torch-memory-snapshot")
 test_fuzz_collector_capture = fuzz_parser("collector-capture")
 test_fuzz_nvidia_smi_table = fuzz_parser("nvidia-smi-table")
 test_fuzz_nvidia_smi_query = fuzz_parser("nvidia-smi-query")
+test_fuzz_nvidia_smi_monitor = fuzz_parser("nvidia-smi-monitor")
 
 
 def test_every_parser_is_fuzzed() -> None:

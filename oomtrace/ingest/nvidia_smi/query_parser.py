@@ -4,7 +4,8 @@
 A report opens with ``==============NVSMI LOG==============`` and a ``Timestamp`` line (the C
 locale's ``date`` form, local time: read in ``--tz``, UTC otherwise, recorded as assumed), then
 one block per GPU, ``GPU 00000000:01:00.0``, in nvidia-smi's index order. Read from each block:
-``FB Memory Usage`` (``Total``, ``Reserved``, ``Used``, ``Free``: device memory, MiB), and under
+``FB Memory Usage`` (``Total``, ``Reserved``, ``Used``, ``Free``: device memory, MiB; driver 270's
+``Memory Usage`` in ``Mb``, which is MiB), and under
 ``Processes`` each ``Process ID`` with its ``Name`` and ``Used GPU Memory`` (per-process memory
 and a ``process`` event, :mod:`.processes`). ``nvidia-smi -q -l N`` repeats the report: each
 one is a snapshot at its time. The bus ids tie the indexes to the bus ids other inputs name
@@ -39,11 +40,16 @@ _DAY: Final = (
     r"\d{1,2} \d{2}:\d{2}:\d{2} \d{4}"
 )
 _TIMESTAMP: Final = r"^\W*Timestamp\s*:\s*(" + _DAY + r")\s*$"
-_GPU: Final = r"^\s*GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s*$"
+_BUS: Final = r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]"
+# Drivers of 2011 (270) opened a block with the bus as "bus:device:function" in decimal.
+_GPU: Final = r"^\s*GPU (" + _BUS + r"|\d+:\d+:\d+)\s*$"
 _PAIR: Final = r"^(?<indent>\s*)(?<key>[A-Za-z][^:]*?)\s*:\s*(?<value>.*?)\s*$"
 _HEADING: Final = r"^(?<indent>\s*)(?<heading>[A-Za-z][^:]*?)\s*$"
-_SIZE: Final = r"^(?<number>\d+(?:\.\d+)?)\s*(?<unit>[KMGT]iB|B)$"
-_FRAME_BUFFER: Final = "FB Memory Usage"
+_SIZE: Final = r"^(?<number>\d+(?:\.\d+)?)\s*(?<unit>[KMGT]iB|B|Mb)$"
+# Driver 270 named the section "Memory Usage" and printed MiB as "Mb" (a Tesla M2090's 6 GB
+# with ECC on: "Total : 5375 Mb"); later drivers "FB Memory Usage" beside "BAR1 Memory Usage".
+_FRAME_BUFFER: Final = ("FB Memory Usage", "Memory Usage")
+_OLD_MIB: Final = "Mb"
 _PROCESSES: Final = "Processes"
 _DEVICE_METRICS: Final = {
     "Total": "device_total_bytes",
@@ -139,7 +145,7 @@ def _structure(lines: pl.DataFrame) -> pl.DataFrame:
     pid = pl.when(processes & (pl.col("key") == "Process ID")).then(pl.col("value"))
     name = pl.when(processes & (pl.col("key") == "Name")).then(pl.col("value"))
     return lines.with_columns(
-        memory=inside & (pl.col("section") == _FRAME_BUFFER),
+        memory=inside & pl.col("section").is_in(_FRAME_BUFFER),
         processes=processes,
         pid=pid.cast(pl.Int64, strict=False).forward_fill().over("run"),
         name=name.forward_fill().over("run"),
@@ -190,7 +196,7 @@ class _Report:
             if names.height
             else None,
             device_index=dict(
-                self.lines.filter(pl.col("bus").is_not_null())
+                self.lines.filter(pl.col("bus").str.contains("^" + _BUS + "$"))
                 .select("bus", "device")
                 .unique()
                 .iter_rows()
@@ -218,9 +224,8 @@ class _Report:
         """``value`` as integer bytes; values that are no size (``N/A``, ``Not available in WDDM
         driver model``) are left out, counted."""
         size = pl.col("value").str.extract_groups(_SIZE)
-        rows = rows.with_columns(
-            bytes=bytes_expr(size.struct.field("number"), size.struct.field("unit"))
-        )
+        unit = size.struct.field("unit").replace(_OLD_MIB, "MiB")
+        rows = rows.with_columns(bytes=bytes_expr(size.struct.field("number"), unit))
         none = rows.filter(pl.col("bytes").is_null())
         self.diag.skip(f"{what} that states no size", none.height, first_line(none["value"]))
         self.diag.lines_recognised += rows.height - none.height

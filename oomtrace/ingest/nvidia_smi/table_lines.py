@@ -12,7 +12,9 @@ What plain ``nvidia-smi`` prints, in the layouts of driver 450 to 580 (the colum
 * the process table: ``|    4   N/A  N/A   3380462   C   VLLM::EngineCore   39336MiB |``
   (GPU, GPU and compute instance, pid, type, name, memory; the name is cut to ``...`` and its last
   characters when long, the memory to ``...`` when it does not fit its column, ``N/A`` under
-  Windows' display driver model).
+  Windows' display driver model);
+* in MIG mode, the "MIG devices:" box: ``|  0    1   0   0  |  1442MiB / 40192MiB | 42 0 | ...``
+  (GPU, GPU instance, compute instance, MIG device, the GPU instance's memory).
 
 Pasted tables are often indented (Markdown) or quoted (a reply's ``> `` marks, nested too), so
 leading blanks and quote marks are allowed everywhere (:data:`LEAD`).
@@ -32,10 +34,11 @@ TIME: Final = (
 )
 TIME_FORMAT: Final = "%a %b %e %H:%M:%S %Y"
 HEADER: Final = LEAD + r"\|\s*NVIDIA-SMI \d+\.\d+"
-# The GPU row: index, name, persistence mode (or WDDM/TCC on Windows), bus id.
+# The GPU row: index, name, persistence mode (or WDDM/TCC on Windows), bus id, display active
+# (``N/A`` where the driver cannot tell, as 415 printed for a GeForce GT 640).
 GPU_ROW: Final = (
     LEAD + r"\|\s+(?<index>\d+)\s+(?<name>\S.*?)\s+(?:On|Off|WDDM|TCC)\s*\|\s*"
-    r"(?<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s+(?:On|Off)\s*\|"
+    r"(?<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s+(?:On|Off|N/A)\s*\|"
 )
 # The line under a GPU row: memory used and total in the middle cell, or a state.
 MEMORY_ROW: Final = (
@@ -47,6 +50,15 @@ PROCESS_ROW: Final = (
     r"(?<type>C\+G|M\+C|C|G|M)\s+(?<name>\S.*?)\s+(?<memory>\d+MiB|N/A|\S*\.\.\.)\s*\|\s*$"
 )
 NO_PROCESSES: Final = LEAD + r"\|\s*No running processes found\s*\|\s*$"
+# A row of the "MIG devices:" box (MIG mode, drivers 450 on): GPU, GPU instance, compute instance,
+# MIG device, then the GPU instance's own memory used / total. Compute instances that share one
+# GPU instance leave the memory cell blank after the first; the line under a row holds its BAR1
+# use (no device memory), which 450-era layouts leave out.
+MIG_ROW: Final = (
+    LEAD + r"\|\s+(?<gpu>\d+)\s+(?<gi>\d+)\s+(?<ci>\d+)\s+(?<mig>\d+)\s+\|\s*"
+    r"(?:(?<used>\d+)MiB\s*/\s*(?<total>\d+)MiB)?\s*\|"
+)
+MIG_BAR1: Final = LEAD + r"\|\s+\|\s*\d+MiB\s*/\s*\d+MiB\s*\|"
 # Frame, column headings and the rest of the box: the table's structure, no figures.
 FRAME: Final = (
     LEAD + r"(?:[+|][-=+| ]*[+|]|\|\s*(?:(?:GPU|Fan|ID)\b|Processes:|MIG devices:).*\||"
@@ -55,3 +67,4 @@ FRAME: Final = (
 # Driver versions have two or three parts (450.51.06, 580.126.09, 535.54.03).
 SNIFF_TABLE: Final = r"(?m)" + LEAD + r"\|\s*NVIDIA-SMI \d+(?:\.\d+)+\s+Driver Version:"
 SNIFF_PROCESSES: Final = r"(?m)" + LEAD + r"\|\s+GPU\s+(?:GI\s+CI\s+)?PID\s+Type\s+Process name"
+SNIFF_MIG: Final = r"(?m)" + LEAD + r"\|\s*GPU\s+GI\s+CI\s+MIG\s*\|"

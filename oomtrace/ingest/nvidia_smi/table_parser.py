@@ -37,13 +37,18 @@ _AROUND_A_TABLE: Final = 5
 _SNIFF_TABLE = re.compile(tl.SNIFF_TABLE)
 _TABLE_LINE = re.compile(tl.LEAD + r"[|+]|" + tl.TIME)
 _SNIFF_PROCESSES = re.compile(tl.SNIFF_PROCESSES)
+_SNIFF_MIG = re.compile(tl.SNIFF_MIG)
 _KINDS: Final = {
     "time": tl.TIME,
     "header": tl.HEADER,
     "gpu": tl.GPU_ROW,
     "process": tl.PROCESS_ROW,
+    "mig": tl.MIG_ROW,
     "none": tl.NO_PROCESSES,
 }
+# A MIG GPU instance's memory is its own, not its GPU's: its rows keep the GPU's index and are
+# told apart from the GPU's own series by this source qualifier (``smi.txt#mig=1``).
+MIG_SOURCE: Final = "mig="
 
 
 class NvidiaSmiTableParser:
@@ -55,7 +60,7 @@ class NvidiaSmiTableParser:
     def sniff(self, head: str, name: str) -> float:
         if "\x00" in head:
             return 0.0
-        if not (_SNIFF_TABLE.search(head) or _SNIFF_PROCESSES.search(head)):
+        if not any(s.search(head) for s in (_SNIFF_TABLE, _SNIFF_PROCESSES, _SNIFF_MIG)):
             return 0.0
         lines = [line for line in head.splitlines()[:400] if line.strip()]
         table = sum(1 for line in lines if _TABLE_LINE.match(line))
@@ -92,7 +97,7 @@ def embedded_tables(
     table = _Table(_classify(lines, first), ctx, diag, embedded=True)
     result = table.result()
     read = table.lines.filter(pl.col("kind").is_not_null()).get_column("n")
-    return result, pl.concat([read, table.memory_lines]).sort()
+    return result, pl.concat([read, table.memory_lines, table.bar1_lines]).sort()
 
 
 class _Table:
@@ -113,16 +118,18 @@ class _Table:
         )
         self.used = 0
         self.memory_lines = pl.Series([], dtype=pl.Int64)
+        self.bar1_lines = pl.Series([], dtype=pl.Int64)
 
     def result(self) -> ParseResult:
         times = self._times()
         gpus = self._gpus()
         processes = self._processes()
+        migs = self._migs()
         self.diag.lines_recognised += self.used
         if not self.embedded:
             self._count_rest()
-        placed, kept = self._place(times, gpus, processes)
-        samples = [f for f in (placed["gpus"], placed["processes"]) if f.height]
+        placed, kept = self._place(times, gpus, processes, migs)
+        samples = [f for f in placed.values() if f.height]
         result = ParseResult(
             samples=pl.concat(samples, how="diagonal_relaxed") if samples else None,
             events=process_events(kept) if kept.height else None,
@@ -166,8 +173,8 @@ class _Table:
             "snapshot",
             device=pl.col("index").cast(pl.Int32, strict=False),
             bus="bus",
-            used=pl.col("used").cast(pl.Int64, strict=False) * MiB,
-            total=pl.col("total").cast(pl.Int64, strict=False) * MiB,
+            used=_mib("used"),
+            total=_mib("total"),
             state="state",
         )
         self.used += joined.height + memory.height
@@ -216,10 +223,38 @@ class _Table:
             )
         return procs
 
-    def _count_rest(self) -> None:
-        rest = self.lines.filter(
-            pl.col("kind").is_null() & ~pl.col("n").is_in(self.memory_lines.implode())
+    def _migs(self) -> pl.DataFrame:
+        """Each MIG GPU instance's memory (a compute instance sharing it states none); the BAR1
+        line under a row is mapped address space, not device memory."""
+        rows = self.lines.filter(pl.col("kind") == "mig")
+        found = rows.select("n", "snapshot", m=pl.col("line").str.extract_groups(tl.MIG_ROW))
+        migs = found.unnest("m").select(
+            "n",
+            "snapshot",
+            device=pl.col("gpu").cast(pl.Int32, strict=False),
+            gi="gi",
+            used=_mib("used"),
+            total=_mib("total"),
         )
+        self.used += migs.height
+        after = self.lines.filter(pl.col("n").is_in((migs["n"] + 1).implode()))
+        self.bar1_lines = after.filter(pl.col("line").str.contains(tl.MIG_BAR1))["n"]
+        self.diag.skip(
+            "MIG instance's BAR1 line (mapped address space, not device memory)",
+            self.bar1_lines.len(),
+            first_line(after.filter(pl.col("n").is_in(self.bar1_lines.implode()))["line"]),
+        )
+        shared = migs.filter(pl.col("total").is_null()).height
+        if shared:
+            self.diag.note(
+                f"{shared} MIG compute instance row(s) share their GPU instance's memory (stated "
+                "once, on the instance's first row)"
+            )
+        return migs.filter(pl.col("total").is_not_null())
+
+    def _count_rest(self) -> None:
+        taken = pl.concat([self.memory_lines, self.bar1_lines]).implode()
+        rest = self.lines.filter(pl.col("kind").is_null() & ~pl.col("n").is_in(taken))
         frame = rest.filter(pl.col("line").str.contains(tl.FRAME))
         self.diag.skip(
             "table frame or column heading (no figures)", frame.height, first_line(frame["line"])
@@ -232,12 +267,12 @@ class _Table:
         self.diag.skip("not part of an nvidia-smi table", other.height, first_line(other["line"]))
 
     def _place(
-        self, times: pl.DataFrame, gpus: pl.DataFrame, processes: pl.DataFrame
+        self, times: pl.DataFrame, gpus: pl.DataFrame, processes: pl.DataFrame, migs: pl.DataFrame
     ) -> tuple[dict[str, pl.DataFrame], pl.DataFrame]:
         """Each snapshot at its time. A file of tables without time lines keeps its rows with no
         time, in file order (``order``: their line), for alignment to anchor or leave un-timed;
         in a file that has time lines, a table without one is left out, counted."""
-        snapshots = pl.concat([gpus.select("snapshot"), processes.select("snapshot")]).unique()
+        snapshots = pl.concat([f.select("snapshot") for f in (gpus, processes, migs)]).unique()
         timed = snapshots.join(times.unique("snapshot", keep="last"), on="snapshot", how="left")
         untimed = timed.filter(pl.col("ts").is_null()).height
         if untimed and (times.height or self.embedded):
@@ -255,27 +290,18 @@ class _Table:
             )
         gpu_rows = gpus.join(timed, on="snapshot", how="inner")
         proc_rows = processes.join(timed, on="snapshot", how="inner")
+        mig_rows = migs.join(timed, on="snapshot", how="inner")
         # a GPU row and the memory line under it are two lines
         lines = pl.len() + pl.col("total").is_not_null().sum() + pl.col("state").is_not_null().sum()
         gone = gpus.select(lines).item() - gpu_rows.select(lines).item()
-        lost = gone + processes.height - proc_rows.height
+        lost = gone + processes.height - proc_rows.height + migs.height - mig_rows.height
         if lost:
             self.diag.lines_recognised -= lost
             self.diag.skip("row of a table with no time", lost, None)
         order = [pl.col("n").alias(ORDER)] if untimed and not times.height else []
-        device_rows = gpu_rows.filter(pl.col("total").is_not_null()).unpivot(
-            on=["used", "total"], index=["ts", "device", "n"], variable_name="what", value_name="v"
-        )
         placed = {
-            "gpus": device_rows.select(
-                pl.col("ts").cast(TS),
-                "device",
-                *order,
-                metric=pl.when(pl.col("what") == "used")
-                .then(pl.lit("device_used_bytes"))
-                .otherwise(pl.lit("device_total_bytes")),
-                value=pl.col("v").cast(pl.Float64),
-            ),
+            "gpus": _memory(gpu_rows.filter(pl.col("total").is_not_null()), order),
+            "migs": _memory(mig_rows.with_columns(source=pl.lit(MIG_SOURCE) + pl.col("gi")), order),
             "processes": proc_rows.filter(pl.col("used").is_not_null()).select(
                 pl.col("ts").cast(TS),
                 "device",
@@ -294,6 +320,30 @@ class _Table:
             device_ref=pl.lit(None, pl.String),
         )
         return placed, kept
+
+
+def _mib(column: str) -> pl.Expr:
+    """A MiB figure the table prints, as integer bytes (null where it printed none)."""
+    return pl.col(column).cast(pl.Int64, strict=False) * MiB
+
+
+def _memory(rows: pl.DataFrame, order: list[pl.Expr]) -> pl.DataFrame:
+    """Rows with ``used`` and ``total`` bytes as two samples each (and their ``source``
+    qualifier, where they have one)."""
+    index = ["ts", "device", "n", *(["source"] if "source" in rows.columns else [])]
+    long = rows.select(*index, "used", "total").unpivot(
+        on=["used", "total"], index=index, variable_name="what", value_name="v"
+    )
+    return long.select(
+        pl.col("ts").cast(TS),
+        "device",
+        *index[3:],
+        *order,
+        metric=pl.when(pl.col("what") == "used")
+        .then(pl.lit("device_used_bytes"))
+        .otherwise(pl.lit("device_total_bytes")),
+        value=pl.col("v").cast(pl.Float64),
+    )
 
 
 PARSER: Final = NvidiaSmiTableParser()

@@ -7,7 +7,8 @@ Both readers (exposition text, query JSON) produce the same *raw* frame: ``ts``,
 * values that mean "nothing measured" are left out and counted: NaN (llama.cpp before the first
   decode), DCGM's blank sentinels (near 2^63, 2^47 and 2^31);
 * DCGM framebuffer MiB become bytes; ``gpu`` is the device index; a MIG instance series stands
-  for its GPU only when it is that GPU's only memory series;
+  for its GPU when it is that GPU's only memory series, and is otherwise kept as a part of its
+  GPU (a ``#mig=ID`` source qualifier on the GPU's index);
 * SGLang's further TP/PP ranks repeat rank 0's scheduler state: the lowest rank is kept;
 * series that are independent (data-parallel ``engine``/``dp_rank``, Prometheus targets) are
   kept apart by a source qualifier (``#engine=1``) when a file holds more than one;
@@ -186,28 +187,30 @@ def _measured(frame: pl.DataFrame, diag: SourceDiagnostics) -> pl.DataFrame:
 
 
 def _mig(frame: pl.DataFrame, diag: SourceDiagnostics) -> pl.DataFrame:
-    """A MIG instance's memory stands for its GPU only if nothing else describes that GPU."""
+    """A MIG instance's memory stands for its GPU only if nothing else describes that GPU; where
+    the GPU has a series of its own or several instances, each instance is kept as a part of it
+    (``_mig``: its GPU instance id, a ``mig=`` source qualifier on the GPU's index)."""
     mig = pl.col("GPU_I_ID").is_not_null()
     if not frame.select(mig.any()).item():
-        return frame
+        return frame.with_columns(_mig=pl.lit(None, pl.String))
     group = ["gpu", "metric"]
     frame = frame.with_columns(
         whole=(~mig).any().over(group),
         instances=pl.col("GPU_I_ID").drop_nulls().n_unique().over(group),
     )
-    drop = mig & (pl.col("whole") | (pl.col("instances") > 1))
-    dropped = frame.filter(drop)
-    if dropped.height:
-        _skip(diag, "MIG instance series (the GPU has its own or several)", dropped.height, None)
+    part = mig & (pl.col("whole") | (pl.col("instances") > 1))
+    parts = frame.filter(part).select("gpu", "GPU_I_ID").unique().height
+    if parts:
         diag.note(
-            "MIG instance series were left out where the GPU has a series of its own or several "
-            "instances (the trace holds one memory series per device)",
-            lost=True,
+            f"{parts} MIG instance(s) kept as parts of their GPU (a #mig=ID source qualifier on "
+            "the GPU's index): the GPU has a series of its own or several instances"
         )
-    kept = frame.filter(mig & ~drop).select("gpu", "GPU_I_ID", "GPU_I_PROFILE").unique().sort("gpu")
+    kept = frame.filter(mig & ~part).select("gpu", "GPU_I_ID", "GPU_I_PROFILE").unique().sort("gpu")
     for gpu, instance, profile in kept.iter_rows():
         diag.note(f"GPU {gpu}: its only MIG instance {instance} ({profile}) stands for the device")
-    return frame.filter(~drop).drop("whole", "instances")
+    return frame.with_columns(_mig=pl.when(part).then(pl.col("GPU_I_ID"))).drop(
+        "whole", "instances"
+    )
 
 
 def _replicas(frame: pl.DataFrame, diag: SourceDiagnostics) -> pl.DataFrame:
@@ -250,12 +253,13 @@ def _device_index(frame: pl.DataFrame) -> dict[str, int]:
 def _canonical(frame: pl.DataFrame, diag: SourceDiagnostics) -> pl.DataFrame:
     frame = frame.with_columns(_host=pl.coalesce(*d.HOST_LABELS))
     labels = [*d.QUALIFIER_LABELS, "_host"]
-    parts = [
+    parts: list[pl.Expr] = [
         pl.when(pl.col(lab).drop_nulls().n_unique().over("dialect") > 1).then(
             pl.lit(f"{lab.lstrip('_')}=") + pl.col(lab)
         )
         for lab in labels
     ]
+    parts.append(pl.lit("mig=") + pl.col("_mig"))
     value = pl.col("value") * pl.col("scale")
     whole = pl.col("metric").is_in(_WHOLE)
     frame = frame.with_columns(

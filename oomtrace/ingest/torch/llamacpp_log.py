@@ -14,14 +14,18 @@ print ``llama_kv_cache_init: kv_size = N, offload = ...`` and ``llama_new_contex
 self size  = S MiB, K (f16): ...`` instead. The context's ``n_seq_max = N`` is how many sequences
 (server slots) share it. They become the engine configuration's ``available_kv_cache_bytes``,
 ``kv_cache_tokens`` (the context's ``n_ctx`` where no cache line states the cells) and
-``max_num_seqs`` (the server's ``n_slots`` where no ``n_seq_max`` is printed). A recurrent
+``max_num_seqs`` (the server's ``n_slots`` where no ``n_seq_max`` is printed, or the slots its
+early-2024 build lists one a line). A recurrent
 model's state (``R (f32): ...``) is not KV.
 
 Ollama, which runs llama.cpp, logs its plan before it starts the runner (Go's ``slog`` in logfmt,
 ``llm/memory.go`` ``msg="offload to cuda"``, later ``llm/server.go`` ``msg=offload
 library=cuda``): ``memory.available="[23.3 GiB]"`` is the free memory of each GPU it may use and
 ``memory.required.kv="9.5 GiB"`` the KV cache it will allocate (sizes in binary units). They
-become ``available_kv_cache_bytes`` and, where one GPU is listed, ``initial_free_bytes``.
+become ``available_kv_cache_bytes`` and, where one GPU is listed, ``initial_free_bytes``. The
+runner's command line that follows (``msg="starting llama server" cmd="... --ctx-size 8192 ...
+--parallel 4"``) gives ``kv_cache_tokens`` and ``max_num_seqs`` where the runner's own start-up
+lines are not in the log.
 """
 
 from __future__ import annotations
@@ -67,12 +71,33 @@ _N_CTX: Final = (
 # N", its JSON log of 2024 (as Ollama 0.1 embedded it) "n_slots":N.
 _SLOTS: Final = r'\bn_slots(?: = |":)(\d+)\b'
 
+# The server of early 2024 lists its slots instead: "Available slots:" then " -> Slot 0 - max
+# context: 512", one line a slot, numbered from 0.
+_SLOT_LISTED: Final = r"^\s*-> Slot (\d+) - max context: \d+"
+
 _OLLAMA: Final = r'\bmsg="?offload(?: to \w+"| library=\w+) .*'
 _OLLAMA_KV: Final = _OLLAMA + r'\bmemory\.required\.kv="([0-9.]+ ?[KMGT]?i?B)"'
 _OLLAMA_FREE: Final = _OLLAMA + r'\bmemory\.available="\[([0-9.]+ ?[KMGT]?i?B)\]"'
+# Ollama then starts its runner (``llm/server.go``, ``msg="starting llama server" cmd="..."``)
+# with the context it sized: ``--ctx-size`` is the cache's cells for all ``--parallel`` slots
+# together (the scheduler multiplies a model's num_ctx by the parallel requests it allows).
+_OLLAMA_RUNNER: Final = r'\bmsg="starting llama server" cmd=".*'
+_OLLAMA_CTX: Final = _OLLAMA_RUNNER + r"\s--ctx-size (\d+)\b"
+_OLLAMA_PARALLEL: Final = _OLLAMA_RUNNER + r"\s--parallel (\d+)\b"
 # Every start-up line read for the engine configuration.
 STARTUP: Final = "|".join(
-    f"(?:{p})" for p in (_KV_SIZE, _KV_SELF, _KV_SIZE_OLD, _SEQ_MAX, _SLOTS, _N_CTX, _OLLAMA_KV)
+    f"(?:{p})"
+    for p in (
+        _KV_SIZE,
+        _KV_SELF,
+        _KV_SIZE_OLD,
+        _SEQ_MAX,
+        _SLOTS,
+        _N_CTX,
+        _OLLAMA_KV,
+        _OLLAMA_RUNNER,
+        _SLOT_LISTED,
+    )
 )
 
 
@@ -92,9 +117,14 @@ def engine_config(lines: pl.Series, diag: SourceDiagnostics) -> dict[str, Any]:
     for key, patterns in (
         ("kv_cache_tokens", (_KV_CELLS, _KV_SIZE_OLD)),
         ("kv_cache_tokens", (_N_CTX,)),  # only where no cache line stated it
+        ("kv_cache_tokens", (_OLLAMA_CTX,)),  # the runner's own lines were not captured
         ("max_num_seqs", (_SEQ_MAX, _SLOTS)),
+        ("max_num_seqs", (_OLLAMA_PARALLEL,)),
     ):
         value = first_stated(lines, patterns, key, diag, pl.Int64()) if key not in config else None
         if value is not None:
             config[key] = value
+    listed = lines.str.extract(_SLOT_LISTED, 1).cast(pl.Int64, strict=False).max()
+    if "max_num_seqs" not in config and listed is not None:
+        config["max_num_seqs"] = int(listed) + 1  # type: ignore[arg-type]
     return config

@@ -39,18 +39,27 @@ from oomtrace.ingest.text.input_file import InputFile, first_line
 from oomtrace.ingest.text.split_records import LOG_RECORD_START, find_split_records
 from oomtrace.ingest.text.timestamps import StampForms, line_stamps
 from oomtrace.ingest.torch import llamacpp_log, oom_phase, tgi_log
-from oomtrace.ingest.torch.oom_text import OOM_SHAPES, PREFILTER, extract_ooms
+from oomtrace.ingest.torch.oom_text import (
+    BUFFER_FAILURE,
+    GGML_DEVICE,
+    OOM_SHAPES,
+    PREFILTER,
+    extract_ooms,
+)
 from oomtrace.schema import TS
 
 CONFIDENCE: Final = 0.55
 # Lines this parser reads: OOM messages, the lines around them that state the phase, and TGI's
 # and llama.cpp's own lines about memory.
-_USED: Final = f"{OOM_SHAPES}|{oom_phase.LINES}|{tgi_log.LINES}|{llamacpp_log.STARTUP}"
+_USED: Final = (
+    f"{OOM_SHAPES}|{BUFFER_FAILURE}|{oom_phase.LINES}|{tgi_log.LINES}|{llamacpp_log.STARTUP}|"
+    f"{GGML_DEVICE}"
+)
 _KEEP: Final = (
     f"{PREFILTER}|{oom_phase.LINES}|Not enough memory to handle|{tgi_log.LINES}|"
-    f"{llamacpp_log.STARTUP}"
+    f"{llamacpp_log.STARTUP}|{GGML_DEVICE}"
 )
-_SNIFF_OOM = re.compile(f"{OOM_SHAPES}|{tgi_log.WARMUP}")
+_SNIFF_OOM = re.compile(f"{OOM_SHAPES}|{BUFFER_FAILURE}|{tgi_log.WARMUP}")
 # A server log this parser reads even when its head holds no failure.
 _SNIFF_SERVER = re.compile(f"{llamacpp_log.MARKERS.pattern}|{tgi_log.MARKERS}", re.MULTILINE)
 # Line shapes another parser owns: a log that has them belongs to that parser.
@@ -135,6 +144,7 @@ class _Acc:
             tables, read = table_parser.embedded_tables(raw, first, self.ctx, self.diag)
             self.tables.append(tables)
             frame = frame.filter(~pl.col("line").is_in(read.implode()))
+        frame = frame.with_columns(text=tgi_log.join_pretty_args(pl.col("text")))
         keep = pl.col("text").str.contains(_KEEP)
         unused = frame.filter(~keep)
         self.diag.skip(_NOT_RELEVANT, unused.height, first_line(unused["text"]))

@@ -7,7 +7,8 @@ process the message lists. The message layouts (``docs/formats/pytorch.md``):
 * ``old``: ``CUDA out of memory. Tried to allocate A (GPU d; T total capacity; X already
   allocated; F free; [L allowed; ]R reserved in total by PyTorch)`` (torch <= 2.0; very old
   builds end ``; C cached)``; ROCm builds say ``HIP``, other vendors reuse it, e.g. ``NPU ...
-  current active;``; Intel's IPEX leaves out ``F free;``);
+  current active;``; Intel's IPEX leaves out ``F free;``; a paste may lose the head and start at
+  ``Tried to allocate``);
 * ``sentences``: ``CUDA out of memory. Tried to allocate A. GPU d has a total capacity of T of
   which F is free. [Process P has X memory in use. ]...[Including non-PyTorch memory, this
   process has X memory in use. ][L allowed; ]Of the allocated memory X is allocated by PyTorch,
@@ -20,6 +21,8 @@ process the message lists. The message layouts (``docs/formats/pytorch.md``):
   exceed allowed memory", read by :mod:`.oom_fraction`;
 * ``ggml``: llama.cpp's ``ggml_backend_cuda_buffer_type_alloc_buffer: allocating A MiB on device
   d: cudaMalloc failed: out of memory`` (the requested size and device only);
+* ``xla``: JAX/XLA's ``RESOURCE_EXHAUSTED: Out of memory while trying to allocate N bytes.``
+  (the requested size only);
 * ``sizeless``: ``CUDA error: out of memory``, ``HIP error: out of memory``,
   ``CUBLAS_STATUS_ALLOC_FAILED``, ``CUDNN_STATUS_ALLOC_FAILED``, ``Tried to allocate more than 1EB
   memory``, the 2.14 ``preemptively rejected`` form, and PyTorch 0.x's ``cuda runtime error (2) :
@@ -39,6 +42,7 @@ The same failure is often printed several times (the worker's traceback, then th
 
 from __future__ import annotations
 
+import re
 from typing import Final
 
 import polars as pl
@@ -60,9 +64,13 @@ REPEAT_WINDOW_S: Final = 5
 _DEVICE_WORD = r"(?:GPU|NPU|XPU|HPU|MPS)"
 _VENDOR = r"(?:CUDA|HIP|NPU|XPU|HPU|MUSA)"
 
+# A paste may lose the head ("CUDA out of memory. ") and start the line at "Tried to allocate";
+# only there, since IPEX's 4 GB single-block refusal prints the same parenthesis after its own
+# sentence and is no out-of-memory.
 _OLD: Final = (
-    _VENDOR
-    + r" out of memory\. Tried to allocate "
+    r"(?:"
+    + _VENDOR
+    + r" out of memory\. |^[\s>`]*)Tried to allocate "
     + SIZE
     + r" \("
     + _DEVICE_WORD
@@ -101,7 +109,8 @@ _ALLOCATED: Final = r"Of the allocated memory " + SIZE + r" is allocated by PyTo
 _UNALLOCATED: Final = r"and " + SIZE + r" is reserved by PyTorch but unallocated"
 
 SIZELESS: Final = (
-    r"(?:CUDA|HIP) error: out of memory|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED|"
+    r"(?:CUDA|HIP) error(?: 2 at \S+:\d+)?: out of memory|CUBLAS_STATUS_ALLOC_FAILED|"
+    r"CUDNN_STATUS_ALLOC_FAILED|"
     r"Tried to allocate more than 1EB memory|Allocation was preemptively rejected|"
     r"(?:CUDA|HIP|XPU|NPU) out of memory|cuda runtime error \(2\) : out of memory|"
     r"THCudaCheck FAIL .*error=2 : out of memory"
@@ -109,13 +118,39 @@ SIZELESS: Final = (
 # What a message cut short still states: the size it tried to allocate.
 _CUT: Final = r"out of memory\. Tried to allocate " + SIZE
 _GGML: Final = r"allocating ([0-9.]+) (MiB) on device (\d+): cudaMalloc failed: out of memory"
+# ggml's own account of the buffer it could not get (``ggml_gallocr_reserve_n``,
+# ``alloc_tensor_range``): the size in bytes and the backend device (``CUDA0``, ``ROCm0``). It
+# follows the ``allocating`` line above, and stands alone where only a runner's last words were
+# relayed (Ollama's "llama runner process has terminated: cudaMalloc failed: out of memory").
+# Not among OOM_SHAPES: it is no failure of its own where it follows the allocating line.
+BUFFER_FAILURE: Final = r"failed to allocate [A-Za-z]+?(\d+) buffer of size (\d+)\b"
+# ggml's CUDA error report names the device on the line after (``current device: 0``, 2023-2024).
+GGML_DEVICE: Final = r"^\s*current device: (\d+)"
+# JAX/XLA (``xla/service``, raised as ``XlaRuntimeError``; older jaxlib ``Resource exhausted``):
+# the request in bytes, no device.
+_XLA: Final = (
+    r"(?:RESOURCE_EXHAUSTED|Resource exhausted): Out of memory while trying to allocate "
+    r"(\d+) (bytes)"
+)
 # Cheap test that a line may hold an OOM (or a line of a multi-line one); parsers use it to pick
 # the lines worth keeping.
-PREFILTER: Final = r"out of memory|ALLOC_FAILED|preemptively rejected|" + oom_fraction.PARTS
+PREFILTER: Final = (
+    r"out of memory|ALLOC_FAILED|preemptively rejected|total capacity; |"
+    r"Out of memory while trying|buffer of size \d|" + oom_fraction.PARTS
+)
 # Any line that extract_ooms reads matches this (used to count recognised lines).
 OOM_SHAPES: Final = "|".join(
     f"(?:{p})"
-    for p in (_OLD, _NEW, oom_fraction.HEAD, oom_fraction.PARTS, oom_mps.HEAD, _GGML, SIZELESS)
+    for p in (
+        _OLD,
+        _NEW,
+        oom_fraction.HEAD,
+        oom_fraction.PARTS,
+        oom_mps.HEAD,
+        _GGML,
+        _XLA,
+        SIZELESS,
+    )
 )
 
 EVENT_COLUMNS: Final = [
@@ -137,12 +172,20 @@ def extract_ooms(
     Cost: one literal-ish scan of every line; the detailed patterns run only on the few lines
     that mention running out of memory.
     """
-    keep = ["ts", pl.col(text).alias("_t")]
+    # the lines around each: ggml names the device on the line after, and its buffer line
+    # repeats the failure the allocating line above (or before it on a fold-joined line) told
+    told = pl.col(text).shift(1).str.contains(_GGML).fill_null(value=False)
+    keep = [
+        "ts",
+        pl.col(text).alias("_t"),
+        pl.col(text).shift(-1).alias("_next"),
+        (told | pl.col(text).str.contains(_GGML)).alias("_told"),
+    ]
     if "pid" in lines.columns:
         keep.append(pl.col("pid").cast(pl.Int64, strict=False))
     if "phase" in lines.columns:
         keep.append(pl.col("phase"))
-    hits = lines.filter(pl.col(text).str.contains(PREFILTER)).select(keep)
+    hits = lines.select(keep).filter(pl.col("_t").str.contains(PREFILTER))
     if hits.height == 0:
         return _empty_events(), empty_samples()
     hits = oom_fraction.stitch(hits)
@@ -153,7 +196,9 @@ def extract_ooms(
         _sized(hits, _NEW, _NEW_NAMES, "sentences"),
         oom_fraction.refusals(anonymous),
         oom_mps.refusals(anonymous),
-        _ggml(anonymous),
+        _one_size(anonymous, _GGML, "ggml"),
+        _one_size(anonymous.filter(~pl.col("_told")), BUFFER_FAILURE, "ggml", bytes_first=False),
+        _one_size(anonymous, _XLA, "xla"),
     ]
     sized = pl.concat([f for f in found if f is not None] or [hits.clear()], how="diagonal_relaxed")
     sizeless = (
@@ -161,9 +206,10 @@ def extract_ooms(
         .filter(pl.col("_t").str.contains(SIZELESS))
         .with_columns(
             _what=pl.col("_t").str.extract("(" + SIZELESS + ")", 1),
-            device=pl.col("_t")
-            .str.extract(r"(?:GPU|device) (\d+)", 1)
-            .cast(pl.Int32, strict=False),
+            device=pl.coalesce(
+                pl.col("_t").str.extract(r"(?:GPU|device):? (\d+)", 1),
+                pl.col("_next").str.extract(GGML_DEVICE, 1),
+            ).cast(pl.Int32, strict=False),
             requested_bytes=bytes_expr(
                 pl.col("_t").str.extract(_CUT, 1), pl.col("_t").str.extract(_CUT, 2)
             ),
@@ -205,6 +251,8 @@ def _detail(events: pl.DataFrame) -> pl.Expr:
         .then(pl.lit("PyTorch OOM message cut short: only the requested size read"))
         .when(layout == "ggml")
         .then(pl.lit("llama.cpp (ggml) cudaMalloc failed: out of memory"))
+        .when(layout == "xla")
+        .then(pl.lit("JAX/XLA RESOURCE_EXHAUSTED: out of memory (the request only)"))
         .when(layout == "fraction")
         .then(pl.lit("PyTorch cudaMallocAsync refusal: allocation would exceed allowed memory"))
         .when(layout == "mps")
@@ -274,17 +322,25 @@ def _sized(hits: pl.DataFrame, pattern: str, names: list[str], layout: str) -> p
     ).select(~pl.selectors.matches(r"_(n|u)$"))
 
 
-def _ggml(hits: pl.DataFrame) -> pl.DataFrame | None:
-    groups = pl.col("_t").str.extract_groups(_GGML).struct.rename_fields(["n", "u", "d"])
+def _one_size(
+    hits: pl.DataFrame, pattern: str, layout: str, *, bytes_first: bool = True
+) -> pl.DataFrame | None:
+    """A failure that states only its request (size, unit) and perhaps its device (group 3);
+    ``bytes_first=False``: the pattern's groups are the device, then the size in bytes."""
+    names = ["n", "u", "d"][: re.compile(pattern).groups] if bytes_first else ["d", "n"]
+    groups = pl.col("_t").str.extract_groups(pattern).struct.rename_fields(names)
     found = hits.with_columns(_g=groups).unnest("_g").filter(pl.col("n").is_not_null())
     if found.height == 0:
         return None
+    if "u" not in names:
+        found = found.with_columns(u=pl.lit("bytes"))
+    device = pl.col("d") if "d" in names else pl.lit(None)
     return found.select(
         "ts",
         "_t",
         *(["phase"] if "phase" in found.columns else []),
-        _layout=pl.lit("ggml"),
-        device=pl.col("d").cast(pl.Int32, strict=False),
+        _layout=pl.lit(layout),
+        device=device.cast(pl.Int32, strict=False),
         requested_bytes=bytes_expr(pl.col("n"), pl.col("u")),
         free_bytes=pl.lit(None, dtype=pl.Int64),
         _beyond=bytes_beyond_range(pl.col("n"), pl.col("u")).cast(pl.Int32),

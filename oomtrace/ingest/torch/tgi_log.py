@@ -15,8 +15,10 @@ launcher's account of a crash (``docs/formats/pytorch.md``, "TGI").
   configured budget: it is not taken. ``Default `max_batch_prefill_tokens` to {N}`` (the
   launcher) is the prefill budget per batch, ``max_num_batched_tokens``. The launcher's ``Args {
   ... }`` line states the ones the user set: ``max_total_tokens`` (a request's prompt and output
-  together, ``max_model_len``) and ``max_batch_prefill_tokens``; 3.x's router says which total
-  it chose when none was set: ``Maximum total tokens defaulted to {N}``.
+  together, ``max_model_len``) and ``max_batch_prefill_tokens``; from 2.1 it prints them pretty,
+  a field a line (``max_total_tokens: Some(`` / ``4096,`` / ``),``). When none was set, the 2.x
+  launcher says ``Default `max_total_tokens` to {N}`` and 3.x's router ``Maximum total tokens
+  defaulted to {N}``.
 * The launcher's ``Webserver Crashed``, ``Shard {rank} crashed``, ``Shard {rank} failed to start``
   and its exit ``Error: WebserverFailed`` / ``ShardFailed`` / ``ShardCannotStart`` are the
   server's death, ``engine_dead`` events; the lines of one death (within
@@ -45,6 +47,15 @@ _PREFILL_DEFAULT: Final = r"Default `max_batch_prefill_tokens` to (\d+)"
 _ARGS: Final = r"\bArgs \{ model_id: "
 _ARGS_TOTAL: Final = _ARGS + r".*?\bmax_total_tokens: (?:Some\()?(\d+)"
 _ARGS_PREFILL: Final = _ARGS + r".*?\bmax_batch_prefill_tokens: (?:Some\()?(\d+)"
+# Launchers from 2.1 print Args pretty (``{:#?}``), a field a line, a set limit over three:
+# ``max_total_tokens: Some(`` / ``4096,`` / ``),`` (joined by :func:`join_pretty_args`).
+PRETTY_ARGS: Final = r"\bArgs \{\s*$"
+_PRETTY_FIELD: Final = r"^\s+{}: (?:Some\()?(\d+)\)?,\s*$"
+_PRETTY_TOTAL: Final = _PRETTY_FIELD.format("max_total_tokens")
+_PRETTY_PREFILL: Final = _PRETTY_FIELD.format("max_batch_prefill_tokens")
+_PRETTY_SOME: Final = r"^\s+max_(?:total_tokens|batch_prefill_tokens): Some\($"
+# The launcher's own defaults for limits left unset (2.x ``launcher/src/main.rs``).
+_LAUNCHER_TOTAL: Final = r"Default `max_total_tokens` to (\d+)"
 # 3.x sizes a request's limits from the pool when none is set (``backends/v3/src/main.rs``).
 _TOTAL_DEFAULT: Final = r"Maximum total tokens defaulted to (\d+)"
 DEATH: Final = (
@@ -54,10 +65,31 @@ DEATH: Final = (
 # Every TGI line this module reads.
 LINES: Final = "|".join(
     f"(?:{p})"
-    for p in (WARMUP, _POOL, _NOT_AUTOMATIC, _PREFILL_DEFAULT, _ARGS, _TOTAL_DEFAULT, DEATH)
+    for p in (
+        WARMUP,
+        _POOL,
+        _NOT_AUTOMATIC,
+        _PREFILL_DEFAULT,
+        _ARGS,
+        _TOTAL_DEFAULT,
+        _LAUNCHER_TOTAL,
+        PRETTY_ARGS,
+        _PRETTY_TOTAL,
+        _PRETTY_PREFILL,
+        DEATH,
+    )
 )
 # What marks a TGI log whose failure (if any) is beyond the head read for sniffing.
 MARKERS: Final = LINES + r"|\btext_generation_(?:launcher|router)\b"
+
+
+def join_pretty_args(text: pl.Expr) -> pl.Expr:
+    """``text`` (lines in file order) with a pretty-printed ``Some(`` limit joined to the number
+    on the line under it, so that the field reads on one line."""
+    number = text.shift(-1).str.extract(r"^\s*(\d+),\s*$", 1)
+    joined = text + number + pl.lit("),")
+    some = text.str.contains(_PRETTY_SOME) & number.is_not_null()
+    return pl.when(some).then(joined).otherwise(text)
 
 
 def events(lines: pl.DataFrame) -> pl.DataFrame:
@@ -94,12 +126,15 @@ def engine_config(lines: pl.Series, diag: SourceDiagnostics) -> dict[str, Any]:
     a later start that states another figure being a note, not a silent overwrite."""
     config: dict[str, Any] = {}
     automatic = not lines.str.contains(_NOT_AUTOMATIC).any()
+    # a pretty field line means a limit only under a pretty Args header
+    pretty = bool(lines.str.contains(PRETTY_ARGS).any())
     for key, patterns, wanted in (
         ("kv_cache_tokens", (_POOL,), automatic),
-        ("max_num_batched_tokens", (_ARGS_PREFILL, _PREFILL_DEFAULT), True),
-        ("max_model_len", (_ARGS_TOTAL, _TOTAL_DEFAULT), True),
+        ("max_num_batched_tokens", (_ARGS_PREFILL, _PRETTY_PREFILL, _PREFILL_DEFAULT), True),
+        ("max_model_len", (_ARGS_TOTAL, _PRETTY_TOTAL, _LAUNCHER_TOTAL, _TOTAL_DEFAULT), True),
     ):
-        value = first_stated(lines, patterns, key, diag, pl.Int64()) if wanted else None
+        read = tuple(p for p in patterns if pretty or p not in (_PRETTY_TOTAL, _PRETTY_PREFILL))
+        value = first_stated(lines, read, key, diag, pl.Int64()) if wanted else None
         if value is not None:
             config[key] = value
     if not automatic and lines.str.contains(_POOL).any():

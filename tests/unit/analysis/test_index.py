@@ -45,3 +45,17 @@ def test_rows_within_the_microsecond_of_the_end_are_between() -> None:
     # WHEN the rows up to t=0 are asked for, THEN the sample inside that microsecond is kept
     assert index.between(name, at(-1), at(0))["value"].to_list() == [1.0]
     assert index.between(name, at(0), at(1))["value"].to_list() == [1.0]
+
+
+def test_at_equal_sampling_a_device_is_found_before_its_mig_instances() -> None:
+    # GIVEN one nvidia-smi table: the GPU's own row and two MIG instances' rows (#mig= sources)
+    frame = samples(
+        {"ts": at(0), "metric": "device_used_bytes", "value": 1442.0, "source": "t#mig=1"},
+        {"ts": at(0), "metric": "device_used_bytes", "value": 5728.0, "source": "t"},
+        {"ts": at(0), "metric": "device_used_bytes", "value": 1513.0, "source": "t#pod=a,mig=5"},
+    )
+    index = SeriesIndex.from_samples(frame, ["device_used_bytes"], unit="bytes")
+    # WHEN the device's series is looked up, THEN it is the GPU's, not an instance's
+    found = index.find("device_used_bytes", "node-a", 0)
+    assert found is not None
+    assert index.rows(found)["value"].to_list() == [5728.0]

@@ -104,3 +104,36 @@ def test_sniffed_as_a_report_and_a_table_is_not() -> None:
     parser = sniff(InputFile(table, table.name), explicit=True).parser
     assert parser is not None
     assert parser.name == "nvidia-smi-table"
+
+
+# Driver 270 (2011) on a Tesla M2090, `nvidia-smi -i 0 -q -d MEMORY,UTILIZATION,...`
+# (https://github.com/HeKun-NVIDIA/AI-Blog/blob/main/83.nvidia-smi/nvidia-smi.md): the block
+# opens "GPU 0:2:0", the section is "Memory Usage" and its sizes are in "Mb", which is MiB.
+DRIVER_270 = """\
+==============NVSMI LOG==============
+
+Timestamp                       : Mon Dec  5 22:32:00 2011
+
+Driver Version                  : 270.41.19
+
+Attached GPUs                   : 2
+
+GPU 0:2:0
+    Memory Usage
+        Total                   : 5375 Mb
+        Used                    : 1904 Mb
+        Free                    : 3470 Mb
+    Compute Mode                : Default
+    Utilization
+        Gpu                     : 67 %
+        Memory                  : 42 %
+"""
+
+
+def test_driver_270s_memory_usage_in_mb_is_device_memory(tmp_path: Path) -> None:
+    trace = _ingest(tmp_path, "q270.txt", DRIVER_270)
+    at = datetime(2011, 12, 5, 22, 32, tzinfo=UTC)
+    assert _rows(trace, "device_total_bytes") == [(at, 0, None, 5375.0 * MiB)]
+    assert _rows(trace, "device_used_bytes") == [(at, 0, None, 1904.0 * MiB)]
+    assert _rows(trace, "device_free_bytes") == [(at, 0, None, 3470.0 * MiB)]
+    assert "device memory figure that states no size" not in trace.manifest.sources[0].skipped

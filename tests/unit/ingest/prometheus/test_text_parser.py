@@ -361,17 +361,20 @@ def test_llamacpp_nan_is_counted_and_gauges_map(tmp_path: Path) -> None:
 
 def test_dcgm_framebuffer_in_bytes_per_gpu_with_host_and_sentinels(tmp_path: Path) -> None:
     trace = _ingest(_copy(tmp_path, "dcgm_node.prom"))
-    rows = trace.samples.sort("device", "metric").select("device", "metric", "value")
+    whole = trace.samples.filter(~pl.col("source").str.contains("#mig="))
+    rows = whole.sort("device", "metric").select("device", "metric", "value")
     assert rows.rows() == [
         (0, "device_free_bytes", 6824.0 * MiB),
         (0, "device_reserved_bytes", 525.0 * MiB),
         (0, "device_used_bytes", 74210.0 * MiB),
         (1, "device_used_bytes", 1.0 * MiB),
     ]
+    # GPU 1's MIG instance 2 is a part of it, kept apart by its source qualifier
+    part = trace.samples.filter(pl.col("source").str.ends_with("#mig=2"))
+    assert part.select("device", "metric", "value").rows() == [(1, "device_used_bytes", 0.0)]
     assert trace.manifest.nodes == ["gpu-node-7"]
     skipped = trace.manifest.sources[0].skipped
     assert skipped["DCGM blank value (the field has no data)"].count == 1
-    assert skipped["MIG instance series (the GPU has its own or several)"].count == 1
 
 
 def test_dcgm_docs_verbatim_older_hostname_label(tmp_path: Path) -> None:
@@ -511,7 +514,7 @@ def test_cli_ingests_and_refuses_with_one_line(tmp_path: Path) -> None:
         cli, ["ingest", str(_copy(tmp_path, "dcgm_node.prom")), "--out", str(tmp_path / "t")]
     )
     assert ok.exit_code == 0, ok.output
-    assert ok.output.startswith(f"wrote {tmp_path / 't'}: 4 samples, 0 request events, 0 events")
+    assert ok.output.startswith(f"wrote {tmp_path / 't'}: 5 samples, 0 request events, 0 events")
     bad = _write(tmp_path, SCRAPE.format(n=1) + "\n" + SCRAPE.format(n=2) + "\n", "bad.prom")
     refused = runner.invoke(cli, ["inspect", str(bad)])
     assert refused.exit_code == 2

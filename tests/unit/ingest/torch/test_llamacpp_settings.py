@@ -122,3 +122,50 @@ def test_the_per_sequence_context_is_not_the_cache(tmp_path: Path) -> None:
         "n_layer = 61, can_shift = 0\n",
     )
     assert (config["kv_cache_tokens"], config["max_num_seqs"]) == (16384, 8)
+
+
+# https://github.com/ollama/ollama/issues/9782 (journald in an Italian locale: lower-case "mar"):
+# the plan, then the runner's command line with the context it sized for all its slots.
+OLLAMA_RUNNER = (
+    "mar 15 11:39:23 acquario3 ollama[87551]: time=2025-03-15T11:39:23.725+01:00 level=INFO "
+    "source=server.go:130 msg=offload library=cuda layers.requested=-1 layers.model=41 "
+    'layers.offload=41 layers.split="" memory.available="[47.3 GiB]" memory.gpu_overhead="0 B" '
+    'memory.required.full="11.5 GiB" memory.required.kv="1.6 GiB"\n'
+    "mar 15 11:39:23 acquario3 ollama[87551]: time=2025-03-15T11:39:23.725+01:00 level=INFO "
+    'source=server.go:380 msg="starting llama server" cmd="/usr/local/bin/ollama runner --model '
+    "/usr/share/ollama/.ollama/models/blobs/sha256-fd7b --ctx-size 8192 --batch-size 512 "
+    '--n-gpu-layers 41 --threads 64 --parallel 4 --port 35965"\n'
+    "mar 15 11:39:23 acquario3 ollama[87551]: time=2025-03-15T11:39:23.725+01:00 level=INFO "
+    'source=sched.go:450 msg="loaded runners" count=1\n'
+)
+
+
+def test_ollamas_runner_command_gives_the_cache_cells_and_the_slots(tmp_path: Path) -> None:
+    config = engine_config_of(tmp_path, OLLAMA_RUNNER)
+    assert config["kv_cache_tokens"] == 8192
+    assert config["max_num_seqs"] == 4
+    assert config["available_kv_cache_bytes"] == round(1.6 * GiB)
+
+
+def test_the_runners_own_context_line_outranks_its_command_line(tmp_path: Path) -> None:
+    runner = "llama_new_context_with_model: n_ctx      = 4096\n"
+    config = engine_config_of(tmp_path, OLLAMA_RUNNER + runner)
+    assert config["kv_cache_tokens"] == 4096
+
+
+def test_the_early_2024_servers_slot_list_gives_the_sequences(tmp_path: Path) -> None:
+    # https://github.com/ggml-org/llama.cpp/pull/5104: the server lists its slots, one a line
+    config = engine_config_of(
+        tmp_path,
+        "llama_new_context_with_model: n_ctx      = 1024\n"
+        "llama_new_context_with_model: KV self size  =  160.00 MiB, K (f16):   80.00 MiB, V "
+        "(f16):   80.00 MiB\n"
+        "Available slots:\n"
+        " -> Slot 0 - max context: 512\n"
+        " -> Slot 1 - max context: 512\n"
+        '{"timestamp":1706462747,"level":"INFO","function":"main","line":2998,"message":"model '
+        'loaded"}\n',
+    )
+    assert config["max_num_seqs"] == 2
+    assert config["kv_cache_tokens"] == 1024
+    assert config["available_kv_cache_bytes"] == 160 * MiB

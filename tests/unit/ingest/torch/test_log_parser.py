@@ -268,9 +268,9 @@ def test_llama_cpp_durations_since_start_are_no_time_of_day(tmp_path: Path) -> N
     # reserved while the context is made (start-up)
     assert row["phase"] == "compute_reserve"
     (diag,) = trace.manifest.sources
-    # the failure, the lines that state its phase and the server's slots ("n_slots = 1", its
-    # max_num_seqs)
-    assert diag.lines_recognised == 4
+    # the failure, ggml's buffer line that repeats it (read as the same failure), the lines that
+    # state its phase and the server's slots ("n_slots = 1", its max_num_seqs)
+    assert diag.lines_recognised == 5
     assert trace.manifest.engine_config == {"max_num_seqs": 1}
     assert any("llama.cpp prints how long after its start" in n for n in diag.notes)
 

@@ -1,4 +1,5 @@
-"""Intel XPU and Apple MPS out-of-memory messages, as users pasted them, become oom events."""
+"""Intel XPU, Apple MPS and JAX/XLA out-of-memory messages, and old ones that lost their head, as
+users pasted them, become oom events."""
 
 from __future__ import annotations
 
@@ -118,3 +119,49 @@ def test_mps_old_units_are_binary() -> None:
 
 def test_the_mps_head_counts_as_a_recognised_oom_line() -> None:
     assert pl.Series([MPS_BINARY]).str.contains(OOM_SHAPES).item()
+
+
+def test_an_old_message_that_lost_its_head_is_read() -> None:
+    # ShannonAI/Self_Explaining_Structures_Improve_NLP_Models#6: the whole report is the
+    # parenthesis, "CUDA out of memory." cut off
+    text = (
+        "Tried to allocate 20.00 MiB (GPU 0; 1.96 GiB total capacity; 1.24 GiB already "
+        "allocated; 2.88 MiB free; 1.25 GiB reserved in total by PyTorch)"
+    )
+    assert pl.Series([text]).str.contains(OOM_SHAPES).all()
+    (row,) = (
+        _events(text)
+        .select("device", "requested_bytes", "total_bytes", "allocated_bytes", "free_bytes")
+        .rows()
+    )
+    assert row == (0, 20 * MiB, round(1.96 * GiB), round(1.24 * GiB), round(2.88 * MiB))
+
+
+def test_the_headless_form_counts_only_at_the_start_of_a_line() -> None:
+    # IPEX's 4 GB refusal prints the same parenthesis after its own sentence (see IPEX_OLD)
+    text = (
+        "RuntimeError: Current platform can NOT allocate memory block with size larger than "
+        "4GB! Tried to allocate 6.85 GiB (GPU 0; 15.56 GiB total capacity; 0 bytes already "
+        "allocated; 0 bytes reserved in total by PyTorch)"
+    )
+    assert _events(text).height == 0
+
+
+def test_jax_xla_resource_exhausted_gives_the_request_in_bytes() -> None:
+    # patrickbryant1/AFProfile#8 (jaxlib's XlaRuntimeError, then XLA's buffer-assignment stats);
+    # google-deepmind/alphafold#197 (older jaxlib: "Resource exhausted")
+    lines = [
+        (
+            "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while "
+            "trying to allocate 4770354232 bytes."
+        ),
+        "BufferAssignment OOM Debugging.",
+        "                 total allocation:   14.44GiB",
+        "RuntimeError: Resource exhausted: Out of memory while trying to allocate 12582912 bytes.",
+    ]
+    events = _events(*lines)
+    assert events.select("device", "requested_bytes").rows() == [
+        (None, 4770354232),
+        (None, 12582912),
+    ]
+    assert events["detail"].str.contains("JAX/XLA").all()

@@ -89,3 +89,57 @@ def test_3x_lines_whose_colours_syslog_escaped_as_text(tmp_path: Path) -> None:
         "#033[2m:#033[0m#033[2m168:#033[0m Maximum total tokens defaulted to 241374\n",
     )
     assert (config["kv_cache_tokens"], config["max_model_len"]) == (241374, 241374)
+
+
+# https://github.com/huggingface/cookbook (notebooks/en/benchmarking_tgi.ipynb): TGI 2.2 prints
+# its Args pretty, a field a line, inside a notebook cell's output (indented four blanks); with no
+# limit set, the launcher states the defaults it chose.
+PRETTY_UNSET = """\
+    2024-08-16T12:07:56.411768Z  INFO text_generation_launcher: Args {
+        model_id: "astronomer/Llama-3-8B-Instruct-GPTQ-8-Bit",
+        quantize: Some(
+            Gptq,
+        ),
+        max_input_tokens: None,
+        max_total_tokens: None,
+        waiting_served_ratio: 0.3,
+        max_batch_prefill_tokens: None,
+        max_batch_total_tokens: None,
+        port: 1337,
+    }
+    2024-08-16T12:07:56.458473Z  INFO text_generation_launcher: Default `max_input_tokens` to 4095
+    2024-08-16T12:07:56.458480Z  INFO text_generation_launcher: Default `max_total_tokens` to 4096
+"""
+PRETTY_UNSET += (
+    "    2024-08-16T12:07:56.458487Z  INFO text_generation_launcher: Default "
+    "`max_batch_prefill_tokens` to 4145\n"
+)
+
+
+def test_pretty_args_with_nothing_set_take_the_launchers_defaults(tmp_path: Path) -> None:
+    config = engine_config_of(tmp_path, PRETTY_UNSET)
+    assert config["max_model_len"] == 4096
+    assert config["max_num_batched_tokens"] == 4145
+
+
+def test_pretty_args_with_limits_set_read_over_three_lines(tmp_path: Path) -> None:
+    # the same launcher with --max-total-tokens 8192 --max-batch-prefill-tokens 8242 (the figures
+    # its own advice in that log names): each Some( limit spans three lines
+    text = PRETTY_UNSET.replace(
+        "        max_total_tokens: None,\n",
+        "        max_total_tokens: Some(\n            8192,\n        ),\n",
+    ).replace(
+        "        max_batch_prefill_tokens: None,\n",
+        "        max_batch_prefill_tokens: Some(\n            8242,\n        ),\n",
+    )
+    text = "\n".join(line for line in text.splitlines() if "Default `" not in line) + "\n"
+    config = engine_config_of(tmp_path, text)
+    assert config["max_model_len"] == 8192
+    assert config["max_num_batched_tokens"] == 8242
+
+
+def test_a_pretty_field_outside_args_is_no_limit(tmp_path: Path) -> None:
+    # an indented "max_total_tokens: 5," in some other printout is not TGI's launcher
+    text = "    max_total_tokens: 5,\n    2024-08-16T12:07:56Z  INFO text_generation_router: x\n"
+    config = engine_config_of(tmp_path, "Setting max batch total tokens to 100\n" + text)
+    assert "max_model_len" not in config
