@@ -76,7 +76,11 @@ def startup(ctx: Context) -> ClassCheck:
                 True,
                 phased,
                 (ev.event(ctx.oom),),
-                (*_oom_figures(ctx), ("phase", ctx.oom.get("phase"))),
+                (
+                    *_oom_figures(ctx),
+                    ("phase", ctx.oom.get("phase")),
+                    ("engine", phase_engine(ctx.oom)),
+                ),
             )
         if serving := serving_phase(ctx.oom):
             return ClassCheck(
@@ -111,6 +115,14 @@ def startup(ctx: Context) -> ClassCheck:
     return ClassCheck("startup_misfit", False, why, (served,) if served is not None else ())
 
 
+def phase_engine(event: dict[str, Any]) -> str | None:
+    """The engine whose settings size the failed phase, where the event's own words name one:
+    llama.cpp's account of a failed buffer is read by the PyTorch-log reader."""
+    if str(event.get("detail") or "").startswith("llama.cpp"):
+        return "llama.cpp"
+    return None
+
+
 def _started(ctx: Context) -> datetime | None:
     """The engine's last start (or death) before the peak: serving counts from there."""
     before = pl.col("ts") < lit_ts(ctx.peak_ts)
@@ -118,10 +130,22 @@ def _started(ctx: Context) -> datetime | None:
     return resets.max() if resets.len() else None  # type: ignore[return-value]
 
 
+def _start_seen(ctx: Context, since: datetime | None) -> bool:
+    """Whether the reset serving counts from is a start. A death is no evidence of start-up:
+    vLLM V0's server prints "MQLLMEngine is already dead" a few milliseconds before the engine's
+    own record of the OOM that killed it, so the death stands before the failure that caused it
+    (https://github.com/vllm-project/vllm/issues/16107: a request's prompt logprobs while
+    serving, read as start-up)."""
+    if since is None:
+        return False
+    at = (pl.col("ts") == lit_ts(since)) & (pl.col("kind") == "engine_start")
+    return bool(ctx.events.filter(at).height)
+
+
 def starting(ctx: Context, since: datetime | None) -> str | None:
     """Why the failure is taken to be in the engine's start-up, or None when nothing in the
     trace says so (see the module docstring)."""
-    if since is not None:
+    if _start_seen(ctx, since):
         return f"since it started at {since:%H:%M:%S}"
     before = pl.col("ts") <= lit_ts(ctx.peak_ts)
     refused = ctx.events.filter((pl.col("kind") == "startup_memory_insufficient") & before)

@@ -19,6 +19,7 @@ from oomtrace.analysis.check_allocation import (
 from oomtrace.analysis.check_foreign import outside_allocator
 from oomtrace.analysis.check_startup import (
     MISFIT_KINDS,
+    phase_engine,
     phase_reason,
     serving_phase,
     stated_start,
@@ -130,7 +131,7 @@ def _startup(event: dict[str, Any], config: dict[str, Any], *, served: bool) -> 
     oom = event["kind"] == "oom"
     # the phase the failure's own lines state wins over what else the input shows
     if oom and (stated := phase_reason(event)) is not None:
-        phased = (*figures, ("phase", event.get("phase")))
+        phased = (*figures, ("phase", event.get("phase")), ("engine", phase_engine(event)))
         return ClassCheck("startup_misfit", True, stated, (ev.event(event),), phased)
     if oom and (serving := serving_phase(event)) is not None:
         return ClassCheck(

@@ -1,0 +1,192 @@
+"""Incidents from public threads whose cause a person reads at once and the rules misread, each
+rewritten from the thread named beside it in its real format (ids, figures, prefixes and the
+order of the lines kept; unrelated lines left out): an engine's death printed before the OOM
+that killed it, a profiling run's OOM that lacked no bytes, a CUDA graph capture failing in
+PyTorch's ``capture_end``, and the settings a start-up misfit read off its phase gets.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from oomtrace.analysis import analyze
+from oomtrace.analysis.findings import Findings, Remedy
+from oomtrace.analysis.kvmodel import kv_model
+from oomtrace.analysis.remedy_base import RemedyFacts
+from oomtrace.analysis.remedy_startup import phase_remedies
+from oomtrace.ingest import IngestOptions, load_any
+
+# https://github.com/vllm-project/vllm/issues/16107: vLLM 0.8 V0 behind Docker's timestamps; a
+# chat request asking prompt logprobs of a multimodal model while serving. The server prints the
+# engine's death a few milliseconds before the engine's own record of the OOM that killed it.
+LOGPROBS_16107 = (
+    "2025-04-06T07:44:23.516775945Z CRITICAL 04-06 00:44:23 [launcher.py:116] MQLLMEngine is "
+    "already dead, terminating server process\n"
+    '2025-04-06T07:44:23.516946348Z INFO:     100.64.0.34:52776 - "POST /v1/chat/completions '
+    'HTTP/1.1" 500 Internal Server Error\n'
+    "2025-04-06T07:44:23.525311320Z ERROR 04-06 00:44:23 [engine.py:160] OutOfMemoryError('CUDA "
+    "out of memory. Tried to allocate 6.33 GiB. GPU 0 has a total capacity of 79.25 GiB of which "
+    "1.26 GiB is free. Process 357573 has 77.97 GiB memory in use. Of the allocated memory 77.05 "
+    "GiB is allocated by PyTorch, and 429.22 MiB is reserved by PyTorch but unallocated.')\n"
+    "2025-04-06T07:44:23.525322080Z ERROR 04-06 00:44:23 [engine.py:160] Traceback (most recent "
+    "call last):\n"
+    '2025-04-06T07:44:23.525331017Z ERROR 04-06 00:44:23 [engine.py:160]   File "/usr/local/lib/'
+    'python3.12/dist-packages/vllm/engine/multiprocessing/engine.py", line 158, in start\n'
+)
+# https://github.com/vllm-project/vllm/issues/12529: V1's profiling run on a 7.75 GiB desktop
+# GPU; 1.16 GiB asked with 1.17 GiB free, 1.56 GiB held by the desktop's other processes. The
+# thread's fix: a lower --max-num-seqs (V1 had raised its default to 1024).
+PROFILE_12529 = (
+    "ERROR 03-13 09:00:43 [core.py:330]     available_gpu_memory = "
+    "self.model_executor.determine_available_memory()\n"
+    'ERROR 03-13 09:00:43 [core.py:330]   File "/home/u/vllm/vllm/v1/executor/abstract.py", '
+    "line 66, in determine_available_memory\n"
+    'ERROR 03-13 09:00:43 [core.py:330]     output = self.collective_rpc("determine_available_'
+    'memory")\n'
+    "ERROR 03-13 09:00:43 [core.py:330] torch.OutOfMemoryError: CUDA out of memory. Tried to "
+    "allocate 1.16 GiB. GPU 0 has a total capacity of 7.75 GiB of which 1.17 GiB is free. "
+    "Including non-PyTorch memory, this process has 5.02 GiB memory in use. Of the allocated "
+    "memory 4.81 GiB is allocated by PyTorch, and 18.97 MiB is reserved by PyTorch but "
+    "unallocated.\n"
+    "CRITICAL 03-13 09:00:43 [core_client.py:260] Got fatal signal from worker processes, "
+    "shutting down. See stack trace above for root cause issue.\n"
+)
+# https://github.com/vllm-project/vllm/issues/19186: --gpu-memory-utilization set high, the
+# compiled backend's CUDA graph capture fails in PyTorch's capture_end (rank 3 of 4); the fix
+# was a lower utilisation.
+_SITE = '  File "/usr/local/lib/python3.10/site-packages/'
+CAPTURE_19186 = "".join(
+    f"(VllmWorker rank=3 pid=1090) ERROR 06-05 06:18:13 [multiproc_executor.py:470] {line}\n"
+    for line in (
+        _SITE + 'vllm/compilation/backends.py", line 681, in __call__',
+        "    with torch.cuda.graph(cudagraph, pool=self.graph_pool):",
+        _SITE + 'torch/cuda/graphs.py", line 186, in __exit__',
+        "    self.cuda_graph.capture_end()",
+        _SITE + 'torch/cuda/graphs.py", line 84, in capture_end',
+        "    super().capture_end()",
+        "RuntimeError: CUDA error: out of memory",
+    )
+)
+# https://github.com/abetlen/llama-cpp-python/issues/1944: DeepSeek-V3 671B Q2_K_L on 4 x A100;
+# the context defaulted to the model's own, and its KV cache asked 200 GiB of device 0.
+KV_1944 = (
+    "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 204800.00 MiB on device 0: "
+    "cudaMalloc failed: out of memory\n"
+    "llama_kv_cache_init: failed to allocate buffer for kv cache\n"
+    "llama_init_from_model: llama_kv_cache_init() failed for self-attention cache\n"
+)
+# https://github.com/ggml-org/llama.cpp/issues/16725: a 70B IQ4_XS model on ROCm; the compute
+# buffers asked 14,136 MiB.
+RESERVE_16725 = (
+    "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 14136.04 MiB on device 0: "
+    "cudaMalloc failed: out of memory\n"
+    "ggml_gallocr_reserve_n: failed to allocate ROCm0 buffer of size 14822711296\n"
+    "graph_reserve: failed to allocate compute buffers\n"
+    "llama_init_from_model: failed to initialize the context: failed to allocate compute pp "
+    "buffers\n"
+)
+# https://github.com/vllm-project/vllm/issues/27508 (field corpus vllm-v1-oom-process-gptoss):
+# the dummy sampler pass's logits, 786 MiB = 1,024 sequences x gpt-oss's 201,088-token
+# vocabulary x 4 bytes (V1's default --max-num-seqs on an 80 GB GPU), 140.75 MiB free.
+SAMPLER_27508 = (
+    "(EngineCore_DP0 pid=8884)                                   "
+    "sampling_metadata=dummy_metadata)\n"
+    '(EngineCore_DP0 pid=8884)   File "/opt/conda/lib/python3.13/site-packages/vllm/v1/sample/'
+    'sampler.py", line 86, in forward\n'
+    "(EngineCore_DP0 pid=8884)     logits = logits.to(torch.float32)\n"
+    "(EngineCore_DP0 pid=8884) torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+    "786.00 MiB. GPU 0 has a total capacity of 79.11 GiB of which 140.75 MiB is free. Process "
+    "3270336 has 78.96 GiB memory in use. Of the allocated memory 68.83 GiB is allocated by "
+    "PyTorch, and 331.08 MiB is reserved by PyTorch but unallocated.\n"
+)
+
+
+def _findings(tmp_path: Path, name: str, text: str) -> Findings:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return analyze(load_any([path], IngestOptions()))
+
+
+def _actions(remedies: tuple[Remedy, ...]) -> list[str]:
+    return [r.action for r in remedies]
+
+
+def test_a_death_printed_before_its_own_oom_is_not_a_start(tmp_path: Path) -> None:
+    # GIVEN vLLM's server announcing the engine dead 9 ms before the engine's OOM record
+    findings = _findings(tmp_path, "vllm-16107.txt", LOGPROBS_16107)
+    incident = findings.primary
+    assert incident is not None
+    # THEN the death is not taken for a start-up: the 6.33 GiB allocation is judged by its own
+    # figures, a request's transient peak while serving
+    assert incident.cls == "transient_peak"
+    assert "6.33 GiB" in incident.reason
+    assert "1.26 GiB free" in incident.reason
+    startup = next(c for c in incident.checks if c.cls == "startup_misfit")
+    assert not startup.matched
+
+
+def test_a_profiling_run_that_lacked_no_bytes_is_not_blamed_on_others(tmp_path: Path) -> None:
+    # GIVEN V1's profiling run failing 1.16 GiB with 1.17 GiB free, others holding 1.56 GiB
+    findings = _findings(tmp_path, "vllm-12529.txt", PROFILE_12529)
+    incident = findings.primary
+    assert incident is not None
+    # THEN the others' memory is not what it lacked: the start-up misfit of the profiling run
+    assert incident.cls == "startup_misfit"
+    assert incident.reason.startswith("the start-up profiling run (a dummy batch that sizes")
+    foreign = next(c for c in incident.checks if c.cls == "foreign_memory")
+    assert not foreign.matched
+    # AND its remedies are the settings that size the dummy batch, with no value the figures
+    # cannot give (the free memory covered the allocation on paper)
+    assert _actions(findings.remedies) == ["lower --max-num-batched-tokens", "lower --max-num-seqs"]
+    assert all(r.value is None for r in findings.remedies)
+    assert "none of the free memory was in one piece" in findings.remedies[1].detail
+
+
+def test_a_capture_failing_in_capture_end_is_the_start_up_graph_capture(tmp_path: Path) -> None:
+    # GIVEN the capture's CUDA error, no size stated, inside torch.cuda.graph's capture_end
+    findings = _findings(tmp_path, "vllm-19186.txt", CAPTURE_19186)
+    incident = findings.primary
+    assert incident is not None
+    # THEN the phase is the CUDA graph capture at start-up
+    assert incident.cls == "startup_misfit"
+    assert incident.reason.startswith("the CUDA graph capture at start-up failed")
+    # AND the remedies are a smaller share of the device, or no graphs, with what is missing
+    assert _actions(findings.remedies) == [
+        "lower --gpu-memory-utilization",
+        "or start with --enforce-eager",
+    ]
+    assert "states no figure" in findings.remedies[0].detail
+
+
+def test_llama_cpp_start_up_misfits_get_the_setting_their_buffer_grows_with(
+    tmp_path: Path,
+) -> None:
+    # GIVEN llama.cpp failing its KV cache, then its compute buffers, at start-up
+    kv = _findings(tmp_path, "lcpp-1944.txt", KV_1944)
+    reserve = _findings(tmp_path, "lcpp-16725.txt", RESERVE_16725)
+    # THEN the KV cache's remedy is the context, the compute buffers' the micro-batch, each
+    # saying that the log states neither the setting nor the free memory
+    assert _actions(kv.remedies) == ["lower -c"]
+    assert "200.00 GiB" in kv.remedies[0].detail
+    assert "states neither -c nor the free memory" in kv.remedies[0].detail
+    assert _actions(reserve.remedies) == ["lower -ub"]
+    assert "13.80 GiB" in reserve.remedies[0].detail
+
+
+def test_the_dummy_sampler_gets_the_max_num_seqs_that_fits(tmp_path: Path) -> None:
+    # GIVEN the dummy sampler pass's 786 MiB with 140.75 MiB free
+    path = tmp_path / "vllm-27508.txt"
+    path.write_text(SAMPLER_27508, encoding="utf-8")
+    trace = load_any([path], IngestOptions())
+    findings = analyze(trace)
+    incident = findings.primary
+    assert incident is not None
+    assert incident.cls == "startup_misfit"
+    # THEN without the setting in the log, the share of it that fits is said
+    assert _actions(findings.remedies) == ["lower --max-num-seqs"]
+    assert "at most 17% of its current value fits" in findings.remedies[0].detail
+    # AND with the setting stated (1,024), the value is computed: 1024 x 140.75 / 786 = 183
+    check = next(c for c in incident.checks if c.cls == "startup_misfit")
+    facts = RemedyFacts({"max_num_seqs": 1024}, kv_model(trace.manifest, trace.samples), None)
+    (fits,) = phase_remedies(incident, check, facts)
+    assert (fits.action, fits.value) == ("set --max-num-seqs 183", "183")
