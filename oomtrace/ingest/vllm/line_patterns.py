@@ -175,6 +175,12 @@ class EventLine:
     family: Family | None = None
 
 
+# What the shell's "Killed" says of a process: see its EventLine; oomtrace.analysis.deaths reads
+# this detail as a host-memory death, not a GPU OOM.
+HOST_KILL: Final = (
+    "the process was killed (SIGKILL, the shell's 'Killed'): most often the kernel's OOM killer, "
+    "for want of host memory (RAM), not device memory"
+)
 EVENT_LINES: Final[tuple[EventLine, ...]] = (
     EventLine(
         "no KV memory at start-up", "startup_no_kv_memory",
@@ -284,6 +290,14 @@ EVENT_LINES: Final[tuple[EventLine, ...]] = (
         "V0 engine loop died", "engine_dead", "Engine loop has died",
         r"Engine loop has died", "the V0 engine loop died",
         "RuntimeError: Engine loop has died", "v0",
+    ),
+    EventLine(
+        # the shell's word for a child killed by SIGKILL; after vLLM's start-up lines that is
+        # most often the kernel's OOM killer, for want of host RAM (pinned CPU swap space, weights
+        # staged in RAM), not device memory (https://github.com/liunian-Jay/MU-GOT/issues/17)
+        "killed by SIGKILL", "engine_dead", "Killed",
+        r"^Killed\s*$", HOST_KILL,
+        "Killed",
     ),
     EventLine(
         "V0 MQ engine already dead", "engine_dead", "MQLLMEngine is already dead",

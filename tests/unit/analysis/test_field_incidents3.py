@@ -190,3 +190,24 @@ def test_the_dummy_sampler_gets_the_max_num_seqs_that_fits(tmp_path: Path) -> No
     facts = RemedyFacts({"max_num_seqs": 1024}, kv_model(trace.manifest, trace.samples), None)
     (fits,) = phase_remedies(incident, check, facts)
     assert (fits.action, fits.value) == ("set --max-num-seqs 183", "183")
+
+
+# https://github.com/liunian-Jay/MU-GOT/issues/17: vLLM 0.6 sizes its GPU and CPU blocks (the
+# CPU blocks pin host memory for swapping), then the shell reports the process "Killed".
+KILLED_MUGOT17 = (
+    "INFO 11-20 10:45:55 model_runner.py:680] Starting to load model /home/u/GOT_weights...\n"
+    "INFO 11-20 10:45:57 model_runner.py:692] Loading model weights took 1.9900 GB\n"
+    "INFO 11-20 10:45:57 gpu_executor.py:102] # GPU blocks: 12453, # CPU blocks: 2730\n"
+    "Killed\n"
+)
+
+
+def test_a_process_the_shell_reports_killed_is_a_host_memory_death(tmp_path: Path) -> None:
+    # GIVEN a vLLM start-up ending in the shell's "Killed", no OOM of the device
+    findings = _findings(tmp_path, "vllm-mugot17.txt", KILLED_MUGOT17)
+    # THEN no GPU OOM is made of it: the death names host memory as the first suspect
+    assert findings.incidents == ()
+    (death,) = findings.trace.deaths
+    assert "was killed at" in death
+    assert "for want of host memory (RAM), not device memory" in death
+    assert "does not say why" not in death
