@@ -77,10 +77,14 @@ _LLAMA_SCALES: dict[str, tuple[str, str, str]] = {
 def phase_remedies(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> list[Remedy]:
     """The remedies of a start-up misfit whose check names the phase it failed in."""
     phase = check.figure("phase")
-    if not isinstance(phase, str):
-        return []
     wanted = as_int(check.figure("requested_bytes"))
     free = as_int(check.figure("free_bytes"))
+    if not isinstance(phase, str):
+        # an OOM before the engine served, in no phase its lines state: what its share of the
+        # device left outside it was too little, where the log states that share
+        if wanted is None or free is None or facts.config.get("gpu_memory_utilization") is None:
+            return []
+        return _share(incident, check, facts, wanted, free, "the start-up's failed allocation")
     llama = check.figure("engine") == "llama.cpp"
     scaled = (_LLAMA_SCALES if llama else _SCALES).get(phase)
     if scaled is not None:
@@ -201,7 +205,7 @@ def _share(
                     suffix=" at most",
                     detail=f"{what} lacked {format_bytes(wanted - free)} of the "
                     f"{format_bytes(total)} device at {name} {share:.2f}; this leaves it that "
-                    "room, and the phase may need more after the allocation that failed",
+                    "room, and more may be needed after the allocation that failed",
                 )
             ]
     stated = f" from {share:.2f}" if share else ""

@@ -211,3 +211,36 @@ def test_a_process_the_shell_reports_killed_is_a_host_memory_death(tmp_path: Pat
     assert "was killed at" in death
     assert "for want of host memory (RAM), not device memory" in death
     assert "does not say why" not in death
+
+
+# https://github.com/vllm-project/vllm/issues/15598: vLLM 0.8 V0 over Ray (two nodes), 44.53 GiB
+# GPUs at --gpu-memory-utilization 0.98; the graph capture's 2 MiB fails with 448 KiB free on
+# another node's worker (its own capture line is not in the excerpt). vLLM's advice in the log,
+# and the thread's fix: a lower utilisation.
+RAY_15598 = (
+    "(RayWorkerWrapper pid=1463574, ip=192.168.10.60) INFO 03-27 10:29:01 [worker.py:267] the "
+    "current vLLM instance can use total_gpu_memory (44.53GiB) x gpu_memory_utilization (0.98) = "
+    "43.64GiB [repeated 30x across cluster]\n"
+    "(RayWorkerWrapper pid=1463574, ip=192.168.10.60) INFO 03-27 10:29:01 [worker.py:267] model "
+    "weights take 20.64GiB; non_torch_memory takes 0.28GiB; PyTorch activation peak memory takes "
+    "1.52GiB; the rest of the memory reserved for KV Cache is 21.20GiB. [repeated 30x across "
+    "cluster]\n"
+    "(RayWorkerWrapper pid=206994, ip=192.168.10.25) ERROR 03-27 10:29:13 [worker_base.py:620] "
+    "Error executing metho\n"
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 MiB. GPU 6 has a total "
+    "capacity of 44.53 GiB of which 448.00 KiB is free.\n"
+)
+
+
+def test_a_start_up_oom_in_no_stated_phase_gets_the_utilisation_that_leaves_it_room(
+    tmp_path: Path,
+) -> None:
+    # GIVEN a start-up OOM (the engine's start-up figures, nothing served) at utilisation 0.98
+    findings = _findings(tmp_path, "vllm-15598.txt", RAY_15598)
+    incident = findings.primary
+    assert incident is not None
+    assert incident.cls == "startup_misfit"
+    # THEN the remedy is the utilisation that leaves the 1.56 MiB it lacked, as a bound
+    (share,) = findings.remedies
+    assert share.action == "set --gpu-memory-utilization 0.97 at most"
+    assert "lacked 1.56 MiB of the 44.53 GiB device" in share.detail
