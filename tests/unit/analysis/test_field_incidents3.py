@@ -244,3 +244,30 @@ def test_a_start_up_oom_in_no_stated_phase_gets_the_utilisation_that_leaves_it_r
     (share,) = findings.remedies
     assert share.action == "set --gpu-memory-utilization 0.97 at most"
     assert "lacked 1.56 MiB of the 44.53 GiB device" in share.detail
+
+
+# https://github.com/Comfy-Org/ComfyUI/issues/3278: PyTorch's cudaMallocAsync refusal pasted
+# bare (no time) on a 24 GiB RTX 3090; the maintainer's reading: the browser and other programs
+# hold about 2 GiB of the card.
+COMFY_3278 = (
+    "torch.cuda.OutOfMemoryError: Allocation on device 0 would exceed allowed memory. (out of "
+    "memory)\n"
+    "Currently allocated     : 21.55 GiB\n"
+    "Requested               : 952.00 MiB\n"
+    "Device limit            : 24.00 GiB\n"
+    "Free (according to CUDA): 0 bytes\n"
+    "PyTorch limit (set by user-supplied memory fraction)\n"
+    "                        : 17179869184.00 GiB\n"
+)
+
+
+def test_a_bare_async_allocator_refusal_keeps_its_limit_and_free_memory(tmp_path: Path) -> None:
+    # GIVEN the six-line refusal in a paste that prints no time
+    incident = _findings(tmp_path, "comfy-3278.txt", COMFY_3278).primary
+    assert incident is not None
+    # THEN every figure is read (its lines are placed a second apart, in order): the 2.45 GiB
+    # outside PyTorch's allocation is named beside the allocation that failed
+    assert incident.reason.startswith(
+        "a single allocation of 952.00 MiB asked for more than the 0 B free of 24.00 GiB"
+    )
+    assert "2.45 GiB in use outside PyTorch's allocator" in incident.reason
