@@ -60,11 +60,13 @@ def startup(ctx: Context) -> ClassCheck:
     refused = ctx.events.filter(pl.col("kind").is_in(MISFIT_KINDS) & before)
     if refused.height:
         first = refused.row(0, named=True)
+        why = "its KV cache cannot hold one request with the configured limits"
+        if first["kind"] == "startup_no_kv_memory":  # nothing was left for the cache at all
+            why = str(first.get("detail") or "nothing was left for its KV cache")
         return ClassCheck(
             "startup_misfit",
             True,
-            f"the engine refused to start ({first['kind']}): its KV cache cannot hold one request "
-            "with the configured limits",
+            f"the engine refused to start ({first['kind']}): {why}",
             tuple(ev.event(r) for r in refused.head(5).iter_rows(named=True)),
             _refusal_figures(ctx, first),
         )
@@ -239,6 +241,7 @@ def _refusal_figures(ctx: Context, event: dict[str, Any]) -> tuple[tuple[str, An
         ("engine_max_model_len", int(estimate.group(1)) if estimate else None),
         ("kv_tokens", int(holds.group(1) or holds.group(2)) if holds else None),
         ("device_total_bytes", ctx.capacity),
+        ("refusal", event.get("kind")),
     )
 
 

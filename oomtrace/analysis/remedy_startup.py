@@ -19,7 +19,9 @@ What each phase's allocation grows with, as the engines size it:
   ``src/llama-context.cpp`` reserves the graph for ``n_ubatch`` tokens);
 * the weights: fewer layers on the device (llama.cpp's ``-ngl``, its own advice in the log), or
   more devices (``--tensor-parallel-size``);
-* TGI's warm-up runs one prefill of ``--max-batch-prefill-tokens`` tokens.
+* TGI's warm-up runs one prefill of ``--max-batch-prefill-tokens`` tokens;
+* vLLM's refusal "No available memory for the cache blocks" (nothing left for the KV cache): a
+  larger share of the device, vLLM's own advice.
 
 Where the allocation is proportional to a setting the log states, the setting that fits is that
 value scaled by what was free over what was asked; where the log states the free memory but not
@@ -75,7 +77,10 @@ _LLAMA_SCALES: dict[str, tuple[str, str, str]] = {
 
 
 def phase_remedies(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> list[Remedy]:
-    """The remedies of a start-up misfit whose check names the phase it failed in."""
+    """The remedies of a start-up misfit whose check names the phase it failed in (or the
+    refusal that says nothing was left for the KV cache)."""
+    if check.figure("refusal") == "startup_no_kv_memory":
+        return [_no_kv_memory(incident, check, facts)]
     phase = check.figure("phase")
     wanted = as_int(check.figure("requested_bytes"))
     free = as_int(check.figure("free_bytes"))
@@ -251,4 +256,27 @@ def _weights(
         value=None,
         basis="budget",
         detail=f"{need}{room}: the model does not fit this device's share",
+    )
+
+
+def _no_kv_memory(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> Remedy:
+    """vLLM's "No available memory for the cache blocks": its share of the device was spent on
+    the weights and the profiling run's peak before any KV cache (vLLM's own advice is a larger
+    share). Before 0.7 vLLM counted other processes' memory inside that share, so a second
+    engine on the same device needs the first one's share added to its own
+    (https://github.com/vllm-project/vllm/issues/10533)."""
+    name = facts.flag("--gpu-memory-utilization")
+    share = as_float(facts.config.get("gpu_memory_utilization"))
+    stated = f" from {share:.2f}" if share else ""
+    return remedy(
+        incident,
+        check,
+        f"raise {name}{stated}",
+        setting=name,
+        value=None,
+        basis="budget",
+        detail="the engine's share of the device was spent on the weights and the start-up's "
+        "peak before any KV cache; where another process holds the device (vLLM before 0.7 "
+        "counts its memory inside the share), move it, or add what it holds to the share; the "
+        "log states no figure to compute a value from",
     )

@@ -119,6 +119,7 @@ def _startup(event: dict[str, Any], config: dict[str, Any], *, served: bool) -> 
                 ("engine_max_model_len", None),
                 ("kv_tokens", None),
                 ("device_total_bytes", event.get("total_bytes")),
+                ("refusal", event["kind"]),
             ),
         )
     figures = (

@@ -271,3 +271,30 @@ def test_a_bare_async_allocator_refusal_keeps_its_limit_and_free_memory(tmp_path
         "a single allocation of 952.00 MiB asked for more than the 0 B free of 24.00 GiB"
     )
     assert "2.45 GiB in use outside PyTorch's allocator" in incident.reason
+
+
+# https://github.com/vllm-project/vllm/issues/10533: a second vLLM 0.6 engine (14B, share 0.20)
+# started beside a running 72B one (share 0.75) on one 80 GB A100: the second refuses; vLLM 0.6
+# counted the first one's 68 GiB inside the second one's share.
+TWO_10533 = (
+    "ValueError: No available memory for the cache blocks. Try increasing "
+    "`gpu_memory_utilization` when initializing the engine.\n"
+    "\n"
+    "Memory profiling results: total_gpu_memory=79.15GiB initial_memory_usage=68.01GiB "
+    "peak_torch_memory=\n"
+)
+
+
+def test_nothing_left_for_the_kv_cache_gets_a_larger_share_and_the_other_process(
+    tmp_path: Path,
+) -> None:
+    findings = _findings(tmp_path, "vllm-10533.txt", TWO_10533)
+    incident = findings.primary
+    assert incident is not None
+    assert incident.cls == "startup_misfit"
+    # THEN the remedy is vLLM's own (a larger share), with the other process named as the
+    # first thing to look for, and no value the log cannot give
+    (share,) = findings.remedies
+    assert share.action == "raise --gpu-memory-utilization"
+    assert share.value is None
+    assert "where another process holds the device" in share.detail
