@@ -227,12 +227,21 @@ def _served_words(row: Evidence) -> str:
 def _refusal_figures(ctx: Context, event: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
     """What the refusal states: the KV memory one request of the model's length needs, what
     the engine had, the model's length, and the device."""
-    found = _MAX_LEN.search(str(event.get("detail") or ""))
-    length = int(found.group(1)) if found else ctx.config.get("max_model_len")
     available = event.get("free_bytes")
     if available is None:
         available = ctx.config.get("available_kv_cache_bytes")
+    return refusal_figures(event, ctx.config, available, ctx.capacity)
+
+
+def refusal_figures(
+    event: dict[str, Any], config: dict[str, Any], available: Any, capacity: Any
+) -> tuple[tuple[str, Any], ...]:
+    """A refusal's figures, its own words first (the model's length, the engine's estimate of
+    the length that fits, the tokens its cache holds), the configuration's where it states
+    none; with or without times (:mod:`oomtrace.analysis.untimed_checks` reads them too)."""
     detail = str(event.get("detail") or "")
+    found = _MAX_LEN.search(detail)
+    length = int(found.group(1)) if found else config.get("max_model_len")
     estimate, holds = _ESTIMATE.search(detail), _HOLDS.search(detail)
     return (
         ("kv_needed_bytes", event.get("requested_bytes")),
@@ -240,8 +249,9 @@ def _refusal_figures(ctx: Context, event: dict[str, Any]) -> tuple[tuple[str, An
         ("max_model_len", length if isinstance(length, int) else None),
         ("engine_max_model_len", int(estimate.group(1)) if estimate else None),
         ("kv_tokens", int(holds.group(1) or holds.group(2)) if holds else None),
-        ("device_total_bytes", ctx.capacity),
+        ("device_total_bytes", capacity),
         ("refusal", event.get("kind")),
+        ("refusal_detail", detail or None),
     )
 
 

@@ -32,11 +32,18 @@ the setting and says what is missing.
 from __future__ import annotations
 
 import math
+import re
 
 from oomtrace.analysis.findings import ClassCheck, Incident, Remedy
 from oomtrace.analysis.remedy_base import RemedyFacts, as_float, as_int, remedy, set_utilisation
 from oomtrace.units import format_bytes
 
+# TGI's warm-up refusal, as the TGI reader words it (oomtrace/ingest/torch/tgi_log.py):
+# "handle T total tokens with P prefill tokens" or "handle P prefill tokens".
+_TGI_WARMUP = re.compile(
+    r"TGI warm-up: not enough memory to handle (?:(?P<total>\d+) total tokens with \d+ prefill"
+    r" tokens|(?P<prefill>\d+) prefill tokens)"
+)
 # Below this share of what was asked, the free memory says the device is taken by what does not
 # scale with the setting, so no share of the setting's value is offered.
 _SMALL_SHARE = 0.1
@@ -79,8 +86,8 @@ _LLAMA_SCALES: dict[str, tuple[str, str, str]] = {
 def phase_remedies(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> list[Remedy]:
     """The remedies of a start-up misfit whose check names the phase it failed in (or the
     refusal that says nothing was left for the KV cache)."""
-    if check.figure("refusal") == "startup_no_kv_memory":
-        return [_no_kv_memory(incident, check, facts)]
+    if check.figure("refusal") is not None:
+        return _refusal(incident, check, facts)
     phase = check.figure("phase")
     wanted = as_int(check.figure("requested_bytes"))
     free = as_int(check.figure("free_bytes"))
@@ -103,6 +110,16 @@ def phase_remedies(incident: Incident, check: ClassCheck, facts: RemedyFacts) ->
         return _share(incident, check, facts, wanted, free, "the KV cache's allocation")
     if phase == "load_weights":
         return [_weights(incident, check, llama, wanted, free)]
+    return []
+
+
+def _refusal(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> list[Remedy]:
+    """The start-up refusals whose own words name the setting (the KV length is computed by
+    :mod:`oomtrace.analysis.remedies` from the refusal's figures)."""
+    if check.figure("refusal") == "startup_no_kv_memory":
+        return [_no_kv_memory(incident, check, facts)]
+    if (warmup := _TGI_WARMUP.search(str(check.figure("refusal_detail") or ""))) is not None:
+        return [_tgi_warmup(incident, check, warmup)]
     return []
 
 
@@ -279,4 +296,25 @@ def _no_kv_memory(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> 
         "peak before any KV cache; where another process holds the device (vLLM before 0.7 "
         "counts its memory inside the share), move it, or add what it holds to the share; the "
         "log states no figure to compute a value from",
+    )
+
+
+def _tgi_warmup(incident: Incident, check: ClassCheck, warmup: re.Match[str]) -> Remedy:
+    """TGI's own advice in its warm-up refusal (``server/text_generation_server/models/
+    flash_causal_lm.py``: "You need to decrease `--max-batch-total-tokens` or
+    `--max-batch-prefill-tokens`"): below what it could not handle."""
+    total, prefill = warmup.group("total"), warmup.group("prefill")
+    flag, value = (
+        ("--max-batch-total-tokens", total) if total else ("--max-batch-prefill-tokens", prefill)
+    )
+    return remedy(
+        incident,
+        check,
+        f"lower {flag} below {int(value):,}",
+        setting=flag,
+        value=None,
+        basis="budget",
+        detail=f"TGI's warm-up could not hold {int(value):,} tokens in the memory left after the "
+        "weights; the refusal states no memory figure, so no value below it is computed",
+        figures={"refused_tokens": int(value)},
     )

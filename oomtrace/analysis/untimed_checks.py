@@ -21,6 +21,7 @@ from oomtrace.analysis.check_startup import (
     MISFIT_KINDS,
     phase_engine,
     phase_reason,
+    refusal_figures,
     serving_phase,
     stated_start,
 )
@@ -112,15 +113,7 @@ def _startup(event: dict[str, Any], config: dict[str, Any], *, served: bool) -> 
             True,
             f"the engine refused to start: {detail}",
             (ev.event(event),),
-            (
-                ("kv_needed_bytes", event.get("requested_bytes")),
-                ("kv_available_bytes", event.get("free_bytes")),
-                ("max_model_len", None),
-                ("engine_max_model_len", None),
-                ("kv_tokens", None),
-                ("device_total_bytes", event.get("total_bytes")),
-                ("refusal", event["kind"]),
-            ),
+            refusal_figures(event, config, event.get("free_bytes"), event.get("total_bytes")),
         )
     figures = (
         ("requested_bytes", event.get("requested_bytes")),

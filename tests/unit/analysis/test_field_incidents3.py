@@ -298,3 +298,33 @@ def test_nothing_left_for_the_kv_cache_gets_a_larger_share_and_the_other_process
     assert share.action == "raise --gpu-memory-utilization"
     assert share.value is None
     assert "where another process holds the device" in share.detail
+
+
+# https://github.com/basalam/product-catalog-generator/issues/10 (field corpus
+# vllm-kvinsufficient-bare): vLLM 0.2.7's refusal pasted alone, no time.
+KV_REFUSAL_BASALAM10 = (
+    "ValueError: The model's max seq len (4096) is larger than the maximum number of tokens that "
+    "can be stored in KV cache (3664). Try increasing gpu_memory_utilization or decreasing "
+    "max_model_len when initializing the engine.\n"
+)
+# https://github.com/huggingface/text-generation-inference/issues/755 (field corpus
+# tgi-warmup-prefill-755): Llama 70B GPTQ's warm-up refusal.
+TGI_WARMUP_755 = (
+    'Error: Warmup(Generation("Not enough memory to handle 4096 prefill tokens. You need to '
+    'decrease `--max-batch-prefill-tokens`"))\n'
+)
+
+
+def test_an_untimed_refusal_gets_the_length_its_own_words_state(tmp_path: Path) -> None:
+    # GIVEN the refusal without a time: the cache holds 3,664 tokens, the model's length 4,096
+    findings = _findings(tmp_path, "vllm-basalam10.md", KV_REFUSAL_BASALAM10)
+    # THEN the length that fits is read off its own words, as with times
+    (length,) = findings.remedies
+    assert (length.action, length.value) == ("set --max-model-len 3664", "3664")
+
+
+def test_a_tgi_warm_up_refusal_gets_tgis_own_setting(tmp_path: Path) -> None:
+    findings = _findings(tmp_path, "tgi-755.txt", TGI_WARMUP_755)
+    (prefill,) = findings.remedies
+    assert prefill.action == "lower --max-batch-prefill-tokens below 4,096"
+    assert prefill.value is None
