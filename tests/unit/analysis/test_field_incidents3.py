@@ -107,6 +107,14 @@ def _findings(tmp_path: Path, name: str, text: str) -> Findings:
     return analyze(load_any([path], IngestOptions()))
 
 
+def _classed(tmp_path: Path, name: str, text: str, cls: str) -> Findings:
+    """The findings of ``text``, whose primary incident is of class ``cls``."""
+    findings = _findings(tmp_path, name, text)
+    assert findings.primary is not None
+    assert findings.primary.cls == cls
+    return findings
+
+
 def _actions(remedies: tuple[Remedy, ...]) -> list[str]:
     return [r.action for r in remedies]
 
@@ -236,10 +244,7 @@ def test_a_start_up_oom_in_no_stated_phase_gets_the_utilisation_that_leaves_it_r
     tmp_path: Path,
 ) -> None:
     # GIVEN a start-up OOM (the engine's start-up figures, nothing served) at utilisation 0.98
-    findings = _findings(tmp_path, "vllm-15598.txt", RAY_15598)
-    incident = findings.primary
-    assert incident is not None
-    assert incident.cls == "startup_misfit"
+    findings = _classed(tmp_path, "vllm-15598.txt", RAY_15598, "startup_misfit")
     # THEN the remedy is the utilisation that leaves the 1.56 MiB it lacked, as a bound
     (share,) = findings.remedies
     assert share.action == "set --gpu-memory-utilization 0.97 at most"
@@ -288,10 +293,7 @@ TWO_10533 = (
 def test_nothing_left_for_the_kv_cache_gets_a_larger_share_and_the_other_process(
     tmp_path: Path,
 ) -> None:
-    findings = _findings(tmp_path, "vllm-10533.txt", TWO_10533)
-    incident = findings.primary
-    assert incident is not None
-    assert incident.cls == "startup_misfit"
+    findings = _classed(tmp_path, "vllm-10533.txt", TWO_10533, "startup_misfit")
     # THEN the remedy is vLLM's own (a larger share), with the other process named as the
     # first thing to look for, and no value the log cannot give
     (share,) = findings.remedies
