@@ -101,8 +101,12 @@ def phase_remedies(incident: Incident, check: ClassCheck, facts: RemedyFacts) ->
     scaled = (_LLAMA_SCALES if llama else _SCALES).get(phase)
     if scaled is not None:
         out = [_scaled(incident, check, facts, scaled, wanted, free)]
-        if phase == "profile_run":  # vLLM V1's profiling run ends in the sampler's pass
-            out.append(_scaled(incident, check, facts, _SCALES["profile_sampler"], wanted, free))
+        if phase == "profile_run":
+            # vLLM V1's profiling run ends in the sampler's pass over --max-num-seqs sequences,
+            # whose default V1 raised to 1024: the first suspect (vllm#12529's 1.16 GiB is the
+            # float32 logits and their copy, 1,024 x a 151,936-token vocabulary x 8 bytes)
+            sampler = _SCALES["profile_sampler"]
+            out.insert(0, _scaled(incident, check, facts, sampler, wanted, free))
         return out
     if phase == "graph_capture":
         return _capture(incident, check, facts, wanted, free)

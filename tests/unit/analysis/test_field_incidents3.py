@@ -145,9 +145,9 @@ def test_a_profiling_run_that_lacked_no_bytes_is_not_blamed_on_others(tmp_path: 
     assert not foreign.matched
     # AND its remedies are the settings that size the dummy batch, with no value the figures
     # cannot give (the free memory covered the allocation on paper)
-    assert _actions(findings.remedies) == ["lower --max-num-batched-tokens", "lower --max-num-seqs"]
+    assert _actions(findings.remedies) == ["lower --max-num-seqs", "lower --max-num-batched-tokens"]
     assert all(r.value is None for r in findings.remedies)
-    assert "none of the free memory was in one piece" in findings.remedies[1].detail
+    assert "none of the free memory was in one piece" in findings.remedies[0].detail
 
 
 def test_a_capture_failing_in_capture_end_is_the_start_up_graph_capture(tmp_path: Path) -> None:
