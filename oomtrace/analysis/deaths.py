@@ -17,7 +17,7 @@ from typing import Final
 import polars as pl
 
 from oomtrace.analysis.findings import Incident
-from oomtrace.ingest.vllm.line_patterns import HOST_KILL
+from oomtrace.ingest.torch.host_kill import SHELL_KILL, host_killed
 from oomtrace.isotime import iso_time
 
 FAILURES: Final = (
@@ -65,8 +65,10 @@ def unexplained_deaths(
             else "(no time: the input prints none; its death is row "
             f"{int(row['order']) + 1} of {events.height} in the log's order)"
         )
-        if row.get("detail") == HOST_KILL:
-            out.append(f"the engine on {node} was killed {when}: {HOST_KILLED}")
+        if host_killed(row.get("detail")):
+            # the kernel's own line says what it killed; the shell's "Killed" only that it was
+            why = HOST_KILLED if row.get("detail") == SHELL_KILL else str(row["detail"])
+            out.append(f"the engine on {node} was killed {when}: {why}")
             continue
         what = f" ({row['detail']})" if row.get("detail") else ""
         out.append(f"the engine on {node} died {when}{what}; {NOT_SAID}")

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, Literal
 
+from oomtrace.ingest.torch.host_kill import SHELL_KILL
+
 Family = Literal["v0", "v1-0.7", "v1-0.8.5", "v1-0.12", "v1-0.20", "v1-0.30"]
 # Version families in order. V0 is the old engine (default up to 0.7.x, forced or fallen back to
 # up to 0.10.x); the V1 families are told apart by the shape of the periodic stats line.
@@ -175,12 +177,6 @@ class EventLine:
     family: Family | None = None
 
 
-# What the shell's "Killed" says of a process: see its EventLine; oomtrace.analysis.deaths reads
-# this detail as a host-memory death, not a GPU OOM.
-HOST_KILL: Final = (
-    "the process was killed (SIGKILL, the shell's 'Killed'): most often the kernel's OOM killer, "
-    "for want of host memory (RAM), not device memory"
-)
 EVENT_LINES: Final[tuple[EventLine, ...]] = (
     EventLine(
         "no KV memory at start-up", "startup_no_kv_memory",
@@ -296,7 +292,7 @@ EVENT_LINES: Final[tuple[EventLine, ...]] = (
         # most often the kernel's OOM killer, for want of host RAM (pinned CPU swap space, weights
         # staged in RAM), not device memory (https://github.com/liunian-Jay/MU-GOT/issues/17)
         "killed by SIGKILL", "engine_dead", "Killed",
-        r"^Killed\s*$", HOST_KILL,
+        r"^Killed\s*$", SHELL_KILL,
         "Killed",
     ),
     EventLine(

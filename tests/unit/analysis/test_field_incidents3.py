@@ -330,3 +330,28 @@ def test_a_tgi_warm_up_refusal_gets_tgis_own_setting(tmp_path: Path) -> None:
     (prefill,) = findings.remedies
     assert prefill.action == "lower --max-batch-prefill-tokens below 4,096"
     assert prefill.value is None
+
+
+# https://github.com/deepseek-ai/DeepSeek-VL2/issues/90: loading a model's shards, "Killed", and
+# the kernel's account from dmesg (the cgroup line shortened).
+DMESG_DSVL2_90 = (
+    "Loading checkpoint shards:  75%|#######     | 3/4 [00:08<00:02,  2.83s/it]Killed\n"
+    "\n"
+    "sudo dmesg | tail -n 20\n"
+    "\n"
+    "[26002.108918] oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=user.slice,"
+    "mems_allowed=0,global_oom,task=python,pid=576419,uid=1000\n"
+    "[26002.109061] Out of memory: Killed process 576419 (python) total-vm:78521468kB, "
+    "anon-rss:54398260kB, file-rss:2628kB, shmem-rss:0kB, UID:1000 pgtables:119448kB "
+    "oom_score_adj:0\n"
+)
+
+
+def test_the_kernels_oom_kill_is_a_host_memory_death_not_a_gpu_oom(tmp_path: Path) -> None:
+    findings = _findings(tmp_path, "dmesg-dsvl2-90.txt", DMESG_DSVL2_90)
+    # THEN no GPU incident: the death says what the kernel killed and that host memory ran out
+    assert findings.incidents == ()
+    (death,) = findings.trace.deaths
+    assert "the kernel's OOM killer killed process 576419 (python)" in death
+    assert "holding 51.88 GiB of host memory" in death
+    assert "the host's memory (RAM) ran out, not the device's" in death
