@@ -78,7 +78,11 @@ def _judge(ctx: Context, processes: list[ProcessUse]) -> ClassCheck | None:
     floor = max(ctx.threshold, 0.1 * (ctx.capacity or 0)) if stated else ctx.threshold
     significant = held >= floor or (left is not None and held > left)
     recent = grew >= ctx.options.min_rise_bytes or ctx.anchor in ("oom", "startup")
-    covers = shortfall is None or held >= shortfall
+    # an OOM whose message states as much free as it asked lacked no bytes (the free memory was
+    # in pieces the allocation could not use): the others' memory is not what it lacked
+    # (https://github.com/vllm-project/vllm/issues/12529: 1.16 GiB asked, 1.17 GiB free)
+    lacked = not (ctx.anchor == "oom" and shortfall == 0)
+    covers = lacked and (shortfall is None or held >= shortfall)
     if not (significant and recent and covers):
         return None
     top = max(processes, key=lambda p: p.bytes)

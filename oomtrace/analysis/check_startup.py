@@ -60,11 +60,13 @@ def startup(ctx: Context) -> ClassCheck:
     refused = ctx.events.filter(pl.col("kind").is_in(MISFIT_KINDS) & before)
     if refused.height:
         first = refused.row(0, named=True)
+        why = "its KV cache cannot hold one request with the configured limits"
+        if first["kind"] == "startup_no_kv_memory":  # nothing was left for the cache at all
+            why = str(first.get("detail") or "nothing was left for its KV cache")
         return ClassCheck(
             "startup_misfit",
             True,
-            f"the engine refused to start ({first['kind']}): its KV cache cannot hold one request "
-            "with the configured limits",
+            f"the engine refused to start ({first['kind']}): {why}",
             tuple(ev.event(r) for r in refused.head(5).iter_rows(named=True)),
             _refusal_figures(ctx, first),
         )
@@ -76,7 +78,11 @@ def startup(ctx: Context) -> ClassCheck:
                 True,
                 phased,
                 (ev.event(ctx.oom),),
-                (*_oom_figures(ctx), ("phase", ctx.oom.get("phase"))),
+                (
+                    *_oom_figures(ctx),
+                    ("phase", ctx.oom.get("phase")),
+                    ("engine", phase_engine(ctx.oom)),
+                ),
             )
         if serving := serving_phase(ctx.oom):
             return ClassCheck(
@@ -111,6 +117,14 @@ def startup(ctx: Context) -> ClassCheck:
     return ClassCheck("startup_misfit", False, why, (served,) if served is not None else ())
 
 
+def phase_engine(event: dict[str, Any]) -> str | None:
+    """The engine whose settings size the failed phase, where the event's own words name one:
+    llama.cpp's account of a failed buffer is read by the PyTorch-log reader."""
+    if str(event.get("detail") or "").startswith("llama.cpp"):
+        return "llama.cpp"
+    return None
+
+
 def _started(ctx: Context) -> datetime | None:
     """The engine's last start (or death) before the peak: serving counts from there."""
     before = pl.col("ts") < lit_ts(ctx.peak_ts)
@@ -118,10 +132,22 @@ def _started(ctx: Context) -> datetime | None:
     return resets.max() if resets.len() else None  # type: ignore[return-value]
 
 
+def _start_seen(ctx: Context, since: datetime | None) -> bool:
+    """Whether the reset serving counts from is a start. A death is no evidence of start-up:
+    vLLM V0's server prints "MQLLMEngine is already dead" a few milliseconds before the engine's
+    own record of the OOM that killed it, so the death stands before the failure that caused it
+    (https://github.com/vllm-project/vllm/issues/16107: a request's prompt logprobs while
+    serving, read as start-up)."""
+    if since is None:
+        return False
+    at = (pl.col("ts") == lit_ts(since)) & (pl.col("kind") == "engine_start")
+    return bool(ctx.events.filter(at).height)
+
+
 def starting(ctx: Context, since: datetime | None) -> str | None:
     """Why the failure is taken to be in the engine's start-up, or None when nothing in the
     trace says so (see the module docstring)."""
-    if since is not None:
+    if _start_seen(ctx, since):
         return f"since it started at {since:%H:%M:%S}"
     before = pl.col("ts") <= lit_ts(ctx.peak_ts)
     refused = ctx.events.filter((pl.col("kind") == "startup_memory_insufficient") & before)
@@ -201,12 +227,21 @@ def _served_words(row: Evidence) -> str:
 def _refusal_figures(ctx: Context, event: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
     """What the refusal states: the KV memory one request of the model's length needs, what
     the engine had, the model's length, and the device."""
-    found = _MAX_LEN.search(str(event.get("detail") or ""))
-    length = int(found.group(1)) if found else ctx.config.get("max_model_len")
     available = event.get("free_bytes")
     if available is None:
         available = ctx.config.get("available_kv_cache_bytes")
+    return refusal_figures(event, ctx.config, available, ctx.capacity)
+
+
+def refusal_figures(
+    event: dict[str, Any], config: dict[str, Any], available: Any, capacity: Any
+) -> tuple[tuple[str, Any], ...]:
+    """A refusal's figures, its own words first (the model's length, the engine's estimate of
+    the length that fits, the tokens its cache holds), the configuration's where it states
+    none; with or without times (:mod:`oomtrace.analysis.untimed_checks` reads them too)."""
     detail = str(event.get("detail") or "")
+    found = _MAX_LEN.search(detail)
+    length = int(found.group(1)) if found else config.get("max_model_len")
     estimate, holds = _ESTIMATE.search(detail), _HOLDS.search(detail)
     return (
         ("kv_needed_bytes", event.get("requested_bytes")),
@@ -214,7 +249,9 @@ def _refusal_figures(ctx: Context, event: dict[str, Any]) -> tuple[tuple[str, An
         ("max_model_len", length if isinstance(length, int) else None),
         ("engine_max_model_len", int(estimate.group(1)) if estimate else None),
         ("kv_tokens", int(holds.group(1) or holds.group(2)) if holds else None),
-        ("device_total_bytes", ctx.capacity),
+        ("device_total_bytes", capacity),
+        ("refusal", event.get("kind")),
+        ("refusal_detail", detail or None),
     )
 
 

@@ -17,6 +17,7 @@ from typing import Final
 import polars as pl
 
 from oomtrace.analysis.findings import Incident
+from oomtrace.ingest.torch.host_kill import SHELL_KILL, host_killed
 from oomtrace.isotime import iso_time
 
 FAILURES: Final = (
@@ -26,6 +27,14 @@ FAILURES: Final = (
     "startup_memory_insufficient",
 )
 NOT_SAID: Final = "the log does not say why (the lines before the death are not in the trace)"
+# A process the shell reports "Killed" (SIGKILL) with no OOM of the device before it: the host's
+# memory, not the GPU's, is what a reader checks first.
+HOST_KILLED: Final = (
+    "SIGKILL (the shell printed 'Killed'), most often the kernel's OOM killer for want of host "
+    "memory (RAM), not device memory; `dmesg` or `journalctl -k` says whether it was ('Out of "
+    "memory: Killed process N'), and vLLM's CPU swap space (--swap-space, pinned host memory per "
+    "GPU) and weights staged in RAM are what it holds there"
+)
 
 
 def unexplained_deaths(
@@ -56,6 +65,11 @@ def unexplained_deaths(
             else "(no time: the input prints none; its death is row "
             f"{int(row['order']) + 1} of {events.height} in the log's order)"
         )
+        if host_killed(row.get("detail")):
+            # the kernel's own line says what it killed; the shell's "Killed" only that it was
+            why = HOST_KILLED if row.get("detail") == SHELL_KILL else str(row["detail"])
+            out.append(f"the engine on {node} was killed {when}: {why}")
+            continue
         what = f" ({row['detail']})" if row.get("detail") else ""
         out.append(f"the engine on {node} died {when}{what}; {NOT_SAID}")
     return tuple(out)

@@ -8,7 +8,10 @@ the trace (never a rule of thumb), with what it costs.
   request at its whole contract: ``pool tokens // largest contract``), its cost not measured;
 * ``startup_misfit``: the largest ``--max-model-len`` whose one request fits the KV memory the
   engine had (in whole blocks, as vLLM sizes it), and the smallest ``--gpu-memory-utilization``
-  under which the model's own length fits, when one below 1 exists;
+  under which the model's own length fits, when one below 1 exists; where the failure's lines
+  state its phase (:mod:`oomtrace.analysis.remedy_startup`), the setting that sizes that phase
+  (``--max-num-seqs`` for the dummy sampler, ``-c`` for llama.cpp's KV cache, ...), its value
+  where the log's figures compute it;
 * ``transient_peak`` (:mod:`oomtrace.analysis.remedy_transient`): the prefill chunk
   (``--max-num-batched-tokens``) whose step fits the memory that was free at the OOM, from the
   failed request's own step bytes (with ``prompt_logprobs``, the limit on them), and the
@@ -38,6 +41,7 @@ from oomtrace.analysis.remedy_base import (
     set_utilisation,
 )
 from oomtrace.analysis.remedy_kv import kv_remedies
+from oomtrace.analysis.remedy_startup import phase_remedies
 from oomtrace.analysis.remedy_transient import transient_remedies
 from oomtrace.units import format_bytes
 
@@ -104,7 +108,7 @@ def _misfit(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> list[R
                     ),
                 )
             )
-    return out
+    return out + phase_remedies(incident, check, facts)
 
 
 def _fitting_length(

@@ -19,7 +19,9 @@ from oomtrace.analysis.check_allocation import (
 from oomtrace.analysis.check_foreign import outside_allocator
 from oomtrace.analysis.check_startup import (
     MISFIT_KINDS,
+    phase_engine,
     phase_reason,
+    refusal_figures,
     serving_phase,
     stated_start,
 )
@@ -111,14 +113,7 @@ def _startup(event: dict[str, Any], config: dict[str, Any], *, served: bool) -> 
             True,
             f"the engine refused to start: {detail}",
             (ev.event(event),),
-            (
-                ("kv_needed_bytes", event.get("requested_bytes")),
-                ("kv_available_bytes", event.get("free_bytes")),
-                ("max_model_len", None),
-                ("engine_max_model_len", None),
-                ("kv_tokens", None),
-                ("device_total_bytes", event.get("total_bytes")),
-            ),
+            refusal_figures(event, config, event.get("free_bytes"), event.get("total_bytes")),
         )
     figures = (
         ("requested_bytes", event.get("requested_bytes")),
@@ -130,7 +125,7 @@ def _startup(event: dict[str, Any], config: dict[str, Any], *, served: bool) -> 
     oom = event["kind"] == "oom"
     # the phase the failure's own lines state wins over what else the input shows
     if oom and (stated := phase_reason(event)) is not None:
-        phased = (*figures, ("phase", event.get("phase")))
+        phased = (*figures, ("phase", event.get("phase")), ("engine", phase_engine(event)))
         return ClassCheck("startup_misfit", True, stated, (ev.event(event),), phased)
     if oom and (serving := serving_phase(event)) is not None:
         return ClassCheck(

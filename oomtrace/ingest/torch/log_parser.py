@@ -20,7 +20,8 @@ arrival time instead.
 Besides :func:`~oomtrace.ingest.torch.oom_text.extract_ooms`, TGI's own lines (its warm-up
 refusals, the KV pool its warm-up settled on, the launcher's account of a crash:
 :mod:`oomtrace.ingest.torch.tgi_log`) and llama.cpp's statement of its KV cache at start-up
-(:mod:`oomtrace.ingest.torch.llamacpp_log`) are read too.
+(:mod:`oomtrace.ingest.torch.llamacpp_log`) are read too, and the kernel's OOM killer's kills
+(:mod:`oomtrace.ingest.torch.host_kill`: host memory, never a GPU OOM).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from oomtrace.ingest.parser_api import ParseContext, ParseResult
 from oomtrace.ingest.text.input_file import InputFile, first_line
 from oomtrace.ingest.text.split_records import LOG_RECORD_START, find_split_records
 from oomtrace.ingest.text.timestamps import StampForms, line_stamps
-from oomtrace.ingest.torch import llamacpp_log, oom_phase, tgi_log
+from oomtrace.ingest.torch import host_kill, llamacpp_log, oom_phase, tgi_log
 from oomtrace.ingest.torch.oom_text import (
     BUFFER_FAILURE,
     GGML_DEVICE,
@@ -53,13 +54,13 @@ CONFIDENCE: Final = 0.55
 # and llama.cpp's own lines about memory.
 _USED: Final = (
     f"{OOM_SHAPES}|{BUFFER_FAILURE}|{oom_phase.LINES}|{tgi_log.LINES}|{llamacpp_log.STARTUP}|"
-    f"{GGML_DEVICE}"
+    f"{GGML_DEVICE}|{host_kill.LINE}"
 )
 _KEEP: Final = (
     f"{PREFILTER}|{oom_phase.LINES}|Not enough memory to handle|{tgi_log.LINES}|"
-    f"{llamacpp_log.STARTUP}|{GGML_DEVICE}"
+    f"{llamacpp_log.STARTUP}|{GGML_DEVICE}|{host_kill.LINE}"
 )
-_SNIFF_OOM = re.compile(f"{OOM_SHAPES}|{BUFFER_FAILURE}|{tgi_log.WARMUP}")
+_SNIFF_OOM = re.compile(f"{OOM_SHAPES}|{BUFFER_FAILURE}|{tgi_log.WARMUP}|{host_kill.LINE}")
 # A server log this parser reads even when its head holds no failure.
 _SNIFF_SERVER = re.compile(f"{llamacpp_log.MARKERS.pattern}|{tgi_log.MARKERS}", re.MULTILINE)
 # Line shapes another parser owns: a log that has them belongs to that parser.
@@ -173,7 +174,8 @@ class _Acc:
         )
         timed = oom_phase.failure_phases(kept.drop_nulls("ts"), OOM_SHAPES)
         events, samples = extract_ooms(timed, diag=self.diag)
-        found = [f for f in (events, tgi_log.events(timed.select("ts", "text"))) if f.height]
+        texts = timed.select("ts", "text")
+        found = [f for f in (events, tgi_log.events(texts), host_kill.events(texts)) if f.height]
         result = ParseResult(
             events=pl.concat(found, how="diagonal_relaxed") if found else None,
             samples=samples if samples.height else None,

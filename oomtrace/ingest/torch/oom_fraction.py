@@ -47,9 +47,12 @@ _FIELDS: Final = {
     "free": r"Free \(according to CUDA\)\s*:\s*([0-9.]+) ?(bytes|[KMGTP]iB)",
 }
 _LIMIT: Final = r"memory fraction\)(?:\\n|\s)*:\s*([0-9.]+ ?(?:bytes|[KMGTP]iB))"
-# Continuation lines follow their first line at once; a second or two absorbs log timestamps.
-_JOIN_WITHIN_S: Final = 2
 _MAX_PARTS: Final = 6
+# Continuation lines follow their first line at once; a few seconds absorb log timestamps, and a
+# log that prints no time has its lines placed a second apart in its order (the untimed reading),
+# so the sixth continuation line stands six seconds after its head (ComfyUI's refusal pasted
+# bare, https://github.com/Comfy-Org/ComfyUI/issues/3278, lost its limit and free memory).
+_JOIN_WITHIN_S: Final = _MAX_PARTS
 # 2^64 bytes, the limit PyTorch prints when no memory fraction is set, in GiB.
 _NO_LIMIT_GIB: Final = 17179869184.0
 

@@ -17,7 +17,8 @@ The lines around it do, and a person reads them first:
   ``_dummy_sampler_run``, whose call passes ``sampling_metadata=dummy_metadata``; the worker's
   ``determine_available_memory``), the KV cache's allocation (``initialize_kv_cache``,
   ``_allocate_kv_cache_tensors``, the engine core's ``_initialize_kv_caches``), CUDA graph
-  capture (``capture_model``), the weights (``load_model``); SGLang's ``init_memory_pool`` and
+  capture (``capture_model``; ``torch.cuda.graph``'s ``capture_end`` where a compiled backend
+  captures), the weights (``load_model``); SGLang's ``init_memory_pool`` and
   its ``Capture cuda graph failed`` wrapper (``python/sglang/srt/model_executor/model_runner.py``).
 
 Each marker is a phase of :data:`oomtrace.schema.EVENT_PHASES`. A marker counts for the nearest
@@ -54,8 +55,11 @@ _ACCOUNT = 6  # lines llama.cpp's account may stand after the failure
 MARKERS: Final[tuple[Marker, ...]] = (
     Marker(
         "graph_capture",
-        _FRAME + r"(?:capture_model|_capture_cudagraphs|capture_one_graph|init_cuda_graphs)\b"
-        r"|Capture cuda graph failed|cuda_graph_runner\.py\", line \d+, in capture\b",
+        _FRAME + r"(?:capture_model|_capture_cudagraphs|capture_one_graph|init_cuda_graphs"
+        r"|capture_end)\b|Capture cuda graph failed|cuda_graph_runner\.py\", line \d+, in capture\b"
+        # vLLM's compiled backends capture inside ``with torch.cuda.graph(...)`` (no capture_model
+        # frame in a worker's excerpt), and the capture fails in PyTorch's ``capture_end``
+        r"|\bwith torch\.cuda\.graph\(",
         before=_TRACEBACK,
     ),
     # an idle data-parallel rank runs _dummy_run while the others serve (vLLM's gpu_worker.py,
@@ -120,6 +124,7 @@ LINES: Final = "|".join(f"(?:{m.pattern})" for m in MARKERS)
 # so picked is then tested against :data:`LINES`.
 FRAME_LITERALS: Final = (
     "in capture_model", "in _capture_cudagraphs", "in capture_one_graph", "in init_cuda_graphs",
+    "in capture_end", "with torch.cuda.graph(",
     "in _dummy_sampler_run", "dummy_metadata", "when warming up sampler",
     "in execute_dummy_batch", "in profile_run", "in _dummy_run", "in _dummy_pooler_run",
     "in determine_available_memory",

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, Literal
 
+from oomtrace.ingest.torch.host_kill import SHELL_KILL
+
 Family = Literal["v0", "v1-0.7", "v1-0.8.5", "v1-0.12", "v1-0.20", "v1-0.30"]
 # Version families in order. V0 is the old engine (default up to 0.7.x, forced or fallen back to
 # up to 0.10.x); the V1 families are told apart by the shape of the periodic stats line.
@@ -284,6 +286,14 @@ EVENT_LINES: Final[tuple[EventLine, ...]] = (
         "V0 engine loop died", "engine_dead", "Engine loop has died",
         r"Engine loop has died", "the V0 engine loop died",
         "RuntimeError: Engine loop has died", "v0",
+    ),
+    EventLine(
+        # the shell's word for a child killed by SIGKILL; after vLLM's start-up lines that is
+        # most often the kernel's OOM killer, for want of host RAM (pinned CPU swap space, weights
+        # staged in RAM), not device memory (https://github.com/liunian-Jay/MU-GOT/issues/17)
+        "killed by SIGKILL", "engine_dead", "Killed",
+        r"^Killed\s*$", SHELL_KILL,
+        "Killed",
     ),
     EventLine(
         "V0 MQ engine already dead", "engine_dead", "MQLLMEngine is already dead",

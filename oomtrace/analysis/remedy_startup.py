@@ -1,0 +1,324 @@
+"""Remedies for a start-up misfit read off the phase the failure's lines state
+(``oomtrace.schema.EVENT_PHASES``): the setting that sizes what failed in that phase, with its
+value where the figures the log states compute it, and what is missing where they do not.
+
+What each phase's allocation grows with, as the engines size it:
+
+* vLLM's dummy sampler pass (``_dummy_sampler_run``, ``vllm/v1/worker/gpu_model_runner.py``)
+  computes the logits of ``max_num_seqs`` sequences at once: its allocation is proportional to
+  ``--max-num-seqs`` (V1's default is 256, 1024 on the largest GPUs; vLLM's own OOM advice);
+* vLLM's profiling run (``profile_run``, ``_dummy_run``; V0's ``determine_num_available_blocks``)
+  runs a dummy batch of ``--max-num-batched-tokens`` tokens over up to ``--max-num-seqs``
+  sequences;
+* the CUDA graph capture (vLLM's ``capture_model``, SGLang's ``init_cuda_graphs``) takes what the
+  engine's share of the device (``--gpu-memory-utilization``, SGLang's ``--mem-fraction-static``)
+  left outside it, so a smaller share leaves it room; ``--enforce-eager`` captures none;
+* the KV cache's allocation at start-up: llama.cpp's grows linearly with the context (``-c``),
+  vLLM's and SGLang's pools with the engine's share of the device;
+* llama.cpp's compute buffers (``graph_reserve``) grow with the micro-batch (``-ub``,
+  ``src/llama-context.cpp`` reserves the graph for ``n_ubatch`` tokens);
+* the weights: fewer layers on the device (llama.cpp's ``-ngl``, its own advice in the log), or
+  more devices (``--tensor-parallel-size``);
+* TGI's warm-up runs one prefill of ``--max-batch-prefill-tokens`` tokens;
+* vLLM's refusal "No available memory for the cache blocks" (nothing left for the KV cache): a
+  larger share of the device, vLLM's own advice.
+
+Where the allocation is proportional to a setting the log states, the setting that fits is that
+value scaled by what was free over what was asked; where the log states the free memory but not
+the setting, the remedy says the share of its current value that fits; where neither, it names
+the setting and says what is missing.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from oomtrace.analysis.findings import ClassCheck, Incident, Remedy
+from oomtrace.analysis.remedy_base import RemedyFacts, as_float, as_int, remedy, set_utilisation
+from oomtrace.units import format_bytes
+
+# TGI's warm-up refusal, as the TGI reader words it (oomtrace/ingest/torch/tgi_log.py):
+# "handle T total tokens with P prefill tokens" or "handle P prefill tokens".
+_TGI_WARMUP = re.compile(
+    r"TGI warm-up: not enough memory to handle (?:(?P<total>\d+) total tokens with \d+ prefill"
+    r" tokens|(?P<prefill>\d+) prefill tokens)"
+)
+# Below this share of what was asked, the free memory says the device is taken by what does not
+# scale with the setting, so no share of the setting's value is offered.
+_SMALL_SHARE = 0.1
+# (flag in vLLM's spelling or the engine's own, what the allocation grows with, the engine's own
+# name of the setting in the manifest's engine config)
+_SCALES: dict[str, tuple[str, str, str]] = {
+    "profile_sampler": (
+        "--max-num-seqs",
+        "the dummy sampler pass computes the logits of --max-num-seqs sequences at once",
+        "max_num_seqs",
+    ),
+    "profile_run": (
+        "--max-num-batched-tokens",
+        "the profiling run's dummy batch holds --max-num-batched-tokens tokens",
+        "max_num_batched_tokens",
+    ),
+    "warmup": (
+        "--max-batch-prefill-tokens",
+        "TGI's warm-up runs one prefill of --max-batch-prefill-tokens tokens",
+        "max_batch_prefill_tokens",
+    ),
+}
+_LLAMA_SCALES: dict[str, tuple[str, str, str]] = {
+    "kv_cache_init": (
+        "-c",
+        "the KV cache grows linearly with the context (-c, --ctx-size)",
+        "n_ctx",
+    ),
+    "compute_reserve": (
+        "-ub",
+        (
+            "the compute buffers are reserved for one micro-batch (-ub, --ubatch-size; 512 by "
+            "default) and grow with it and with the context"
+        ),
+        "n_ubatch",
+    ),
+}
+
+
+def phase_remedies(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> list[Remedy]:
+    """The remedies of a start-up misfit whose check names the phase it failed in (or the
+    refusal that says nothing was left for the KV cache)."""
+    if check.figure("refusal") is not None:
+        return _refusal(incident, check, facts)
+    phase = check.figure("phase")
+    wanted = as_int(check.figure("requested_bytes"))
+    free = as_int(check.figure("free_bytes"))
+    if not isinstance(phase, str):
+        # an OOM before the engine served, in no phase its lines state: what its share of the
+        # device left outside it was too little, where the log states that share
+        if wanted is None or free is None or facts.config.get("gpu_memory_utilization") is None:
+            return []
+        return _share(incident, check, facts, wanted, free, "the start-up's failed allocation")
+    llama = check.figure("engine") == "llama.cpp"
+    scaled = (_LLAMA_SCALES if llama else _SCALES).get(phase)
+    if scaled is not None:
+        out = [_scaled(incident, check, facts, scaled, wanted, free)]
+        if phase == "profile_run":
+            # vLLM V1's profiling run ends in the sampler's pass over --max-num-seqs sequences,
+            # whose default V1 raised to 1024: the first suspect (vllm#12529's 1.16 GiB is the
+            # float32 logits and their copy, 1,024 x a 151,936-token vocabulary x 8 bytes)
+            sampler = _SCALES["profile_sampler"]
+            out.insert(0, _scaled(incident, check, facts, sampler, wanted, free))
+        return out
+    if phase == "graph_capture":
+        return _capture(incident, check, facts, wanted, free)
+    if phase == "kv_cache_init":
+        return _share(incident, check, facts, wanted, free, "the KV cache's allocation")
+    if phase == "load_weights":
+        return [_weights(incident, check, llama, wanted, free)]
+    return []
+
+
+def _refusal(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> list[Remedy]:
+    """The start-up refusals whose own words name the setting (the KV length is computed by
+    :mod:`oomtrace.analysis.remedies` from the refusal's figures)."""
+    if check.figure("refusal") == "startup_no_kv_memory":
+        return [_no_kv_memory(incident, check, facts)]
+    if (warmup := _TGI_WARMUP.search(str(check.figure("refusal_detail") or ""))) is not None:
+        return [_tgi_warmup(incident, check, warmup)]
+    return []
+
+
+def _scaled(
+    incident: Incident,
+    check: ClassCheck,
+    facts: RemedyFacts,
+    scaled: tuple[str, str, str],
+    wanted: int | None,
+    free: int | None,
+) -> Remedy:
+    flag, grows, key = scaled
+    name = facts.flag(flag)
+    current = as_int(facts.config.get(key))
+    asked = "what it asked is unstated"
+    if wanted is not None:
+        asked = f"it asked {format_bytes(wanted)}"
+    room = f" with {format_bytes(free)} free" if free is not None else " (free memory unstated)"
+    if wanted and free is not None and free < wanted and current:
+        fits = max(1, current * free // wanted)
+        return remedy(
+            incident,
+            check,
+            f"set {name} {fits}",
+            setting=name,
+            value=str(fits),
+            basis="budget",
+            detail=f"{grows}; {asked}{room} at {name} {current}: {current} x "
+            f"{format_bytes(free)} / {format_bytes(wanted)} = {fits} fits, if nothing else "
+            "moves",
+            figures={key: fits, "requested_bytes": wanted, "free_bytes": free},
+        )
+    if wanted and free is not None and free < wanted:
+        share = free / wanted
+        missing = (
+            f"the log does not state {name}, so at most {math.floor(share * 100)}% of its "
+            "current value fits"
+        )
+        if share < _SMALL_SHARE:  # the rest of the device is taken: the scaled part is not all
+            missing = (
+                f"what was free is under a tenth of what it asked, so lowering {name} alone may "
+                f"not fit; the log does not state {name}"
+            )
+    elif wanted and free is not None:
+        missing = (
+            "none of the free memory was in one piece the allocation could use: lower it until "
+            "it fits (the figures give no value)"
+        )
+    else:
+        missing = f"the log states neither {name} nor the free memory, so no value is computed"
+    return remedy(
+        incident,
+        check,
+        f"lower {name}",
+        setting=name,
+        value=None,
+        basis="budget",
+        detail=f"{grows}; {asked}{room}; {missing}",
+        figures={"requested_bytes": wanted, "free_bytes": free},
+    )
+
+
+def _capture(
+    incident: Incident, check: ClassCheck, facts: RemedyFacts, wanted: int | None, free: int | None
+) -> list[Remedy]:
+    out = _share(incident, check, facts, wanted, free, "the CUDA graph capture")
+    out.append(
+        remedy(
+            incident,
+            check,
+            "or start with --enforce-eager",
+            setting="--enforce-eager",
+            value=None,
+            basis="budget",
+            detail="no CUDA graphs are captured, so none of their memory is needed; decoding "
+            "runs slower without them",
+        )
+    )
+    return out
+
+
+def _share(
+    incident: Incident,
+    check: ClassCheck,
+    facts: RemedyFacts,
+    wanted: int | None,
+    free: int | None,
+    what: str,
+) -> list[Remedy]:
+    """A smaller share of the device for the engine's static pools, by at least what the
+    allocation lacked: the failed allocation is one of the phase's, so the value is a bound."""
+    name = facts.flag("--gpu-memory-utilization")
+    share = as_float(facts.config.get("gpu_memory_utilization"))
+    total = as_int(check.figure("device_total_bytes"))
+    if share and total and wanted is not None and free is not None and wanted > free:
+        lower = math.floor((share - (wanted - free) / total) * 100) / 100
+        if 0 < lower < share:
+            return [
+                set_utilisation(
+                    incident,
+                    check,
+                    facts,
+                    lower,
+                    prefix="set",
+                    suffix=" at most",
+                    detail=f"{what} lacked {format_bytes(wanted - free)} of the "
+                    f"{format_bytes(total)} device at {name} {share:.2f}; this leaves it that "
+                    "room, and more may be needed after the allocation that failed",
+                )
+            ]
+    stated = f" from {share:.2f}" if share else ""
+    missing = (
+        "the log states no figure to compute a value from"
+        if wanted is None or free is None
+        else f"the log does not state {name} or the device's size"
+    )
+    return [
+        remedy(
+            incident,
+            check,
+            f"lower {name}{stated}",
+            setting=name,
+            value=None,
+            basis="budget",
+            detail=f"{what} takes what the engine's share of the device leaves; {missing}",
+        )
+    ]
+
+
+def _weights(
+    incident: Incident, check: ClassCheck, llama: bool, wanted: int | None, free: int | None
+) -> Remedy:
+    need = f"the weights asked {format_bytes(wanted)}" if wanted is not None else "the weights"
+    room = f" with {format_bytes(free)} free" if free is not None else ""
+    if llama:
+        return remedy(
+            incident,
+            check,
+            "lower -ngl (--n-gpu-layers)",
+            setting="-ngl",
+            value=None,
+            basis="budget",
+            detail=f"{need}{room} on one device; fewer layers on it keep the rest in host "
+            "memory (the log does not state the layers' sizes, so no count is computed)",
+        )
+    return remedy(
+        incident,
+        check,
+        "spread the weights over more GPUs (--tensor-parallel-size) or load a quantized model",
+        setting="--tensor-parallel-size",
+        value=None,
+        basis="budget",
+        detail=f"{need}{room}: the model does not fit this device's share",
+    )
+
+
+def _no_kv_memory(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> Remedy:
+    """vLLM's "No available memory for the cache blocks": its share of the device was spent on
+    the weights and the profiling run's peak before any KV cache (vLLM's own advice is a larger
+    share). Before 0.7 vLLM counted other processes' memory inside that share, so a second
+    engine on the same device needs the first one's share added to its own
+    (https://github.com/vllm-project/vllm/issues/10533)."""
+    name = facts.flag("--gpu-memory-utilization")
+    share = as_float(facts.config.get("gpu_memory_utilization"))
+    stated = f" from {share:.2f}" if share else ""
+    return remedy(
+        incident,
+        check,
+        f"raise {name}{stated}",
+        setting=name,
+        value=None,
+        basis="budget",
+        detail="the engine's share of the device was spent on the weights and the start-up's "
+        "peak before any KV cache; where another process holds the device (vLLM before 0.7 "
+        "counts its memory inside the share), move it, or add what it holds to the share; the "
+        "log states no figure to compute a value from",
+    )
+
+
+def _tgi_warmup(incident: Incident, check: ClassCheck, warmup: re.Match[str]) -> Remedy:
+    """TGI's own advice in its warm-up refusal (``server/text_generation_server/models/
+    flash_causal_lm.py``: "You need to decrease `--max-batch-total-tokens` or
+    `--max-batch-prefill-tokens`"): below what it could not handle."""
+    total, prefill = warmup.group("total"), warmup.group("prefill")
+    flag, value = (
+        ("--max-batch-total-tokens", total) if total else ("--max-batch-prefill-tokens", prefill)
+    )
+    return remedy(
+        incident,
+        check,
+        f"lower {flag} below {int(value):,}",
+        setting=flag,
+        value=None,
+        basis="budget",
+        detail=f"TGI's warm-up could not hold {int(value):,} tokens in the memory left after the "
+        "weights; the refusal states no memory figure, so no value below it is computed",
+        figures={"refused_tokens": int(value)},
+    )
