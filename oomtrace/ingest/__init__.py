@@ -5,7 +5,7 @@ The front door. Commands and other packages import from here:
 * :func:`ingest_paths`, :func:`load_any` and :func:`inspect_path` (:mod:`.orchestrator`, with
   :mod:`.sniffing` choosing each input's parser and :mod:`.trace_merge` merging the results),
   and :class:`IngestOptions` (:mod:`.options`);
-* the format registry, :func:`registry` (:mod:`.registry`), and the parser plug point,
+* the format registry, :func:`registry` (:mod:`.parser_registry`), and the parser plug point,
   :class:`Parser` and what it is given and returns (:mod:`.parser_api`).
 
 One subpackage per source family reads its formats: ``vllm``, ``sglang``, ``prometheus``,
@@ -34,16 +34,16 @@ if TYPE_CHECKING:
         Parser,
         ParseResult,
     )
-    from oomtrace.ingest.registry import BUILTIN_PARSERS, ENTRY_POINT_GROUP, registry
+    from oomtrace.ingest.parser_registry import BUILTIN_PARSERS, ENTRY_POINT_GROUP, registry
     from oomtrace.ingest.sniffing import Sniffed, expand_inputs, sniff
     from oomtrace.ingest.text.input_file import InputFile
     from oomtrace.ingest.trace_merge import device_ref_key, source_clock
 
 _EXPORTS = {
-    "BUILTIN_PARSERS": "oomtrace.ingest.registry",
+    "BUILTIN_PARSERS": "oomtrace.ingest.parser_registry",
     "ClockOptions": "oomtrace.ingest.parser_api",
     "device_ref_key": "oomtrace.ingest.trace_merge",
-    "ENTRY_POINT_GROUP": "oomtrace.ingest.registry",
+    "ENTRY_POINT_GROUP": "oomtrace.ingest.parser_registry",
     "expand_inputs": "oomtrace.ingest.sniffing",
     "ingest_paths": "oomtrace.ingest.orchestrator",
     "IngestOptions": "oomtrace.ingest.options",
@@ -54,7 +54,7 @@ _EXPORTS = {
     "ParseContext": "oomtrace.ingest.parser_api",
     "Parser": "oomtrace.ingest.parser_api",
     "ParseResult": "oomtrace.ingest.parser_api",
-    "registry": "oomtrace.ingest.registry",
+    "registry": "oomtrace.ingest.parser_registry",
     "sniff": "oomtrace.ingest.sniffing",
     "Sniffed": "oomtrace.ingest.sniffing",
     "source_clock": "oomtrace.ingest.trace_merge",

@@ -1,7 +1,7 @@
 """The parser plug point: what a parser is given and what it returns.
 
 A parser is any object with ``name``, ``description``, ``sniff`` and ``parse`` (the
-:class:`Parser` protocol); :mod:`oomtrace.ingest.registry` holds them by name. Each engine's
+:class:`Parser` protocol); :mod:`oomtrace.ingest.parser_registry` holds them by name. Each engine's
 version-dependent patterns live in tables in its subpackage, each with the sample that
 exercises it.
 """

@@ -17,7 +17,7 @@ from oomtrace.errors import InputError, UsageError, special_file_error
 from oomtrace.ingest.capture.dir_parser import PARSER as _CAPTURE
 from oomtrace.ingest.capture.dir_parser import is_capture_dir
 from oomtrace.ingest.parser_api import Parser
-from oomtrace.ingest.registry import registry
+from oomtrace.ingest.parser_registry import registry
 from oomtrace.ingest.text.input_file import InputFile
 
 SNIFF_THRESHOLD = 0.5

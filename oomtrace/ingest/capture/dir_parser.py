@@ -28,8 +28,8 @@ from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.errors import InputError
 from oomtrace.ingest.capture.vllm_plugin import plugin_result, prefer_plugin
 from oomtrace.ingest.parser_api import LineParser, ParseContext, ParseResult
+from oomtrace.ingest.parser_registry import registry
 from oomtrace.ingest.prometheus.text_parser import parse_scrapes
-from oomtrace.ingest.registry import registry
 from oomtrace.ingest.text.input_file import InputFile
 from oomtrace.schema import TS
 

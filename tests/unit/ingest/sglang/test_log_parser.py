@@ -20,7 +20,7 @@ from oomtrace.cli import cli
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.ingest import IngestOptions, ingest_paths, sniff
 from oomtrace.ingest.parser_api import ParseContext
-from oomtrace.ingest.registry import registry
+from oomtrace.ingest.parser_registry import registry
 from oomtrace.ingest.sglang.log_parser import PARSER
 from oomtrace.ingest.text.input_file import InputFile
 from oomtrace.trace import Trace

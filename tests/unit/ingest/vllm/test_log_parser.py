@@ -26,7 +26,7 @@ from oomtrace.cli import cli
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.ingest import IngestOptions, ingest_paths
 from oomtrace.ingest.parser_api import ClockOptions, LineParser, ParseContext, ParseResult
-from oomtrace.ingest.registry import registry
+from oomtrace.ingest.parser_registry import registry
 from oomtrace.ingest.text.input_file import InputFile
 from oomtrace.ingest.vllm.file_tables import RANK_REPEAT, STALE_STATS
 from oomtrace.ingest.vllm.log_parser import NO_HEADER, NOT_USED, PARSER, UVICORN_LINE
