@@ -11,6 +11,7 @@ from typing import Any
 from oomtrace.analysis import evidence as ev
 from oomtrace.analysis.findings import ClassCheck
 from oomtrace.ingest.sglang.extract import KV_POOL_OOM, POOL_TOKENS
+from oomtrace.ingest.torch.llamacpp_log import KV_FULL_DETAIL
 from oomtrace.schema import EVENT_PHASES, STARTUP_PHASES
 from oomtrace.units import format_bytes
 
@@ -26,8 +27,10 @@ _POOL_TOKENS = re.compile(POOL_TOKENS)
 
 def kv_pool_oom(event: dict[str, Any]) -> bool:
     """Whether the failure is an engine's KV pool running out of slots (SGLang's "Decode out of
-    memory"), not the device's allocator."""
-    return event.get("kind") == "oom" and KV_POOL_OOM in str(event.get("detail") or "")
+    memory", llama.cpp's "failed to find free space in the KV cache"), not the device's
+    allocator."""
+    detail = str(event.get("detail") or "")
+    return event.get("kind") == "oom" and (KV_POOL_OOM in detail or KV_FULL_DETAIL in detail)
 
 
 def pool_tokens(event: dict[str, Any]) -> tuple[int, int] | None:

@@ -10,7 +10,8 @@ import math
 
 from oomtrace.analysis.findings import ClassCheck, Incident, Remedy
 from oomtrace.analysis.limits import LimitOutcome, LimitReplay
-from oomtrace.analysis.remedy_base import COSTLY_QUEUE_S, RemedyFacts, set_flag
+from oomtrace.analysis.remedy_base import COSTLY_QUEUE_S, RemedyFacts, as_int, remedy, set_flag
+from oomtrace.ingest.torch.llamacpp_log import KV_FULL_DETAIL
 
 
 def kv_remedies(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> list[Remedy]:
@@ -20,7 +21,34 @@ def kv_remedies(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> li
         if found:
             ranked = sorted(found, key=lambda o: _cost(o, replay))
             return [_replayed(incident, check, facts, o, replay) for o in ranked]
-    return _kv_budget(incident, check, facts, replay)
+    budget = _kv_budget(incident, check, facts, replay)
+    if not budget and KV_FULL_DETAIL in check.reason:
+        return [_llama_context(incident, check, facts)]
+    return budget
+
+
+def _llama_context(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> Remedy:
+    """llama.cpp's server splits its context (``-c``) among its slots (``-np``): a request whose
+    tokens outgrow its slot's share finds no free cell (the server's own advice: increase the
+    context size)."""
+    n_ctx = as_int(facts.config.get("kv_cache_tokens"))
+    slots = as_int(facts.config.get("max_num_seqs"))
+    stated = f"-c {n_ctx:,}" if n_ctx else "-c unstated"
+    if slots:
+        stated += f", {slots} slots"
+        stated += f", {n_ctx // slots:,} tokens a slot" if n_ctx else ""
+    return remedy(
+        incident,
+        check,
+        "raise -c (--ctx-size) or lower -np (--parallel)",
+        setting="-c",
+        value=None,
+        basis="budget",
+        detail=f"the slots' contexts held every cell of the KV cache ({stated}); a larger "
+        "context, or fewer slots sharing it, gives each request room; no request's length is "
+        "stated, so no value is computed",
+        figures={"n_ctx": n_ctx, "slots": slots},
+    )
 
 
 def _cost(outcome: LimitOutcome, replay: LimitReplay) -> tuple[bool, float, float, str]:

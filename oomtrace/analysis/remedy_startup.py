@@ -285,10 +285,22 @@ def _no_kv_memory(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> 
     the weights and the profiling run's peak before any KV cache (vLLM's own advice is a larger
     share). Before 0.7 vLLM counted other processes' memory inside that share, so a second
     engine on the same device needs the first one's share added to its own
-    (https://github.com/vllm-project/vllm/issues/10533)."""
+    (https://github.com/vllm-project/vllm/issues/10533). SGLang's "Not enough memory. Please
+    try to increase --mem-fraction-static" (``model_runner.py``) is the same refusal: what its
+    share left after the weights held no KV token."""
     name = facts.flag("--gpu-memory-utilization")
-    share = as_float(facts.config.get("gpu_memory_utilization"))
+    config = facts.config
+    share = as_float(config.get("gpu_memory_utilization", config.get("mem_fraction_static")))
     stated = f" from {share:.2f}" if share else ""
+    others = (
+        "where another process holds the device (vLLM before 0.7 counts its memory inside the "
+        "share), move it, or add what it holds to the share"
+    )
+    if facts.engine == "sglang":
+        others = (
+            "SGLang's own advice; where the share is already near 1, the weights leave no room "
+            "on this device: more devices (--tp) or a smaller model"
+        )
     return remedy(
         incident,
         check,
@@ -297,9 +309,7 @@ def _no_kv_memory(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> 
         value=None,
         basis="budget",
         detail="the engine's share of the device was spent on the weights and the start-up's "
-        "peak before any KV cache; where another process holds the device (vLLM before 0.7 "
-        "counts its memory inside the share), move it, or add what it holds to the share; the "
-        "log states no figure to compute a value from",
+        f"peak before any KV cache; {others}; the log states no figure to compute a value from",
     )
 
 

@@ -218,6 +218,38 @@ def dead_events(frame: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def no_kv_memory_events(frame: pl.DataFrame) -> pl.DataFrame:
+    """SGLang's start-up refusal for want of KV room (``model_runner.py``, ``init_memory_pool``):
+    "Not enough memory. Please try to increase --mem-fraction-static.", and the warning that
+    states the profiled KV room negative (the weights and the reserve left nothing). One event
+    per statement, the same from several ranks counted once."""
+    if frame.height == 0:
+        return pl.DataFrame()
+    profiled = pl.col("line").str.extract_groups(
+        r"max_total_tokens=(?<asked>\d+) is larger than the profiled value (?<profiled>-\d+)"
+    )
+    what = (
+        pl.when(profiled.struct.field("profiled").is_not_null())
+        .then(
+            pl.format(
+                "SGLang profiled {} tokens of KV room after the weights (max_total_tokens={} "
+                "asked): nothing left for the KV cache at --mem-fraction-static",
+                profiled.struct.field("profiled"),
+                profiled.struct.field("asked"),
+            )
+        )
+        .otherwise(
+            pl.lit(
+                'SGLang refused to start: no KV room left at its --mem-fraction-static ("Not '
+                'enough memory. Please try to increase --mem-fraction-static")'
+            )
+        )
+    )
+    return dedupe(frame.with_columns(detail=what), ["detail"]).select(
+        "ts", kind=pl.lit("startup_no_kv_memory"), detail="detail"
+    )
+
+
 def startup_fields(startup: pl.DataFrame) -> pl.DataFrame:
     if startup.height == 0:
         return pl.DataFrame()

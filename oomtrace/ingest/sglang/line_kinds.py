@@ -21,6 +21,11 @@ _KV_POOL_OOM_LITERALS: Final = [
 # The lines after it: "Try to allocate N tokens.", "Avaliable tokens: N" (0.4's spelling),
 # "Available tokens: N (...)", "Available full tokens: N (...)".
 _KV_POOL_FIGURE_LITERALS: Final = ["Try to allocate ", "liable tokens: ", "liable full tokens: "]
+# The start-up refusal for want of KV room (line_patterns' ``no_kv_memory``): anywhere in the line.
+_NO_KV_MEMORY_LITERALS: Final = [
+    "Please try to increase --mem-fraction-static",
+    "is larger than the profiled value -",
+]
 
 
 def split_prefix(lines: pl.Series) -> pl.DataFrame:
@@ -139,6 +144,7 @@ def classify() -> pl.Expr:
     choices = [
         pl.when(line.str.contains_any(_KV_POOL_OOM_LITERALS)).then(pl.lit("kv_pool_oom")),
         pl.when(line.str.contains_any(_KV_POOL_FIGURE_LITERALS)).then(pl.lit("kv_pool_figures")),
+        pl.when(line.str.contains_any(_NO_KV_MEMORY_LITERALS)).then(pl.lit("no_kv_memory")),
     ]
     for kind in pat.KINDS:
         if kind.starts:

@@ -166,6 +166,16 @@ KINDS: Final[tuple[Kind, ...]] = (
         "252, in init_cuda_graphs",
     ),
     Kind(
+        # model_runner.py (init_memory_pool): the KV room profiled after the weights is at most
+        # zero -> RuntimeError "Not enough memory. Please try to increase --mem-fraction-static."
+        # (a traceback's last line, no prefix); the warning before it when --max-total-tokens
+        # is set states the profiled value, negative when the weights left nothing
+        "no_kv_memory",
+        r"Not enough memory\. Please try to increase --mem-fraction-static"
+        r"|max_total_tokens=\d+ is larger than the profiled value -\d+",
+        "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.",
+    ),
+    Kind(
         "engine_dead",
         r"^(?:Received sigquit from a child process|Scheduler hit an exception|"
         r"DataParallelController hit an exception)",

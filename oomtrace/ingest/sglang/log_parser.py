@@ -86,9 +86,10 @@ _SNIFF_BARE = re.compile(
     # 0.1.x, which printed no prefix at all
     r"|new fill batch\. #seq: \d+\. |#running-req: \d+, #token: \d+, token usage: )"
     r"|(?:Prefill|Decode) out of memory\. Try to lower your batch size"
+    r"|Not enough memory\. Please try to increase --mem-fraction-static"
 )
 # Kinds whose pattern is tested on the whole line (they have no SGLang prefix, or it varies).
-_WHOLE_LINE_KINDS: Final = ("kv_pool_oom", "kv_pool_figures", "oom_phase")
+_WHOLE_LINE_KINDS: Final = ("kv_pool_oom", "kv_pool_figures", "oom_phase", "no_kv_memory")
 _NOT_USED: Final = "SGLang line not used (not relevant to memory or admission)"
 _NUMBER: Final = "number"
 _STAMPED: Final = "stamped"
@@ -270,6 +271,7 @@ class _Acc:
             self.keep("retract", extract.retractions(retract))
         self.keep("oom_text", used.filter(kinds.is_in(["torch_oom", *_WHOLE_LINE_KINDS])))
         self.keep("dead", used.filter(kinds == "engine_dead").select("ts", "ranks", "msg"))
+        self.keep("no_kv", used.filter(kinds == "no_kv_memory").select("ts", "line"))
         startup = used.filter(kinds.is_in(list(extract.STARTUP_KINDS)))
         self.keep("startup", extract.startup_fields(startup))
         self.keep(
@@ -299,6 +301,7 @@ class _Acc:
         events = [
             extract.retraction_events(self._all("retract")),
             extract.dead_events(self._all("dead")),
+            extract.no_kv_memory_events(self._all("no_kv")),
         ]
         retract_samples = extract.retraction_samples(self._all("retract"))
         samples.append(retract_samples)

@@ -84,6 +84,20 @@ _OLLAMA_FREE: Final = _OLLAMA + r'\bmemory\.available="\[([0-9.]+ ?[KMGT]?i?B)\]
 _OLLAMA_RUNNER: Final = r'\bmsg="starting llama server" cmd=".*'
 _OLLAMA_CTX: Final = _OLLAMA_RUNNER + r"\s--ctx-size (\d+)\b"
 _OLLAMA_PARALLEL: Final = _OLLAMA_RUNNER + r"\s--parallel (\d+)\b"
+# The server's decode finding no room in the KV cache for its batch (``update_slots``:
+# ``examples/server/server.cpp`` in 2023 builds, ``tools/server/server.cpp`` later): it retries
+# with half the batch ("retrying with smaller n_batch = N", later "... smaller batch size, off =
+# O, n_batch = N, ret = R"); at n_batch 1 it gives up: "failed to decode the batch, n_batch = 1,
+# ret = 1" (2023; its source's comment: the KV cache is full, increase the context size), later
+# "Context size has been exceeded." sent to the slots. The cache's cells (``n_ctx``) were all
+# held by the slots' contexts: KV exhaustion, not a device allocation.
+KV_SNIFF: Final = r"failed to find free space in the KV cache"
+_KV_FAILED: Final = r"failed to decode the batch, n_batch = \d+|Context size has been exceeded"
+KV_FULL: Final = rf"{KV_SNIFF}|{_KV_FAILED}"
+# What the event's detail starts with (the analysis reads it as the KV pool running out).
+KV_FULL_DETAIL: Final = "llama.cpp found no free space in the KV cache"
+_N_BATCH: Final = r"\bn_batch = (\d+)"
+
 # Every start-up line read for the engine configuration.
 STARTUP: Final = "|".join(
     f"(?:{p})"
@@ -128,3 +142,39 @@ def engine_config(lines: pl.Series, diag: SourceDiagnostics) -> dict[str, Any]:
     if "max_num_seqs" not in config and listed is not None:
         config["max_num_seqs"] = int(listed) + 1  # type: ignore[arg-type]
     return config
+
+
+def kv_full_events(lines: pl.DataFrame) -> pl.DataFrame:
+    """One event per streak of :data:`KV_FULL` lines among ``lines`` (``ts``, ``text``): an
+    ``oom`` of the KV cache where the streak ends in the decode failing, a ``warning`` where the
+    retries found room (or the log ends first)."""
+    text = pl.col("text")
+    rows = lines.filter(text.str.contains(KV_FULL))
+    if rows.height == 0:
+        return pl.DataFrame()
+    failed = text.str.contains(_KV_FAILED)
+    rows = rows.with_columns(
+        _failed=failed,
+        _n_batch=text.str.extract(_N_BATCH, 1).cast(pl.Int64, strict=False),
+        # a failure ends its streak: the lines after it start the next
+        _streak=failed.cast(pl.Int64).cum_sum().shift(1, fill_value=0),
+    )
+    streaks = rows.group_by("_streak", maintain_order=True).agg(
+        pl.col("ts").last(),
+        pl.col("_failed").any(),
+        retries=(~pl.col("_failed")).sum(),
+        smallest=pl.col("_n_batch").min(),
+    )
+    down_to = pl.format(", down to n_batch = {}", pl.col("smallest")).fill_null("")
+    tried = pl.format("{} retries with smaller batches", pl.col("retries")) + down_to
+    return streaks.select(
+        "ts",
+        kind=pl.when("_failed").then(pl.lit("oom")).otherwise(pl.lit("warning")),
+        detail=pl.when("_failed")
+        .then(
+            pl.lit(KV_FULL_DETAIL + ": the decode failed after ")
+            + tried
+            + pl.lit(" (the slots' contexts hold all of the cache's cells, -c)")
+        )
+        .otherwise(pl.lit(KV_FULL_DETAIL + " for a batch (") + tried + pl.lit(")")),
+    )

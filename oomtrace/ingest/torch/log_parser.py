@@ -54,15 +54,17 @@ CONFIDENCE: Final = 0.55
 # and llama.cpp's own lines about memory.
 _USED: Final = (
     f"{OOM_SHAPES}|{BUFFER_FAILURE}|{oom_phase.LINES}|{tgi_log.LINES}|{llamacpp_log.STARTUP}|"
-    f"{GGML_DEVICE}|{host_kill.LINE}"
+    f"{GGML_DEVICE}|{host_kill.LINE}|{llamacpp_log.KV_FULL}"
 )
 _KEEP: Final = (
     f"{PREFILTER}|{oom_phase.LINES}|Not enough memory to handle|{tgi_log.LINES}|"
-    f"{llamacpp_log.STARTUP}|{GGML_DEVICE}|{host_kill.LINE}"
+    f"{llamacpp_log.STARTUP}|{GGML_DEVICE}|{host_kill.LINE}|{llamacpp_log.KV_FULL}"
 )
 _SNIFF_OOM = re.compile(f"{OOM_SHAPES}|{BUFFER_FAILURE}|{tgi_log.WARMUP}|{host_kill.LINE}")
 # A server log this parser reads even when its head holds no failure.
-_SNIFF_SERVER = re.compile(f"{llamacpp_log.MARKERS.pattern}|{tgi_log.MARKERS}", re.MULTILINE)
+_SNIFF_SERVER = re.compile(
+    f"{llamacpp_log.MARKERS.pattern}|{tgi_log.MARKERS}|{llamacpp_log.KV_SNIFF}", re.MULTILINE
+)
 # Line shapes another parser owns: a log that has them belongs to that parser.
 _ENGINE_SHAPES = re.compile(
     r"(?m)(?:^|\s)(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) \d{2}-\d{2} \d{2}:\d{2}:\d{2}[ .]"  # vLLM
@@ -175,7 +177,16 @@ class _Acc:
         timed = oom_phase.failure_phases(kept.drop_nulls("ts"), OOM_SHAPES)
         events, samples = extract_ooms(timed, diag=self.diag)
         texts = timed.select("ts", "text")
-        found = [f for f in (events, tgi_log.events(texts), host_kill.events(texts)) if f.height]
+        found = [
+            f
+            for f in (
+                events,
+                tgi_log.events(texts),
+                host_kill.events(texts),
+                llamacpp_log.kv_full_events(texts),
+            )
+            if f.height
+        ]
         result = ParseResult(
             events=pl.concat(found, how="diagonal_relaxed") if found else None,
             samples=samples if samples.height else None,

@@ -22,6 +22,8 @@ _TORCH_OOM = (
 CONTEXT: dict[str, tuple[list[str], list[str]]] = {
     "kv_pool_figures": ([KINDS["kv_pool_oom"].sample], []),
     "oom_phase": ([KINDS["kv_pool_oom"].sample], [_TORCH_OOM]),
+    # a traceback's last line: it takes the time of the line before it
+    "no_kv_memory": ([KINDS["load_weight_end"].sample], []),
 }
 
 
@@ -64,6 +66,7 @@ CHECKS: dict[str, Callable[[ParseResult], bool]] = {
         and r.events["detail"].to_list()
         == ["SGLang could not allocate KV cache slots (Prefill out of memory): 148 tokens asked"]
     ),
+    "no_kv_memory": lambda r: _event_kinds(r) == ["startup_no_kv_memory"],
     "engine_dead": lambda r: _event_kinds(r) == ["engine_dead"],
     "server_args": lambda r: (
         _event_kinds(r) == ["engine_start"]
