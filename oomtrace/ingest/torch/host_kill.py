@@ -11,7 +11,8 @@ them (:mod:`oomtrace.analysis.deaths` names host memory as their cause).
   signal 9); most often that is the OOM killer too. The vLLM parser reads it
   (``oomtrace/ingest/vllm/line_patterns.py``) with the detail :data:`SHELL_KILL`.
 * Ray (the engine's workers as Ray actors) says so in its own words (ray-project/ray,
-  ``src/ray/raylet/node_manager.cc`` and ``src/ray/core_worker``): its memory monitor's kill,
+  ``src/ray/raylet/node_manager.cc``: ``CreateOomKillMessageDetails`` and
+  ``HandleClientConnectionError``): its memory monitor's kill,
   ``Task was killed due to the node running low on memory.`` then ``Memory on the node (IP: A,
   ID: N) where the task (actor ID: X, name=N, pid=P, memory used=U GB) was running was A GB / B GB
   (f), which exceeds the memory usage threshold of T`` (GB = 10^9 bytes; ``task``, ``actor`` or
@@ -37,8 +38,11 @@ SHELL_KILL: Final = (
 KERNEL_KILL: Final = "the kernel's OOM killer killed process"
 RAY_MONITOR_KILL: Final = "Ray's memory monitor killed"
 RAY_WORKER_LOST: Final = "a Ray worker died with no word"
-_RAY_MONITOR: Final = r"Memory on the node \(IP: [^)]*\) (?:where the \w+ \("
-_RAY_SIGKILL: Final = r"killed by SIGKILL by OOM killer due to high memory usage"
+# The node's IP and the task's own figures are left out in some prints ("Memory on the node was
+# 60.81GB / 61.36GB, which exceeds ..."), and write-ups quote the lost worker's first cause as
+# "the process was killed by the OOM killer due to high memory usage".
+_RAY_MONITOR: Final = r"Memory on the node (?:\(IP: [^)]*\) )?(?:where the \w+ \("
+_RAY_SIGKILL: Final = r"killed by (?:SIGKILL by )?(?:the )?OOM killer due to high memory usage"
 LINE: Final = (
     r"Out of memory: Killed process \d+ \(|"
     + _RAY_MONITOR

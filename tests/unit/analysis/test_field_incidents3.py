@@ -396,3 +396,15 @@ def test_ray_memory_monitor_kill_names_the_process_and_the_nodes_memory(tmp_path
     assert "holding 45.83 GiB of host memory" in death
     assert "at 55.73 GiB of 58.22 GiB" in death
     assert "not the device's" in death
+
+
+def test_a_ray_memory_monitor_kill_without_the_tasks_figures_keeps_the_nodes(
+    tmp_path: Path,
+) -> None:
+    text = (
+        "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.\n"
+        "Memory on the node was 60.81GB / 61.36GB, which exceeds the memory usage threshold of "
+        "0.99.\n"
+    )
+    (death,) = _findings(tmp_path, "ray-node.txt", text).trace.deaths
+    assert "Ray's memory monitor killed a worker: the node's memory (RAM) was at 56.63 GiB" in death
