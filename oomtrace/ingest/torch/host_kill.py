@@ -87,22 +87,32 @@ def events(lines: pl.DataFrame) -> pl.DataFrame:
 def _kernel(lines: pl.DataFrame) -> pl.DataFrame:
     """The kernel's kills: one ``engine_dead`` event each, with the killed process's pid and, in
     its detail, its name and resident memory."""
-    found = (
-        lines.with_columns(f=pl.col("text").str.extract_groups(_FIELDS))
-        .unnest("f")
-        .filter(pl.col("pid").is_not_null())
-    )
-    if found.height == 0:
-        return pl.DataFrame()
+    found = _matched(lines, _FIELDS, "pid")
     details = [
         f"{KERNEL_KILL} {pid} ({name})"
         + (f" holding {format_bytes(int(rss) * 1024)} of host memory" if rss else "")
         + ": the host's memory (RAM) ran out, not the device's"
         for pid, name, rss in found.select("pid", "name", "rss").rows()  # a kill or two a log
     ]
+    return _deaths(found, "pid", details)
+
+
+def _matched(lines: pl.DataFrame, pattern: str, needed: str) -> pl.DataFrame:
+    """The lines ``pattern`` matches, with its groups as columns (``needed`` set on each)."""
+    return (
+        lines.with_columns(f=pl.col("text").str.extract_groups(pattern))
+        .unnest("f")
+        .filter(pl.col(needed).is_not_null())
+    )
+
+
+def _deaths(found: pl.DataFrame, pid: str, details: list[str]) -> pl.DataFrame:
+    """One ``engine_dead`` event per row of ``found``, with its pid and its detail."""
+    if found.height == 0:
+        return pl.DataFrame()
     return found.select(
         "ts",
-        pid=pl.col("pid").cast(pl.Int64),
+        pid=pl.col(pid).cast(pl.Int64),
         kind=pl.lit("engine_dead"),
         detail=pl.Series(details, dtype=pl.String),
     )
@@ -110,13 +120,7 @@ def _kernel(lines: pl.DataFrame) -> pl.DataFrame:
 
 def _ray_monitor(lines: pl.DataFrame) -> pl.DataFrame:
     """Ray's memory monitor's kills: the process (when Ray names it), its memory and the node's."""
-    found = (
-        lines.with_columns(f=pl.col("text").str.extract_groups(_RAY_FIGURES))
-        .unnest("f")
-        .filter(pl.col("ray_total").is_not_null())
-    )
-    if found.height == 0:
-        return pl.DataFrame()
+    found = _matched(lines, _RAY_FIGURES, "ray_total")
     details = [
         f"{RAY_MONITOR_KILL} "
         + (f"process {pid} ({name}) holding {_gb(rss)} of host memory" if pid else "a worker")
@@ -126,12 +130,7 @@ def _ray_monitor(lines: pl.DataFrame) -> pl.DataFrame:
             "ray_pid", "ray_name", "ray_rss", "ray_used", "ray_total"
         ).rows()  # a kill or two a log
     ]
-    return found.select(
-        "ts",
-        pid=pl.col("ray_pid").cast(pl.Int64),
-        kind=pl.lit("engine_dead"),
-        detail=pl.Series(details, dtype=pl.String),
-    )
+    return _deaths(found, "ray_pid", details)
 
 
 def _ray_lost(lines: pl.DataFrame) -> pl.DataFrame:
