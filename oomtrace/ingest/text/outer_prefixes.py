@@ -6,6 +6,9 @@ own header anyway can append that header to :data:`OUTER` and read both in one a
 (see :func:`outer_columns`). The prefixes, outermost first, each optional (sources in
 ``docs/formats/log-prefixes-and-times.md``):
 
+* Google Cloud Logging's Logs Explorer, as copied (GKE): the entry's severity, its RFC 3339
+  timestamp (UTC, nanoseconds) and its summary fields, ``INFO 2025-11-19T20:16:36.096501749Z
+  [resource.labels.containerName: vllm] `` (https://github.com/vllm-project/vllm/issues/29049);
 * journald ``Sep 22 23:46:42 host unit[pid]: `` (``-o short``/``short-precise``) or
   ``2024-09-22T23:46:42+0000 host unit[pid]: `` (``-o short-iso``): names the host; only the ISO
   form carries a full timestamp (the short form has no year and is in the viewer's zone);
@@ -51,6 +54,11 @@ _JOURNALD: Final = (
     r"(?:(?P<jd_short>[A-Z][a-z]{2} [ 0-9][0-9] [0-9:.]+)|(?P<jd_iso>" + _TS_ISO + r")) "
     r"(?P<host>[^\s\[\]:]+) [^\s\[\]:]+\[(?P<unit_pid>[0-9]+)\]: "
 )
+# Cloud Logging's severities (LogSeverity), then the entry's time and any summary fields shown.
+_CLOUD_LOGGING: Final = (
+    r"(?:DEFAULT|DEBUG|INFO|NOTICE|WARNING|ERROR|CRITICAL|ALERT|EMERGENCY) "
+    r"(?P<gcl_ts>" + _TS_ISO + r") (?:\[[A-Za-z_][\w.]*: [^\]\n]*\] )*"
+)
 _KUBE_PREFIX: Final = r"\[(?:pod|po)/[^\]\s]+\] "
 _OUTER_TS: Final = r"(?P<ts>" + _TS_ISO + r") "
 _COMPOSE: Final = r"(?P<svc>[A-Za-z0-9][A-Za-z0-9_.-]*) +\| (?:(?P<ts2>" + _TS_ISO + r") )?"
@@ -67,13 +75,23 @@ def _procs(name: str) -> str:
 
 
 PrefixKind = Literal[
-    "journald", "kube_prefix", "timestamp", "compose", "slurm", "process", "nested"
+    "cloud_logging", "journald", "kube_prefix", "timestamp", "compose", "slurm", "process", "nested"
 ]
 ALL_KINDS: Final[frozenset[PrefixKind]] = frozenset(
-    ("journald", "kube_prefix", "timestamp", "compose", "slurm", "process", "nested")
+    (
+        "cloud_logging",
+        "journald",
+        "kube_prefix",
+        "timestamp",
+        "compose",
+        "slurm",
+        "process",
+        "nested",
+    )
 )
 # Capture-free tests that tell which kinds a chunk holds (a kind a chunk lacks costs nothing).
 _DETECT: Final[dict[PrefixKind, str]] = {
+    "cloud_logging": r"^[A-Z]{4,9} [0-9]{4}-[0-9]{2}-[0-9]{2}T",
     "journald": r"^(?:[A-Z][a-z]{2} [ 0-9][0-9] [0-9]{2}:|"
     r"[0-9]{4}-[0-9]{2}-[0-9]{2}T\S+ [^\s\[\]:]+ [^\s\[\]:]+\[[0-9]+\]: )",
     "kube_prefix": r"^\[po",
@@ -99,6 +117,8 @@ def detect_kinds(lines: pl.DataFrame, line: str = "line") -> frozenset[PrefixKin
 def outer_pattern(kinds: frozenset[PrefixKind] = ALL_KINDS) -> str:
     """The outer-prefix pattern (no anchor, every part optional) for the given kinds."""
     parts: list[str] = []
+    if "cloud_logging" in kinds:
+        parts.append(r"(?:" + _CLOUD_LOGGING + r")?")
     if "journald" in kinds:
         parts.append(r"(?:" + _JOURNALD + r")?")
     if "kube_prefix" in kinds:
@@ -161,7 +181,12 @@ def outer_columns(parts: pl.Expr, kinds: frozenset[PrefixKind] = ALL_KINDS) -> d
     ]
     stamps = [
         field(name)
-        for name, kind in (("ts2", "compose"), ("ts", "timestamp"), ("jd_iso", "journald"))
+        for name, kind in (
+            ("ts2", "compose"),
+            ("ts", "timestamp"),
+            ("jd_iso", "journald"),
+            ("gcl_ts", "cloud_logging"),
+        )
         if kind in kinds
     ]
     key = (

@@ -355,3 +355,56 @@ def test_the_kernels_oom_kill_is_a_host_memory_death_not_a_gpu_oom(tmp_path: Pat
     assert "the kernel's OOM killer killed process 576419 (python)" in death
     assert "holding 51.88 GiB of host memory" in death
     assert "the host's memory (RAM) ran out, not the device's" in death
+
+
+# https://github.com/vllm-project/vllm/issues/586: the engine's Ray actor lost; Ray's account.
+RAY_LOST_586 = (
+    "The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR Worker "
+    "exit detail: Worker unexpectedly exits with a connection error code 2. End of file. There "
+    "are some potential root causes. (1) The process is killed by SIGKILL by OOM killer due to "
+    "high memory usage. (2) ray stop --force is called. (3) The worker is crashed unexpectedly "
+    "due to SIGSEGV or other unexpected errors.\n"
+    "The actor never ran - it was cancelled before it started running.\n"
+)
+# Ray's memory monitor's own kill (the wording of ray-project/ray's docs, "Out-Of-Memory
+# Prevention"; figures of a 62.51 GB node, as printed for a model's workers).
+RAY_MONITOR_KILL = (
+    "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.\n"
+    "Memory on the node (IP: 192.168.1.103, ID: db89649fe400) where the actor (actor ID: "
+    "2e3a77fe4c59, name=RayWorkerWrapper.__init__, pid=3048142, memory used=49.21GB) was "
+    "running was 59.84GB / 62.51GB (0.957347), which exceeds the memory usage threshold of "
+    "0.95. Ray killed this worker (ID: a4f59754f807) because it was the most recently "
+    "scheduled task.\n"
+)
+
+
+def test_a_ray_worker_lost_to_the_oom_killer_is_a_host_memory_death(tmp_path: Path) -> None:
+    findings = _findings(tmp_path, "ray-586.txt", RAY_LOST_586)
+    # THEN no GPU incident: the death names host memory, Ray's first cause
+    assert findings.incidents == ()
+    (death,) = findings.trace.deaths
+    assert "a Ray worker died with no word" in death
+    assert "host memory (RAM)" in death
+
+
+def test_ray_memory_monitor_kill_names_the_process_and_the_nodes_memory(tmp_path: Path) -> None:
+    findings = _findings(tmp_path, "ray-monitor.txt", RAY_MONITOR_KILL)
+    assert findings.incidents == ()
+    (death,) = findings.trace.deaths
+    # 49.21 GB = 49,210,000,000 bytes = 45.83 GiB; 59.84 GB and 62.51 GB likewise
+    assert "Ray's memory monitor killed process 3048142 (RayWorkerWrapper.__init__)" in death
+    assert "holding 45.83 GiB of host memory" in death
+    assert "at 55.73 GiB of 58.22 GiB" in death
+    assert "not the device's" in death
+
+
+def test_a_ray_memory_monitor_kill_without_the_tasks_figures_keeps_the_nodes(
+    tmp_path: Path,
+) -> None:
+    text = (
+        "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.\n"
+        "Memory on the node was 60.81GB / 61.36GB, which exceeds the memory usage threshold of "
+        "0.99.\n"
+    )
+    (death,) = _findings(tmp_path, "ray-node.txt", text).trace.deaths
+    assert "Ray's memory monitor killed a worker: the node's memory (RAM) was at 56.63 GiB" in death

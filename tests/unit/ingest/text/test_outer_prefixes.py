@@ -56,6 +56,22 @@ def test_kubectl_timestamps_keep_their_nanoseconds_and_any_zone() -> None:
     assert stamps[1] == 1714557600500000000
 
 
+def test_cloud_logging_severity_time_and_summary_fields_come_off() -> None:
+    # GKE's Logs Explorer, copied (https://github.com/vllm-project/vllm/issues/29049): the
+    # entry's severity, its UTC time and a summary field before vLLM's own process prefix
+    engine = "ERROR 11-19 12:16:36 [v1/engine/core.py:842] return func(*args, **kwargs)"
+    row = _one(
+        "INFO 2025-11-19T20:16:36.096679281Z [resource.labels.containerName: vllm] "
+        f"(EngineCore_DP0 pid=270) {engine}"
+    )
+    assert row["message"] == engine
+    assert row["proc"] == "(EngineCore_DP0 pid=270)"
+    assert row["outer_ts"] == datetime(2025, 11, 19, 20, 16, 36, 96679, tzinfo=UTC)
+    # without summary fields too; vLLM's own "INFO <month-day>" is never taken for one
+    assert _one(f"WARNING 2025-11-19T20:16:36Z {VLLM}")["message"] == VLLM
+    assert _one(VLLM)["outer_ts"] is None
+
+
 def test_docker_compose_service_prefix_with_and_without_its_timestamp() -> None:
     frame = _strip(
         f"qwen3-vl-32b  | (EngineCore_DP0 pid=413) {VLLM}",

@@ -636,3 +636,57 @@ def test_parse_never_raises_on_arbitrary_bytes(tmp_path: Path, data: bytes) -> N
     path.write_bytes(data)
     diag = SourceDiagnostics("bytes.log", "vllm-log", "n")
     _check(PARSER.parse(InputFile(path, "bytes.log"), ParseContext(), diag), diag)
+
+
+# GKE's Logs Explorer copy of vLLM 0.11.1's engine core (https://github.com/vllm-project/vllm/
+# issues/29049): Cloud Logging's severity, UTC time and summary field before vLLM's prefixes;
+# vLLM's own header is in the pod's local time (-8 h).
+GKE = (
+    "INFO 2025-11-19T20:16:36.{ns}Z [resource.labels.containerName: vllm] (EngineCore_DP0 pid=270) "
+)
+GKE_OOM = (
+    "ERROR 11-19 12:16:36 [v1/engine/core.py:842] torch.OutOfMemoryError: CUDA out of memory. "
+    "Tried to allocate 1.47 GiB. GPU 0 has a total capacity of 79.11 GiB of which 1.25 GiB is "
+    "free. Including non-PyTorch memory, this process has 0 bytes memory in use. Of the allocated "
+    "memory 70.03 GiB is allocated by PyTorch, and 22.16 MiB is reserved by PyTorch but "
+    "unallocated."
+)
+GKE_TRACEBACK = (
+    (
+        'ERROR 11-19 12:16:36 [v1/engine/core.py:842] File "/usr/local/lib/python3.12/'
+        'dist-packages/vllm/v1/worker/gpu_model_runner.py", line 3934, in _dummy_sampler_run'
+    ),
+    "ERROR 11-19 12:16:36 [v1/engine/core.py:842] sampler_output = self.sampler(",
+)
+
+
+def test_gke_cloud_logging_oom_takes_the_entrys_utc_time(tmp_path: Path) -> None:
+    path = tmp_path / "gke.log"
+    path.write_text(
+        GKE.format(ns="096627277")
+        + "ERROR 11-19 12:16:36 [v1/engine/core.py:842] ^^^^^\n"
+        + GKE.format(ns="096638074")
+        + GKE_OOM
+        + "\n"
+    )
+    trace = ingest_paths([path], IngestOptions(year=2025))
+    (oom,) = trace.events.filter(pl.col("kind") == "oom").iter_rows(named=True)
+    # THEN the time is the entry's own (UTC), not vLLM's local one, and the figures are read
+    assert oom["ts"] == datetime(2025, 11, 19, 20, 16, 36, 96638, tzinfo=UTC)
+    assert oom["requested_bytes"] == parse_bytes("1.47 GiB")
+    assert oom["total_bytes"] == parse_bytes("79.11 GiB")
+    (source,) = trace.manifest.sources
+    assert not any("unknown" in reason for reason in source.skipped)
+
+
+def test_gke_cloud_logging_traceback_lines_are_read_after_the_prefix(tmp_path: Path) -> None:
+    path = tmp_path / "gke.log"
+    path.write_text(
+        "".join(GKE.format(ns=f"09650{i}") + line + "\n" for i, line in enumerate(GKE_TRACEBACK))
+    )
+    trace = ingest_paths([path], IngestOptions(year=2025))
+    (source,) = trace.manifest.sources
+    # THEN vLLM's records are found behind the prefix, and its time told apart from the entry's
+    (reason,) = source.skipped
+    assert source.skipped[reason].example.startswith("ERROR 11-19 12:16:36 [v1/engine/core.py")
+    assert any("-28,800 s" in note for note in source.notes)
