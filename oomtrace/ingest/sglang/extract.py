@@ -240,7 +240,7 @@ def no_kv_memory_events(frame: pl.DataFrame) -> pl.DataFrame:
         )
         .otherwise(
             pl.lit(
-                'SGLang refused to start: no KV room left at its --mem-fraction-static ("Not '
+                'SGLang found no KV room left at its --mem-fraction-static ("Not '
                 'enough memory. Please try to increase --mem-fraction-static")'
             )
         )
