@@ -24,12 +24,11 @@ them (:mod:`oomtrace.analysis.deaths` names host memory as their cause).
 
 from __future__ import annotations
 
-from decimal import Decimal
 from typing import Final
 
 import polars as pl
 
-from oomtrace.units import format_bytes
+from oomtrace.units import format_bytes, parse_bytes
 
 SHELL_KILL: Final = (
     "the process was killed (SIGKILL, the shell's 'Killed'): most often the kernel's OOM killer, "
@@ -75,7 +74,7 @@ def host_killed(detail: object) -> bool:
 
 def _gb(text: str) -> str:
     """Ray's ``GB`` (10^9 bytes, two decimals) as a figure in GiB."""
-    return format_bytes(int(Decimal(text) * 10**9))
+    return format_bytes(parse_bytes(f"{text} GB"))
 
 
 def events(lines: pl.DataFrame) -> pl.DataFrame:
