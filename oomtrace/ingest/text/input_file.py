@@ -16,11 +16,15 @@ UTF-8 bytes are replaced (U+FFFD) and counted, CR and CRLF line ends are normali
 
 from __future__ import annotations
 
+import ctypes
 import io
+import platform
+import sys
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import cache
 from pathlib import Path
 from typing import BinaryIO, Final
 
@@ -38,10 +42,14 @@ LONG_LINE: Final = "line longer than 8 MiB (not read)"
 # (16 MB expanding to 4 GB of valid lines) is refused before a byte of it is parsed.
 DEFAULT_MAX_INPUT_BYTES: Final = 1 << 30
 HEAD_BYTES: Final = 64 * 1024
-# Below glibc's 32 MiB ceiling for its mmap threshold: once the first block is freed, later
-# blocks of this size come from the heap, reusing pages instead of faulting fresh ones in for
-# every block (measured: reading and cutting a block costs a third of what it does at 32 MiB).
+# Below glibc's 32 MiB ceiling for its mmap threshold, so that blocks of this size can come from
+# the heap and reuse its pages (see _reuse_freed_pages).
 CHUNK_BYTES: Final = 24 * 1024 * 1024
+# glibc's mallopt parameters (malloc.h) and the values _reuse_freed_pages sets.
+_M_TRIM_THRESHOLD: Final = -1
+_M_MMAP_THRESHOLD: Final = -3
+_MMAP_THRESHOLD: Final = 32 << 20  # glibc's ceiling on 64-bit machines
+_TRIM_THRESHOLD: Final = 1 << 30
 _GZIP_WBITS: Final = 16 + zlib.MAX_WBITS
 # Starts that Polars' line reader takes for a compressed stream: the magic numbers of gzip, zlib
 # and zstd streams.
@@ -175,6 +183,8 @@ class InputFile:
         file is read again from that line's start for the next piece. A compressed stream's
         pieces are cut and the cut line carried over (the only bytes copied twice)."""
         long = _LongLines(diag)
+        if chunk_bytes >= _MMAP_THRESHOLD // 4:
+            _reuse_freed_pages()
         with self.path.open("rb") as raw:
             plain = raw.read(2) != GZIP_MAGIC and raw.seekable()
             raw.seek(0)
@@ -223,6 +233,31 @@ class TextChunk:
     def lines(self) -> tuple[pl.Series, int]:
         """The lines, and how many held invalid UTF-8 (see :func:`decode_lines`)."""
         return decode_lines(self.data if self.size == len(self.data) else self.data[: self.size])
+
+
+@cache
+def _reuse_freed_pages() -> bool:
+    """Have glibc's malloc keep the pages of freed blocks for the next ones (whether it could).
+
+    A file is read in blocks of :data:`CHUNK_BYTES`, several in flight, each freed once its lines
+    are read. By default glibc maps a block that large afresh or, once the first is freed, hands
+    the heap's free top back to the system when it passes twice the block's size: either way
+    every page of the next block is faulted in and zeroed by the kernel again. Serving blocks
+    from the heap (an mmap threshold at glibc's ceiling) and keeping up to a GiB of free heap
+    makes the pages stay: ``oomtrace ingest`` of a 1 GB vLLM log takes 152 thousand page faults
+    instead of 273 thousand, and about 0.4 s less system time (``/usr/bin/time -f %R``, quiet
+    machine, 2026-12). A process that reads a large file is a short command; the memory is
+    returned when it exits. Elsewhere (another C library, another system) nothing changes."""
+    if sys.platform != "linux" or platform.libc_ver()[0] != "glibc":
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+    return bool(
+        mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD) and mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD)
+    )
 
 
 class _LongLines:
