@@ -38,7 +38,7 @@ def _faults(path: Path, mode: str) -> int:
     sys.platform != "linux" or platform.libc_ver()[0] != "glibc", reason="glibc's malloc only"
 )
 def test_blocks_reuse_freed_pages(tmp_path: Path) -> None:
-    from oomtrace.ingest.text.input_file import CHUNK_BYTES  # noqa: PLC0415
+    from oomtrace.ingest.text.input_file import CHUNK_BYTES
 
     path = tmp_path / "big.log"
     line = b"INFO 06-02 08:00:00 [logger.py:39] Added request cmpl-0123456789abcdef.\n"
