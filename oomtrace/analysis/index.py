@@ -59,10 +59,13 @@ def micros(when: datetime) -> int:
     return (aware - _EPOCH) // _MICROSECOND
 
 
-def series_label(metric: str, source: str, device: int | None, pid: int | None) -> str:
-    """A readable series name: ``device_used_bytes gpu0 pid 41 (nvml)``."""
+def series_label(
+    metric: str, source: str, device: int | None, pid: int | None, node: str | None = None
+) -> str:
+    """A readable series name: ``device_used_bytes gpu0 pid 41 (nvml)``, or with its node where
+    the trace holds several (``... (nvml on node-b)``: two nodes' series may share the rest)."""
     where = (f" gpu{device}" if device is not None else "") + (f" pid {pid}" if pid else "")
-    return f"{metric}{where} ({source})"
+    return f"{metric}{where} ({source}{f' on {node}' if node is not None else ''})"
 
 
 @dataclass(frozen=True)
@@ -107,7 +110,9 @@ class SeriesIndex:
         """One series per ``(node, source, device, pid, metric)`` of ``metrics``."""
         from oomtrace.analysis.samples import memory_index, split_series  # noqa: PLC0415
 
-        return memory_index(split_series(samples.lazy(), metrics), unit=unit, kind=kind)
+        series = split_series(samples.lazy(), metrics)
+        by_node = samples["node"].n_unique() > 1
+        return memory_index(series, unit=unit, kind=kind, by_node=by_node)
 
     @classmethod
     def from_long(cls, frame: pl.DataFrame) -> SeriesIndex:
