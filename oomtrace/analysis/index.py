@@ -165,6 +165,38 @@ class SeriesIndex:
         hi = search_ts(rows["ts"], end, "right")
         return rows.slice(lo, hi - lo).with_columns(self._described(series))
 
+    def lowest_in(self, series: str, stretches: pl.DataFrame) -> pl.DataFrame:
+        """The row holding the smallest value (the first, on ties) in each of ``stretches``
+        (``start, end``, each bound taken as :meth:`between` takes it), in the stretches' order,
+        with the series' description as columns; a stretch without rows gives none. In bulk:
+        every stretch's rows found by one vectorised search, their minima by one grouping (a leak
+        check asks for thousands of idle stretches; the cost grows with the rows they cover)."""
+        rows = self.rows(series)
+        ns = rows.get_column("ts").to_physical()
+        us = 1000  # between() compares at the microsecond a Python datetime holds
+        bounds = stretches.select(
+            lo=pl.col("start").cast(TS).to_physical() // us * us,
+            hi=pl.col("end").cast(TS).to_physical() // us * us + (us - 1),
+        )
+        spans = pl.DataFrame(
+            {
+                "stretch": pl.int_range(bounds.height, dtype=pl.UInt32, eager=True),
+                "lo": ns.search_sorted(bounds.get_column("lo"), side="left"),
+                "hi": ns.search_sorted(bounds.get_column("hi"), side="right"),
+            }
+        )
+        covered = spans.filter(pl.col("hi") > pl.col("lo")).select(
+            "stretch", row=pl.int_ranges("lo", "hi", dtype=pl.UInt32)
+        )
+        covered = covered.explode("row")
+        covered = covered.with_columns(value=rows.get_column("value").gather(covered["row"]))
+        lowest = (
+            covered.group_by("stretch", maintain_order=True)
+            .agg(pl.col("row").get(pl.col("value").arg_min().fill_null(0)))
+            .get_column("row")
+        )
+        return rows[lowest].with_columns(self._described(series))
+
     def _described(self, series: str) -> list[pl.Expr]:
         """The series' description as literal columns, built once per series."""
         if series not in self._descriptions:
