@@ -3,7 +3,8 @@
 vLLM builds stat loggers in the API server process (``vllm/v1/engine/async_llm.py``,
 ``load_stat_logger_plugin_factories``) and calls :meth:`OomtraceStatLogger.record` with each
 batch's ``IterationStats``, whose ``finished_requests`` are ``FinishedRequestStats``
-(``vllm/v1/metrics/stats.py``, 0.32.0): the API id (``request_id``, what the client got back),
+(``vllm/v1/metrics/stats.py``, 0.32.0): the API id (``request_id``; for a completion, the
+prompt's ``cmpl-X-i``, see ``collectors/FORMAT.md``),
 finish reason, prompt and generated tokens, preemptions, ``max_tokens_param`` and the queue,
 prefill, decode and inference intervals, which only the API server measures (it sees the first
 token). They become ``vllm_done`` records in a segment stream of this process.

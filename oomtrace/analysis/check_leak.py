@@ -23,6 +23,7 @@ from oomtrace.analysis import evidence as ev
 from oomtrace.analysis.check_context import Context
 from oomtrace.analysis.findings import ClassCheck
 from oomtrace.analysis.timeline import RESETS, lit_ts
+from oomtrace.schema import TS
 from oomtrace.units import MiB, format_bytes
 
 LEAK_POINTS: Final = 3
@@ -135,16 +136,12 @@ def _levels(ctx: Context, series: str) -> list[dict[str, Any]]:
     idle = ctx.idle.filter(pl.col("end") <= lit_ts(ctx.peak_ts))
     if since is not None:
         idle = idle.filter(pl.col("start") >= lit_ts(since))
-    stretches = list(idle.select("start", "end").iter_rows())
-    if len(stretches) < LEAK_POINTS:
+    stretches = idle.select("start", "end")
+    if stretches.height < LEAK_POINTS:
         first = ctx.memory.rows(series)["ts"][0]
         if since is not None and since > first:
             first = since
         step = (ctx.peak_ts - first) / 6
-        stretches = [(first + step * i, first + step * (i + 1)) for i in range(6)]
-    levels = []
-    for start, end in stretches:
-        rows = ctx.memory.between(series, start, end)
-        if rows.height:
-            levels.append(rows.row(int(rows["value"].arg_min() or 0), named=True))
-    return levels
+        sixths = [(first + step * i, first + step * (i + 1)) for i in range(6)]
+        stretches = pl.DataFrame(sixths, schema={"start": TS, "end": TS}, orient="row")
+    return ctx.memory.lowest_in(series, stretches).to_dicts()

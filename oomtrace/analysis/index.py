@@ -59,10 +59,13 @@ def micros(when: datetime) -> int:
     return (aware - _EPOCH) // _MICROSECOND
 
 
-def series_label(metric: str, source: str, device: int | None, pid: int | None) -> str:
-    """A readable series name: ``device_used_bytes gpu0 pid 41 (nvml)``."""
+def series_label(
+    metric: str, source: str, device: int | None, pid: int | None, node: str | None = None
+) -> str:
+    """A readable series name: ``device_used_bytes gpu0 pid 41 (nvml)``, or with its node where
+    the trace holds several (``... (nvml on node-b)``: two nodes' series may share the rest)."""
     where = (f" gpu{device}" if device is not None else "") + (f" pid {pid}" if pid else "")
-    return f"{metric}{where} ({source})"
+    return f"{metric}{where} ({source}{f' on {node}' if node is not None else ''})"
 
 
 @dataclass(frozen=True)
@@ -107,7 +110,9 @@ class SeriesIndex:
         """One series per ``(node, source, device, pid, metric)`` of ``metrics``."""
         from oomtrace.analysis.samples import memory_index, split_series  # noqa: PLC0415
 
-        return memory_index(split_series(samples.lazy(), metrics), unit=unit, kind=kind)
+        series = split_series(samples.lazy(), metrics)
+        by_node = samples["node"].n_unique() > 1
+        return memory_index(series, unit=unit, kind=kind, by_node=by_node)
 
     @classmethod
     def from_long(cls, frame: pl.DataFrame) -> SeriesIndex:
@@ -159,6 +164,38 @@ class SeriesIndex:
         lo = search_ts(rows["ts"], start, "left")
         hi = search_ts(rows["ts"], end, "right")
         return rows.slice(lo, hi - lo).with_columns(self._described(series))
+
+    def lowest_in(self, series: str, stretches: pl.DataFrame) -> pl.DataFrame:
+        """The row holding the smallest value (the first, on ties) in each of ``stretches``
+        (``start, end``, each bound taken as :meth:`between` takes it), in the stretches' order,
+        with the series' description as columns; a stretch without rows gives none. In bulk:
+        every stretch's rows found by one vectorised search, their minima by one grouping (a leak
+        check asks for thousands of idle stretches; the cost grows with the rows they cover)."""
+        rows = self.rows(series)
+        ns = rows.get_column("ts").to_physical()
+        us = 1000  # between() compares at the microsecond a Python datetime holds
+        bounds = stretches.select(
+            lo=pl.col("start").cast(TS).to_physical() // us * us,
+            hi=pl.col("end").cast(TS).to_physical() // us * us + (us - 1),
+        )
+        spans = pl.DataFrame(
+            {
+                "stretch": pl.int_range(bounds.height, dtype=pl.UInt32, eager=True),
+                "lo": ns.search_sorted(bounds.get_column("lo"), side="left"),
+                "hi": ns.search_sorted(bounds.get_column("hi"), side="right"),
+            }
+        )
+        covered = spans.filter(pl.col("hi") > pl.col("lo")).select(
+            "stretch", row=pl.int_ranges("lo", "hi", dtype=pl.UInt32)
+        )
+        covered = covered.explode("row")
+        covered = covered.with_columns(value=rows.get_column("value").gather(covered["row"]))
+        lowest = (
+            covered.group_by("stretch", maintain_order=True)
+            .agg(pl.col("row").get(pl.col("value").arg_min().fill_null(0)))
+            .get_column("row")
+        )
+        return rows[lowest].with_columns(self._described(series))
 
     def _described(self, series: str) -> list[pl.Expr]:
         """The series' description as literal columns, built once per series."""

@@ -54,8 +54,10 @@ _KV_COLUMNS: dict[str, Any] = {
 KV_SCHEMA: Final = pl.Schema(_KV_COLUMNS)
 
 
-def label(metric: pl.Expr) -> pl.Expr:
-    """A readable series name: ``device_used_bytes gpu0 pid 41 (nvml)``."""
+def label(metric: pl.Expr, *, by_node: bool = False) -> pl.Expr:
+    """A readable series name: ``device_used_bytes gpu0 pid 41 (nvml)``, with ``on NODE`` after
+    the source where the trace holds several nodes (as
+    :func:`oomtrace.analysis.index.series_label`)."""
     device = pl.when(pl.col("device").is_not_null()).then(
         pl.lit(" gpu") + pl.col("device").cast(pl.String)
     )
@@ -66,6 +68,7 @@ def label(metric: pl.Expr) -> pl.Expr:
         pid.fill_null(""),
         pl.lit(" ("),
         pl.col("source"),
+        pl.lit(" on ") + pl.col("node") if by_node else pl.lit(""),
         pl.lit(")"),
     )
 
@@ -79,11 +82,12 @@ ENGINE_METRICS: Final = (
 )
 
 
-def engine_series(samples: pl.DataFrame) -> pl.DataFrame:
-    """Scheduler series (running, waiting, preemptions) in the long series form."""
+def engine_series(samples: pl.DataFrame, *, by_node: bool = False) -> pl.DataFrame:
+    """Scheduler series (running, waiting, preemptions) in the long series form (``by_node``:
+    labels name their node, see :func:`label`)."""
     rows = samples.filter(pl.col("metric").is_in(ENGINE_METRICS))
     return rows.select(
-        series=label(pl.col("metric")),
+        series=label(pl.col("metric"), by_node=by_node),
         kind=pl.lit("observed"),
         node="node",
         source="source",
@@ -96,7 +100,7 @@ def engine_series(samples: pl.DataFrame) -> pl.DataFrame:
     ).sort("series", "ts")
 
 
-def observed_kv(samples: pl.DataFrame, kv: KVModel) -> pl.DataFrame:
+def observed_kv(samples: pl.DataFrame, kv: KVModel, *, by_node: bool = False) -> pl.DataFrame:
     """Observed KV in use per node, from the best metric each node has, in bytes when the KV
     model allows (blocks x bytes per block, tokens x bytes per token, ratio x pool bytes).
 
@@ -132,7 +136,7 @@ def observed_kv(samples: pl.DataFrame, kv: KVModel) -> pl.DataFrame:
     )
     has_bytes = kv.has_bytes and per_unit[best["metric"][0]] is not None
     return best.select(
-        series=pl.lit("kv_used from ") + label(pl.col("metric")),
+        series=pl.lit("kv_used from ") + label(pl.col("metric"), by_node=by_node),
         kind=pl.lit("observed"),
         node="node",
         source="source",

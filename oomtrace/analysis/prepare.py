@@ -87,8 +87,9 @@ def prepare(
     timeline, facts = _timeline(tables, samples, kv, scanned)
     breakpoints = pool_breakpoints(timeline)
     memory = samples.memory
-    kv_index = SeriesIndex.from_long(observed_kv(samples.other, kv))
-    engine_long = engine_series(samples.other)
+    several = samples.several_nodes  # labels name the node: two nodes' logs may share a name
+    kv_index = SeriesIndex.from_long(observed_kv(samples.other, kv, by_node=several))
+    engine_long = engine_series(samples.other, by_node=several)
     modelled = modelled_index(breakpoints, kv.has_bytes, pool_caps(kv))
     caps = capacities(samples.other, tables.events)
     cap_map = {

@@ -103,13 +103,14 @@ def bucketed_samples(
     points = _points(kept.picks)
     series = {series_key(numberings, code): points.get(code, _NONE) for code in kept.series}
     series = dict(sorted(series.items(), key=lambda kv: _sort(kv[0])))
-    index = memory_index(series, unit="bytes")
     ends = {series_key(numberings, code): (s.first, s.last) for code, s in kept.series.items()}
+    spans = spans_of(ends, other)
+    index = memory_index(series, unit="bytes", by_node=spans.height > 1)
     view = SampleView(
         memory=index,
         other=other,
         rows=other.height + sum(s.rows for s in kept.series.values()),
-        spans=spans_of(ends, other),
+        spans=spans,
         metrics=frozenset([*other["metric"].unique().to_list(), *(k[4] for k in series)]),
         sources=frozenset([*other["source"].unique().to_list(), *(k[1] for k in series)]),
     )

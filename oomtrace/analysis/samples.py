@@ -54,6 +54,11 @@ class SampleView:
     def empty(self) -> bool:
         return self.rows == 0
 
+    @property
+    def several_nodes(self) -> bool:
+        """Whether the table holds more than one node: series labels then name theirs."""
+        return self.spans.height > 1
+
 
 class Numbering:
     """Values of one key column numbered from 1 in order of appearance (0 is null)."""
@@ -194,12 +199,20 @@ def _sort_key(key: tuple[Any, ...]) -> tuple[Any, ...]:
 
 
 def memory_index(
-    series: dict[tuple[Any, ...], pl.DataFrame], *, unit: str, kind: str = "observed"
+    series: dict[tuple[Any, ...], pl.DataFrame],
+    *,
+    unit: str,
+    by_node: bool,
+    kind: str = "observed",
 ) -> SeriesIndex:
+    """The series by label; ``by_node``: the labels name the node (the trace holds several: two
+    nodes' series of one source, device and pid would otherwise share a label, one replacing
+    the other). The caller decides it from the whole samples table, so that every index built of
+    one trace (a window's read, the buckets') labels a series the same way."""
     parts: dict[str, pl.DataFrame] = {}
     meta: dict[str, dict[str, Any]] = {}
     for (node, source, device, pid, metric), frame in series.items():
-        name = series_label(str(metric), str(source), device, pid)
+        name = series_label(str(metric), str(source), device, pid, node if by_node else None)
         parts[name] = frame
         meta[name] = {
             "kind": kind,
@@ -227,7 +240,7 @@ def read_samples(
     _check(series, other, invalid)
     spans = spans_of({k: _ends(f) for k, f in series.items() if f.height}, other)
     return SampleView(
-        memory=memory_index(series, unit="bytes"),
+        memory=memory_index(series, unit="bytes", by_node=spans.height > 1),
         other=other,
         rows=other.height + sum(f.height for f in series.values()),
         spans=spans,

@@ -81,7 +81,9 @@ def analyze_windowed(tables: Tables, options: AnalyzeOptions) -> Findings | None
     pad = timedelta(seconds=options.window_s) + timedelta(microseconds=2 * width_ns / 1000)
     windows = _windows(anchors, spikes, pad)
     full = memory_index(
-        split_series(tables.samples.filter(in_windows(windows)), BYTES_METRICS), unit="bytes"
+        split_series(tables.samples.filter(in_windows(windows)), BYTES_METRICS),
+        unit="bytes",
+        by_node=view.several_nodes,  # labelled as the buckets are, whatever the windows hold
     )
     merged = _merged(view.memory, full, windows)
     prep, modelled, spikes, facts = prepare(

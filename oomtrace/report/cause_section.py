@@ -14,11 +14,11 @@ from typing import Any, Final
 import polars as pl
 
 from oomtrace.isotime import iso_time
-from oomtrace.report import cause_charts, cause_data, palette
+from oomtrace.report import cause_data, palette
 from oomtrace.report import processes as processes_of
-from oomtrace.report.document import Chart, Figure, Section
+from oomtrace.report.document import Chart, Figure, Section, Spec
 from oomtrace.report.drawn import Drawn
-from oomtrace.report.overview_charts import lane_text
+from oomtrace.report.fmt import lane_text
 from oomtrace.report.records import parse_time
 from oomtrace.report.span import Span
 from oomtrace.units import format_bytes
@@ -123,9 +123,13 @@ def _kv(
             ),
             figures=(Figure("pool", "KV pool", capacity, "bytes"),),
         )
-    spec = cause_charts.kv_pool_chart(
-        use, capacity, preempted, marks, title=title, domain=drawn.domain(window)
-    )
+    domain = drawn.domain(window)
+
+    def draw() -> Spec:
+        from oomtrace.report.cause_charts import kv_pool_chart  # noqa: PLC0415 - Altair: to draw
+
+        return kv_pool_chart(use, capacity, preempted, marks, title=title, domain=domain)
+
     culprits = [c for c in incident.get("culprits") or [] if isinstance(c, Mapping)]
     held = sum(int(c.get("bytes") or 0) for c in culprits)
     observed = cause_data.number(incident.get("observed_bytes"), incident.get("peak_bytes"))
@@ -173,7 +177,7 @@ def _kv(
         f"KV in use ({what}) against the pool's capacity, {use['ts'].n_unique():,} observations "
         "of the pool in the window."
     )
-    chart = Chart(KEY, title, caption, spec, use)
+    chart = Chart(KEY, title, caption, draw, use)
     return Section(KEY, title, paragraphs=(text,), figures=figures, charts=(chart,))
 
 
@@ -198,7 +202,12 @@ def _allocation(
             empty="The findings state neither the failed allocation nor "
             "the memory free at the failure.",
         )
-    spec = cause_charts.allocation_chart(bars, headroom, title=title)
+
+    def draw() -> Spec:
+        from oomtrace.report.cause_charts import allocation_chart  # noqa: PLC0415 - as above
+
+        return allocation_chart(bars, headroom, title=title)
+
     requested, free, slack = stated["requested"], stated["free"], stated["slack"]
     total, in_use = stated["total"], stated["in_use"]
     parts = []
@@ -238,7 +247,7 @@ def _allocation(
         Figure("total", "device total", total, "bytes"),
     )
     caption = "Bytes at the failure (the OOM event), and the analysis' estimate per request."
-    chart = Chart(KEY, title, caption, spec, bars)
+    chart = Chart(KEY, title, caption, draw, bars)
     return Section(KEY, title, paragraphs=(sentence,), figures=figures, charts=(chart,))
 
 
@@ -266,16 +275,21 @@ def _foreign(
     # a source that states each process once (PyTorch's OOM message) gives no line to draw:
     # the processes are then one stacked bar at that moment
     once = frame.group_by("process").len()["len"].max() == 1
+    marks, domain = drawn.marks_in(drawn.span), drawn.domain()
+
+    def draw() -> Spec:
+        if once:
+            return processes_of.process_snapshot(frame, total, title=title)
+        from oomtrace.report.cause_charts import process_chart  # noqa: PLC0415 - as above
+
+        return process_chart(frame, total, marks, title=title, domain=domain)
+
     if once:
-        spec = processes_of.process_snapshot(frame, total, title=title)
         drawing = (
             " The bar stacks each process's device memory at that moment, the engine's first, "
             "against the device's total."
         )
     else:
-        spec = cause_charts.process_chart(
-            frame, total, drawn.marks_in(drawn.span), title=title, domain=drawn.domain()
-        )
         drawing = (
             " The chart stacks each process's device memory, the engine's at the bottom, under "
             "the device's total: the engine ran out when the stack reached it."
@@ -287,7 +301,7 @@ def _foreign(
         if once and isinstance(last, datetime)
         else f"Device memory per process, {frame.height:,} points."
     )
-    chart = Chart(KEY, title, caption, spec, frame)
+    chart = Chart(KEY, title, caption, draw, frame)
     return Section(KEY, title, paragraphs=(text.strip(),), charts=(chart,), tables=tables)
 
 
@@ -318,9 +332,13 @@ def _leak(
     limit = cause_data.number(
         incident.get("capacity_bytes"), totals.max() if totals.len() else None
     )
-    spec = cause_charts.leak_chart(
-        level, idle, line, limit, drawn.marks, title=title, domain=drawn.domain()
-    )
+    domain = drawn.domain()
+
+    def draw() -> Spec:
+        from oomtrace.report.cause_charts import leak_chart  # noqa: PLC0415 - as above
+
+        return leak_chart(level, idle, line, limit, drawn.marks, title=title, domain=domain)
+
     rate = cause_data.number(figures_of.get("rise_bytes_per_hour"))
     room = cause_data.number(figures_of.get("headroom_bytes"))
     text = (
@@ -336,7 +354,7 @@ def _leak(
         Figure("rate", "rise per hour at idle", rate, "bytes"),
         Figure("headroom", "headroom", room, "bytes"),
     )
-    chart = Chart(KEY, title, f"{level.height:,} points of memory in use.", spec, level)
+    chart = Chart(KEY, title, f"{level.height:,} points of memory in use.", draw, level)
     return Section(KEY, title, paragraphs=(text,), figures=figures, charts=(chart,))
 
 
@@ -360,7 +378,12 @@ def _misfit(
     if bars.is_empty():
         return Section(KEY, title, empty="The refusal states no sizes to draw.")
     colours = palette.FAILED_ALLOCATION if phased else palette.PARTS
-    spec = cause_charts.fit_chart(bars, limits, title=title, colours=colours)
+
+    def draw() -> Spec:
+        from oomtrace.report.cause_charts import fit_chart  # noqa: PLC0415 - as above
+
+        return fit_chart(bars, limits, title=title, colours=colours)
+
     if phased:
         text = cause_data.phase_text(values, bars, limits)
     else:
@@ -374,5 +397,5 @@ def _misfit(
             + "."
         )
     caption = "From the engine's start-up statements and its refusal."
-    chart = Chart(KEY, title, caption, spec, bars)
+    chart = Chart(KEY, title, caption, draw, bars)
     return Section(KEY, title, paragraphs=(text,), charts=(chart,))

@@ -225,3 +225,9 @@ def summary(frame: pl.DataFrame, *, value_kind: str) -> list[dict[str, object]]:
         pl.col("lowest").round(0).cast(cast), pl.col("highest").round(0).cast(cast)
     ).to_dicts()
     return out
+
+
+def y_top(values: pl.Series) -> float:
+    """The top of a y axis: a little above the highest value drawn (bytes in, bytes out)."""
+    top = values.max()
+    return float(top) * 1.06 if isinstance(top, int | float) and top > 0 else 1.0

@@ -3,15 +3,18 @@
 Values stay raw (integer bytes, token counts, shares from 0 to 1, UTC datetimes) with a
 :data:`Kind` that says how to show them; renderers format them through
 :mod:`oomtrace.report.fmt`, so the terminal, Markdown, JSON and HTML can never disagree on a
-number. Charts carry their Vega-Lite spec (built once, by :mod:`oomtrace.report.charts`) and
-the display data behind it.
+number. Charts carry the display data behind them and draw their Vega-Lite spec (with
+:mod:`oomtrace.report.charts`) when a format first asks for it: only HTML and Markdown draw, so
+JSON and the terminal never import Altair (a third of a second).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 from typing import Any, Final, Literal
 
 import polars as pl
@@ -37,6 +40,7 @@ NUMERIC_KINDS: Final[frozenset[Kind]] = frozenset(
 )
 
 Value = int | float | str | datetime | None
+Spec = dict[str, Any]  # a Vega-Lite spec, its data inlined as named datasets
 
 
 @dataclass(frozen=True)
@@ -73,7 +77,8 @@ class Figure:
 
 @dataclass(frozen=True)
 class Chart:
-    """A chart: its Vega-Lite spec (data inlined) and the frame behind it.
+    """A chart: the frame behind it, and ``draw``, which makes its Vega-Lite spec (data inlined)
+    from it, importing the chart code then (see the module docstring).
 
     ``caption`` says how to read it and how it was reduced (points drawn out of samples read),
     so a reader knows the spike shown is the spike recorded.
@@ -82,8 +87,13 @@ class Chart:
     key: str
     title: str
     caption: str
-    spec: dict[str, Any]
+    draw: Callable[[], Spec] = field(repr=False, compare=False)
     data: pl.DataFrame
+
+    @cached_property
+    def spec(self) -> Spec:
+        """The Vega-Lite spec, drawn once, when first read."""
+        return self.draw()
 
 
 @dataclass(frozen=True)

@@ -56,3 +56,9 @@ def json_value(value: Value, kind: Kind) -> object:
     if isinstance(value, float):
         return round(value, 6)
     return value
+
+
+def lane_text(request_id: str, rank: int | None) -> str:
+    """``#1 cmpl-...`` for a culprit, the id alone for a request shown for context (the same
+    label in every chart)."""
+    return request_id if rank is None else f"#{rank} {request_id}"

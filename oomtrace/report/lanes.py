@@ -14,8 +14,7 @@ from typing import Any, Final
 import polars as pl
 
 from oomtrace.isotime import iso_time
-from oomtrace.report.document import Chart, Section
-from oomtrace.report.overview_charts import swimlane_chart
+from oomtrace.report.document import Chart, Section, Spec
 from oomtrace.report.records import parse_time
 from oomtrace.report.span import epoch_ns, incident_window
 
@@ -147,8 +146,13 @@ def lanes_section(
             )
         in_window = marks.filter(pl.col("ts").is_between(drawn[0], drawn[1]))
         domain = (epoch_ns(drawn[0]) // 1_000_000, epoch_ns(drawn[1]) // 1_000_000)
-    spec = swimlane_chart(chosen, in_window, title=TITLE, domain=domain)
+
+    def draw() -> Spec:
+        from oomtrace.report.overview_charts import swimlane_chart  # noqa: PLC0415 - Altair
+
+        return swimlane_chart(chosen, in_window, title=TITLE, domain=domain)
+
     caption = f"{chosen.height:,} intervals of {shown:,} requests."
     return Section(
-        KEY, TITLE, paragraphs=(text,), charts=(Chart(KEY, TITLE, caption, spec, chosen),)
+        KEY, TITLE, paragraphs=(text,), charts=(Chart(KEY, TITLE, caption, draw, chosen),)
     )

@@ -15,6 +15,7 @@ import altair as alt
 import polars as pl
 
 from oomtrace.report import palette
+from oomtrace.report.chart_data import y_top
 from oomtrace.report.charts import (
     MONOSPACE,
     Datasets,
@@ -30,12 +31,6 @@ from oomtrace.report.charts import (
 )
 
 LANE_HEIGHT: Final = 20
-
-
-def y_top(values: pl.Series) -> float:
-    """The top of a y axis: a little above the highest value drawn (bytes in, bytes out)."""
-    top = values.max()
-    return float(top) * 1.06 if isinstance(top, int | float) and top > 0 else 1.0
 
 
 def memory_chart(
@@ -179,14 +174,8 @@ def activity_chart(
     return finish(chart, title, data_sets, height=200)
 
 
-def lane_text(request_id: str, rank: int | None) -> str:
-    """``#1 cmpl-...`` for a culprit, the id alone for a request shown for context (the same
-    label in every chart)."""
-    return request_id if rank is None else f"#{rank} {request_id}"
-
-
 def lane_label(request_id: pl.Expr, rank: pl.Expr) -> pl.Expr:
-    """:func:`lane_text` as an expression."""
+    """:func:`oomtrace.report.fmt.lane_text` as an expression."""
     return (
         pl.when(rank.is_not_null())
         .then(pl.format("#{} {}", rank, request_id))

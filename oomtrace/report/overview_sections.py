@@ -11,10 +11,10 @@ import polars as pl
 
 from oomtrace.isotime import iso_time
 from oomtrace.report import chart_data
-from oomtrace.report.document import Chart, Section, Table
+from oomtrace.report.chart_data import y_top
+from oomtrace.report.document import Chart, Section, Spec, Table
 from oomtrace.report.drawn import Drawn
 from oomtrace.report.fmt import value_text
-from oomtrace.report.overview_charts import activity_chart, memory_chart, y_top
 from oomtrace.report.records import table_from_mapping, table_from_records
 from oomtrace.report.trace_view import TraceView
 from oomtrace.report.verdict import unstated
@@ -116,7 +116,13 @@ def memory_section(
     marks = drawn.marks.filter(~pl.col("kind").is_in(CROWDING))
     chart_list: tuple[Chart, ...] = ()
     if frame.height or marks.height:
-        spec = memory_chart(frame, marks, levels, title="Memory over time", domain=drawn.domain())
+        domain = drawn.domain()
+
+        def draw() -> Spec:
+            from oomtrace.report.overview_charts import memory_chart  # noqa: PLC0415 - Altair
+
+            return memory_chart(frame, marks, levels, title="Memory over time", domain=domain)
+
         caption = caption_of(frame.height, read, buckets)
         top = y_top(frame["value"] / (1 << 30)) * (1 << 30)
         if weights is not None and weights > top:
@@ -124,7 +130,7 @@ def memory_section(
                 f" The model weights ({value_text(int(weights), 'bytes')}) lie above every "
                 "series drawn and are left out, so that they do not flatten the rest."
             )
-        chart_list = (Chart("memory", "Memory over time", caption, spec, frame),)
+        chart_list = (Chart("memory", "Memory over time", caption, draw, frame),)
     where = span_text(drawn)
     return Section(
         "memory",
@@ -225,11 +231,15 @@ def activity_section(view: TraceView, drawn: Drawn, read: int, buckets: int) -> 
     tables = [*summary_table(counts, "count"), *lifecycle_table(view)]
     chart_list: tuple[Chart, ...] = ()
     if counts.height or bars.height:
-        spec = activity_chart(
-            counts, bars, drawn.marks, title="Requests", bars=what, domain=drawn.domain()
-        )
+        marks, domain = drawn.marks, drawn.domain()
+
+        def draw() -> Spec:
+            from oomtrace.report.overview_charts import activity_chart  # noqa: PLC0415 - Altair
+
+            return activity_chart(counts, bars, marks, title="Requests", bars=what, domain=domain)
+
         caption = caption_of(counts.height, read, buckets)
-        chart_list = (Chart("activity", "Requests", caption, spec, counts),)
+        chart_list = (Chart("activity", "Requests", caption, draw, counts),)
     bars_text = (
         "grey bars, admitted or resumed requests counted from the request log"
         if what == "admitted"

@@ -17,7 +17,6 @@ import polars as pl
 
 from oomtrace.isotime import iso_time
 from oomtrace.report import palette
-from oomtrace.report.cause_charts import fit_chart
 from oomtrace.report.cause_data import check_figures
 from oomtrace.report.document import Table
 from oomtrace.report.records import table_from_records
@@ -156,4 +155,6 @@ def process_snapshot(frame: pl.DataFrame, total: int | None, *, title: str) -> d
         schema={"label": pl.String(), "value": pl.Float64(), "dashed": pl.Boolean()},
         orient="row",
     )
+    from oomtrace.report.cause_charts import fit_chart  # noqa: PLC0415 - Altair: only to draw
+
     return fit_chart(bars, limits, title=title, colours={names[0]: palette.BLUE})

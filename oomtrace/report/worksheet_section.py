@@ -15,8 +15,7 @@ from typing import Any
 
 import polars as pl
 
-from oomtrace.report.document import Chart, Column, Section, Table
-from oomtrace.report.overview_charts import budget_chart
+from oomtrace.report.document import Chart, Column, Section, Spec, Table
 from oomtrace.report.records import table_from_mapping, table_from_records
 from oomtrace.trace import Manifest
 from oomtrace.units import format_bytes
@@ -200,9 +199,14 @@ def budget_section(
     parts = _parts(plan.weights, plan.cache, plan.reserve, plan.runtime)
     chart_list: tuple[Chart, ...] = ()
     if parts.height:
-        spec = budget_chart(parts, title=TITLE)
+
+        def draw() -> Spec:
+            from oomtrace.report.overview_charts import budget_chart  # noqa: PLC0415 - Altair
+
+            return budget_chart(parts, title=TITLE)
+
         caption = "Planned: weights, KV pool and reserve; observed: the same at the measured peak."
-        chart_list = (Chart("budget", TITLE, caption, spec, parts),)
+        chart_list = (Chart("budget", TITLE, caption, draw, parts),)
     verdict = _reserve_sentence(plan.reserve, plan.runtime)
     if plan.never_full and plan.weights is not None and plan.cache is not None:
         verdict = (

@@ -15,7 +15,13 @@ import sys
 
 import pytest
 
-LAZY_PACKAGES = ["oomtrace.analysis", "oomtrace.budget", "oomtrace.ingest", "oomtrace.terminal"]
+LAZY_PACKAGES = [
+    "oomtrace.analysis",
+    "oomtrace.budget",
+    "oomtrace.ingest",
+    "oomtrace.report",
+    "oomtrace.terminal",
+]
 
 
 @pytest.mark.parametrize("name", LAZY_PACKAGES)

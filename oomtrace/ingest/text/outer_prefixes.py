@@ -89,6 +89,14 @@ ALL_KINDS: Final[frozenset[PrefixKind]] = frozenset(
         "nested",
     )
 )
+# Where each prefix kind's full time comes from, in the order outer_columns() prefers them.
+TIME_SOURCES: Final[tuple[tuple[str, PrefixKind, str], ...]] = (
+    ("ts2", "compose", "docker-compose timestamps"),
+    ("ts", "timestamp", "kubectl/docker timestamps"),
+    ("jd_iso", "journald", "journald timestamps"),
+    ("gcl_ts", "cloud_logging", "Cloud Logging timestamps"),
+)
+
 # Capture-free tests that tell which kinds a chunk holds (a kind a chunk lacks costs nothing).
 _DETECT: Final[dict[PrefixKind, str]] = {
     "cloud_logging": r"^[A-Z]{4,9} [0-9]{4}-[0-9]{2}-[0-9]{2}T",
@@ -179,16 +187,7 @@ def outer_columns(parts: pl.Expr, kinds: frozenset[PrefixKind] = ALL_KINDS) -> d
         )
         if kind in kinds
     ]
-    stamps = [
-        field(name)
-        for name, kind in (
-            ("ts2", "compose"),
-            ("ts", "timestamp"),
-            ("jd_iso", "journald"),
-            ("gcl_ts", "cloud_logging"),
-        )
-        if kind in kinds
-    ]
+    stamps = [field(name) for name, kind, _ in TIME_SOURCES if kind in kinds]
     key = (
         pl.concat_str(keys, separator="|", ignore_nulls=True).str.strip_chars_end(" ")
         if keys
@@ -199,6 +198,19 @@ def outer_columns(parts: pl.Expr, kinds: frozenset[PrefixKind] = ALL_KINDS) -> d
         "host": field("host") if "journald" in kinds else pl.lit(None, pl.String),
         "proc": pl.when(key.str.len_bytes() > 0).then(key).otherwise(None),
     }
+
+
+def time_sources(lines: pl.Series) -> dict[str, int]:
+    """Which outer prefix gave the full time of each of ``lines`` (by the name a note uses, such
+    as ``Cloud Logging timestamps``), with how many lines each gave; lines with none are left
+    out. Meant for a sample of a chunk's timed lines (one match per line)."""
+    groups = without_ansi(lines).str.extract_groups("^(?P<outer>" + OUTER + ")")
+    field = pl.col("_p").struct.field
+    named = pl.lit(None, pl.String)
+    for group, _, name in reversed(TIME_SOURCES):
+        named = pl.when(field(group).is_not_null()).then(pl.lit(name)).otherwise(named)
+    counted = pl.DataFrame({"_p": groups}).select(named.alias("source")).drop_nulls()
+    return {str(k): int(n) for k, n in counted.group_by("source").len().iter_rows()}
 
 
 def repeat_columns(message: pl.Expr) -> tuple[pl.Expr, pl.Expr]:

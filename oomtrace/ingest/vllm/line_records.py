@@ -38,6 +38,7 @@ from oomtrace.ingest.text.outer_prefixes import (
     outer_columns,
     outer_pattern,
     parse_iso,
+    time_sources,
 )
 from oomtrace.ingest.text.split_records import find_split_records
 from oomtrace.ingest.vllm.frames import RECORD_TIME, RECORDS, SCANNED_RUNS, UNPARSED_LINES
@@ -453,4 +454,8 @@ def _count(frame: pl.DataFrame, info: ChunkInfo) -> None:
     if hosts.len():
         for host, count in hosts.value_counts().iter_rows():
             info.hosts[host] = info.hosts.get(host, 0) + int(count)
+    timed = frame.get_column("outer_ts").is_not_null().arg_true()
+    if timed.len():  # a log keeps one supervisor's prefix: a few lines tell which one it is
+        sample = pl.concat([timed.head(8), timed.tail(8)]).unique(maintain_order=True)
+        info.time_sources = time_sources(frame.get_column("line").gather(sample))
     info.bracketed = int(frame.select(pl.col("bracketed").fill_null(value=False).sum()).item())

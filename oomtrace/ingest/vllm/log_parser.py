@@ -101,6 +101,7 @@ __all__ = [
     "VllmLogParser",
 ]  # fmt: skip
 NO_TIME: Final = "no timestamp could be placed"
+ARRIVAL: Final = "collector arrival times"
 REJOINED: Final = "piece of a record folded at a fixed width (read with the line before)"
 
 
@@ -157,7 +158,7 @@ class VllmLogParser:
         diag.lines_read += lines.height
         columns = ["line", *(["arrival_ts"] if "arrival_ts" in lines.columns else [])]
         frame = lines.select(columns).with_columns(pl.col("line").str.strip_suffix("\r"))
-        source = "collector arrival times" if "arrival_ts" in columns else "outer timestamps"
+        source = ARRIVAL if "arrival_ts" in columns else "outer timestamps"
         run = _Run(ctx, diag, source)
         run.feed(frame, 1)
         return run.finish()
@@ -195,6 +196,17 @@ class _Run:
             self.diag.skip(why, count, example)
         self.diag.skip(REJOINED, chunk.info.rejoined, None)
 
+    def _full_source(self) -> str:
+        """What gave the full times: the outer prefix most of the chunks' timed lines carry
+        (Cloud Logging's, journald's, kubectl's or docker's), else what the run was told."""
+        counts: dict[str, int] = {}
+        for info in self.infos:
+            for name, count in info.time_sources.items():
+                counts[name] = counts.get(name, 0) + count
+        if not counts or self.full_source == ARRIVAL:
+            return self.full_source
+        return min(counts, key=lambda name: (-counts[name], name))
+
     def finish(self) -> ParseResult:
         diag, out = self.diag, self.out
         bases, summary = combine([info.years for info in self.infos])
@@ -203,7 +215,7 @@ class _Run:
             self.ctx.clock,
             mtime=self.ctx.mtime,
             full=self._anchor(bases),
-            full_source=self.full_source,
+            full_source=self._full_source(),
             all_full=self._timed > 0 and self._full == self._timed,
             diag=diag,
         )
@@ -211,7 +223,7 @@ class _Run:
         for info in self.infos:
             for value, count in info.disagreement.items():
                 disagreement[value] = disagreement.get(value, 0) + count
-        report_disagreement(disagreement, self._full, self.full_source, diag)
+        report_disagreement(disagreement, self._full, self._full_source(), diag)
         chunks = self._chunk_table(bases)
         ledger = Ledger(diag)
         frames = {

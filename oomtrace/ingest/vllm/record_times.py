@@ -37,6 +37,8 @@ class ChunkInfo:
     glued: int = 0
     rejoined: int = 0  # pieces of records folded at a fixed width, joined to the line before
     ray_collapsed: int = 0
+    # which outer prefixes gave full times (their names, as a note says them), on a sample
+    time_sources: dict[str, int] = field(default_factory=dict)
 
 
 def place(frame: pl.DataFrame, info: ChunkInfo, tz: str) -> pl.DataFrame:

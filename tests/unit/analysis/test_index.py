@@ -59,3 +59,37 @@ def test_at_equal_sampling_a_device_is_found_before_its_mig_instances() -> None:
     found = index.find("device_used_bytes", "node-a", 0)
     assert found is not None
     assert index.rows(found)["value"].to_list() == [5728.0]
+
+
+# Nanoseconds at the edges of a microsecond, where a bound taken as a datetime is tested.
+EDGES = [-1_001, -1_000, -1, 0, 999, 1_000, 1_999, 2_000, 2_999, 3_000]
+
+
+@given(
+    offsets=st.lists(st.integers(-3_000, 3_000) | st.sampled_from(EDGES), min_size=1, max_size=40),
+    values=st.lists(st.integers(0, 4), min_size=40, max_size=40),
+    bounds=st.lists(st.tuples(st.integers(-4, 4), st.integers(0, 3)), max_size=8),
+)
+def test_the_lowest_row_of_each_stretch_is_the_one_each_between_gives(
+    offsets: list[int], values: list[int], bounds: list[tuple[int, int]]
+) -> None:
+    # GIVEN a series with nanosecond times and repeated values (ties), and stretches with
+    # microsecond bounds that may touch or overlap, bounds falling inside a microsecond's rows
+    column = ns_column(offsets)
+    frame = pl.DataFrame({"ts": column, "value": [float(v) for v in values[: column.len()]]})
+    index = SeriesIndex({"s": frame}, {"s": {"kind": "observed", "node": "n", "metric": "m"}})
+    stretches = [
+        (T0 + timedelta(microseconds=start), T0 + timedelta(microseconds=start + length))
+        for start, length in sorted(bounds)
+    ]
+    # WHEN the lowest rows are asked for in one call
+    lowest = index.lowest_in(
+        "s", pl.DataFrame(stretches, schema={"start": TS, "end": TS}, orient="row")
+    )
+    # THEN they are each stretch's first smallest row, as between() finds it, in order
+    expected = []
+    for start, end in stretches:
+        rows = index.between("s", start, end)
+        if rows.height:
+            expected.append(rows.row(int(rows["value"].arg_min() or 0), named=True))
+    assert lowest.to_dicts() == expected

@@ -31,13 +31,19 @@ PARSERS = ("oomtrace.ingest.orchestrator", "oomtrace.ingest.vllm", "oomtrace.ing
 ANALYSIS = ("oomtrace.analysis.pipeline", "oomtrace.analysis.classify")
 
 
+# What only drawing a chart needs (HTML, Markdown): Altair, vl-convert and the chart code.
+DRAWING = ("altair", "vl_convert", "oomtrace.report.charts", "oomtrace.report.vega")
+
+
 def loaded_by(*args: str) -> set[str]:
-    """The modules of ``oomtrace`` that running the command imported (in a fresh interpreter)."""
+    """The modules of ``oomtrace`` and of the drawing libraries that running the command
+    imported (in a fresh interpreter)."""
     code = (
         "import sys\n"
         "from oomtrace.cli import cli\n"
         f"cli.main({list(args)!r}, prog_name='oomtrace', standalone_mode=False)\n"
-        "print(' '.join(m for m in sys.modules if m.startswith('oomtrace')))\n"
+        "print(' '.join(m for m in sys.modules if m.split('.')[0] in ('oomtrace', 'altair',"
+        " 'vl_convert')))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return set(out.stdout.splitlines()[-1].split())
@@ -47,11 +53,12 @@ def loaded_by(*args: str) -> set[str]:
     ("command", "unused"),
     [
         (("replay", "--json"), PARSERS + ANALYSIS),
-        (("analyze", "--json"), PARSERS),
-        (("report", "--format", "json"), PARSERS),
+        (("analyze", "--json"), PARSERS + DRAWING),
+        (("report", "--format", "json"), PARSERS + DRAWING),
+        (("report", "--format", "text"), PARSERS + DRAWING),
     ],
 )
-def test_a_trace_directory_is_read_without_the_parsers_of_raw_files(
+def test_a_trace_directory_is_read_without_raw_file_parsers_or_chart_code(
     tmp_path: Path, command: tuple[str, ...], unused: tuple[str, ...]
 ) -> None:
     trace_dir = tmp_path / "trace"

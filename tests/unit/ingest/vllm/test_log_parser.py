@@ -690,3 +690,37 @@ def test_gke_cloud_logging_traceback_lines_are_read_after_the_prefix(tmp_path: P
     (reason,) = source.skipped
     assert source.skipped[reason].example.startswith("ERROR 11-19 12:16:36 [v1/engine/core.py")
     assert any("-28,800 s" in note for note in source.notes)
+
+
+# The same vLLM 0.10 stats line, printed in the pod's local time (UTC-8), behind each supervisor
+# prefix that states a full time (journald's short-iso form as `journalctl -o short-iso` prints
+# it; kubectl logs --timestamps).
+_STATS = (
+    "INFO 11-19 12:16:{s} [loggers.py:123] Engine 000: Avg prompt throughput: 5.0 tokens/s, "
+    "Avg generation throughput: 7.0 tokens/s, Running: 2 reqs, Waiting: 0 reqs, GPU KV cache "
+    "usage: 3.1%, Prefix cache hit rate: 0.0%"
+)
+
+
+@pytest.mark.parametrize(
+    ("prefix", "named"),
+    [
+        (GKE.format(ns="096627277").replace("36.", "{s}."), "Cloud Logging timestamps"),
+        ("2025-11-19T20:16:{s}+0000 gke-node-7 vllm[270]: ", "journald timestamps"),
+        ("2025-11-19T20:16:{s}.500000000Z ", "kubectl/docker timestamps"),
+    ],
+    ids=["cloud logging", "journald", "kubectl"],
+)
+def test_the_time_mismatch_note_names_the_prefix_the_times_came_from(
+    tmp_path: Path, prefix: str, named: str
+) -> None:
+    # GIVEN a log whose own times run 8 h behind the full times of its outer prefix
+    path = tmp_path / "vllm.log"
+    path.write_text("".join(prefix.format(s=s) + _STATS.format(s=s) + "\n" for s in (36, 46)))
+    # WHEN ingested
+    (source,) = ingest_paths([path], IngestOptions()).manifest.sources
+    # THEN the note and the clock name where the full times came from
+    (note,) = [n for n in source.notes if "-28,800 s" in n]
+    assert f"the printed time differs from the {named} by more than" in note
+    assert source.clock["tz_source"] == named
+    assert (named == "kubectl/docker timestamps") == ("kubectl/docker" in note)
