@@ -352,6 +352,8 @@ BARE_SNIFF: Final = (
     # The same refusal's opening words, whole where a terminal folded the line after them.
     r"|To serve at least one request with the models?'s? max seq len \(\d+\)"
     r"|is larger than the maximum number of tokens that can be stored in KV cache"
+    # The engine's death, by the names only vLLM gives it (an OOM above it is then vLLM's).
+    r"|EngineDeadError: EngineCore encountered|MQEngineDeadError: Engine loop is not running"
 )
 SNIFF_MARKERS: Final = (
     STATS_LITERAL,

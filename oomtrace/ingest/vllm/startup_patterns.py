@@ -245,6 +245,17 @@ CONFIG_LINES: Final[tuple[ConfigLine, ...]] = (
         "v1-0.8.5",
     ),
     ConfigLine(
+        # vllm/v1/worker/gpu_worker.py (0.21+): the utilisation asked for, with what it comes to
+        # now that the CUDA-graph estimate is taken off the KV budget.
+        "utilisation with CUDA-graph profiling (V1 0.21+)", "CUDA graph memory profiling is",
+        r"^CUDA graph memory profiling is enabled .*?The current --gpu-memory-utilization="
+        r"(?P<gpu_memory_utilization__float>[\d.]+) is equivalent",
+        "CUDA graph memory profiling is enabled (default since v0.21.0). The current "
+        "--gpu-memory-utilization=0.9200 is equivalent to --gpu-memory-utilization=0.9129 without "
+        "CUDA graph memory profiling.",
+        {"gpu_memory_utilization": 0.92}, "v1-0.20",
+    ),
+    ConfigLine(
         "blocks V0 <= 0.6", "# GPU blocks: ",
         r"^# GPU blocks: (?P<num_gpu_blocks__int>\d+), # CPU blocks: (?P<num_cpu_blocks__int>\d+)",
         "# GPU blocks: 27871, # CPU blocks: 2048",

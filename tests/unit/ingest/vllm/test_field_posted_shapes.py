@@ -1,0 +1,99 @@
+"""vLLM lines as people posted them in 2026 threads, in shapes the other tests do not hold: a
+header whose date and time the poster replaced by "...", the 0.21+ record that restates
+``--gpu-memory-utilization`` once CUDA graphs are profiled, and a PyTorch OOM quoted a sentence
+a line above vLLM's engine-death exception. Each text is a faithful rewrite of the thread named
+beside its test (ids and figures kept, the surrounding output cut)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from oomtrace.ingest import IngestOptions, ingest_paths
+from oomtrace.trace import Trace
+
+GIB = 2**30
+MIB = 2**20
+
+
+def _trace(tmp_path: Path, text: str) -> Trace:
+    path = tmp_path / "posted.txt"
+    path.write_text(text)
+    trace = ingest_paths([path], IngestOptions(year=2026))
+    assert trace.manifest.sources[0].parser == "vllm-log"
+    return trace
+
+
+@pytest.mark.parametrize(
+    "lead",
+    [
+        # https://github.com/noonghunna/club-3090/issues/32 (the time replaced by "...")
+        "INFO ... ",
+        # the same records with the time left out and the columns aligned, as a write-up on
+        # vLLM's CUDA-graph estimate quotes them
+        "INFO    ",
+    ],
+)
+def test_a_header_with_its_time_elided_still_gives_the_start_up_figures(
+    tmp_path: Path, lead: str
+) -> None:
+    trace = _trace(
+        tmp_path,
+        "Booted the shipped 180K + 0.93 on our test rig. Result:\n\n```\n"
+        f"{lead}[gpu_worker.py:489] Available KV cache memory: 4.11 GiB\n"
+        f"{lead}[kv_cache_utils.py:1778] GPU KV cache size: 326,112 tokens\n"
+        f"{lead}[kv_cache_utils.py:1783] Maximum concurrency for 180,000 tokens per request: "
+        "1.34x\n"
+        f"{lead}Application startup complete.\n```\n",
+    )
+    config = trace.manifest.engine_config
+    assert config["available_kv_cache_bytes"] == round(4.11 * GIB)
+    assert config["kv_cache_tokens"] == 326112
+    assert config["max_concurrency_tokens"] == 180000
+    assert config["max_concurrency"] == 1.34
+
+
+def test_the_cuda_graph_profiling_record_states_the_utilisation_asked_for(
+    tmp_path: Path,
+) -> None:
+    # https://github.com/noonghunna/club-3090/issues/127 (vLLM 0.21+, TP4 workers; the other
+    # workers print the same record)
+    text = (
+        "(Worker_TP1 pid=148) INFO 05-14 00:04:16 [gpu_model_runner.py:6143] Estimated CUDA graph "
+        "memory: 0.17 GiB total\n"
+        "(Worker_TP0 pid=147) INFO 05-14 00:04:17 [gpu_worker.py:460] Available KV cache memory: "
+        "15.72 GiB\n"
+        "(Worker_TP0 pid=147) INFO 05-14 00:04:17 [gpu_worker.py:475] CUDA graph memory profiling "
+        "is enabled (default since v0.21.0). The current --gpu-memory-utilization=0.9200 is "
+        "equivalent to --gpu-memory-utilization=0.9129 without CUDA graph memory profiling. To "
+        "maintain the same effective KV cache size as before, increase --gpu-memory-utilization "
+        "to 0.9271. To disable, set VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0.\n"
+    )
+    config = _trace(tmp_path, text).manifest.engine_config
+    assert config["gpu_memory_utilization"] == 0.92
+    assert config["available_kv_cache_bytes"] == round(15.72 * GIB)
+
+
+def test_an_oom_quoted_a_sentence_a_line_above_the_engine_death_is_read_whole(
+    tmp_path: Path,
+) -> None:
+    # https://github.com/vllm-project/vllm/issues/52871 (RTX 5090; the poster's abridged call
+    # path, the message broken after its first sentence, "...", then V1's EngineDeadError)
+    text = (
+        "~6000 tokens killed the engine every time:\n\n```\n"
+        "qwen_gdn_linear_attn.py:283  forward_native -> fla_chunk_gated_delta_rule\n"
+        "    flash_linear_attention/ops/chunk_o.py:168   o = torch.empty_like(v)\n"
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 96.00 MiB.\n"
+        "GPU 0 has a total capacity of 31.40 GiB of which 41.56 MiB is free.\n"
+        "...\n"
+        "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.\n```\n"
+    )
+    events = _trace(tmp_path, text).events
+    oom = events.filter(pl.col("kind") == "oom")
+    assert oom.height == 1
+    assert oom.row(0, named=True)["requested_bytes"] == 96 * MIB
+    assert oom.row(0, named=True)["total_bytes"] == round(31.40 * GIB)
+    assert oom.row(0, named=True)["free_bytes"] == round(41.56 * MIB)
+    assert events.filter(pl.col("kind") == "engine_dead").height == 1
