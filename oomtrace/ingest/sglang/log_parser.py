@@ -57,7 +57,7 @@ _SNIFF_RANKS = re.compile(
 _MESSAGES = (
     r"(?:Decode batch|Prefill batch|server_args=ServerArgs\(|Load weight (?:begin|end)|"
     r"KV Cache is allocated|max_total_num_tokens=|Capture cuda graph|Init torch distributed|"
-    r"Memory pool end|The server is fired up|KV cache pool is full)"
+    r"Memory pool end|The server is fired up|KV cache pool is full|Decode out of memory happened)"
 )
 _SNIFF_MESSAGES = re.compile(pat.PREFIX_SNIFF + _MESSAGES)
 # SGLang's messages under Python logging's own prefix (a logging configuration of the user's)
