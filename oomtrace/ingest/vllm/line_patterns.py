@@ -30,13 +30,13 @@ FAMILY_ORDER: Final[tuple[Family, ...]] = tuple(FAMILIES)
 
 # The engine's own prefix: level, MM-DD HH:MM:SS, [file:line] (bracketed from 0.8).
 HEADER: Final = (
-    r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<md>[0-9]{2}-[0-9]{2}) "
+    r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) +(?P<md>[0-9]{2}-[0-9]{2}) "
     r"(?P<hms>[0-9]{2}:[0-9]{2}:[0-9]{2})(?:[.,][0-9]+)? (?P<br>\[)?[^\s\]]+:[0-9]+\] "
 )
 # A second record glued onto a line (a missing newline), with its optional process prefix.
 GLUED: Final = (
     r"(?:\((?:[^()\n]|\([^()\n]*\))*? ?pid=\d+(?:, ip=[0-9A-Za-z.:\-]+)?\) )?"
-    r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d (?:\[[^\s\]]+:\d+\]|"
+    r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) +\d\d-\d\d \d\d:\d\d:\d\d (?:\[[^\s\]]+:\d+\]|"
     r"[^\s\]]+\.py:\d+\]) "
 )
 

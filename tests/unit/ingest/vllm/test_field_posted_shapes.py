@@ -97,3 +97,23 @@ def test_an_oom_quoted_a_sentence_a_line_above_the_engine_death_is_read_whole(
     assert oom.row(0, named=True)["total_bytes"] == round(31.40 * GIB)
     assert oom.row(0, named=True)["free_bytes"] == round(41.56 * MIB)
     assert events.filter(pl.col("kind") == "engine_dead").height == 1
+
+
+def test_a_level_padded_to_a_width_still_starts_a_record(tmp_path: Path) -> None:
+    # https://github.com/vllm-project/vllm/pull/24505 (vLLM 0.10.2 on ROCm: "INFO  09-09 ..." with
+    # two spaces, and access lines in a logging format of their own between the stats)
+    trace = _trace(
+        tmp_path,
+        "Server output:\n\n```\n"
+        '(APIServer pid=17943) INFO  127.0.0.1:53300 "POST /v1/completions HTTP/1.1" 200 OK\n'
+        '(APIServer pid=17943) INFO  127.0.0.1:53302 "POST /v1/completions HTTP/1.1" 200 OK\n'
+        "(APIServer pid=17943) INFO  09-09 05:27:57 [loggers.py:123] Engine 000: Avg prompt "
+        "throughput: 5.1 tokens/s, Avg generation throughput: 12.2 tokens/s, Running: 2 reqs, "
+        "Waiting: 0 reqs, GPU KV cache usage: 0.0%, Prefix cache hit rate: 0.0%\n"
+        "(APIServer pid=17943) WARNING 09-09 05:28:07 [loggers.py:123] Engine 000: Avg prompt "
+        "throughput: 0.0 tokens/s, Avg generation throughput: 9.0 tokens/s, Running: 1 reqs, "
+        "Waiting: 0 reqs, GPU KV cache usage: 0.4%, Prefix cache hit rate: 0.0%\n```\n",
+    )
+    running = trace.samples.filter(pl.col("metric") == "requests_running").sort("ts")
+    assert running["value"].to_list() == [2, 1]
+    assert running["ts"].dt.second().to_list() == [57, 7]
