@@ -122,9 +122,10 @@ CONFIG_LINES: Final[tuple[ConfigLine, ...]] = (
     ),
     ConfigLine(
         # the same record goes on (vllm/v1/worker/gpu_worker.py): what profiling measured, then
-        # the KV cache it holds
-        "profiled use (V1 0.11+)", "GiB for weight, ",
-        r"Actual usage is (?P<profiled_weights_bytes__gib>[\d.]+) GiB for weight, "
+        # the KV cache it holds; vllm-ascend's NPU worker (2026) writes "Actual usage: X GiB for
+        # weights, ..." (vllm-project/vllm-ascend PR 8289)
+        "profiled use (V1 0.11+)", "GiB for weight",
+        r"Actual usage(?: is|:) (?P<profiled_weights_bytes__gib>[\d.]+) GiB for weights?, "
         r"(?P<activation_peak_bytes__gib>-?[\d.]+) GiB for peak activation, "
         r"(?P<non_torch_bytes__gib>-?[\d.]+) GiB for non-torch memory",
         "Actual usage is 13.72 GiB for weight, 1.83 GiB for peak activation, 0.04 GiB for "

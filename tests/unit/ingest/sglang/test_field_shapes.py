@@ -147,3 +147,22 @@ def test_a_debug_log_whose_only_sglang_statement_is_a_retraction_is_read(
     assert trace.manifest.sources[0].parser == "sglang-log"
     assert trace.events.filter(pl.col("kind") == "preemption").height == 1
     assert _metric(path, "preemptions_in_interval") == [1.0]
+
+
+def test_a_format_with_each_field_in_brackets_gives_the_batch_figures(tmp_path: Path) -> None:
+    # https://github.com/sgl-project/sglang/issues/22877 (a large PD deployment's own logging
+    # format, "[date time][file.py:N][LEVEL]: msg"; prefill lines with #prealloc-req)
+    path = tmp_path / "bracketed.log"
+    path.write_text(
+        "".join(
+            f"[2026-04-15 17:13:1{s}][scheduler_metrics_mixin.py:424][INFO]: Prefill batch, "
+            f"#new-seq: 1, #new-token: 1, #cached-token: 0, token usage: {usage}, #running-req: "
+            f"{running}, #queue-req: 0, #prealloc-req: {prealloc}, #inflight-req: 1, cuda graph: "
+            "False, input throughput (token/s): 2.49\n"
+            for s, usage, running, prealloc in ((0, "0.00", 0, 18), (1, "0.01", 2, 22))
+        )
+    )
+    assert _metric(path, "requests_running") == [0, 2]
+    assert _metric(path, "kv_usage_ratio") == [0.0, 0.01]
+    trace = ingest_paths([path], IngestOptions())
+    assert trace.samples["ts"].min() == datetime(2026, 4, 15, 17, 13, 10, tzinfo=UTC)

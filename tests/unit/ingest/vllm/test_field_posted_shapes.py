@@ -1,8 +1,9 @@
-"""vLLM lines as people posted them in 2026 threads, in shapes the other tests do not hold: a
-header whose date and time the poster replaced by "...", the 0.21+ record that restates
-``--gpu-memory-utilization`` once CUDA graphs are profiled, and a PyTorch OOM quoted a sentence
-a line above vLLM's engine-death exception. Each text is a faithful rewrite of the thread named
-beside its test (ids and figures kept, the surrounding output cut)."""
+"""vLLM lines as people posted them in 2025-2026 threads, in shapes the other tests do not hold:
+a header whose date and time the poster replaced by "...", a level padded to a width, the 0.21+
+record that restates ``--gpu-memory-utilization`` once CUDA graphs are profiled, vllm-ascend's
+profiling summary, and a PyTorch OOM quoted a sentence a line above vLLM's engine-death
+exception. Each text is a faithful rewrite of the thread named beside its test (ids and figures
+kept, the surrounding output cut)."""
 
 from __future__ import annotations
 
@@ -117,3 +118,23 @@ def test_a_level_padded_to_a_width_still_starts_a_record(tmp_path: Path) -> None
     running = trace.samples.filter(pl.col("metric") == "requests_running").sort("ts")
     assert running["value"].to_list() == [2, 1]
     assert running["ts"].dt.second().to_list() == [57, 7]
+
+
+def test_vllm_ascends_profiling_summary_gives_the_weights_and_the_activation_peak(
+    tmp_path: Path,
+) -> None:
+    # https://github.com/vllm-project/vllm-ascend/pull/8289 (the NPU worker's "Actual usage:"
+    # with "weights" and NPU graph memory; the excerpt ends mid-record)
+    config = _trace(
+        tmp_path,
+        "(EngineCore pid=2884597) INFO 04-15 06:30:01 [worker.py:575] Free memory on device "
+        "(60.86/61.27 GiB) on startup. Desired GPU memory utilization is (0.9, 55.14 GiB). Actual "
+        "usage: 1.14 GiB for weights, 0.22 GiB for peak activation, 0.13 GiB for non-torch "
+        "memory, 0.04 GiB for NPU graph memory. Replace gpu_memory_utilization with "
+        "`--kv-cache-memory=57403864576` (53.46 GiB) to fit in\n",
+    ).manifest.engine_config
+    assert config["profiled_weights_bytes"] == round(1.14 * GIB)
+    assert config["activation_peak_bytes"] == round(0.22 * GIB)
+    assert config["non_torch_bytes"] == round(0.13 * GIB)
+    assert config["initial_free_bytes"] == round(60.86 * GIB)
+    assert config["gpu_memory_utilization"] == 0.9
