@@ -138,3 +138,27 @@ def test_vllm_ascends_profiling_summary_gives_the_weights_and_the_activation_pea
     assert config["non_torch_bytes"] == round(0.13 * GIB)
     assert config["initial_free_bytes"] == round(60.86 * GIB)
     assert config["gpu_memory_utilization"] == 0.9
+
+
+def test_the_kv_budget_is_the_smallest_any_worker_profiled(tmp_path: Path) -> None:
+    # https://github.com/vllm-project/vllm/issues/16570 (0.8.3 V0, TP4 on 40 GB cards: the driver
+    # prints without a process prefix, between its workers, and keeps the least for KV)
+    trace = _trace(
+        tmp_path,
+        "".join(
+            f"{prefix}INFO 04-15 00:05:58 [worker.py:267] model weights take 34.43GiB; "
+            f"non_torch_memory takes {non_torch}GiB; PyTorch activation peak memory takes 2.51GiB; "
+            f"the rest of the memory reserved for KV Cache is {kv}GiB.\n"
+            for prefix, non_torch, kv in (
+                ("(VllmWorkerProcess pid=126555) ", "0.34", "0.13"),
+                ("", "0.43", "0.04"),
+                ("(VllmWorkerProcess pid=126553) ", "0.38", "0.09"),
+            )
+        ),
+    )
+    config = trace.manifest.engine_config
+    assert config["available_kv_cache_bytes"] == round(0.04 * GIB)
+    # other figures keep the first statement
+    assert config["non_torch_bytes"] == round(0.34 * GIB)
+    notes = " ".join(trace.manifest.sources[0].notes)
+    assert "kept the smallest" in notes
