@@ -57,8 +57,16 @@ LOST_BRACKET: Final = (
     r"^(?<outer>.*?)(?<date>\d{4}-\d{2}-\d{2}) (?<time>\d{2}:\d{2}:\d{2})(?:\.(?<ms>\d{3}))?"
     r"(?<ranks>(?: [A-Z][A-Z_]*\d+)+)\] (?<msg>\S.*)$"
 )
+# A format of the user's with each field in its own brackets, no space between them
+# (``[2026-04-15 17:13:10][scheduler_metrics_mixin.py:424][INFO]: Prefill batch, ...``, a large
+# PD deployment's, sgl-project/sglang issue 22877).
+BRACKETED_FIELDS: Final = (
+    r"^(?<outer>.*?)\[(?<date>\d{4}-\d{2}-\d{2})[ T](?<time>\d{2}:\d{2}:\d{2})"
+    r"(?:[,.](?<ms>\d{3})\d*)?\]\[[\w./-]+\.py:\d+\]\[(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\]"
+    r":?\s+(?<msg>\S.*)$"
+)
 # The forms a line without SGLang's own prefix is tried in, in this order.
-OTHER_PREFIXES: Final = (RANKED_LOGGING, LOST_BRACKET, PYTHON_LOGGING)
+OTHER_PREFIXES: Final = (RANKED_LOGGING, LOST_BRACKET, BRACKETED_FIELDS, PYTHON_LOGGING)
 
 
 @dataclass(frozen=True)

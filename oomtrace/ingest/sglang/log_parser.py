@@ -57,7 +57,7 @@ _SNIFF_RANKS = re.compile(
 _MESSAGES = (
     r"(?:Decode batch|Prefill batch|server_args=ServerArgs\(|Load weight (?:begin|end)|"
     r"KV Cache is allocated|max_total_num_tokens=|Capture cuda graph|Init torch distributed|"
-    r"Memory pool end|The server is fired up|KV cache pool is full)"
+    r"Memory pool end|The server is fired up|KV cache pool is full|Decode out of memory happened)"
 )
 _SNIFF_MESSAGES = re.compile(pat.PREFIX_SNIFF + _MESSAGES)
 # SGLang's messages under Python logging's own prefix (a logging configuration of the user's)
@@ -65,8 +65,9 @@ _SNIFF_PYTHON_LOGGING = re.compile(
     r"(?m)^.{0,40}\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}[,.]\d{3}\b.{0,80}?(?:sglang\S*[:\s-]+)"
     + _MESSAGES
 )
-# The rank tag beside the source file in a format of the user's, and SGLang's prefix that lost
-# its "[" in a paste (line_patterns.RANKED_LOGGING, LOST_BRACKET)
+# The rank tag beside the source file in a format of the user's, SGLang's prefix that lost its
+# "[" in a paste, each field bracketed (line_patterns.RANKED_LOGGING, LOST_BRACKET,
+# BRACKETED_FIELDS)
 _SNIFF_RANKED_LOGGING = re.compile(
     r"(?m)^.{0,40}\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[,.]\d{3}\d*)?\s+\[?(?:DEBUG|INFO|"
     r"WARNING|WARN|ERROR|CRITICAL)\]?\s+(?:\d+\s+)?\[(?:[A-Z][A-Z_]*\d+ )*[\w./-]+\.py:\d+\]\s+"
@@ -75,6 +76,10 @@ _SNIFF_RANKED_LOGGING = re.compile(
 _SNIFF_LOST_BRACKET = re.compile(
     r"(?m)^.{0,40}\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d{3})?(?: [A-Z][A-Z_]*\d+)+\] "
     + _MESSAGES
+)
+_SNIFF_BRACKETED_FIELDS = re.compile(
+    r"(?m)^.{0,40}\[\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[,.]\d+)?\]\[[\w./-]+\.py:\d+\]"
+    r"\[[A-Z]+\]:?\s+" + _MESSAGES
 )
 _SNIFF_TIME_ONLY = re.compile(time_of_day.TIME_ONLY)
 # SGLang's messages without its prefix: only those no other program prints (a batch line with its
@@ -436,7 +441,11 @@ class SGLangLogParser:
         lines = head.splitlines()[:400]
         prefixed = sum(1 for line in lines if _SNIFF_PREFIX.search(line))
         if not prefixed:
-            if _SNIFF_PYTHON_LOGGING.search(head) or _SNIFF_RANKED_LOGGING.search(head):
+            if (
+                _SNIFF_PYTHON_LOGGING.search(head)
+                or _SNIFF_RANKED_LOGGING.search(head)
+                or _SNIFF_BRACKETED_FIELDS.search(head)
+            ):
                 return 0.9
             if _SNIFF_LOST_BRACKET.search(head):
                 return 0.6

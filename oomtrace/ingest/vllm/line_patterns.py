@@ -30,13 +30,13 @@ FAMILY_ORDER: Final[tuple[Family, ...]] = tuple(FAMILIES)
 
 # The engine's own prefix: level, MM-DD HH:MM:SS, [file:line] (bracketed from 0.8).
 HEADER: Final = (
-    r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<md>[0-9]{2}-[0-9]{2}) "
+    r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) +(?P<md>[0-9]{2}-[0-9]{2}) "
     r"(?P<hms>[0-9]{2}:[0-9]{2}:[0-9]{2})(?:[.,][0-9]+)? (?P<br>\[)?[^\s\]]+:[0-9]+\] "
 )
 # A second record glued onto a line (a missing newline), with its optional process prefix.
 GLUED: Final = (
     r"(?:\((?:[^()\n]|\([^()\n]*\))*? ?pid=\d+(?:, ip=[0-9A-Za-z.:\-]+)?\) )?"
-    r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d (?:\[[^\s\]]+:\d+\]|"
+    r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) +\d\d-\d\d \d\d:\d\d:\d\d (?:\[[^\s\]]+:\d+\]|"
     r"[^\s\]]+\.py:\d+\]) "
 )
 
@@ -352,6 +352,8 @@ BARE_SNIFF: Final = (
     # The same refusal's opening words, whole where a terminal folded the line after them.
     r"|To serve at least one request with the models?'s? max seq len \(\d+\)"
     r"|is larger than the maximum number of tokens that can be stored in KV cache"
+    # The engine's death, by the names only vLLM gives it (an OOM above it is then vLLM's).
+    r"|EngineDeadError: EngineCore encountered|MQEngineDeadError: Engine loop is not running"
 )
 SNIFF_MARKERS: Final = (
     STATS_LITERAL,

@@ -40,7 +40,8 @@ from oomtrace.ingest.text.outer_prefixes import (
     parse_iso,
     time_sources,
 )
-from oomtrace.ingest.text.split_records import find_split_records
+from oomtrace.ingest.text.split_records import LOG_RECORD_START, find_split_records
+from oomtrace.ingest.torch.oom_text import OOM_SHAPES
 from oomtrace.ingest.vllm.frames import RECORD_TIME, RECORDS, SCANNED_RUNS, UNPARSED_LINES
 from oomtrace.ingest.vllm.line_patterns import GLUED
 from oomtrace.ingest.vllm.log_header import HEADER_AT, HEADER_FIELDS, read_header
@@ -63,7 +64,15 @@ RECORD_START: Final = (
     HEADER_AT
     + r"|^\d{4}-\d\d-\d\d[T ]|^[A-Z][a-z]{2} [ \d]\d \d\d:|^\([\w ]+ pid=\d+(?:, ip=[^)]+)?\) "
 )
-_BARE_LEAD: Final = r"^[ \t]*(?:\[[\w./-]+\.py:\d+\][ \t]+)?"
+# A bare record's lead: the indent of where it was pasted, then a header whose date and time the
+# poster replaced by "..." ("INFO ... [gpu_worker.py:489] ") or left out ("INFO    [x.py:9]  "),
+# or the "[file.py:N] " of a header cut short.
+_LEVEL: Final = r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)[ \t]+"
+_FILE_LINE: Final = r"\[[\w./-]+\.py:\d+\][ \t]+"
+_BARE_LEAD: Final = (
+    rf"^[ \t]*(?:{_LEVEL}(?:\.{{3}}|\u2026)[ \t]+(?:{_FILE_LINE})?"
+    rf"|{_LEVEL}{_FILE_LINE}|{_FILE_LINE})?"
+)
 
 
 def _plain(pattern: str) -> str:
@@ -118,6 +127,8 @@ def build_records(
     # line before it, so then every header line of the chunk is parsed too.
     bare = pl.col("is_candidate") & pl.col("header_at").is_null()
     headerless = frame.select(bare.any()).item()
+    if headerless and frame.select((bare & pl.col("may_be_oom")).any()).item():
+        frame = _rejoin_reflowed_oom(frame, flags, info)
     if headerless:
         frame = _not_access_lines(frame, bare)
         headerless = frame.select(bare.any()).item()
@@ -127,8 +138,7 @@ def build_records(
     )
     records = _parse(frame.filter(parse)).drop("header_at").with_columns(_body())
     if headerless:
-        # A record pasted without its header may keep the indent of where it was pasted, or the
-        # "[file.py:N] " left of a header cut short.
+        # A record pasted without its header may keep what _BARE_LEAD names.
         bare = pl.col("is_candidate") & ~pl.col("has_header")
         records = records.with_columns(
             body=pl.when(bare).then(pl.col("body").str.replace(_BARE_LEAD, "")).otherwise("body")
@@ -162,6 +172,24 @@ def build_records(
         check_frame(rest, UNPARSED_LINES, "vLLM unparsed lines"),
         info,
         scanned,
+    )
+
+
+def _rejoin_reflowed_oom(
+    frame: pl.DataFrame, flags: Mapping[str, pl.Expr], info: ChunkInfo
+) -> pl.DataFrame:
+    """``frame`` with a PyTorch OOM message pasted without a header and re-flowed at spaces (a
+    sentence a line, as vllm issue 52871 quotes it) joined back onto its first line, as the
+    PyTorch reader joins it; rare, so only run where a headerless line may be an OOM."""
+    # An exception's name starts a record here too, as in the PyTorch reader.
+    starts = f"{RECORD_START}|{LOG_RECORD_START}"
+    split = find_split_records(frame.get_column("line"), starts=starts, opens=OOM_SHAPES)
+    if not split.joined:
+        return frame
+    info.rejoined += split.joined
+    frame = frame.with_columns(split.lines).filter(~split.continued)
+    return frame.with_columns(header_at=pl.col("line").str.find(HEADER_AT), **flags).with_columns(
+        is_candidate=pl.any_horizontal(*flags)
     )
 
 

@@ -21,8 +21,10 @@ from oomtrace.ingest.vllm.frames import HEADER_COLUMNS
 from oomtrace.ingest.vllm.line_patterns import HEADER
 
 # Where the engine header starts (capture-free); confirmed by reading the window it points at.
+# A logging format that pads the level to a width ("INFO  09-09 05:27:57", vllm PR 24505) puts
+# more than one space after it; such a header is read by the capturing pattern.
 HEADER_AT: Final = (
-    r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) [0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}"
+    r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) +[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}"
 )
 # What read_header adds (frames.HEADER_COLUMNS): length in characters (null: no header), level,
 # bracket, month*100+day, seconds of the day.
@@ -30,7 +32,8 @@ HEADER_FIELDS: Final = tuple(HEADER_COLUMNS)
 # The header must fit in this many characters from where it starts.
 HEADER_SLICE: Final = 96
 _HEADER_WHOLE: Final = "^(?P<hdr>" + HEADER.removeprefix("^") + ")"
-_SIMPLE_HEADER: Final = "^" + HEADER_AT + r" \[?[A-Za-z0-9_.\-]+:[0-9]+\] "
+# Read at fixed offsets: one space after the level.
+_SIMPLE_HEADER: Final = "^" + HEADER_AT.replace(" +", " ", 1) + r" \[?[A-Za-z0-9_.\-]+:[0-9]+\] "
 _LEVELS: Final = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 _LEVEL_WIDTH: Final = {ord(level[0]): len(level) for level in _LEVELS}
 _LEVEL_NAME: Final = {ord(level[0]): level for level in _LEVELS}

@@ -89,7 +89,7 @@ from oomtrace.ingest.vllm.skipped_lines import (
 from oomtrace.ingest.vllm.startup_config import engine_config, version_family
 
 _SNIFF_HEADER: Final = re.compile(
-    r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d \[?[^\s\]]+\.py:\d+\] "
+    r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) +\d\d-\d\d \d\d:\d\d:\d\d \[?[^\s\]]+\.py:\d+\] "
 )
 _SNIFF_BARE: Final = re.compile(BARE_SNIFF)
 # Records without their header are vLLM's only by their wording: below a parser that knows the

@@ -5,7 +5,7 @@ seen."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import polars as pl
 
@@ -25,7 +25,8 @@ def engine_config(rows: pl.DataFrame, ledger: Ledger) -> tuple[dict[str, Any], s
     changed: dict[str, Any] = {}
     diag = ledger.diag
     rows = drop_rank_repeats(rows, ["line_name", "key", "value"], ledger)
-    for row in rows.sort("record_seq").iter_rows(named=True):
+    rows = _smallest_of_ranks(rows)
+    for row in rows.sort("order").iter_rows(named=True):
         try:
             value = _convert(row["value"], row["conv"])
         except (ValueError, UnitError):
@@ -43,12 +44,51 @@ def engine_config(rows: pl.DataFrame, ledger: Ledger) -> tuple[dict[str, Any], s
     for key, value in changed.items():
         if key in ("version", "engine_kind"):
             continue
+        kept = "the smallest" if key in _SMALLEST_OF_RANKS else "the first"
         diag.note(
-            f"engine_config.{key}: a later line states {_show(key, value)} (the engine "
-            f"restarted or another rank differs); kept the first, {_show(key, config[key])}"
+            f"engine_config.{key}: another line states {_show(key, value)} (the engine "
+            f"restarted or another rank differs); kept {kept}, {_show(key, config[key])}"
         )
     version = config.pop("version", None)
     return config, None if version is None else str(version)
+
+
+# vLLM gives every worker the KV cache of the smallest budget any of them profiled (V0's executor:
+# `num_gpu_blocks = min(b[0] for b in num_blocks)` in determine_num_available_blocks; V1:
+# "Change the num_blocks of each rank to the smallest among all ranks" in
+# vllm/v1/core/kv_cache_utils.py get_kv_cache_configs): where workers state different budgets at
+# one printed second, the smallest is the engine's, whatever the order they were printed in
+# (vllm issue 16570: a worker's 0.13 GiB printed before the driver's 0.04 GiB).
+_SMALLEST_OF_RANKS: Final = frozenset({"available_kv_cache_bytes"})
+
+
+def _smallest_of_ranks(rows: pl.DataFrame) -> pl.DataFrame:
+    """``rows`` with an ``order`` to read them in: each start's smallest budget statement (from
+    several processes at one printed second) goes first, the others stay for the note."""
+    rows = rows.with_columns(order=pl.col("record_seq").cast(pl.Float64))
+    budget = rows.filter(pl.col("key").is_in(list(_SMALLEST_OF_RANKS)))
+    if budget.height < 2 or budget.get_column("proc").n_unique() < 2:
+        return rows
+    sizes = []
+    for value, conv in budget.select("value", "conv").iter_rows():
+        try:
+            sizes.append(_convert(value, conv))
+        except (ValueError, UnitError):
+            sizes.append(None)
+    group = ["printed_month_day", "printed_second_of_day", "year_offset", "key"]
+    least = (
+        budget.with_columns(pl.Series("_size", sizes, dtype=pl.Int64))
+        .with_columns(_first=pl.col("record_seq").min().over(group))
+        .filter(pl.col("_size") == pl.col("_size").min().over(group))
+        .sort("record_seq")
+        .unique(group, keep="first", maintain_order=True)
+        .select("record_seq", "key", _ahead=pl.col("_first").cast(pl.Float64) - 0.5)
+    )
+    return (
+        rows.join(least, on=["record_seq", "key"], how="left")
+        .with_columns(order=pl.coalesce("_ahead", "order"))
+        .drop("_ahead")
+    )
 
 
 def _convert(value: str, conv: str) -> Any:

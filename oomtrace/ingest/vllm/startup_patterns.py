@@ -122,9 +122,10 @@ CONFIG_LINES: Final[tuple[ConfigLine, ...]] = (
     ),
     ConfigLine(
         # the same record goes on (vllm/v1/worker/gpu_worker.py): what profiling measured, then
-        # the KV cache it holds
-        "profiled use (V1 0.11+)", "GiB for weight, ",
-        r"Actual usage is (?P<profiled_weights_bytes__gib>[\d.]+) GiB for weight, "
+        # the KV cache it holds; vllm-ascend's NPU worker (2026) writes "Actual usage: X GiB for
+        # weights, ..." (vllm-project/vllm-ascend PR 8289)
+        "profiled use (V1 0.11+)", "GiB for weight",
+        r"Actual usage(?: is|:) (?P<profiled_weights_bytes__gib>[\d.]+) GiB for weights?, "
         r"(?P<activation_peak_bytes__gib>-?[\d.]+) GiB for peak activation, "
         r"(?P<non_torch_bytes__gib>-?[\d.]+) GiB for non-torch memory",
         "Actual usage is 13.72 GiB for weight, 1.83 GiB for peak activation, 0.04 GiB for "
@@ -243,6 +244,17 @@ CONFIG_LINES: Final[tuple[ConfigLine, ...]] = (
         r"^Available KV cache memory: (?P<available_kv_cache_bytes__gib>-?[\d.]+) GiB",
         "Available KV cache memory: 2.30 GiB", {"available_kv_cache_bytes": _gib(2.30)},
         "v1-0.8.5",
+    ),
+    ConfigLine(
+        # vllm/v1/worker/gpu_worker.py (0.21+): the utilisation asked for, with what it comes to
+        # now that the CUDA-graph estimate is taken off the KV budget.
+        "utilisation with CUDA-graph profiling (V1 0.21+)", "CUDA graph memory profiling is",
+        r"^CUDA graph memory profiling is enabled .*?The current --gpu-memory-utilization="
+        r"(?P<gpu_memory_utilization__float>[\d.]+) is equivalent",
+        "CUDA graph memory profiling is enabled (default since v0.21.0). The current "
+        "--gpu-memory-utilization=0.9200 is equivalent to --gpu-memory-utilization=0.9129 without "
+        "CUDA graph memory profiling.",
+        {"gpu_memory_utilization": 0.92}, "v1-0.20",
     ),
     ConfigLine(
         "blocks V0 <= 0.6", "# GPU blocks: ",

@@ -124,3 +124,45 @@ def test_the_same_format_on_one_gpu_has_no_rank_tag_and_is_read(tmp_path: Path) 
         "(token/s): 693.45, #queue-req: 0\n"
     )
     assert _metric(path, "requests_running") == [5]
+
+
+def test_a_debug_log_whose_only_sglang_statement_is_a_retraction_is_read(
+    tmp_path: Path,
+) -> None:
+    # https://github.com/sgl-project/sglang/pull/6731 (one GPU so no rank tag; a developer's
+    # debug prints and "#" comments around SGLang's own retraction line)
+    path = tmp_path / "retract.log"
+    path.write_text(
+        "debug logs\n\n```\n"
+        "[2025-05-28 08:25:50] ========== update_running_batch ==========\n"
+        "[2025-05-28 08:25:50] check_decode_mem self.new_page_count_next_decode()=6\n"
+        "[163, 157, 157, 157, 131, 131, 131, 129, 131, 129, 285, 129, 129, 129, 129]\n\n"
+        "# Log format: (node.id, node.lock_ref, node.loading)\n"
+        "[2025-05-28 08:25:50] self.tree_cache.evictable_size()=0\n"
+        "[2025-05-28 08:25:50] Decode out of memory happened. #retracted_reqs: 1, "
+        "#new_token_ratio: 0.8024 -> 0.9085\n"
+        "[2025-05-28 08:25:50] alloc_decode len(self.free_pages)=5\n"
+    )
+    trace = ingest_paths([path], IngestOptions())
+    assert trace.manifest.sources[0].parser == "sglang-log"
+    assert trace.events.filter(pl.col("kind") == "preemption").height == 1
+    assert _metric(path, "preemptions_in_interval") == [1.0]
+
+
+def test_a_format_with_each_field_in_brackets_gives_the_batch_figures(tmp_path: Path) -> None:
+    # https://github.com/sgl-project/sglang/issues/22877 (a large PD deployment's own logging
+    # format, "[date time][file.py:N][LEVEL]: msg"; prefill lines with #prealloc-req)
+    path = tmp_path / "bracketed.log"
+    path.write_text(
+        "".join(
+            f"[2026-04-15 17:13:1{s}][scheduler_metrics_mixin.py:424][INFO]: Prefill batch, "
+            f"#new-seq: 1, #new-token: 1, #cached-token: 0, token usage: {usage}, #running-req: "
+            f"{running}, #queue-req: 0, #prealloc-req: {prealloc}, #inflight-req: 1, cuda graph: "
+            "False, input throughput (token/s): 2.49\n"
+            for s, usage, running, prealloc in ((0, "0.00", 0, 18), (1, "0.01", 2, 22))
+        )
+    )
+    assert _metric(path, "requests_running") == [0, 2]
+    assert _metric(path, "kv_usage_ratio") == [0.0, 0.01]
+    trace = ingest_paths([path], IngestOptions())
+    assert trace.samples["ts"].min() == datetime(2026, 4, 15, 17, 13, 10, tzinfo=UTC)

@@ -9,18 +9,14 @@ from pathlib import Path
 
 import polars as pl
 
-from oomtrace.ingest import IngestOptions, ingest_paths
 from oomtrace.trace import Trace
+from tests.unit.ingest.vllm.field_ingest import vllm_trace
 
 GIB = 2**30
 
 
 def _trace(tmp_path: Path, text: str) -> Trace:
-    path = tmp_path / "vllm.log"
-    path.write_text(text)
-    trace = ingest_paths([path], IngestOptions(year=2026))
-    assert trace.manifest.sources[0].parser == "vllm-log"
-    return trace
+    return vllm_trace(tmp_path, text)
 
 
 def _config(tmp_path: Path, text: str) -> dict[str, object]:
