@@ -103,6 +103,26 @@ MARKERS: Final[tuple[Marker, ...]] = (
         after=_ACCOUNT,
     ),
     Marker("load_weights", _FRAME + r"(?:load_model|load_weights)\b", before=_TRACEBACK),
+    # vLLM V0's worker wrapper names the method on the failure's own line ("Exception in worker
+    # VllmWorkerProcess while processing method determine_num_available_blocks: CUDA out of
+    # memory ...", vllm/executor/multiproc_worker_utils.py; vllm#8903)
+    Marker(
+        "profile_run",
+        r"while processing method (?:determine_num_available_blocks"
+        r"|determine_available_memory|profile_run)\b",
+    ),
+    Marker("load_weights", r"while processing method load_model\b"),
+    # informational lines: they count only right beside the failure. vLLM says "Starting to load
+    # model X..." before the weights and "Loading weights took" / "Model loading took" after
+    # (gpu_model_runner.py): an OOM within three lines after the first is the weights' (vllm#16343).
+    # tqdm's shard progress short of 100% beside the failure: the load stopped there (vllm#31273).
+    Marker("load_weights", r"\bStarting to load model \S", before=3),
+    Marker(
+        "load_weights",
+        r"Loading (?:safetensors|pt) checkpoint shards:\s+\d{1,2}% Completed",
+        before=3,
+        after=3,
+    ),
     Marker(
         "load_weights",
         r"llama_model_load: error loading model|alloc_tensor_range: failed to allocate",
@@ -132,6 +152,7 @@ FRAME_LITERALS: Final = (
     "in initialize_from_config", "in _initialize_kv_caches", "in allocate_kv_cache",
     "in load_model", "in load_weights", "in compile_or_warm_up_model", "in warm_up_model",
     "in warmup_model", "in init_memory_pool", "Capture cuda graph failed",
+    "while processing method", "Starting to load model", "checkpoint shards:",
 )  # fmt: skip
 
 
