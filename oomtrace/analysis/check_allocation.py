@@ -6,7 +6,7 @@ transient check falls back on when no KV observation or request places the OOM i
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Final
 
 from oomtrace.analysis import evidence as ev
 from oomtrace.analysis.findings import ClassCheck
@@ -81,6 +81,55 @@ def not_short(event: dict[str, Any], page_size: int | None = None) -> str | None
         "the failure was not for lack of device memory (a per-process limit, a memory fraction "
         "or the driver refused it)"
     )
+
+
+# A library's own allocation that found the device full states no size: the reader needs to
+# know whose memory it was and why the engine's share did not cover it. Keyed by what the failure
+# line says (the sizeless event's detail, oomtrace/ingest/torch/oom_text.py).
+_LIBRARIES: Final = (
+    (
+        "Cuda failure",
+        (
+            "NCCL could not allocate device memory for its own buffers (communicators, P2P "
+            "and proxy buffers): NCCL allocates outside PyTorch's cache and outside the "
+            "engine's memory share (--gpu-memory-utilization, --mem-fraction-static), so a "
+            "share that takes nearly the whole device leaves it too little; the message states "
+            "no size"
+        ),
+    ),
+    (
+        "CUBLAS_STATUS_ALLOC_FAILED",
+        (
+            "cuBLAS could not create its handle and workspace (CUBLAS_STATUS_ALLOC_FAILED): a "
+            "library's allocation outside PyTorch's cache found the device full; the message "
+            "states no size"
+        ),
+    ),
+    (
+        "CUDNN_STATUS_ALLOC_FAILED",
+        (
+            "cuDNN could not allocate its workspace (CUDNN_STATUS_ALLOC_FAILED): a library's "
+            "allocation outside PyTorch's cache found the device full; the message states no size"
+        ),
+    ),
+    (
+        "NVML_SUCCESS",
+        (
+            "an allocation failed for want of device memory, and PyTorch's report of it failed "
+            "in NVML before any figure was printed (its process list: NVML does not answer it "
+            "on a MIG slice or in some containers); the device or MIG slice was full"
+        ),
+    ),
+)
+
+
+def library_failure(event: dict[str, Any] | None) -> str | None:
+    """Whose allocation a sizeless failure was (NCCL, cuBLAS, cuDNN) or why PyTorch printed no
+    figures (its report failing in NVML), in words; None for any other failure."""
+    if not event or event.get("kind") != "oom" or event.get("requested_bytes") is not None:
+        return None
+    detail = str(event.get("detail") or "")
+    return next((words for key, words in _LIBRARIES if detail.startswith(key)), None)
 
 
 def one_allocation(event: dict[str, Any]) -> ClassCheck:
