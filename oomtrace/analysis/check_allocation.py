@@ -149,7 +149,7 @@ def one_allocation(event: dict[str, Any]) -> ClassCheck:
             "states no free memory): temporary memory for a step did not fit beside what was "
             "held",
             (ev.event(event),),
-            (("requested_bytes", wanted), ("room_bytes", None)),
+            (("requested_bytes", wanted), ("room_bytes", None), ("phase", phase), _engine(event)),
         )
     if free is None:
         return ClassCheck(
@@ -172,18 +172,44 @@ def one_allocation(event: dict[str, Any]) -> ClassCheck:
     if allocated is not None:
         reason += f" ({format_bytes(allocated)} allocated by PyTorch)"
     outside = _outside(event)
-    if outside is not None:
+    if outside is not None and allocated is not None and _async_pool(event, outside, allocated):
+        # cudaMallocAsync's "Currently allocated" leaves out what its CUDA pool keeps of freed
+        # memory: a rest several times what tensors hold is that pool growing, not a peak
+        # (https://github.com/huggingface/text-generation-inference/issues/655: 9.64 GiB
+        # allocated, 3 MiB free of 39.39 GiB; the maintainers' fix was the native allocator)
+        reason += (
+            f"; {format_bytes(outside)} in use beyond the {format_bytes(allocated)} PyTorch had "
+            "allocated: with the cudaMallocAsync allocator that is most likely its CUDA pool's "
+            "cache (memory freed by tensors that the pool keeps and PyTorch does not count), "
+            "else another process; a pool that grows request after request is that allocator's "
+            "leak, which the native allocator (PYTORCH_CUDA_ALLOC_CONF=backend:native) avoids"
+        )
+    elif outside is not None:
         reason += (
             f"; {format_bytes(outside)} in use outside PyTorch's allocator (other processes or "
             "memory PyTorch does not count)"
         )
+    if phase is not None and phase not in STARTUP_PHASES:
+        reason = f"{EVENT_PHASES[phase]}: {reason}"
     return ClassCheck(
         "transient_peak",
         True,
         reason,
         (ev.event(event),),
-        (("requested_bytes", wanted), ("room_bytes", free)),
+        (("requested_bytes", wanted), ("room_bytes", free), ("phase", phase), _engine(event)),
     )
+
+
+def _engine(event: dict[str, Any]) -> tuple[str, str | None]:
+    """The engine whose settings bound the failed step, where the event's own words name one."""
+    llama = str(event.get("detail") or "").startswith("llama.cpp")
+    return ("engine", "llama.cpp" if llama else None)
+
+
+def _async_pool(event: dict[str, Any], outside: int, allocated: int) -> bool:
+    """Whether the rest of a cudaMallocAsync refusal is its pool grown past what is in use."""
+    refusal = str(event.get("detail") or "").startswith("PyTorch cudaMallocAsync refusal")
+    return refusal and outside > allocated
 
 
 def held_outside(event: dict[str, Any]) -> int | None:

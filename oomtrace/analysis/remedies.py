@@ -156,6 +156,25 @@ def _foreign(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> list[
     where = f"GPU {device}" if device is not None else "the engine's GPU"
     if held and check.figure("holder") == "unnamed":
         out.append(_find_holder(incident, check, held, where))
+    elif held and check.figure("holder") == "siblings":
+        # the engine's own workers: they stay; the engine's share leaves them room
+        out.append(
+            remedy(
+                incident,
+                check,
+                f"leave room on {where} for the engine's own worker processes "
+                f"({format_bytes(held)}): a lower --gpu-memory-utilization (or "
+                "--mem-fraction-static), not moving them",
+                setting=None,
+                value=None,
+                basis="process",
+                detail=(
+                    f"they held {format_bytes(held)} outside the failing process's share; "
+                    "the engine sizes its share as a fraction of the whole device"
+                ),
+                figures={"foreign_bytes": held},
+            )
+        )
     elif held:
         who = f"process {pid}" if pid is not None else "the other processes"
         if isinstance(name, str) and name:

@@ -17,7 +17,7 @@ from oomtrace.analysis.check_allocation import (
     pool_not_short,
     stated_fragmentation,
 )
-from oomtrace.analysis.check_foreign import outside_allocator
+from oomtrace.analysis.check_foreign import outside_allocator, siblings
 from oomtrace.analysis.check_startup import (
     MISFIT_KINDS,
     phase_engine,
@@ -99,7 +99,11 @@ def _foreign(
     reason = f"{when} other processes held {format_bytes(held)} ({who})"
     if shortfall is not None:
         reason += f"; {failed} lacked {format_bytes(shortfall)}, which they held"
+    own = siblings(processes)
+    if own is not None:
+        reason += f"; {own}"
     figures = (
+        *((("holder", "siblings"),) if own is not None else ()),
         ("pid", top.pid),
         ("process_name", top.name),
         ("foreign_bytes", held),

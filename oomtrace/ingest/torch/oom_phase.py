@@ -71,10 +71,25 @@ MARKERS: Final[tuple[Marker, ...]] = (
         r"|out of memory occurred when warming up sampler",
         before=_TRACEBACK,
     ),
+    # a request's image through the vision encoder while serving: vLLM's frames (after the
+    # profile run's: the profile encodes dummy images too), llama.cpp's server saying it is
+    # processing an image right before the failure (tools/server, "process_chunk: processing
+    # image..."; https://github.com/ggml-org/llama.cpp/issues/13414: a 3 MB image's 4.41 GiB)
+    Marker(
+        "mm_encode",
+        r"\bprocess_chun\w*: processing image|\bencoding image slice",
+        before=3,
+    ),
     Marker(
         "profile_run",
         _FRAME + r"(?:profile_run|_dummy_run|_dummy_pooler_run|determine_available_memory"
         r"|determine_num_available_blocks)\b",
+        before=_TRACEBACK,
+    ),
+    Marker(
+        "mm_encode",
+        _FRAME + r"(?:_execute_mm_encoder|get_multimodal_embeddings|_process_image_input"
+        r"|_process_video_input)\b",
         before=_TRACEBACK,
     ),
     Marker(
@@ -153,6 +168,8 @@ FRAME_LITERALS: Final = (
     "in load_model", "in load_weights", "in compile_or_warm_up_model", "in warm_up_model",
     "in warmup_model", "in init_memory_pool", "Capture cuda graph failed",
     "while processing method", "Starting to load model", "checkpoint shards:",
+    "processing image", "encoding image slice", "in _execute_mm_encoder",
+    "in get_multimodal_embeddings", "in _process_image_input", "in _process_video_input",
 )  # fmt: skip
 
 

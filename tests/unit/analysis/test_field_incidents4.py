@@ -173,3 +173,72 @@ def test_a_containers_job_killed_with_exit_137_is_a_host_memory_death(tmp_path: 
     assert "was killed" in death
     assert "not device memory" in death
     assert "shared memory" in death
+
+
+# https://github.com/vllm-project/vllm/issues/8731: Qwen2.5-32B TP 4 with a 7B draft on 40 GB
+# A100s; GPU 0's OOM lists three "processes" of consecutive ids, 1.62 GiB each: the engine's own
+# other workers' contexts on GPU 0, not another tenant.
+SIBLINGS_8731 = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 72.00 MiB. GPU 0 has a total "
+    "capacity of 39.56 GiB of which 60.81 MiB is free. Process 3179876 has 1.62 GiB memory in "
+    "use. Process 3179877 has 1.62 GiB memory in use. Including non-PyTorch memory, this process "
+    "has 34.61 GiB memory in use. Process 3179875 has 1.62 GiB memory in use. Of the allocated "
+    "memory 28.75 GiB is allocated by PyTorch, with 28.60 MiB allocated in private pools (e.g., "
+    "CUDA Graphs), and 384.74 MiB is reserved by PyTorch but unallocated.\n"
+)
+# https://github.com/huggingface/text-generation-inference/issues/655: TGI with --num-shard on
+# the cudaMallocAsync allocator; memory grew with each request (the maintainers: fixed by the
+# native allocator). Its six-line refusal, after the frame that asked.
+ASYNC_655 = (
+    "    value_layer = torch.cat((past_value, value_layer), dim=1)\n"
+    "torch.cuda.OutOfMemoryError: Allocation on device 0 would exceed allowed memory. (out of "
+    "memory)\n"
+    "Currently allocated     : 9.64 GiB\n"
+    "Requested               : 1.49 MiB\n"
+    "Device limit            : 39.39 GiB\n"
+    "Free (according to CUDA): 3.06 MiB\n"
+    "PyTorch limit (set by user-supplied memory fraction)\n"
+    "                        : 39.39 GiB\n"
+)
+# https://github.com/ggml-org/llama.cpp/issues/13414: llama-server with Qwen2.5-VL on a 10 GB
+# RTX 3080; a 3 MB image's projector buffer (4,514.05 MiB) right after "processing image".
+IMAGE_13414 = (
+    "srv  process_chun: processing image...\n"
+    "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 4514.05 MiB on device 0: cudaMalloc "
+    "failed: out of memory\n"
+    "ggml_gallocr_reserve_n: failed to allocate CUDA0 buffer of size 4733328896\n"
+)
+
+
+def test_other_processes_of_consecutive_ids_and_one_size_are_the_engines_workers(
+    tmp_path: Path,
+) -> None:
+    findings = _findings(tmp_path, "vllm-8731.txt", SIBLINGS_8731)
+    primary = findings.primary
+    assert primary is not None
+    assert "most likely the engine's own workers" in primary.reason
+    # THEN no remedy moves them off the GPU: the engine's share leaves them room
+    (first, *_) = _actions(findings)
+    assert first.startswith("leave room on GPU 0 for the engine's own worker processes (4.86 GiB)")
+    assert not any(a.startswith("move ") for a in _actions(findings))
+
+
+def test_an_async_allocator_refusal_far_beyond_what_is_allocated_names_its_pool(
+    tmp_path: Path,
+) -> None:
+    primary = _findings(tmp_path, "tgi-655.txt", ASYNC_655).primary
+    assert primary is not None
+    assert "29.75 GiB in use beyond the 9.64 GiB PyTorch had allocated" in primary.reason
+    assert "PYTORCH_CUDA_ALLOC_CONF=backend:native" in primary.reason
+
+
+def test_an_image_through_llama_cpps_encoder_gets_the_image_bound(tmp_path: Path) -> None:
+    findings = _findings(tmp_path, "lcpp-13414.txt", IMAGE_13414)
+    primary = findings.primary
+    assert primary is not None
+    assert primary.cls == "transient_peak"
+    assert primary.reason.startswith("the encoding of a request's image or video")
+    assert "4.41 GiB" in primary.reason
+    (first, *_) = _actions(findings)
+    assert "--image-max-tokens" in first
+    assert "--no-mmproj-offload" in first
