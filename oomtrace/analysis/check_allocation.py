@@ -86,11 +86,12 @@ def not_short(event: dict[str, Any], page_size: int | None = None) -> str | None
 # A library's own allocation that found the device full states no size: the reader needs to
 # know whose memory it was and why the engine's share did not cover it. Keyed by what the failure
 # line says (the sizeless event's detail, oomtrace/ingest/torch/oom_text.py).
+NCCL_WORDS: Final = "NCCL could not allocate device memory"
 _LIBRARIES: Final = (
     (
         "Cuda failure",
         (
-            "NCCL could not allocate device memory for its own buffers (communicators, P2P "
+            NCCL_WORDS + " for its own buffers (communicators, P2P "
             "and proxy buffers): NCCL allocates outside PyTorch's cache and outside the "
             "engine's memory share (--gpu-memory-utilization, --mem-fraction-static), so a "
             "share that takes nearly the whole device leaves it too little; the message states "

@@ -28,6 +28,7 @@ from typing import Any
 import polars as pl
 
 from oomtrace.analysis import evidence as ev
+from oomtrace.analysis.check_allocation import library_failure
 from oomtrace.analysis.check_context import Context
 from oomtrace.analysis.evidence import Evidence
 from oomtrace.analysis.findings import ClassCheck
@@ -95,13 +96,17 @@ def startup(ctx: Context) -> ClassCheck:
     served = served_since(ctx, since)
     evidence = starting(ctx, since)
     if ctx.anchor == "oom" and served is None and ctx.oom is not None and evidence is not None:
+        # a library's own buffers (NCCL's) are not the weights, cache and reserve: the reason
+        # names the library first (classify) and here only when it came
+        library = library_failure(ctx.oom) is not None
         return ClassCheck(
             "startup_misfit",
             True,
             f"the OOM came before the engine served anything ({evidence}; no request, no running "
-            "request, no KV in use in any source): weights, cache and reserve did not fit",
+            "request, no KV in use in any source)"
+            + ("" if library else ": weights, cache and reserve did not fit"),
             (ev.event(ctx.oom),),
-            _oom_figures(ctx),
+            (*_oom_figures(ctx), ("library", library or None)),
         )
     if ctx.anchor == "oom" and served is None:
         return ClassCheck(

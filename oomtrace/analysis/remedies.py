@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from oomtrace.analysis.check_allocation import NCCL_WORDS
 from oomtrace.analysis.findings import ClassCheck, Incident, Remedy
 from oomtrace.analysis.remedy_base import (
     MAX_UTILISATION,
@@ -50,6 +51,9 @@ __all__ = ["RemedyFacts", "remedies_for"]
 
 def remedies_for(incident: Incident, facts: RemedyFacts) -> tuple[Remedy, ...]:
     """The incident's remedies, the one to apply first first."""
+    if incident.reason.startswith(NCCL_WORDS):
+        # NCCL's own buffers: whatever the class, the engine's share must leave them room
+        return (_nccl_room(incident),)
     make = _MAKERS.get(incident.cls)
     if make is None:
         return ()
@@ -57,6 +61,28 @@ def remedies_for(incident: Incident, facts: RemedyFacts) -> tuple[Remedy, ...]:
     if check is None:
         return ()
     return tuple(make(incident, check, facts))
+
+
+def _nccl_room(incident: Incident) -> Remedy:
+    check = next((c for c in incident.checks if c.matched), None) or ClassCheck(
+        incident.cls, False, incident.reason
+    )
+    where = f"GPU {incident.device}" if incident.device is not None else "each GPU"
+    return remedy(
+        incident,
+        check,
+        f"leave NCCL room on {where} outside the engine's share: a lower "
+        "--gpu-memory-utilization (vLLM) or --mem-fraction-static (SGLang), or a smaller KV "
+        "cache fraction (TensorRT-LLM's kv_cache_free_gpu_mem_fraction)",
+        setting=None,
+        value=None,
+        basis="process",
+        detail=(
+            "NCCL allocates its communicators' and P2P buffers with cudaMalloc, outside "
+            "PyTorch's cache and outside the share the engine sizes for itself; how much it "
+            "needs grows with the ranks and channels (NCCL_BUFFSIZE, NCCL_MAX_NCHANNELS bound it)"
+        ),
+    )
 
 
 # -- start-up misfit ----------------------------------------------------------------------------

@@ -145,7 +145,11 @@ def test_nccls_out_of_memory_is_an_oom_of_its_own_buffers_at_start_up(tmp_path: 
     assert primary.cls == "startup_misfit"
     assert primary.reason.startswith("NCCL could not allocate device memory for its own buffers")
     assert "the engine said it failed to start" in primary.reason
+    assert "weights, cache and reserve" not in primary.reason
     assert not any("does not say why" in d for d in findings.trace.deaths)
+    # AND the remedy leaves NCCL room outside the engine's share
+    (first,) = _actions(findings)
+    assert first.startswith("leave NCCL room on each GPU outside the engine's share")
 
 
 def test_nccls_warnings_alone_are_read_as_its_oom(tmp_path: Path) -> None:
