@@ -11,7 +11,7 @@ from pathlib import Path
 
 from oomtrace.analysis import analyze
 from oomtrace.analysis.findings import Findings
-from oomtrace.ingest import IngestOptions, load_any
+from tests.factories import text_trace
 
 # https://github.com/vllm-project/vllm/issues/16343: vLLM 0.8.3 serving microsoft/phi-4 (14.7 B
 # parameters, about 29 GB in bf16) on a 24 GB RTX 3090; the OOM (its first letter cut off in the
@@ -97,9 +97,7 @@ KILLED_38 = (
 
 
 def _findings(tmp_path: Path, name: str, text: str) -> Findings:
-    path = tmp_path / name
-    path.write_text(text, encoding="utf-8")
-    return analyze(load_any([path], IngestOptions()))
+    return analyze(text_trace(tmp_path, name, text))
 
 
 def _actions(findings: Findings) -> list[str]:
