@@ -28,7 +28,7 @@ from typing import Any
 import polars as pl
 
 from oomtrace.analysis import evidence as ev
-from oomtrace.analysis.check_allocation import library_failure
+from oomtrace.analysis.check_allocation import NCCL_WORDS, library_failure
 from oomtrace.analysis.check_context import Context
 from oomtrace.analysis.evidence import Evidence
 from oomtrace.analysis.findings import ClassCheck
@@ -98,7 +98,8 @@ def startup(ctx: Context) -> ClassCheck:
     if ctx.anchor == "oom" and served is None and ctx.oom is not None and evidence is not None:
         # a library's own buffers (NCCL's) are not the weights, cache and reserve: the reason
         # names the library first (classify) and here only when it came
-        library = library_failure(ctx.oom) is not None
+        library = library_failure(ctx.oom)
+        nccl = library is not None and library.startswith(NCCL_WORDS)
         return ClassCheck(
             "startup_misfit",
             True,
@@ -106,7 +107,7 @@ def startup(ctx: Context) -> ClassCheck:
             "request, no KV in use in any source)"
             + ("" if library else ": weights, cache and reserve did not fit"),
             (ev.event(ctx.oom),),
-            (*_oom_figures(ctx), ("library", library or None)),
+            (*_oom_figures(ctx), ("library", "nccl" if nccl else None)),
         )
     if ctx.anchor == "oom" and served is None:
         return ClassCheck(

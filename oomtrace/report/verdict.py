@@ -50,6 +50,12 @@ CLASS_EXPLANATIONS: Final[dict[str, str]] = {
         "reserve together do not fit the device, or the cache cannot hold one request of the "
         "maximum length."
     ),
+    # the same class where NCCL's own buffers failed while the engine started:
+    # not the weights and cache, but what the engine's share left outside itself
+    "startup_misfit_library": (
+        "The engine could not start: NCCL's own buffers (its communicators' and transfers') did "
+        "not fit in what the engine's memory share left outside itself."
+    ),
     "fragmentation": (
         "At the failure the allocator held a large amount of memory reserved but not in use: "
         "enough in total, but not in one piece for the allocation that failed."
@@ -224,6 +230,8 @@ def _paragraph(cls: str, incident: Mapping[str, Any]) -> str:
     explained = cls
     if cls == "transient_peak" and check_figures(incident).get("kv_usage_ratio") is None:
         explained = "transient_peak_kv_unseen"
+    if cls == "startup_misfit" and check_figures(incident).get("library") == "nccl":
+        explained = "startup_misfit_library"
     parts = [CLASS_EXPLANATIONS.get(explained, CLASS_EXPLANATIONS["unknown"])]
     reason = str(incident.get("reason") or "").strip()
     # the verdict's "Cause:" line already states the reason where no culprit is named: the

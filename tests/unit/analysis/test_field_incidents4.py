@@ -11,6 +11,7 @@ from pathlib import Path
 
 from oomtrace.analysis import analyze
 from oomtrace.analysis.findings import Findings
+from oomtrace.report.verdict import build_verdict
 from tests.factories import text_trace
 
 # https://github.com/vllm-project/vllm/issues/16343: vLLM 0.8.3 serving microsoft/phi-4 (14.7 B
@@ -148,6 +149,10 @@ def test_nccls_out_of_memory_is_an_oom_of_its_own_buffers_at_start_up(tmp_path: 
     # AND the remedy leaves NCCL room outside the engine's share
     (first,) = _actions(findings)
     assert first.startswith("leave NCCL room on each GPU outside the engine's share")
+    # AND the report explains NCCL's buffers, not the weights and the KV cache
+    paragraph = build_verdict(findings.to_json()["incidents"][0], ()).paragraph
+    assert paragraph.startswith("The engine could not start: NCCL's own buffers")
+    assert "the model weights, the KV cache and the runtime reserve" not in paragraph
 
 
 def test_nccls_warnings_alone_are_read_as_its_oom(tmp_path: Path) -> None:
