@@ -43,6 +43,11 @@ RAY_WORKER_LOST: Final = "a Ray worker died with no word"
 _RAY_MONITOR: Final = r"Memory on the node (?:\(IP: [^)]*\) )?(?:where the \w+ \("
 _RAY_SIGKILL: Final = r"killed by (?:SIGKILL by )?(?:the )?OOM killer due to high memory usage"
 CONTAINER_KILL: Final = "the container's main process was killed"
+CONTAINER_KILL_DETAIL: Final = (
+    f"{CONTAINER_KILL} (SIGKILL: bash's 'Killed', exit code 137 or OOMKilled): most often for "
+    "want of host or container memory (RAM, shared memory /dev/shm, the container's memory "
+    "limit), not device memory; `dmesg` or `docker inspect` (OOMKilled) says which"
+)
 # bash's report of a script's job killed by SIGKILL ("./entrypoint.sh: line 28:     7 Killed
 # LD_LIBRARY_PATH=... /app/bin/scalellm ...": the script, its line, the job's pid, the word),
 # and Docker Compose's "NAME exited with code 137" (128 + 9: SIGKILL): a container killed at its
@@ -173,10 +178,5 @@ def _container(lines: pl.DataFrame) -> pl.DataFrame:
         "ts",
         pid=pl.col("text").str.extract(_JOB_KILL, 1).cast(pl.Int64),
         kind=pl.lit("engine_dead"),
-        detail=pl.lit(
-            f"{CONTAINER_KILL} (SIGKILL: bash's 'Killed', exit code 137 or OOMKilled): most "
-            "often for want of host or container memory (RAM, shared memory /dev/shm, the "
-            "container's memory limit), not device memory; `dmesg` or `docker inspect` "
-            "(OOMKilled) says which"
-        ),
+        detail=pl.lit(CONTAINER_KILL_DETAIL),
     )

@@ -249,3 +249,40 @@ def test_an_image_through_llama_cpps_encoder_gets_the_image_bound(tmp_path: Path
     (first, *_) = _actions(findings)
     assert "--image-max-tokens" in first
     assert "--no-mmproj-offload" in first
+
+
+# https://github.com/noonghunna/club-3090/issues/32: `docker logs --tail 100` of a TP-2 engine
+# under WSL2; the excerpt keeps only the engine core's end (the worker's OOM was cut off).
+WORKER_INIT_32 = (
+    "(EngineCore pid=51) ERROR 05-02 19:37:59 [core.py:1136]     raise e from None\n"
+    "(EngineCore pid=51) ERROR 05-02 19:37:59 [core.py:1136] Exception: WorkerProc "
+    "initialization failed due to an exception in a background process. See stack trace for "
+    "root cause.\n"
+    "(EngineCore pid=51) Traceback (most recent call last):\n"
+)
+# Docker Compose's exit line as ScaleLLM#38 shows it, after a vLLM start-up line under Compose's
+# prefix as https://github.com/zai-org/GLM-4/issues/19 shows it (vLLM 0.4.2).
+COMPOSE_137 = (
+    "vllm_server_aiorder-vllm_server_aiorder-1  | INFO 06-05 14:36:55 llm_engine.py:103] "
+    "Initializing an LLM engine (v0.4.2) with config: model='/aioder/llm_model', "
+    "max_seq_len=131072, tensor_parallel_size=1\n"
+    "vllm_server_aiorder-vllm_server_aiorder-1 exited with code 137\n"
+)
+
+
+def test_a_worker_that_failed_to_initialise_is_the_engines_death_at_start_up(
+    tmp_path: Path,
+) -> None:
+    # GIVEN only the engine core's last words: nothing to analyse before, a death now
+    findings = _findings(tmp_path, "club3090-32.txt", WORKER_INIT_32)
+    (death,) = findings.trace.deaths
+    assert "-05-02 19:37:59.000 UTC (EngineCore failed to start)" in death
+    assert "the log does not say why" in death
+
+
+def test_composes_exit_137_after_a_vllm_log_is_a_container_memory_death(tmp_path: Path) -> None:
+    findings = _findings(tmp_path, "compose-137.log", COMPOSE_137)
+    assert findings.incidents == ()
+    (death,) = findings.trace.deaths
+    assert "the container's main process was killed" in death
+    assert "not device memory" in death
