@@ -45,7 +45,8 @@ UNNAMED_SHARE: Final = 0.1
 
 # Processes an OOM message lists beside the failing one that are the engine's own workers: two
 # or more, their ids consecutive (spawned together: no more than two ids apart on average) and
-# their memory alike (within 5 %): each tensor-parallel worker's CUDA context on this GPU
+# their memory alike (within 5 %) and no more than one process's own overhead (UNNAMED_FLOOR):
+# each tensor-parallel worker's CUDA context on this GPU
 # (https://github.com/vllm-project/vllm/issues/8731: three 1.62 GiB "processes" 3179875-3179877
 # on GPU 0 of a TP-4 engine). Moving them off is no remedy; leaving them room is.
 _SIBLING_IDS: Final = 2
@@ -58,9 +59,11 @@ def siblings(processes: list[ProcessUse]) -> str | None:
     sizes = [p.bytes for p in processes]
     if len(pids) < 2 or len(pids) != len(processes):
         return None
-    if max(pids) - min(pids) > _SIBLING_IDS * len(pids) or min(sizes) < (1 - _SIBLING_SPREAD) * max(
-        sizes
-    ):
+    consecutive = max(pids) - min(pids) <= _SIBLING_IDS * len(pids)
+    alike = min(sizes) >= (1 - _SIBLING_SPREAD) * max(sizes)
+    # no more than one process's own context and libraries: more is weights, another model's
+    # replicas (launched together, alike) rather than this engine's workers' contexts
+    if not (consecutive and alike) or max(sizes) > UNNAMED_FLOOR:
         return None
     return (
         f"the {len(pids)} processes ({min(pids)}-{max(pids)}) holding "

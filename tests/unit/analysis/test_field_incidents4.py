@@ -10,7 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from oomtrace.analysis import analyze
-from oomtrace.analysis.findings import Findings
+from oomtrace.analysis.check_foreign import siblings
+from oomtrace.analysis.findings import Findings, ProcessUse
 from oomtrace.report.verdict import build_verdict
 from tests.factories import text_trace
 
@@ -286,3 +287,18 @@ def test_composes_exit_137_after_a_vllm_log_is_a_container_memory_death(tmp_path
     (death,) = findings.trace.deaths
     assert "the container's main process was killed" in death
     assert "not device memory" in death
+
+
+def test_replicas_of_another_model_are_not_the_engines_workers() -> None:
+    # GIVEN the figures of vllm#8731's three contexts, and two other processes launched together
+    # that each hold a model's weights (5 GiB, consecutive ids)
+    def use(pid: int, gib: float) -> ProcessUse:
+        return ProcessUse(pid, round(gib * 2**30), None, 0.0, "oom_event")
+
+    contexts = [use(3179876, 1.62), use(3179877, 1.62), use(3179875, 1.62)]
+    replicas = [use(4100, 5.0), use(4101, 5.0)]
+    scattered = [use(3179876, 1.62), use(12, 1.62)]
+    # THEN only the contexts read as the engine's own workers
+    assert siblings(contexts) is not None
+    assert siblings(replicas) is None
+    assert siblings(scattered) is None
