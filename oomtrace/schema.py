@@ -266,9 +266,10 @@ EVENT_PHASES: Final[Mapping[str, str]] = {
     "warmup": "the warm-up before serving",
     "compute_realloc": "a re-allocation of the compute buffers while serving (a KV cache update)",
     "dummy_batch": "a dummy batch an idle data-parallel rank runs while serving",
+    "mm_encode": "the encoding of a request's image or video (the vision encoder) while serving",
 }
 # The phases that come before the engine serves anything.
-STARTUP_PHASES: Final = frozenset(EVENT_PHASES) - {"compute_realloc", "dummy_batch"}
+STARTUP_PHASES: Final = frozenset(EVENT_PHASES) - {"compute_realloc", "dummy_batch", "mm_encode"}
 
 
 # What a reading can hold. Beyond these a value is damage or hostility, not a measurement (a year

@@ -6,7 +6,7 @@ transient check falls back on when no KV observation or request places the OOM i
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Final
 
 from oomtrace.analysis import evidence as ev
 from oomtrace.analysis.findings import ClassCheck
@@ -83,6 +83,56 @@ def not_short(event: dict[str, Any], page_size: int | None = None) -> str | None
     )
 
 
+# A library's own allocation that found the device full states no size: the reader needs to
+# know whose memory it was and why the engine's share did not cover it. Keyed by what the failure
+# line says (the sizeless event's detail, oomtrace/ingest/torch/oom_text.py).
+NCCL_WORDS: Final = "NCCL could not allocate device memory"
+_LIBRARIES: Final = (
+    (
+        "Cuda failure",
+        (
+            NCCL_WORDS + " for its own buffers (communicators, P2P "
+            "and proxy buffers): NCCL allocates outside PyTorch's cache and outside the "
+            "engine's memory share (--gpu-memory-utilization, --mem-fraction-static), so a "
+            "share that takes nearly the whole device leaves it too little; the message states "
+            "no size"
+        ),
+    ),
+    (
+        "CUBLAS_STATUS_ALLOC_FAILED",
+        (
+            "cuBLAS could not create its handle and workspace (CUBLAS_STATUS_ALLOC_FAILED): a "
+            "library's allocation outside PyTorch's cache found the device full; the message "
+            "states no size"
+        ),
+    ),
+    (
+        "CUDNN_STATUS_ALLOC_FAILED",
+        (
+            "cuDNN could not allocate its workspace (CUDNN_STATUS_ALLOC_FAILED): a library's "
+            "allocation outside PyTorch's cache found the device full; the message states no size"
+        ),
+    ),
+    (
+        "NVML_SUCCESS",
+        (
+            "an allocation failed for want of device memory, and PyTorch's report of it failed "
+            "in NVML before any figure was printed (its process list: NVML does not answer it "
+            "on a MIG slice or in some containers); the device or MIG slice was full"
+        ),
+    ),
+)
+
+
+def library_failure(event: dict[str, Any] | None) -> str | None:
+    """Whose allocation a sizeless failure was (NCCL, cuBLAS, cuDNN) or why PyTorch printed no
+    figures (its report failing in NVML), in words; None for any other failure."""
+    if not event or event.get("kind") != "oom" or event.get("requested_bytes") is not None:
+        return None
+    detail = str(event.get("detail") or "")
+    return next((words for key, words in _LIBRARIES if detail.startswith(key)), None)
+
+
 def one_allocation(event: dict[str, Any]) -> ClassCheck:
     """``transient_peak`` when one allocation asked for more than was free, with the figures the
     transient remedies read (``requested_bytes``, ``room_bytes``)."""
@@ -100,7 +150,7 @@ def one_allocation(event: dict[str, Any]) -> ClassCheck:
             "states no free memory): temporary memory for a step did not fit beside what was "
             "held",
             (ev.event(event),),
-            (("requested_bytes", wanted), ("room_bytes", None)),
+            (("requested_bytes", wanted), ("room_bytes", None), ("phase", phase), _engine(event)),
         )
     if free is None:
         return ClassCheck(
@@ -123,18 +173,44 @@ def one_allocation(event: dict[str, Any]) -> ClassCheck:
     if allocated is not None:
         reason += f" ({format_bytes(allocated)} allocated by PyTorch)"
     outside = _outside(event)
-    if outside is not None:
+    if outside is not None and allocated is not None and _async_pool(event, outside, allocated):
+        # cudaMallocAsync's "Currently allocated" leaves out what its CUDA pool keeps of freed
+        # memory: a rest several times what tensors hold is that pool growing, not a peak
+        # (https://github.com/huggingface/text-generation-inference/issues/655: 9.64 GiB
+        # allocated, 3 MiB free of 39.39 GiB; the maintainers' fix was the native allocator)
+        reason += (
+            f"; {format_bytes(outside)} in use beyond the {format_bytes(allocated)} PyTorch had "
+            "allocated: with the cudaMallocAsync allocator that is most likely its CUDA pool's "
+            "cache (memory freed by tensors that the pool keeps and PyTorch does not count), "
+            "else another process; a pool that grows request after request is that allocator's "
+            "leak, which the native allocator (PYTORCH_CUDA_ALLOC_CONF=backend:native) avoids"
+        )
+    elif outside is not None:
         reason += (
             f"; {format_bytes(outside)} in use outside PyTorch's allocator (other processes or "
             "memory PyTorch does not count)"
         )
+    if phase is not None and phase not in STARTUP_PHASES:
+        reason = f"{EVENT_PHASES[phase]}: {reason}"
     return ClassCheck(
         "transient_peak",
         True,
         reason,
         (ev.event(event),),
-        (("requested_bytes", wanted), ("room_bytes", free)),
+        (("requested_bytes", wanted), ("room_bytes", free), ("phase", phase), _engine(event)),
     )
+
+
+def _engine(event: dict[str, Any]) -> tuple[str, str | None]:
+    """The engine whose settings bound the failed step, where the event's own words name one."""
+    llama = str(event.get("detail") or "").startswith("llama.cpp")
+    return ("engine", "llama.cpp" if llama else None)
+
+
+def _async_pool(event: dict[str, Any], outside: int, allocated: int) -> bool:
+    """Whether the rest of a cudaMallocAsync refusal is its pool grown past what is in use."""
+    refusal = str(event.get("detail") or "").startswith("PyTorch cudaMallocAsync refusal")
+    return refusal and outside > allocated
 
 
 def held_outside(event: dict[str, Any]) -> int | None:

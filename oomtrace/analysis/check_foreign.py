@@ -43,6 +43,36 @@ UNNAMED_FLOOR: Final = 2 * 2**30
 UNNAMED_SHARE: Final = 0.1
 
 
+# Processes an OOM message lists beside the failing one that are the engine's own workers: two
+# or more, their ids consecutive (spawned together: no more than two ids apart on average) and
+# their memory alike (within 5 %) and no more than one process's own overhead (UNNAMED_FLOOR):
+# each tensor-parallel worker's CUDA context on this GPU
+# (https://github.com/vllm-project/vllm/issues/8731: three 1.62 GiB "processes" 3179875-3179877
+# on GPU 0 of a TP-4 engine). Moving them off is no remedy; leaving them room is.
+_SIBLING_IDS: Final = 2
+_SIBLING_SPREAD: Final = 0.05
+
+
+def siblings(processes: list[ProcessUse]) -> str | None:
+    """The words for other processes that look like the engine's own workers, else None."""
+    pids = [p.pid for p in processes if p.pid is not None]
+    sizes = [p.bytes for p in processes]
+    if len(pids) < 2 or len(pids) != len(processes):
+        return None
+    consecutive = max(pids) - min(pids) <= _SIBLING_IDS * len(pids)
+    alike = min(sizes) >= (1 - _SIBLING_SPREAD) * max(sizes)
+    # no more than one process's own context and libraries: more is weights, another model's
+    # replicas (launched together, alike) rather than this engine's workers' contexts
+    if not (consecutive and alike) or max(sizes) > UNNAMED_FLOOR:
+        return None
+    return (
+        f"the {len(pids)} processes ({min(pids)}-{max(pids)}) holding "
+        f"{format_bytes(max(sizes))} each have consecutive ids and the same footprint: most "
+        "likely the engine's own workers (tensor-parallel ranks with a CUDA context on this "
+        "GPU), not another tenant"
+    )
+
+
 def foreign(ctx: Context) -> ClassCheck:
     event = ctx.event or {}
     if ctx.anchor == "startup" and event.get("kind") in MISFIT_KINDS:
@@ -97,8 +127,12 @@ def _judge(ctx: Context, processes: list[ProcessUse]) -> ClassCheck | None:
             f"more than the {format_bytes(left)} the engine's gpu_memory_utilization left "
             "for everything else"
         )
+    own = siblings(processes)
+    if own is not None:
+        reasons.append(own)
     rows = _evidence(ctx, processes, stated)
     figures: tuple[tuple[str, Any], ...] = (
+        *((("holder", "siblings"),) if own is not None else ()),
         ("pid", top.pid),
         ("process_name", top.name),
         ("foreign_bytes", held),

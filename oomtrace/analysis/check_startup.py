@@ -22,12 +22,13 @@ names it with the figures (:func:`phase_reason`); a phase while serving rules st
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import polars as pl
 
 from oomtrace.analysis import evidence as ev
+from oomtrace.analysis.check_allocation import NCCL_WORDS, library_failure
 from oomtrace.analysis.check_context import Context
 from oomtrace.analysis.evidence import Evidence
 from oomtrace.analysis.findings import ClassCheck
@@ -44,6 +45,9 @@ _HOLDS = re.compile(r"(\d+) tokens the KV cache can hold|stored in KV cache \((\
 # An OOM's own account of the phase it failed in: TGI's "Unable to warmup model", vLLM's
 # profile run (``profile_run``, "determine_available_memory").
 _STARTING = re.compile(r"warm-?up|profile|start-?up|determine_available_memory", re.IGNORECASE)
+# A death that says the engine never started, and how soon after the failure it counts.
+_FAILED_WORDS = r"(?i)failed to start|initialization failed|failed to initiali[sz]e"
+_FAILED_START = timedelta(seconds=30)
 # Figures an engine states only while starting (model loading, the KV cache it sized).
 STARTUP_FIGURES = (
     "model_weights_bytes",
@@ -92,13 +96,18 @@ def startup(ctx: Context) -> ClassCheck:
     served = served_since(ctx, since)
     evidence = starting(ctx, since)
     if ctx.anchor == "oom" and served is None and ctx.oom is not None and evidence is not None:
+        # a library's own buffers (NCCL's) are not the weights, cache and reserve: the reason
+        # names the library first (classify) and here only when it came
+        library = library_failure(ctx.oom)
+        nccl = library is not None and library.startswith(NCCL_WORDS)
         return ClassCheck(
             "startup_misfit",
             True,
             f"the OOM came before the engine served anything ({evidence}; no request, no running "
-            "request, no KV in use in any source): weights, cache and reserve did not fit",
+            "request, no KV in use in any source)"
+            + ("" if library else ": weights, cache and reserve did not fit"),
             (ev.event(ctx.oom),),
-            _oom_figures(ctx),
+            (*_oom_figures(ctx), ("library", "nccl" if nccl else None)),
         )
     if ctx.anchor == "oom" and served is None:
         return ClassCheck(
@@ -153,6 +162,14 @@ def starting(ctx: Context, since: datetime | None) -> str | None:
     refused = ctx.events.filter((pl.col("kind") == "startup_memory_insufficient") & before)
     if refused.height:
         return "the engine refused to start before it"
+    # the engine's own word right after the failure: vLLM's "EngineCore failed to start" and
+    # "Engine core initialization failed" (vllm#19865: NCCL's OOM, then the engine core's death)
+    after = pl.col("ts").is_between(lit_ts(ctx.peak_ts), lit_ts(ctx.peak_ts + _FAILED_START))
+    failed = ctx.events.filter(
+        (pl.col("kind") == "engine_dead") & after & pl.col("detail").str.contains(_FAILED_WORDS)
+    )
+    if failed.height:
+        return "the engine said it failed to start right after it"
     return stated_start(ctx.event or {}, ctx.config)
 
 

@@ -36,6 +36,7 @@ import polars as pl
 
 from oomtrace.analysis import evidence as ev
 from oomtrace.analysis.check_allocation import (
+    library_failure,
     one_allocation,
     pool_not_short,
     stated_fragmentation,
@@ -58,14 +59,20 @@ STORM = 10  # preemptions in one window that make a storm rather than an episode
 def classify(ctx: Context) -> tuple[IncidentClass, str, tuple[ClassCheck, ...]]:
     """The class, its reason, and every check in order."""
     checks = tuple(check(ctx) for check in CHECKS)
+    # a library's own allocation (NCCL, cuBLAS) says whose memory it was before any class does
+    library = library_failure(ctx.oom) if ctx.anchor == "oom" else None
     for check in checks:
         if check.matched:
-            return check.cls, check.reason, checks
+            return check.cls, _lead(library, check.reason), checks
     room = _pool_room(ctx)
     # what the engine itself said at the failure comes first, once
     others = [c for c in checks if room is None or c.cls != "kv_exhaustion"]
     reason = "no class fits: " + "; ".join(f"{c.cls}: {c.reason}" for c in others)
-    return "unknown", reason if room is None else f"{room}; {reason}", checks
+    return "unknown", _lead(library, reason if room is None else f"{room}; {reason}"), checks
+
+
+def _lead(first: str | None, reason: str) -> str:
+    return reason if first is None else f"{first}; {reason}"
 
 
 def _pool_room(ctx: Context) -> str | None:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from oomtrace.analysis.check_allocation import NCCL_WORDS
 from oomtrace.analysis.findings import ClassCheck, Incident, Remedy
 from oomtrace.analysis.remedy_base import (
     MAX_UTILISATION,
@@ -50,6 +51,9 @@ __all__ = ["RemedyFacts", "remedies_for"]
 
 def remedies_for(incident: Incident, facts: RemedyFacts) -> tuple[Remedy, ...]:
     """The incident's remedies, the one to apply first first."""
+    if incident.reason.startswith(NCCL_WORDS):
+        # NCCL's own buffers: whatever the class, the engine's share must leave them room
+        return (_nccl_room(incident),)
     make = _MAKERS.get(incident.cls)
     if make is None:
         return ()
@@ -57,6 +61,28 @@ def remedies_for(incident: Incident, facts: RemedyFacts) -> tuple[Remedy, ...]:
     if check is None:
         return ()
     return tuple(make(incident, check, facts))
+
+
+def _nccl_room(incident: Incident) -> Remedy:
+    check = next((c for c in incident.checks if c.matched), None) or ClassCheck(
+        incident.cls, False, incident.reason
+    )
+    where = f"GPU {incident.device}" if incident.device is not None else "each GPU"
+    return remedy(
+        incident,
+        check,
+        f"leave NCCL room on {where} outside the engine's share: a lower "
+        "--gpu-memory-utilization (vLLM) or --mem-fraction-static (SGLang), or a smaller KV "
+        "cache fraction (TensorRT-LLM's kv_cache_free_gpu_mem_fraction)",
+        setting=None,
+        value=None,
+        basis="process",
+        detail=(
+            "NCCL allocates its communicators' and P2P buffers with cudaMalloc, outside "
+            "PyTorch's cache and outside the share the engine sizes for itself; how much it "
+            "needs grows with the ranks and channels (NCCL_BUFFSIZE, NCCL_MAX_NCHANNELS bound it)"
+        ),
+    )
 
 
 # -- start-up misfit ----------------------------------------------------------------------------
@@ -156,6 +182,25 @@ def _foreign(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> list[
     where = f"GPU {device}" if device is not None else "the engine's GPU"
     if held and check.figure("holder") == "unnamed":
         out.append(_find_holder(incident, check, held, where))
+    elif held and check.figure("holder") == "siblings":
+        # the engine's own workers: they stay; the engine's share leaves them room
+        out.append(
+            remedy(
+                incident,
+                check,
+                f"leave room on {where} for the engine's own worker processes "
+                f"({format_bytes(held)}): a lower --gpu-memory-utilization (or "
+                "--mem-fraction-static), not moving them",
+                setting=None,
+                value=None,
+                basis="process",
+                detail=(
+                    f"they held {format_bytes(held)} outside the failing process's share; "
+                    "the engine sizes its share as a fraction of the whole device"
+                ),
+                figures={"foreign_bytes": held},
+            )
+        )
     elif held:
         who = f"process {pid}" if pid is not None else "the other processes"
         if isinstance(name, str) and name:

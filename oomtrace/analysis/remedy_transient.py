@@ -12,6 +12,7 @@ from oomtrace.analysis.remedy_base import (
     RemedyFacts,
     as_float,
     as_int,
+    remedy,
     set_flag,
     set_utilisation,
 )
@@ -25,10 +26,38 @@ MAX_TOKEN_BYTES = 8 << 20
 
 def transient_remedies(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> list[Remedy]:
     out = _chunking(incident, check, facts)
+    if check.figure("phase") == "mm_encode":
+        out.append(_encoder(incident, check))
     share = _shrink(incident, check, facts)
     if share is not None:
         out.append(share)
     return out
+
+
+def _encoder(incident: Incident, check: ClassCheck) -> Remedy:
+    """A request's image did not fit through the vision encoder: bound the images, or encode
+    them elsewhere (the engine's own settings for it)."""
+    wanted = as_int(check.figure("requested_bytes"))
+    asked = f"the encoder asked for {format_bytes(wanted)} for one input" if wanted else ""
+    action = (
+        "bound what one image costs the vision encoder: --image-max-tokens, or encode images "
+        "on the CPU (--no-mmproj-offload)"
+        if check.figure("engine") == "llama.cpp"
+        else "bound what one request's images cost the vision encoder: --limit-mm-per-prompt "
+        "and a smaller max_pixels in --mm-processor-kwargs"
+    )
+    return remedy(
+        incident,
+        check,
+        action,
+        setting=None,
+        value=None,
+        basis="parameters",
+        detail=(asked + "; " if asked else "")
+        + "the encoder's memory grows with the image's pixels (its tokens), which no KV or "
+        "batch setting bounds",
+        figures={"requested_bytes": wanted},
+    )
 
 
 def _chunking(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> list[Remedy]:

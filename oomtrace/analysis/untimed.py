@@ -202,7 +202,7 @@ def _incident(
         anchor = stated.sort("stated", descending=True, maintain_order=True).row(0, named=True)
     processes = _processes(anchor, samples)
     checks = untimed_checks(anchor, processes, retractions, options, config, served=served)
-    cls, reason = verdict(checks)
+    cls, reason = verdict(checks, anchor)
     # SGLang's page size (its server_args' page_size) reads a KV-pool OOM's token counts
     page_size = config.get("block_size")
     if enough := not_short(anchor, page_size if isinstance(page_size, int) else None):

@@ -12,11 +12,12 @@ from oomtrace.analysis import evidence as ev
 from oomtrace.analysis.breakdown import REFUSED_FREE
 from oomtrace.analysis.check_allocation import (
     kv_pool_oom,
+    library_failure,
     one_allocation,
     pool_not_short,
     stated_fragmentation,
 )
-from oomtrace.analysis.check_foreign import outside_allocator
+from oomtrace.analysis.check_foreign import outside_allocator, siblings
 from oomtrace.analysis.check_startup import (
     MISFIT_KINDS,
     phase_engine,
@@ -48,12 +49,16 @@ def untimed_checks(
     )
 
 
-def verdict(checks: tuple[ClassCheck, ...]) -> tuple[IncidentClass, str]:
+def verdict(
+    checks: tuple[ClassCheck, ...], anchor: dict[str, Any] | None = None
+) -> tuple[IncidentClass, str]:
+    # a library's own allocation (NCCL, cuBLAS) says whose memory it was before any class does
+    library = library_failure(anchor)
     for check in checks:
         if check.matched:
-            return check.cls, check.reason
+            return check.cls, check.reason if library is None else f"{library}; {check.reason}"
     # what the failure states comes first (the allocation's size), then why nothing fits
-    own = next(c.reason for c in checks if c.cls == "transient_peak")
+    own = library or next(c.reason for c in checks if c.cls == "transient_peak")
     others = "; ".join(f"{c.cls}: {c.reason}" for c in checks if c.cls != "transient_peak")
     return "unknown", f"{own}; no class fits: {others}"
 
@@ -94,7 +99,11 @@ def _foreign(
     reason = f"{when} other processes held {format_bytes(held)} ({who})"
     if shortfall is not None:
         reason += f"; {failed} lacked {format_bytes(shortfall)}, which they held"
+    own = siblings(processes)
+    if own is not None:
+        reason += f"; {own}"
     figures = (
+        *((("holder", "siblings"),) if own is not None else ()),
         ("pid", top.pid),
         ("process_name", top.name),
         ("foreign_bytes", held),

@@ -50,6 +50,12 @@ CLASS_EXPLANATIONS: Final[dict[str, str]] = {
         "reserve together do not fit the device, or the cache cannot hold one request of the "
         "maximum length."
     ),
+    # the same class where NCCL's own buffers failed while the engine started:
+    # not the weights and cache, but what the engine's share left outside itself
+    "startup_misfit_library": (
+        "The engine could not start: NCCL's own buffers (its communicators' and transfers') did "
+        "not fit in what the engine's memory share left outside itself."
+    ),
     "fragmentation": (
         "At the failure the allocator held a large amount of memory reserved but not in use: "
         "enough in total, but not in one piece for the allocation that failed."
@@ -144,7 +150,7 @@ def verdict_lines(
     peak = parse_time(incident.get("peak_ts"))
     what = incident_label(cls) + (f" at {iso_time(peak)}" if peak else "")
     culprits = [c for c in incident.get("culprits") or [] if isinstance(c, Mapping)]
-    ids = [str(c["request_id"]) for c in culprits[:NAMED] if c.get("request_id") is not None]
+    ids = _named_ids(incident)
     if ids:
         more = len(culprits) - len(ids)
         who = "Culprits: " + ", ".join(ids) + (f" (and {more} more below)" if more > 0 else "")
@@ -159,6 +165,12 @@ def verdict_lines(
     else:
         fix = "Fix: the analysis computed none for this incident; the evidence is below."
     return (what, who, fix)
+
+
+def _named_ids(incident: Mapping[str, Any]) -> list[str]:
+    """The culprits the verdict's lines name by id (where none, they state the cause)."""
+    culprits = [c for c in incident.get("culprits") or [] if isinstance(c, Mapping)]
+    return [str(c["request_id"]) for c in culprits[:NAMED] if c.get("request_id") is not None]
 
 
 def build_verdict(
@@ -218,9 +230,13 @@ def _paragraph(cls: str, incident: Mapping[str, Any]) -> str:
     explained = cls
     if cls == "transient_peak" and check_figures(incident).get("kv_usage_ratio") is None:
         explained = "transient_peak_kv_unseen"
+    if cls == "startup_misfit" and check_figures(incident).get("library") == "nccl":
+        explained = "startup_misfit_library"
     parts = [CLASS_EXPLANATIONS.get(explained, CLASS_EXPLANATIONS["unknown"])]
     reason = str(incident.get("reason") or "").strip()
-    if reason:
+    # the verdict's "Cause:" line already states the reason where no culprit is named: the
+    # paragraph does not repeat it on the same screen
+    if reason and _named_ids(incident):
         parts.append(reason[:1].upper() + reason[1:].rstrip(".") + ".")
     peak_ts = parse_time(incident.get("peak_ts"))
     if incident.get("peak_bytes") is not None and peak_ts is not None:

@@ -42,8 +42,24 @@ RAY_WORKER_LOST: Final = "a Ray worker died with no word"
 # "the process was killed by the OOM killer due to high memory usage".
 _RAY_MONITOR: Final = r"Memory on the node (?:\(IP: [^)]*\) )?(?:where the \w+ \("
 _RAY_SIGKILL: Final = r"killed by (?:SIGKILL by )?(?:the )?OOM killer due to high memory usage"
+CONTAINER_KILL: Final = "the container's main process was killed"
+CONTAINER_KILL_DETAIL: Final = (
+    f"{CONTAINER_KILL} (SIGKILL: bash's 'Killed', exit code 137 or OOMKilled): most often for "
+    "want of host or container memory (RAM, shared memory /dev/shm, the container's memory "
+    "limit), not device memory; `dmesg` or `docker inspect` (OOMKilled) says which"
+)
+# bash's report of a script's job killed by SIGKILL ("./entrypoint.sh: line 28:     7 Killed
+# LD_LIBRARY_PATH=... /app/bin/scalellm ...": the script, its line, the job's pid, the word),
+# and Docker Compose's "NAME exited with code 137" (128 + 9: SIGKILL): a container killed at its
+# memory limit, or by the kernel's OOM killer (https://github.com/vectorch-ai/ScaleLLM/issues/38:
+# fixed with a larger shm_size); Kubernetes says "OOMKilled" (its kubelet's reason).
+_JOB_KILL: Final = r"line \d+:\s+(?P<job_pid>\d+) Killed\s+\S"
+_EXIT_137: Final = r"\bexited with code 137\b|\bReason:\s+OOMKilled\b"
 LINE: Final = (
-    r"Out of memory: Killed process \d+ \(|"
+    _JOB_KILL
+    + "|"
+    + _EXIT_137
+    + r"|Out of memory: Killed process \d+ \(|"
     + _RAY_MONITOR
     + r"|was \d)|killed due to the node running low on memory|"
     + _RAY_SIGKILL
@@ -68,7 +84,7 @@ _FIELDS: Final = (
 def host_killed(detail: object) -> bool:
     """Whether an ``engine_dead`` event's detail is a death for want of host memory."""
     return detail == SHELL_KILL or str(detail or "").startswith(
-        (KERNEL_KILL, RAY_MONITOR_KILL, RAY_WORKER_LOST)
+        (KERNEL_KILL, RAY_MONITOR_KILL, RAY_WORKER_LOST, CONTAINER_KILL)
     )
 
 
@@ -79,7 +95,11 @@ def _gb(text: str) -> str:
 
 def events(lines: pl.DataFrame) -> pl.DataFrame:
     """The host-memory kills among ``lines`` (``ts``, ``text``): the kernel's and Ray's."""
-    found = [f for f in (_kernel(lines), _ray_monitor(lines), _ray_lost(lines)) if f.height]
+    found = [
+        f
+        for f in (_kernel(lines), _ray_monitor(lines), _ray_lost(lines), _container(lines))
+        if f.height
+    ]
     return pl.concat(found, how="vertical_relaxed") if found else pl.DataFrame()
 
 
@@ -146,4 +166,17 @@ def _ray_lost(lines: pl.DataFrame) -> pl.DataFrame:
             "want of host memory (RAM) first among the causes, not device memory; `dmesg` says "
             "whether it was ('Out of memory: Killed process N')"
         ),
+    )
+
+
+def _container(lines: pl.DataFrame) -> pl.DataFrame:
+    """A script's job or a container killed by SIGKILL (bash's ``Killed``, exit code 137,
+    Kubernetes' ``OOMKilled``): one death, the first such line (Compose's exit line follows
+    bash's report of the same kill)."""
+    found = lines.filter(pl.col("text").str.contains(f"{_JOB_KILL}|{_EXIT_137}")).head(1)
+    return found.select(
+        "ts",
+        pid=pl.col("text").str.extract(_JOB_KILL, 1).cast(pl.Int64),
+        kind=pl.lit("engine_dead"),
+        detail=pl.lit(CONTAINER_KILL_DETAIL),
     )

@@ -71,10 +71,25 @@ MARKERS: Final[tuple[Marker, ...]] = (
         r"|out of memory occurred when warming up sampler",
         before=_TRACEBACK,
     ),
+    # a request's image through the vision encoder while serving: vLLM's frames (after the
+    # profile run's: the profile encodes dummy images too), llama.cpp's server saying it is
+    # processing an image right before the failure (tools/server, "process_chunk: processing
+    # image..."; https://github.com/ggml-org/llama.cpp/issues/13414: a 3 MB image's 4.41 GiB)
+    Marker(
+        "mm_encode",
+        r"\bprocess_chun\w*: processing image|\bencoding image slice",
+        before=3,
+    ),
     Marker(
         "profile_run",
         _FRAME + r"(?:profile_run|_dummy_run|_dummy_pooler_run|determine_available_memory"
         r"|determine_num_available_blocks)\b",
+        before=_TRACEBACK,
+    ),
+    Marker(
+        "mm_encode",
+        _FRAME + r"(?:_execute_mm_encoder|get_multimodal_embeddings|_process_image_input"
+        r"|_process_video_input)\b",
         before=_TRACEBACK,
     ),
     Marker(
@@ -103,6 +118,26 @@ MARKERS: Final[tuple[Marker, ...]] = (
         after=_ACCOUNT,
     ),
     Marker("load_weights", _FRAME + r"(?:load_model|load_weights)\b", before=_TRACEBACK),
+    # vLLM V0's worker wrapper names the method on the failure's own line ("Exception in worker
+    # VllmWorkerProcess while processing method determine_num_available_blocks: CUDA out of
+    # memory ...", vllm/executor/multiproc_worker_utils.py; vllm#8903)
+    Marker(
+        "profile_run",
+        r"while processing method (?:determine_num_available_blocks"
+        r"|determine_available_memory|profile_run)\b",
+    ),
+    Marker("load_weights", r"while processing method load_model\b"),
+    # informational lines: they count only right beside the failure. vLLM says "Starting to load
+    # model X..." before the weights and "Loading weights took" / "Model loading took" after
+    # (gpu_model_runner.py): an OOM within three lines after the first is the weights' (vllm#16343).
+    # tqdm's shard progress short of 100% beside the failure: the load stopped there (vllm#31273).
+    Marker("load_weights", r"\bStarting to load model \S", before=3),
+    Marker(
+        "load_weights",
+        r"Loading (?:safetensors|pt) checkpoint shards:\s+\d{1,2}% Completed",
+        before=3,
+        after=3,
+    ),
     Marker(
         "load_weights",
         r"llama_model_load: error loading model|alloc_tensor_range: failed to allocate",
@@ -132,6 +167,9 @@ FRAME_LITERALS: Final = (
     "in initialize_from_config", "in _initialize_kv_caches", "in allocate_kv_cache",
     "in load_model", "in load_weights", "in compile_or_warm_up_model", "in warm_up_model",
     "in warmup_model", "in init_memory_pool", "Capture cuda graph failed",
+    "while processing method", "Starting to load model", "checkpoint shards:",
+    "processing image", "encoding image slice", "in _execute_mm_encoder",
+    "in get_multimodal_embeddings", "in _process_image_input", "in _process_video_input",
 )  # fmt: skip
 
 

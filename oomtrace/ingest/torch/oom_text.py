@@ -108,7 +108,15 @@ _ALLOWED: Final = r"([0-9.]+ ?(?:bytes|[KMGTP]iB)) allowed; "
 _ALLOCATED: Final = r"Of the allocated memory " + SIZE + r" is allocated by PyTorch"
 _UNALLOCATED: Final = r"and " + SIZE + r" is reserved by PyTorch but unallocated"
 
+# NCCL's own allocations ("NCCL WARN Cuda failure 2 'out of memory'", NCCL's alloc.h and
+# enqueue.cc; relayed as "Last error: Cuda failure 2 'out of memory'", vllm#19865, vllm#25597,
+# TensorRT-LLM#1670) and PyTorch's OOM report failing in NVML before it could be printed
+# (c10/cuda/CUDACachingAllocator.cpp's reportProcessMemoryInfo asserts NVML_SUCCESS == r; NVML
+# does not answer it on a MIG slice or in some containers, vllm#5107).
+NCCL_OOM: Final = r"Cuda failure (?:2 )?'out of memory'"
+NVML_REPORT: Final = r"NVML_SUCCESS == r INTERNAL ASSERT FAILED at \S*CUDACachingAllocator\.cpp"
 SIZELESS: Final = (
+    NCCL_OOM + "|" + NVML_REPORT + "|"
     r"(?:CUDA|HIP) error(?: 2 at \S+:\d+)?: out of memory|CUBLAS_STATUS_ALLOC_FAILED|"
     r"CUDNN_STATUS_ALLOC_FAILED|"
     r"Tried to allocate more than 1EB memory|Allocation was preemptively rejected|"
@@ -136,7 +144,7 @@ _XLA: Final = (
 # the lines worth keeping.
 PREFILTER: Final = (
     r"out of memory|ALLOC_FAILED|preemptively rejected|total capacity; |"
-    r"Out of memory while trying|buffer of size \d|" + oom_fraction.PARTS
+    r"Out of memory while trying|buffer of size \d|NVML_SUCCESS == r|" + oom_fraction.PARTS
 )
 # Any line that extract_ooms reads matches this (used to count recognised lines).
 OOM_SHAPES: Final = "|".join(

@@ -44,7 +44,7 @@ from oomtrace.ingest.vllm.startup_patterns import CONFIG_LINES, ConfigLine
 L = TypeVar("L", ConfigLine, EventLine)
 
 OOM_LITERALS: Final = (
-    "out of memory", "ALLOC_FAILED", "preemptively rejected",
+    "out of memory", "ALLOC_FAILED", "preemptively rejected", "NVML_SUCCESS == r",
     # the lines after PyTorch's memory-fraction refusal (oomtrace/ingest/torch/oom_fraction.py),
     # each with a figure the refusal is read from
     "Currently allocated", "Requested      ", "Device limit", "Free (according to CUDA)",

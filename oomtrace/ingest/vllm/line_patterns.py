@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from oomtrace.ingest.torch.host_kill import SHELL_KILL
+from oomtrace.ingest.torch.host_kill import CONTAINER_KILL_DETAIL, SHELL_KILL
 
 Family = Literal["v0", "v1-0.7", "v1-0.8.5", "v1-0.12", "v1-0.20", "v1-0.30"]
 # Version families in order. V0 is the old engine (default up to 0.7.x, forced or fallen back to
@@ -294,6 +294,20 @@ EVENT_LINES: Final[tuple[EventLine, ...]] = (
         "killed by SIGKILL", "engine_dead", "Killed",
         r"^Killed\s*$", SHELL_KILL,
         "Killed",
+    ),
+    EventLine(
+        # Docker Compose's word for the engine's container killed by SIGKILL (128 + 9), under a
+        # log the vLLM parser reads (oomtrace/ingest/torch/host_kill.py: host or container memory)
+        "container exited 137", "engine_dead", "exited with code 137",
+        r"\bexited with code 137\b", CONTAINER_KILL_DETAIL,
+        "vllm-1 exited with code 137",
+    ),
+    EventLine(
+        # V1's engine core when a worker died while starting (the cause is in the worker's lines)
+        "worker initialisation failed", "engine_dead", "WorkerProc initialization failed",
+        r"WorkerProc initialization failed", "EngineCore failed to start",
+        "Exception: WorkerProc initialization failed due to an exception in a background "
+        "process. See stack trace for root cause.",
     ),
     EventLine(
         "V0 MQ engine already dead", "engine_dead", "MQLLMEngine is already dead",
