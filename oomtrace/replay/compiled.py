@@ -2,7 +2,7 @@
 a measured size, compiled once per machine and cached in the user's cache directory.
 
 numba earns its place on large workloads: a day of traffic (two million requests) replays in
-about two seconds compiled, and would take minutes as Python. But compiling costs about twenty
+about a second compiled, and would take minutes as Python. But compiling costs about ten
 CPU seconds the first time (loading the cache afterwards: about half a second, mostly importing
 numba), while the sample incidents (hundreds of requests) replay as plain Python in a few
 hundredths of a second. So the plain functions of :mod:`oomtrace.replay.kernel` run as they are
@@ -12,7 +12,9 @@ compiled yet), and compiled above; ``benchmarks/replay_bench.py`` measures both 
 The compiled code is cached in :func:`oomtrace.user_cache.numba_dir` (``numba`` in
 ``$OOMTRACE_CACHE_DIR``, else in the platform's user cache folder for oomtrace), never beside the
 installed package (which is often read-only). ``NUMBA_CACHE_DIR``, when set, wins, as numba
-documents. Where no cache directory can be written, numba compiles without caching.
+documents. Either way it sits in a folder named by a digest of the kernel's sources (numba checks
+only each function's own file, and the kernel inlines functions from several). Where no cache
+directory can be written, numba compiles without caching.
 
 ``OOMTRACE_REPLAY_ENGINE=python`` (or ``compiled``) overrides the choice by size: the benchmark
 cross-checks the two on whole commands, and a machine where numba misbehaves can do without it.
@@ -44,7 +46,7 @@ ENGINES: Final = ("auto", "python", "compiled")
 # loading the compiled kernel from the cache (about half a CPU second, numba's import included);
 # measured by benchmarks/replay_bench.py.
 CROSSOVER_REQUESTS: Final = 25_000
-# While the kernel has not been compiled on this machine: compiling costs about 20 CPU seconds
+# While the kernel has not been compiled on this machine: compiling costs about 10 CPU seconds
 # once, so smaller workloads (5 s or less as Python) do not pay it; this size and larger compile.
 COLD_CROSSOVER_REQUESTS: Final = 200_000
 
