@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from oomtrace.replay.kernel.heaps import _heap_push
+from oomtrace.replay.kernel.heaps import _heap_push, _heap_room
 from oomtrace.replay.kernel.layout import (
     C_ACTIVE,
     C_COMMIT,
@@ -172,11 +172,11 @@ def _admit_pass(
             ver = st[i, S_VER]
             if limits[5] > 0:
                 _log(lg, sc, t, i, LOG_ADMIT, prefill_end)
-            sc[C_FH] = _heap_push(fh, sc[C_FH], finish, i, ver, st)
+            sc[C_FH] = _heap_push(fh, _heap_room(fh, sc[C_FH], st), finish, i, ver)
             if budget > 0:
-                sc[C_PH] = _heap_push(ph, sc[C_PH], prefill_end, i, ver, st)
+                sc[C_PH] = _heap_push(ph, _heap_room(ph, sc[C_PH], st), prefill_end, i, ver)
             if boundary < INF:
-                sc[C_XH] = _heap_push(xh, sc[C_XH], boundary, i, ver, st)
+                sc[C_XH] = _heap_push(xh, _heap_room(xh, sc[C_XH], st), boundary, i, ver)
 
 
 @_jit

@@ -57,9 +57,11 @@ def _heap_room(h: Any, size: int, st: Any) -> int:
 
 
 @_inline
-def _heap_push(h: Any, size: int, t: int, i: int, v: int, st: Any) -> int:
-    """Push (t, i, v); returns the new size. A full heap is compacted first (see the module)."""
-    k = _heap_room(h, size, st)
+def _heap_push(h: Any, size: int, t: int, i: int, v: int) -> int:
+    """Push (t, i, v) onto a heap with room (:func:`_heap_room`); returns the new size. (No
+    call in here: a call may fail, and numba's pruning keeps the counting of an array around
+    one.)"""
+    k = size
     size = k + 1
     moving = True
     while moving and k > 0:

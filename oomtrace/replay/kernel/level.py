@@ -56,7 +56,8 @@ def _sync(
         if sc[C_ACTIVE] == 1:
             boundary = _next_boundary(i, st, o, dl)
             if boundary < INF:
-                sc[C_XH] = _heap_push(xh, sc[C_XH], boundary, i, st[i, S_VER], st)
+                # emptied above and one entry per running request: it has room
+                sc[C_XH] = _heap_push(xh, sc[C_XH], boundary, i, st[i, S_VER])
         i = st[i, S_NEXT]
     sc[C_USED], sc[C_TAU], sc[C_RACC] = total, t, sc[C_NRUN]
 

@@ -37,7 +37,8 @@ def test_heaps_pop_live_entries_in_time_then_request_order(
         # WHEN entries are pushed, go stale and are popped in any order
         if operation == "push":
             state[i, layout.S_VER] += 1
-            size = heaps._heap_push(h, size, t, i, int(state[i, layout.S_VER]), state)
+            size = heaps._heap_room(h, size, state)
+            size = heaps._heap_push(h, size, t, i, int(state[i, layout.S_VER]))
             live[i] = t
         elif operation == "retire":
             state[i, layout.S_VER] += 1
