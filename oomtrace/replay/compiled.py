@@ -2,7 +2,7 @@
 a measured size, compiled once per machine and cached in the user's cache directory.
 
 numba earns its place on large workloads: a day of traffic (two million requests) replays in
-about two seconds compiled, and would take minutes as Python. But compiling costs about twenty
+about a second compiled, and would take minutes as Python. But compiling costs about ten
 CPU seconds the first time (loading the cache afterwards: about half a second, mostly importing
 numba), while the sample incidents (hundreds of requests) replay as plain Python in a few
 hundredths of a second. So the plain functions of :mod:`oomtrace.replay.kernel` run as they are
@@ -12,7 +12,9 @@ compiled yet), and compiled above; ``benchmarks/replay_bench.py`` measures both 
 The compiled code is cached in :func:`oomtrace.user_cache.numba_dir` (``numba`` in
 ``$OOMTRACE_CACHE_DIR``, else in the platform's user cache folder for oomtrace), never beside the
 installed package (which is often read-only). ``NUMBA_CACHE_DIR``, when set, wins, as numba
-documents. Where no cache directory can be written, numba compiles without caching.
+documents. Either way it sits in a folder named by a digest of the kernel's sources (numba checks
+only each function's own file, and the kernel inlines functions from several). Where no cache
+directory can be written, numba compiles without caching.
 
 ``OOMTRACE_REPLAY_ENGINE=python`` (or ``compiled``) overrides the choice by size: the benchmark
 cross-checks the two on whole commands, and a machine where numba misbehaves can do without it.
@@ -20,6 +22,8 @@ cross-checks the two on whole commands, and a machine where numba misbehaves can
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import logging
 import os
 import sys
@@ -42,9 +46,15 @@ ENGINES: Final = ("auto", "python", "compiled")
 # loading the compiled kernel from the cache (about half a CPU second, numba's import included);
 # measured by benchmarks/replay_bench.py.
 CROSSOVER_REQUESTS: Final = 25_000
-# While the kernel has not been compiled on this machine: compiling costs about 20 CPU seconds
+# While the kernel has not been compiled on this machine: compiling costs about 10 CPU seconds
 # once, so smaller workloads (5 s or less as Python) do not pay it; this size and larger compile.
 COLD_CROSSOVER_REQUESTS: Final = 200_000
+
+# How every kernel function compiles. "numpy" error model: a division by zero gives 0 or inf
+# instead of raising (the kernel's divisors are at least 1 by its input contract); without the
+# paths that raise, numba's pruning removes the reference counting around its arrays (see
+# oomtrace.replay.kernel), which made the kernel about 15 % faster on a day.
+NJIT_OPTIONS: Final[dict[str, Any]] = {"cache": True, "nogil": True, "error_model": "numpy"}
 
 _compiled: dict[str, Callable[..., Any]] = {}
 
@@ -84,21 +94,36 @@ def compiled_simulate() -> Callable[..., Any]:
     return _compiled["simulate"]
 
 
-def _marker() -> Path:
-    """A file written once the kernel has compiled here: its name changes with the kernel's
-    source, Python and numba, as numba's own cache index does."""
-    source = Path(kernel.__file__)
-    stamp = source.stat()
+@functools.cache
+def _source_digest() -> str:
+    """A digest of the kernel's sources, how they compile, Python's and numba's versions: the
+    compiled code's name. numba's own cache index checks only the source file of each function
+    it caches, not of the functions inlined into it, and the kernel spans several modules."""
     try:
         from importlib.metadata import version  # noqa: PLC0415 - only here
 
         numba_version = version("numba")
-    except Exception:  # noqa: BLE001 - any failure: treat as not compiled
+    except Exception:  # noqa: BLE001 - any failure: a name of its own
         numba_version = "unknown"
-    python = f"py{sys.version_info.major}{sys.version_info.minor}"
-    # "ro": the version compiled for read-only inputs (see _read_only_inputs)
-    name = f"kernel-{int(stamp.st_mtime)}-{stamp.st_size}-{python}-numba{numba_version}-ro.ok"
-    return cache_dir() / name
+    digest = hashlib.sha256(f"py{sys.version_info[:2]}-numba{numba_version}".encode())
+    digest.update(repr(sorted(NJIT_OPTIONS.items())).encode())
+    for module in kernel.MODULES:
+        digest.update(Path(module.__file__ or "").read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _compiled_dir() -> Path:
+    """Where this kernel's compiled code is kept: its own folder (named by
+    :func:`_source_digest`) in ``NUMBA_CACHE_DIR`` when set (numba documents that it wins), else
+    in :func:`cache_dir`."""
+    base = os.environ.get("NUMBA_CACHE_DIR") or str(cache_dir())
+    return Path(base) / f"replay-kernel-{_source_digest()}"
+
+
+def _marker() -> Path:
+    """A file written once the kernel has compiled here ("ro": the version compiled for
+    read-only inputs, see :func:`_read_only_inputs`)."""
+    return cache_dir() / f"replay-kernel-{_source_digest()}-ro.ok"
 
 
 def _cached() -> bool:
@@ -109,28 +134,33 @@ def _cached() -> bool:
 
 
 def _compile() -> dict[str, Callable[..., Any]]:
-    """numba versions of the marked functions of :mod:`oomtrace.replay.kernel`, in a namespace of
-    their own whose globals are the compiled functions (so that they call one another
-    compiled), cached in :func:`cache_dir`."""
+    """numba versions of the marked functions of :mod:`oomtrace.replay.kernel`'s modules, in a
+    namespace of their own whose globals are the compiled functions (so that they call one
+    another compiled), cached in :func:`_compiled_dir`."""
     import numba  # noqa: PLC0415 - only when a large workload needs it
     from numba.core import config  # noqa: PLC0415
 
-    directory = os.environ.get("NUMBA_CACHE_DIR") or str(cache_dir())
-    namespace: dict[str, Any] = dict(vars(kernel))
+    directory = str(_compiled_dir())
+    namespace: dict[str, Any] = {}
+    for module in kernel.MODULES:
+        namespace.update(vars(module))
     settings: Any = config  # numba's configuration module (untyped)
     previous = settings.CACHE_DIR
     settings.CACHE_DIR = directory  # read once per function, when its cache is set up below
     try:
-        for name, func in vars(kernel).items():
-            how = getattr(func, kernel.COMPILE_AS, None)
-            if how is None or not isinstance(func, types.FunctionType):
-                continue
-            clone = types.FunctionType(
-                func.__code__, namespace, name, func.__defaults__, func.__closure__
-            )
-            clone.__qualname__, clone.__module__ = func.__qualname__, func.__module__
-            inline: Literal["always", "never"] = "always" if how == "inline" else "never"
-            namespace[name] = numba.njit(clone, cache=True, nogil=True, inline=inline)
+        for module in kernel.MODULES:
+            for name, func in vars(module).items():
+                how = getattr(func, kernel.COMPILE_AS, None)
+                if how is None or not isinstance(func, types.FunctionType):
+                    continue
+                if func.__module__ != module.__name__:
+                    continue  # imported from another of the modules: compiled there
+                clone = types.FunctionType(
+                    func.__code__, namespace, name, func.__defaults__, func.__closure__
+                )
+                clone.__qualname__, clone.__module__ = func.__qualname__, func.__module__
+                inline: Literal["always", "never"] = "always" if how == "inline" else "never"
+                namespace[name] = numba.njit(clone, inline=inline, **NJIT_OPTIONS)
     finally:
         settings.CACHE_DIR = previous
     log.debug("replay kernel compiled with numba, cached in %s", directory)

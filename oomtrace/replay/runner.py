@@ -58,7 +58,7 @@ def request_arrays(workload: Workload, settings: ReplaySettings) -> dict[str, An
     return arrays | {"pre": column("prefill_ns"), "dl": column("decode_ns_per_token"), "res": res}
 
 
-def limits_array(settings: ReplaySettings, *, record: bool = False, peaks: bool = True) -> Any:
+def limits_array(settings: ReplaySettings, *, log_rows: int = 0, peaks: bool = True) -> Any:
     return np.array(
         [
             settings.block_size,
@@ -66,11 +66,17 @@ def limits_array(settings: ReplaySettings, *, record: bool = False, peaks: bool 
             settings.max_num_seqs or 0,
             settings.max_num_batched_tokens or 0,
             -1 if settings.max_waiting is None else settings.max_waiting,
-            1 if record else 0,
+            log_rows,
             1 if peaks else 0,
         ],
         dtype=np.int64,
     )
+
+
+def log_rows(requests: int, preemptions: int) -> int:
+    """Rows the event log can need: each request ends once (finished or rejected) and is admitted
+    once more than it is preempted, and each preemption is a row."""
+    return 2 * requests + 2 * preemptions + 1
 
 
 def simulate(
@@ -90,11 +96,16 @@ def simulate(
     a = arrays if arrays is not None else request_arrays(workload, settings)
     probes = np.empty(0, dtype=np.int64) if probes_ns is None else np.asarray(probes_ns, np.int64)
     run = simulator(workload.size, engine)
-    state, series, totals, log = run(
-        a["arr"], a["p"], a["o"], a["pre"], a["dl"], a["res"], settings.kv_blocks,
-        limits_array(settings, record=record, peaks=peaks), probes,
-    )  # fmt: skip
-    return RawRun(state, series, totals, log)
+    rows = log_rows(workload.size, workload.size) if record else 0  # reruns past n preemptions
+    while True:
+        state, series, totals, log = run(
+            a["arr"], a["p"], a["o"], a["pre"], a["dl"], a["res"], settings.kv_blocks,
+            limits_array(settings, log_rows=rows, peaks=peaks), probes,
+        )  # fmt: skip
+        needed = log_rows(workload.size, int(totals[2])) if record else 0
+        if needed <= rows:
+            return RawRun(state, series, totals, log)
+        rows = needed  # the log was made before the preemptions were known: once more, wider
 
 
 def replay(
