@@ -11,7 +11,7 @@ with a header-like path, invalid dates, CRLF.
 
 from __future__ import annotations
 
-import threading
+import os
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,33 +26,26 @@ from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.ingest.parser_api import ClockOptions, ParseContext, ParseResult
 from oomtrace.ingest.text.input_file import InputFile
 from oomtrace.ingest.vllm import chunk_reading, log_parser
+from oomtrace.ingest.vllm.chunk_reading import Reading
 from oomtrace.ingest.vllm.log_parser import PARSER
-
-numba = pytest.importorskip("numba")
 
 DATA = Path(__file__).resolve().parents[3] / "data" / "vllm"
 SAMPLES = Path(__file__).resolve().parents[4] / "sample_logs"
 
 
-@pytest.fixture(scope="module")
+def test_the_compiled_scanner_is_built_where_ci_runs() -> None:
+    # The scanner is optional (a machine without a C compiler reads every line the vectorised
+    # way), so its tests skip where it is missing: CI must never test the fallback alone.
+    if os.environ.get("CI", "").lower() not in ("1", "true", "yes"):
+        pytest.skip("outside CI the scanner may be missing (no C compiler)")
+    assert chunk_reading.scanner_available(), "oomtrace.ingest.vllm._line_scan was not built"
+
+
+@pytest.fixture
 def compiled() -> None:
-    """The scanner's code, compiled once (or loaded from numba's cache)."""
-    from oomtrace.ingest.vllm import scanned_chunk
-
-    scanned_chunk.warm()
-    assert scanned_chunk.cached()
-
-
-class _Unready(chunk_reading.Scanner):
-    """A scanner never ready: the file is read in the same pieces, without it."""
-
-    def __init__(self, size: int) -> None:
-        self.ready = threading.Event()
-        self._compiling = None
-
-    @property
-    def used(self) -> bool:
-        return True
+    """The scanner's tests need it built (`pip install -e .` builds it)."""
+    if not chunk_reading.scanner_available():
+        pytest.skip("the C line scanner (oomtrace.ingest.vllm._line_scan) is not built")
 
 
 def _parse(
@@ -64,8 +57,8 @@ def _parse(
     patch.setattr(chunk_reading, "SCAN_MIN_BYTES", 1 << 62 if scan is None else 0)
     patch.setattr(chunk_reading, "PIECE_BYTES", piece_bytes)
     patch.setattr(chunk_reading, "PIECES", pieces)
-    if scan is False:
-        patch.setattr(log_parser, "Scanner", _Unready)
+    if scan is False:  # the same pieces, every line read the vectorised way
+        patch.setattr(log_parser, "reading_for", lambda size: Reading(pieces=True, scan=False))
     try:
         diag = SourceDiagnostics(path.name, "vllm-log", "n")
         ctx = ParseContext(clock=ClockOptions(year=2025), mtime=datetime(2026, 1, 2, tzinfo=UTC))
@@ -254,59 +247,3 @@ def test_a_piece_with_invalid_utf8_is_read_whole_by_the_vectorised_reader(
     assert any(
         "invalid UTF-8" in note for note in _parse(path, scan=True, piece_bytes=1000)[1].notes
     )
-
-
-def test_without_its_code_cached_the_scanner_is_compiled_alongside_and_the_result_is_the_same(
-    compiled: None, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # GIVEN a scanner whose code is not cached yet, and an input large enough to compile it for
-    from oomtrace.ingest.vllm import scanned_chunk
-
-    monkeypatch.setattr(scanned_chunk, "cached", lambda: False)
-    monkeypatch.setattr(chunk_reading, "COMPILE_MIN_BYTES", 0)
-    # WHEN a parse starts THEN the scanner is compiled alongside, ready once that is done
-    scanner = chunk_reading.Scanner(1 << 30)
-    assert scanner.used
-    scanner.close()
-    assert scanner.ready.is_set()
-    # AND a file read while that happens (its first chunks without the scanner, the later ones
-    # with it) gives the vectorised reader's result
-    _same(DATA / "v1_0.20_stream.log", piece_bytes=800, pieces=1)
-
-
-def test_code_cached_from_other_sources_of_the_functions_it_calls_is_dropped(
-    compiled: None, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # GIVEN code cached from sources other than the ones installed now (numba checks a cached
-    # function's own file only, not those of the functions inlined into it)
-    from oomtrace.ingest.vllm import scanned_chunk
-
-    flushed: list[str] = []
-
-    class _Cache:
-        def __init__(self, name: str) -> None:
-            self.name = name
-
-        def flush(self) -> None:
-            flushed.append(self.name)
-
-    class _Function:
-        def __init__(self, name: str) -> None:
-            self._cache = _Cache(name)
-
-    functions = [_Function("a"), _Function("b")]
-    assert len(scanned_chunk._compiled_functions()) > 10  # every compiled function is found
-    monkeypatch.setattr(scanned_chunk, "_compiled_functions", lambda: functions)
-    real = scanned_chunk._fingerprint()
-    monkeypatch.setattr(scanned_chunk, "_fingerprint", lambda: real + "-changed")
-    # THEN it does not count as cached
-    assert not scanned_chunk.cached()
-    # WHEN the scanner is warmed THEN every compiled function's cache is dropped first, and the
-    # code cached afterwards counts as cached
-    scanned_chunk.warm()
-    assert flushed == ["a", "b"]
-    assert scanned_chunk.cached()
-    monkeypatch.setattr(scanned_chunk, "_fingerprint", lambda: real)
-    assert not scanned_chunk.cached()
-    scanned_chunk.warm()  # the stamp of the sources installed now, for the next tests
-    assert scanned_chunk.cached()
