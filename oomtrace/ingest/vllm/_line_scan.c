@@ -277,7 +277,7 @@ static int unusual(text_t b, i64 body, i64 stop)
         return 1;
     /* found at its "]" (a byte search: a few "]" in a line, most lines) */
     for (i64 c = find_byte(b, body + n - 1, stop, 93); c >= 0; c = find_byte(b, c + 1, stop, 93))
-        if (is_at(b, c - n + 1, across, n))
+        if (b[c - 1] == 114 && is_at(b, c - n + 1, across, n))
             return 1;
     for (i64 c = find_byte(b, body, stop, 58); c >= 0; c = find_byte(b, c + 1, stop, 58))
         if (c - body >= 14 && c + 7 <= stop && header_at_colon(b, body, c))
@@ -322,6 +322,7 @@ static i64 integer_at(text_t b, i64 p, i64 stop)
 
 /* The SamplingParams read (request_lines.PARAMS), and the row of `records` each goes to. */
 static const char *const KEYS[] = {"max_tokens", "n", "best_of", "logprobs", "prompt_logprobs"};
+static const i64 KEY_LENGTHS[] = {10, 1, 7, 8, 15};
 static const int KEY_ROWS[] = {R_MAX_TOKENS, R_N, R_BEST_OF, R_LOGPROBS, R_PROMPT_LOGPROBS};
 #define N_KEYS 5
 
@@ -330,18 +331,16 @@ static const int KEY_ROWS[] = {R_MAX_TOKENS, R_N, R_BEST_OF, R_LOGPROBS, R_PROMP
  * (and where a key is not there). One pass: each "=" is looked at once. */
 static void read_params(text_t b, i64 body, i64 stop, int params_first, i64 *row)
 {
-    i64 lengths[N_KEYS];
-    for (int f = 0; f < N_KEYS; f++) {
+    for (int f = 0; f < N_KEYS; f++)
         row[KEY_ROWS[f]] = -1;
-        lengths[f] = (i64)strlen(KEYS[f]);
-    }
     unsigned found = 0; /* a bit per key: a value taken (where the first counts) */
     for (i64 k = find_byte(b, body, stop, 61); k >= 0; k = find_byte(b, k + 1, stop, 61)) {
         for (int f = 0; f < N_KEYS; f++) {
-            i64 start = k - lengths[f];
+            i64 start = k - KEY_LENGTHS[f];
             if (start < body || (params_first && (found & (1u << f))))
                 continue;
-            if (!is_at(b, start, KEYS[f], lengths[f]))
+            /* the first byte before the call: most words before an "=" are none of these */
+            if (b[start] != KEYS[f][0] || !is_at(b, start, KEYS[f], KEY_LENGTHS[f]))
                 continue;
             int c = b[start - 1];
             if (start != body && (ALNUM(c) || c == 95))
