@@ -36,8 +36,12 @@ from oomtrace.ingest.vllm.skipped_lines import UVICORN_LINE, Skipped, skipped_li
 log = logging.getLogger(__name__)
 
 # From this size on an input is read by the compiled scanner first: below it, loading pyarrow
-# and reading in pieces cost more than the scanner saves (benchmarks/ingest_bench.py).
-SCAN_MIN_BYTES: Final = 48 << 20
+# and reading in pieces cost about what the scanner saves. Measured (the whole `oomtrace ingest`
+# of benchmarks/ingest_log.py's log, the scanner forced on and off, best of 3-5 runs, 2 busy
+# cores): CPU even at 0.1-2 MB (0.52-0.59 s either way), the scanner ahead from 5 MB (0.59 s
+# against 0.65; 20 MB 0.65 against 0.78; 48 MB 0.80 against 1.12). (With numba, whose loading
+# cost half a CPU second, this was 48 MiB.)
+SCAN_MIN_BYTES: Final = 4 << 20
 # How many times larger than its file a compressed log is taken to be, to choose the reader.
 COMPRESSION: Final = 8
 # Pieces of the file, PIECE_BYTES each, read as one chunk in the scanner's way: what the
