@@ -335,7 +335,17 @@ static void read_params(text_t b, i64 body, i64 stop, int params_first, i64 *row
         row[KEY_ROWS[f]] = -1;
     unsigned found = 0; /* a bit per key: a value taken (where the first counts) */
     for (i64 k = find_byte(b, body, stop, 61); k >= 0; k = find_byte(b, k + 1, stop, 61)) {
-        for (int f = 0; f < N_KEYS; f++) {
+        /* Only the keys that end in the byte before the "=" can be there (most words before
+         * an "=" end in none of their last bytes: s, n, f). */
+        int last = b[k - 1], first_key = 0, end_key = 0;
+        if (last == 115) { /* max_tokens, logprobs, prompt_logprobs */
+            first_key = 0, end_key = N_KEYS;
+        } else if (last == 110) { /* n */
+            first_key = 1, end_key = 2;
+        } else if (last == 102) { /* best_of */
+            first_key = 2, end_key = 3;
+        }
+        for (int f = first_key; f < end_key; f++) {
             i64 start = k - KEY_LENGTHS[f];
             if (start < body || (params_first && (found & (1u << f))))
                 continue;
