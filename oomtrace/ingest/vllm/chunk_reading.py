@@ -73,7 +73,8 @@ class Reading:
 
 
 def reading_for(size: int) -> Reading:
-    """The scanner for an input of about ``size`` bytes of text, where it is built."""
+    """How an input of about ``size`` bytes of text is read: by the scanner first from
+    :data:`SCAN_MIN_BYTES` on where it is built, else in lines."""
     if size < SCAN_MIN_BYTES or not scanner_available():
         return Reading(pieces=False, scan=False)
     # pyarrow loads only when a large input is read. Loading it makes tens of thousands of
