@@ -9,9 +9,8 @@ runs, round after round (``--repeat``), each in a fresh process:
   (wall time from start to the end of its parsing; its facts are written after, untimed);
 * ``oomtrace``: ``python -m oomtrace ingest LOG -o DIR --force``, the command a user runs (format
   sniffed, canonical Parquet tables and manifest written), from start to exit;
-* ``no-scan``: the same command without the compiled scanner (as where numba is not installed);
-* ``cold``: the same command with numba's cache empty: a machine's first run, the scanner
-  compiled alongside the reading.
+* ``no-scan``: the same command without the compiled scanner (as where the C extension was not
+  built: every line read by the vectorised reader).
 
 CPU seconds and peak memory are what the operating system counted for each process. Then it
 cross-checks that oomtrace and the baseline read the same facts off the same lines: every
@@ -44,9 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import ingest_log  # noqa: E402
 
-PEERS: Final = ("floor", "baseline", "oomtrace", "no-scan", "cold")
-# oomtrace without its compiled scanner (as where numba is not installed), and with numba's cache
-# empty (the first run on a machine: the scanner compiled alongside the reading).
+PEERS: Final = ("floor", "baseline", "oomtrace", "no-scan")
+# oomtrace without its compiled scanner (as where the C extension was not built).
 _NO_SCANNER: Final = (
     "import sys; from oomtrace.ingest.vllm import chunk_reading as c; "
     "c.scanner_available = lambda: False; from oomtrace.cli import cli; cli(sys.argv[1:])"
@@ -68,16 +66,13 @@ _STATS_FIELDS: Final = (
 )  # fmt: skip
 
 
-def _measured(
-    argv: list[str], name: str, *, timed_itself: bool = False, env: dict[str, str] | None = None
-) -> dict[str, Any]:
+def _measured(argv: list[str], name: str, *, timed_itself: bool = False) -> dict[str, Any]:
     """Run ``argv`` in its own process: wall time from start to exit, and the CPU seconds and
     peak resident memory the operating system counted for it (wait4); ``timed_itself``: the
     process prints those of its own work as its last line, and they count instead."""
     started = time.perf_counter()
     proc = subprocess.Popen(
         argv, cwd=ROOT, stdout=subprocess.PIPE if timed_itself else subprocess.DEVNULL,
-        env=None if env is None else {**os.environ, **env},
     )  # fmt: skip
     out = proc.stdout.read() if proc.stdout else b""
     _, status, usage = os.wait4(proc.pid, 0)
@@ -107,11 +102,6 @@ def run_round(log: Path, work: Path) -> dict[str, dict[str, Any]]:
         ),
         "oomtrace": _measured([sys.executable, "-m", "oomtrace", *command], "oomtrace"),
         "no-scan": _measured([sys.executable, "-c", _NO_SCANNER, *command], "no-scan"),
-        "cold": _measured(
-            [sys.executable, "-m", "oomtrace", *command],
-            "cold",
-            env={"NUMBA_CACHE_DIR": tempfile.mkdtemp(dir=work, prefix="numba-")},
-        ),
     }
 
 

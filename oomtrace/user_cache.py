@@ -1,6 +1,6 @@
 """A per-user cache for work that is the same on every run (the report's bundled JavaScript, the
-static SVG of a chart already drawn, the machine code numba compiles for the vLLM line scanner
-and the replay kernel): computed once, then read back.
+static SVG of a chart already drawn, the machine code numba compiles for the replay kernel):
+computed once, then read back.
 
 The folder is ``$OOMTRACE_CACHE_DIR`` when set, else the platform's user cache folder
 (``~/.cache/oomtrace`` on Linux, ``~/Library/Caches/oomtrace`` on macOS, from ``platformdirs``).

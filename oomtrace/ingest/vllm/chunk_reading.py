@@ -5,24 +5,17 @@ gives a :class:`ReadChunk`: the records put to use, the skipped lines by reason,
 
 A small input is split into lines and read by the vectorised reader (:mod:`.line_records`,
 :mod:`.extract`). A large one is read in pieces, :data:`PIECES` to a chunk, by the compiled
-scanner first (:mod:`.scanned_chunk`): the request records and access lines that make up nearly
-all of a busy server's log are read there, the rest by the vectorised reader. Both readers give
-the same rows from the same lines (``tests/unit/ingest/vllm/test_line_scanner.py``), so a file
-can be read by both, chunk by chunk.
-
-The scanner's machine code is compiled by numba the first time, once per machine (about ten
-seconds of a core), and cached. Where the cache holds it, the scanner reads inputs from
-:data:`SCAN_MIN_BYTES` on; where it does not, an input from :data:`COMPILE_MIN_BYTES` on has it
-compiled alongside the reading, and the chunks read once it is ready use it. Below that, the code
-is compiled once on request (``python -m oomtrace.ingest.vllm.scanned_chunk``); it is cached in
-the user's cache directory (:func:`oomtrace.user_cache.numba_dir`).
+scanner first (:mod:`.scanned_chunk`, the C extension :mod:`._line_scan`): the request records
+and access lines that make up nearly all of a busy server's log are read there, the rest by the
+vectorised reader. Both readers give the same rows from the same lines
+(``tests/unit/ingest/vllm/test_line_scanner.py``), so a file can be read by both, chunk by chunk.
+Where the extension was not built (no C compiler at install), every input is read in lines.
 """
 
 from __future__ import annotations
 
 import gc
-import importlib.util
-import threading
+import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cache, partial
@@ -40,15 +33,15 @@ from oomtrace.ingest.vllm.request_lines import merge_request_rows, scanned_reque
 from oomtrace.ingest.vllm.request_table import drop_told_additions
 from oomtrace.ingest.vllm.skipped_lines import UVICORN_LINE, Skipped, skipped_lines
 
-# From this size on an input is read by the compiled scanner first, where its code is cached:
-# below it, loading numba costs more than the scanner saves (benchmarks/ingest_bench.py).
-SCAN_MIN_BYTES: Final = 48 << 20
-# From this size on the scanner is compiled alongside the reading where its code is not cached.
-# Measured on 2 busy cores (benchmarks/ingest_bench.py, 1 GB): compiling costs a first run some
-# 33 s of wall time (45 s, against 12 s without the scanner), the cached scanner saves 4.6-9 s a
-# GB: an input pays for the compilation only from about 4-8 GB, so a read under the default input
-# cap never compiles it; `python -m oomtrace.ingest.vllm.scanned_chunk` compiles it once.
-COMPILE_MIN_BYTES: Final = 8 << 30
+log = logging.getLogger(__name__)
+
+# From this size on an input is read by the compiled scanner first: below it, loading pyarrow
+# and reading in pieces cost about what the scanner saves. Measured (the whole `oomtrace ingest`
+# of benchmarks/ingest_log.py's log, the scanner forced on and off, best of 3-5 runs, 2 busy
+# cores): CPU even at 0.1-2 MB (0.52-0.59 s either way), the scanner ahead from 5 MB (0.59 s
+# against 0.65; 20 MB 0.65 against 0.78; 48 MB 0.80 against 1.12). (With numba, whose loading
+# cost half a CPU second, this was 48 MiB.)
+SCAN_MIN_BYTES: Final = 4 << 20
 # How many times larger than its file a compressed log is taken to be, to choose the reader.
 COMPRESSION: Final = 8
 # Pieces of the file, PIECE_BYTES each, read as one chunk in the scanner's way: what the
@@ -70,71 +63,52 @@ class ReadChunk:
     invalid_lines: int = 0
 
 
-class Scanner:
-    """Whether the compiled scanner reads the chunks of one input, and from when: ready at once
-    where its code is cached, or once it is compiled alongside the reading."""
+@dataclass(frozen=True)
+class Reading:
+    """How the chunks of one input are read: in pieces (``pieces``), by the compiled scanner
+    first (``scan``), or else in lines."""
 
-    def __init__(self, size: int) -> None:
-        self.ready = threading.Event()
-        self._compiling: threading.Thread | None = None
-        if size < SCAN_MIN_BYTES:
-            return
-        # numba and pyarrow load only when a large input is read. Loading them makes some
-        # hundred thousand objects that live as long as the process: the cyclic collector is
-        # paused meanwhile (its full passes over them cost about 0.3 s of CPU a run and find
-        # nothing) and they are then frozen out of its later passes.
-        paused = gc.isenabled()
-        gc.disable()
-        try:
-            if not scanner_available():
-                return
-            from oomtrace.ingest.vllm import scanned_chunk  # noqa: PLC0415
+    pieces: bool
+    scan: bool
 
-            if scanned_chunk.cached():
-                scanned_chunk.warm()
-                self.ready.set()
-                return
-        finally:
-            gc.freeze()
-            if paused:
-                gc.enable()
-        if size >= COMPILE_MIN_BYTES:
-            self._compiling = threading.Thread(
-                target=self._compile, args=(scanned_chunk.warm,), name="oomtrace-compile"
-            )
-            self._compiling.start()
 
-    @property
-    def used(self) -> bool:
-        return self.ready.is_set() or self._compiling is not None
-
-    def _compile(self, warm: Callable[[], None]) -> None:
-        warm()
-        self.ready.set()
-
-    def close(self) -> None:
-        """Wait for a compilation under way (so its code is cached for the next input)."""
-        if self._compiling is not None:
-            self._compiling.join()
+def reading_for(size: int) -> Reading:
+    """How an input of about ``size`` bytes of text is read: by the scanner first from
+    :data:`SCAN_MIN_BYTES` on where it is built, else in lines."""
+    if size < SCAN_MIN_BYTES or not scanner_available():
+        return Reading(pieces=False, scan=False)
+    # pyarrow loads only when a large input is read. Loading it makes tens of thousands of
+    # objects that live as long as the process: the cyclic collector is paused meanwhile (its
+    # full passes over them find nothing) and they are then frozen out of its later passes.
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        from oomtrace.ingest.vllm import scanned_chunk  # noqa: F401, PLC0415
+    finally:
+        gc.freeze()
+        if paused:
+            gc.enable()
+    return Reading(pieces=True, scan=True)
 
 
 @cache
 def scanner_available() -> bool:
-    """Whether numba is installed and the C library's byte searches can be called (the scanner
-    is an accelerator, never required)."""
-    if importlib.util.find_spec("numba") is None:
+    """Whether the compiled scanner was built with the package (it is an accelerator, never
+    required: a machine without a C compiler installs without it)."""
+    try:
+        from oomtrace.ingest.vllm import _line_scan  # noqa: F401, PLC0415
+    except ImportError as missing:
+        log.debug("vLLM line scanner not built (%s): every line read the vectorised way", missing)
         return False
-    from oomtrace.ingest.text.byte_search import available  # noqa: PLC0415
-
-    return available()
+    return True
 
 
 def chunks(
-    source: InputFile, diag: SourceDiagnostics, tz: str, scanner: Scanner
+    source: InputFile, diag: SourceDiagnostics, tz: str, reading: Reading
 ) -> Iterator[Callable[[int], ReadChunk]]:
     """The work of reading each chunk of ``source`` (given the chunk's number): in pieces, the
     scanner first where it is used, else in lines."""
-    if not scanner.used:
+    if not reading.pieces:
         for chunk in source.line_chunks(diag):
             yield partial(read_chunk, chunk.lines.to_frame("line"), first_line=chunk.first_line,
                           tz=tz)  # fmt: skip
@@ -143,10 +117,10 @@ def chunks(
     for number, piece in enumerate(source.text_chunks(diag, PIECE_BYTES)):
         group.append((piece, number))
         if len(group) == PIECES:
-            yield partial(_read_pieces, group, tz, scanner)
+            yield partial(_read_pieces, group, tz, reading.scan)
             group = []
     if group:
-        yield partial(_read_pieces, group, tz, scanner)
+        yield partial(_read_pieces, group, tz, reading.scan)
 
 
 def input_size(source: InputFile) -> int:
@@ -154,13 +128,11 @@ def input_size(source: InputFile) -> int:
     return source.path.stat().st_size * (COMPRESSION if source.compressed else 1)
 
 
-def _read_pieces(
-    pieces: list[tuple[TextChunk, int]], tz: str, scanner: Scanner, index: int
-) -> ReadChunk:
-    """One chunk of pieces, the scanner first if it is ready. Lines are numbered within each
-    piece (``record_seq`` keys need only be unique and in file order), so no chunk waits for
-    the lines of another."""
-    if not scanner.ready.is_set():
+def _read_pieces(pieces: list[tuple[TextChunk, int]], tz: str, scan: bool, index: int) -> ReadChunk:
+    """One chunk of pieces, the scanner first (``scan``). Lines are numbered within each piece
+    (``record_seq`` keys need only be unique and in file order), so no chunk waits for the
+    lines of another."""
+    if not scan:
         parts = [numbered_lines(piece, number) for piece, number in pieces]
         lines = pl.concat([frame for frame, _ in parts])
         chunk = read_chunk(lines, index, first_line=0, tz=tz)

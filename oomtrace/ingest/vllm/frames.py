@@ -80,7 +80,7 @@ RECORDS: Final = pl.Schema(
     }
 )
 
-# The records the scanner read (line_scanner), a row per run of them (the same printed second
+# The records the scanner read (_line_scan.c), a row per run of them (the same printed second
 # and full second, no other record between), placed with the records': the run's last record
 # and how many records it holds.
 SCANNED_RUNS: Final = pl.Schema(

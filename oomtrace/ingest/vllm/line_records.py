@@ -97,7 +97,7 @@ def build_records(
     """One chunk read: ``(records, rest, info, scanned)``.
 
     ``lines`` are the chunk's lines from ``first_line`` on, or (with a ``record_seq`` column)
-    the lines of it the scanner left (:mod:`.line_scanner`); ``scanned`` are the runs of the
+    the lines of it the scanner left (:mod:`._line_scan`); ``scanned`` are the runs of the
     records it read (:data:`~.frames.SCANNED_RUNS`), placed here with the others and given back
     with ``year_offset``.
 

@@ -57,10 +57,10 @@ from oomtrace.ingest.text.yearless_clock import (
 )
 from oomtrace.ingest.vllm.chunk_reading import (
     ReadChunk,
-    Scanner,
     chunks,
     input_size,
     read_chunk,
+    reading_for,
 )
 from oomtrace.ingest.vllm.extract import Extracted
 from oomtrace.ingest.vllm.file_tables import (
@@ -134,21 +134,18 @@ class VllmLogParser:
     def parse(self, source: InputFile, ctx: ParseContext, diag: SourceDiagnostics) -> ParseResult:
         run = _Run(ctx, diag, "kubectl/docker timestamps")
         run.untimed_allowed = True
-        scanner = Scanner(input_size(source))
+        reading = reading_for(input_size(source))
         # Chunks share no state until finish(): WORKERS of them are read side by side (Polars
         # and the scanner release the GIL while they work), and their results are added in file
         # order. Memory stays bounded by the chunks in flight plus the rows they yield.
-        try:
-            with ThreadPoolExecutor(WORKERS) as pool:
-                pending: deque[Future[ReadChunk]] = deque()
-                for index, work in enumerate(chunks(source, diag, run.tz, scanner)):
-                    pending.append(pool.submit(work, index))
-                    if len(pending) >= WORKERS:
-                        run.add(pending.popleft().result())
-                while pending:
+        with ThreadPoolExecutor(WORKERS) as pool:
+            pending: deque[Future[ReadChunk]] = deque()
+            for index, work in enumerate(chunks(source, diag, run.tz, reading)):
+                pending.append(pool.submit(work, index))
+                if len(pending) >= WORKERS:
                     run.add(pending.popleft().result())
-        finally:
-            scanner.close()
+            while pending:
+                run.add(pending.popleft().result())
         note_invalid_utf8(diag, run.invalid_lines)
         return run.finish()
 

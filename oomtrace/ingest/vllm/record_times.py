@@ -4,7 +4,7 @@ without one, and what the chunk tells the whole file (:class:`ChunkInfo`: its cl
 full-time anchor, the printed-versus-full disagreement).
 
 Both readers' records are placed together, in file order: the vectorised reader's one by one,
-the scanner's (:mod:`.line_scanner`) a run at a time.
+the scanner's (:mod:`._line_scan`) a run at a time.
 """
 
 from __future__ import annotations

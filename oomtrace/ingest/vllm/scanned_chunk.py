@@ -1,98 +1,34 @@
-"""A chunk of a large log read by the compiled scanner first (:mod:`.line_scanner`).
+"""A chunk of a large log read by the compiled scanner first (:mod:`._line_scan`, a C extension).
 
 The scanner reads the request records and access lines of a busy server's log in one pass over
 the bytes, and gives their fields as arrays. Every line it does not take is handed to the
 vectorised reader as a string view into the chunk's bytes: nothing is copied until a field is
 kept.
 
-The scanner needs numba; without it (or for a small input, where its start-up costs more than it
-saves: ``log_parser.SCAN_MIN_BYTES``) every line goes to the vectorised reader, and this module
-is never imported.
+The scanner is built with the package (``oomtrace/ingest/vllm/_line_scan.c``); where it was not
+(no C compiler), or for a small input (``chunk_reading.SCAN_MIN_BYTES``), every line goes to the
+vectorised reader, and this module is never imported.
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
+import threading
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
-from numba.core.caching import FunctionCache
 
 from oomtrace.ingest.frame_check import check_frame
-from oomtrace.ingest.text import byte_search, prefix_scanner
-from oomtrace.ingest.text.byte_search import count_lines
 from oomtrace.ingest.text.input_file import TextChunk
-from oomtrace.ingest.text.prefix_scanner import NO_TIME
-from oomtrace.ingest.vllm import line_scanner as scanner
-from oomtrace.ingest.vllm import record_scanner as record
+from oomtrace.ingest.vllm import _line_scan as scanner
 from oomtrace.ingest.vllm.frames import REQUEST_FIELDS, SCANNED_RUNS
 from oomtrace.ingest.vllm.line_records import numbered_lines, piece_first_line
 from oomtrace.ingest.vllm.skipped_lines import EXAMPLE_HEAD, PRIVATE, example_rows
 from oomtrace.schema import TS
-from oomtrace.user_cache import numba_dir
 
-_ENTRY_POINTS: Final[tuple[Any, ...]] = (count_lines, scanner.scan_lines, scanner.write_views)
-# The modules whose compiled functions make up the scanner's machine code.
-_MODULES: Final = (byte_search, prefix_scanner, record, scanner)
-# Beside numba's files: the fingerprint of the sources the cached code was compiled from.
-_STAMP: Final = "vllm_scanner.sha256"
-
-
-def cached() -> bool:
-    """Whether numba's cache holds the scanner's machine code (compiling it takes seconds of a
-    core, once per machine and numba version), compiled from the sources installed now. Reads
-    numba's cache index files: an answer it cannot find is no."""
-    try:
-        indexed = all(
-            Path(function._cache._cache_file._index_path).is_file() for function in _ENTRY_POINTS
-        )
-    except AttributeError:
-        return False
-    return indexed and _stamp_path().is_file() and _stamp_path().read_text() == _fingerprint()
-
-
-def warm() -> None:
-    """Load the scanner's machine code from numba's cache, or compile it (and cache it). numba
-    checks a cached function against its own file only, not the files of the functions it
-    calls (inlined into it): code cached from other sources of those is dropped first."""
-    fingerprint = _fingerprint()
-    stamp = _stamp_path()
-    if not stamp.is_file() or stamp.read_text() != fingerprint:
-        for function in _compiled_functions():
-            function._cache.flush()
-    text = b"2025-06-02T08:00:00.5Z INFO 06-02 08:00:00 [x.py:1] Added request a\n"
-    scan_chunk(TextChunk(text, len(text)), 0)
-    try:
-        stamp.parent.mkdir(parents=True, exist_ok=True)
-        stamp.write_text(fingerprint)
-    except OSError:  # a cache that cannot be written: compiled again next time
-        pass
-
-
-def _compiled_functions() -> list[Any]:
-    return [
-        value
-        for module in _MODULES
-        for value in vars(module).values()
-        if isinstance(getattr(value, "_cache", None), FunctionCache)
-    ]
-
-
-def _fingerprint() -> str:
-    digest = hashlib.sha256()
-    for module in _MODULES:
-        digest.update(Path(module.__file__ or "").read_bytes())
-    return digest.hexdigest()
-
-
-def _stamp_path() -> Path:
-    # numba's folder (oomtrace.user_cache.use_for_numba sets it when the package is imported)
-    return Path(os.environ.get("NUMBA_CACHE_DIR") or numba_dir()) / _STAMP
+NO_TIME: Final = scanner.NO_TIME
 
 
 @dataclass(frozen=True)
@@ -101,7 +37,7 @@ class ScannedChunk:
 
     * ``general``: ``record_seq`` and ``line`` of the lines the vectorised reader must read;
     * ``runs``: :data:`~.frames.SCANNED_RUNS`, the printed and full times of the request
-      records the scanner read, a row per run of them (``line_scanner.scan_lines``);
+      records the scanner read, a row per run of them (``_line_scan.scan_lines``);
       ``bracketed``: how many of those records had a bracketed header;
     * ``requests``: the ``record_seq``, :data:`~.frames.REQUEST_FIELDS` (their text copied out
       of the chunk), ``outer_ts`` and ``run`` of those records, but for an "Added request" right
@@ -164,12 +100,8 @@ def scan_chunk(piece: TextChunk, first_line: int) -> ScannedChunk | None:
     buf = np.frombuffer(piece.data, np.uint8, count=piece.size)
     if piece.size and int(buf.max()) >= 0x80 and not _valid_utf8(piece):
         return None
-    n = count_lines(buf)
-    general = np.empty((scanner.LINE_FIELDS, n), np.int64)
-    access = np.empty((scanner.LINE_FIELDS, n), np.int64)
-    records = np.empty((record.RECORD_FIELDS, n), np.int64)
-    runs = np.empty((scanner.RUN_FIELDS, n), np.int64)
-    ids = np.empty(piece.size, np.uint8)
+    n = scanner.count_lines(buf)
+    general, access, records, runs, ids = _outputs(n, piece.size)
     n_general, n_access, n_records, n_runs = scanner.scan_lines(
         buf, general, access, records, runs, ids
     )
@@ -188,7 +120,7 @@ def scan_chunk(piece: TextChunk, first_line: int) -> ScannedChunk | None:
             }
         ),
         runs=_runs(records, runs, first_line),
-        bracketed=int(records[record.R_BRACKETED].sum()),
+        bracketed=int(records[scanner.R_BRACKETED].sum()),
         requests=_requests(records, first_line, ids),
         records=n_records,
         access=n_access,
@@ -197,6 +129,44 @@ def scan_chunk(piece: TextChunk, first_line: int) -> ScannedChunk | None:
         )[example_rows(head_lines)].with_columns(has_header=pl.lit(value=False)),
         lines=n,
     )
+
+
+class _Outputs(threading.local):
+    """The scanner's output arrays, kept by each thread from piece to piece. Fresh ones cost as
+    much as the scan itself: the kernel zeroes every page a new array touches (``perf record``
+    of a 1 GB ingest: a tenth of the command's CPU). Nothing in them outlives a piece: what is
+    kept is copied out (:func:`scan_chunk`)."""
+
+    arrays: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+    ids: np.ndarray | None = None
+
+
+_SCRATCH: Final = _Outputs()
+
+
+def _outputs(
+    lines: int, size: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """This thread's outputs for ``lines`` lines of ``size`` bytes: ``general``, ``access``,
+    ``records``, ``runs`` (a column per line at least) and ``ids`` (a byte per byte)."""
+    arrays = _SCRATCH.arrays
+    if arrays is None or arrays[0].shape[1] < lines:
+        columns = lines + lines // 4  # a few more: the next piece may hold more lines
+
+        def rows(count: int) -> np.ndarray:
+            return np.empty((count, columns), np.int64)
+
+        arrays = (
+            rows(scanner.LINE_FIELDS),
+            rows(scanner.LINE_FIELDS),
+            rows(scanner.RECORD_FIELDS),
+            rows(scanner.RUN_FIELDS),
+        )
+        _SCRATCH.arrays = arrays
+    ids = _SCRATCH.ids
+    if ids is None or ids.shape[0] < size:
+        ids = _SCRATCH.ids = np.empty(size + size // 4, np.uint8)
+    return (*arrays, ids)
 
 
 def _seq(lines: np.ndarray, first_line: int) -> np.ndarray:
@@ -212,10 +182,10 @@ def _runs(records: np.ndarray, runs: np.ndarray, first_line: int) -> pl.DataFram
     last = runs[scanner.RUN_LAST]
     frame = pl.DataFrame(
         {
-            "record_seq": _seq(records[record.R_LINE, last], first_line),
-            "printed_month_day": records[record.R_MONTH_DAY, last].astype(np.int32),
-            "printed_second_of_day": records[record.R_SECOND, last].astype(np.int32),
-            "outer_ts": _outer_ts(records[record.R_OUTER, last]),
+            "record_seq": _seq(records[scanner.R_LINE, last], first_line),
+            "printed_month_day": records[scanner.R_MONTH_DAY, last].astype(np.int32),
+            "printed_second_of_day": records[scanner.R_SECOND, last].astype(np.int32),
+            "outer_ts": _outer_ts(records[scanner.R_OUTER, last]),
             "weight": runs[scanner.RUN_WEIGHT].astype(np.uint32),
         }
     )
@@ -226,30 +196,30 @@ def _requests(records: np.ndarray, first_line: int, ids: np.ndarray) -> pl.DataF
     """The request fields (:data:`~.frames.REQUEST_FIELDS`) of the scanner's records, as
     :func:`~.request_lines.read_requests` makes them of the same lines; their ids are in
     ``ids``, copied there by the scanner."""
-    keep = np.flatnonzero(records[record.R_TOLD] == 0)
+    keep = np.flatnonzero(records[scanner.R_TOLD] == 0)
 
     def field(row: int) -> np.ndarray:
         return np.take(records[row], keep)
 
-    starts, stops = field(record.R_ID_START), field(record.R_ID_STOP)
+    starts, stops = field(scanner.R_ID_START), field(scanner.R_ID_STOP)
     # A buffer of their own size: the rows are kept to the end of the file.
     kept = ids[: stops[-1] if stops.shape[0] else 0].copy()
-    kind = field(record.R_KIND)
+    kind = field(scanner.R_KIND)
     frame = pl.DataFrame(
         {
-            "record_seq": _seq(field(record.R_LINE), first_line),
+            "record_seq": _seq(field(scanner.R_LINE), first_line),
             "request_id": _views(kept, kept, starts, stops),
             "event": _EVENTS.gather(kind - scanner.RECEIVED),
             "_kind": kind,
-            "_max": field(record.R_MAX_TOKENS),
-            "_n": field(record.R_N),
-            "_best_of": field(record.R_BEST_OF),
-            "_logprobs": field(record.R_LOGPROBS),
-            "_prompt_logprobs": field(record.R_PROMPT_LOGPROBS),
-            "_prompt": field(record.R_PROMPT_TOKENS),
-            "_params_first": field(record.R_PARAMS_FIRST) == 1,
-            "outer_ts": _outer_ts(field(record.R_OUTER)),
-            "run": field(record.R_RUN),
+            "_max": field(scanner.R_MAX_TOKENS),
+            "_n": field(scanner.R_N),
+            "_best_of": field(scanner.R_BEST_OF),
+            "_logprobs": field(scanner.R_LOGPROBS),
+            "_prompt_logprobs": field(scanner.R_PROMPT_LOGPROBS),
+            "_prompt": field(scanner.R_PROMPT_TOKENS),
+            "_params_first": field(scanner.R_PARAMS_FIRST) == 1,
+            "outer_ts": _outer_ts(field(scanner.R_OUTER)),
+            "run": field(scanner.R_RUN),
         }
     ).select(_REQUEST_COLUMNS)
     return check_frame(frame, _REQUESTS, "scanned requests")
@@ -279,7 +249,7 @@ def _request_columns() -> list[pl.Expr]:
 
 
 _REQUEST_COLUMNS: Final = _request_columns()
-# What each kind of record is in the request table (line_scanner's RECEIVED, ADDED, ABORTED).
+# What each kind of record is in the request table (_line_scan's RECEIVED, ADDED, ABORTED).
 _EVENTS: Final = pl.Series(["arrived", "admitted", "aborted"])
 _REQUESTS: Final = pl.Schema(
     {"record_seq": pl.Int64(), **REQUEST_FIELDS, "outer_ts": TS, "run": pl.Int64()}
@@ -299,7 +269,7 @@ def _views(
     bytes)."""
     views = np.empty((starts.shape[0], 16), np.uint8)
     if starts.shape[0]:
-        scanner.write_views(buf, starts, stops, views)
+        scanner.write_views(buf, np.ascontiguousarray(starts), np.ascontiguousarray(stops), views)
     return _from_views(views, data)
 
 
@@ -328,8 +298,3 @@ def _valid_utf8(piece: TextChunk) -> bool:
     except pl.exceptions.ComputeError:
         return False
     return True
-
-
-if __name__ == "__main__":  # compile the scanner once, into the user's cache
-    warm()
-    print(f"vLLM line scanner compiled and cached in {os.environ['NUMBA_CACHE_DIR']}")
