@@ -62,6 +62,9 @@ _KV_CELLS: Final = r"llama_kv_cache(?:_unified)?: size = +[0-9.]+ MiB \( *(\d+) 
 _KV_SELF: Final = r"KV self size += +([0-9.]+) MiB"
 _KV_SIZE_OLD: Final = r"llama_kv_cache_init: kv_size = (\d+),"
 _SEQ_MAX: Final = r"\bn_seq_max += (\d+)"
+# The cache line's "q/n seqs" is n_seq_max over n_stream (its sequences, then the streams that
+# hold them: 1 where the cache is unified), the context's n_seq_max where that line is not kept.
+_KV_SEQS: Final = r"llama_kv_cache(?:_unified)?: size = .* layers, +(\d+)/ *\d+ seqs\)"
 # The context's size, which is the KV cache's in cells where no cache line says so (2024 builds
 # allocate ``kv_size = cparams.n_ctx``); never ``n_ctx_per_seq`` or ``n_ctx_train``.
 _N_CTX: Final = (
@@ -106,6 +109,7 @@ STARTUP: Final = "|".join(
         _KV_SELF,
         _KV_SIZE_OLD,
         _SEQ_MAX,
+        _KV_SEQS,
         _SLOTS,
         _N_CTX,
         _OLLAMA_KV,
@@ -132,7 +136,7 @@ def engine_config(lines: pl.Series, diag: SourceDiagnostics) -> dict[str, Any]:
         ("kv_cache_tokens", (_KV_CELLS, _KV_SIZE_OLD)),
         ("kv_cache_tokens", (_N_CTX,)),  # only where no cache line stated it
         ("kv_cache_tokens", (_OLLAMA_CTX,)),  # the runner's own lines were not captured
-        ("max_num_seqs", (_SEQ_MAX, _SLOTS)),
+        ("max_num_seqs", (_SEQ_MAX, _KV_SEQS, _SLOTS)),
         ("max_num_seqs", (_OLLAMA_PARALLEL,)),
     ):
         value = first_stated(lines, patterns, key, diag, pl.Int64()) if key not in config else None

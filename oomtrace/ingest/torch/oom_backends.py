@@ -1,0 +1,40 @@
+"""Device-memory failures told by the layers under PyTorch and llama.cpp rather than by an
+allocator of their own (``docs/formats/pytorch.md``, "Other backends"):
+
+* ggml's Vulkan backend (``ggml/src/ggml-vulkan/ggml-vulkan.cpp``, ``ggml_vk_create_buffer``):
+  ``ggml_vulkan: Device memory allocation of size N failed.`` (N in bytes), then the driver's
+  ``vk::Device::allocateMemory: ErrorOutOfDeviceMemory``. The first line states the failure and
+  its size; the second repeats it and is not read. The backend names no device index there.
+* Apple's Metal (ggml's ``ggml-metal``, which llama.cpp, Ollama and koboldcpp run): the command
+  buffer's status is ``kIOGPUCommandBufferCallbackErrorOutOfMemory`` ("Insufficient Memory"),
+  printed for every failed buffer: a failure without a size or a device.
+* NCCL (``src/include/alloc.h``, ``checks.h``): ``NCCL WARN Cuda failure 'out of memory'``
+  (``Cuda failure 2 'out of memory'`` in later releases) behind NCCL's prefix ``host:pid:tid
+  [cudaDev]``, whose bracket is the failing device; where the allocation was NCCL's own it goes
+  on ``Failed to CUDA calloc N bytes`` (a blank line may come between), the request.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import polars as pl
+
+VULKAN: Final = r"Device memory allocation of size (\d+) failed"
+METAL: Final = r"kIOGPUCommandBufferCallbackErrorOutOfMemory"
+NCCL: Final = r"NCCL WARN Cuda failure (?:\d+ )?'out of memory'"
+# NCCL's line prefix (``host:pid:tid [cudaDev] ``): the device the failure happened on.
+NCCL_DEVICE: Final = r"^\S+:\d+:\d+ \[(\d+)\] "
+NCCL_CALLOC: Final = r"NCCL WARN Failed to CUDA calloc (\d+) bytes"
+# The failures without a stated size this module adds to the sizeless ones.
+SIZELESS: Final = f"{METAL}|{NCCL}"
+# What a line must hold to be worth a closer look.
+PREFILTER: Final = f"{VULKAN}|{METAL}|Failed to CUDA calloc"
+
+
+def nccl_request(lines: pl.Expr) -> pl.Expr:
+    """The bytes NCCL failed to allocate, from the ``Failed to CUDA calloc`` line one or two
+    lines after each line of ``lines`` (null where none follows)."""
+    return pl.coalesce(
+        lines.shift(-1).str.extract(NCCL_CALLOC, 1), lines.shift(-2).str.extract(NCCL_CALLOC, 1)
+    ).cast(pl.Int64, strict=False)
