@@ -67,8 +67,6 @@ FRAME: Final = (
 )
 # Driver versions have two or three parts (450.51.06, 580.126.09, 535.54.03). R610 (2026) calls
 # the driver the kernel-mode driver: "KMD Version: 610.43.02   CUDA UMD Version: 13.3".
-SNIFF_TABLE: Final = (
-    r"(?m)" + LEAD + r"\|\s*NVIDIA-SMI \d+(?:\.\d+)+\s+(?:Driver|KMD) Version:"
-)
+SNIFF_TABLE: Final = r"(?m)" + LEAD + r"\|\s*NVIDIA-SMI \d+(?:\.\d+)+\s+(?:Driver|KMD) Version:"
 SNIFF_PROCESSES: Final = r"(?m)" + LEAD + r"\|\s+GPU\s+(?:GI\s+CI\s+)?PID\s+Type\s+Process name"
 SNIFF_MIG: Final = r"(?m)" + LEAD + r"\|\s*GPU\s+GI\s+CI\s+MIG\s*\|"

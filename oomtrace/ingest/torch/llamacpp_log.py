@@ -26,6 +26,8 @@ become ``available_kv_cache_bytes`` and, where one GPU is listed, ``initial_free
 runner's command line that follows (``msg="starting llama server" cmd="... --ctx-size 8192 ...
 --parallel 4"``) gives ``kv_cache_tokens`` and ``max_num_seqs`` where the runner's own start-up
 lines are not in the log.
+From 0.12 it logs the layout it loaded one line a device (``msg="kv cache" device=CUDA0
+size="2.5 GiB"``): the devices' parts together are ``available_kv_cache_bytes``.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ MARKERS: Final = re.compile(
     r"llm_load_tensors: |ggml_cuda_init: found \d+ |llama_context: |llama_init_from_model: |"
     r"llama_new_context_with_model: |llama_kv_cache(?:_init|_unified)?: |"
     r"llama_memory_recurrent: |srv +load_model: |main: server is listening)"
-    r'|\bmsg="?offload(?: to \w+"| library=\w+) '
+    r'|\bmsg="?offload(?: to \w+"| library=\w+) |\bmsg="kv cache" device='
 )
 DURATIONS_NOTE: Final = (
     "llama.cpp prints how long after its start each line came (minutes.seconds.ms.us), not "
@@ -87,6 +89,9 @@ _OLLAMA_FREE: Final = _OLLAMA + r'\bmemory\.available="\[([0-9.]+ ?[KMGT]?i?B)\]
 _OLLAMA_RUNNER: Final = r'\bmsg="starting llama server" cmd=".*'
 _OLLAMA_CTX: Final = _OLLAMA_RUNNER + r"\s--ctx-size (\d+)\b"
 _OLLAMA_PARALLEL: Final = _OLLAMA_RUNNER + r"\s--parallel (\d+)\b"
+# From 0.12 Ollama states the layout it loaded one line a device and kind (``ml/device.go``):
+# ``msg="kv cache" device=CUDA1 size="2.5 GiB"``; the cache is every device's part together.
+_OLLAMA_DEVICE_KV: Final = r'\bmsg="kv cache" device=(\S+) size="([0-9.]+ ?[KMGT]?i?B)"'
 # The server's decode finding no room in the KV cache for its batch (``update_slots``:
 # ``examples/server/server.cpp`` in 2023 builds, ``tools/server/server.cpp`` later): it retries
 # with half the batch ("retrying with smaller n_batch = N", later "... smaller batch size, off =
@@ -114,6 +119,7 @@ STARTUP: Final = "|".join(
         _N_CTX,
         _OLLAMA_KV,
         _OLLAMA_RUNNER,
+        _OLLAMA_DEVICE_KV,
         _SLOT_LISTED,
     )
 )
@@ -125,6 +131,10 @@ def engine_config(lines: pl.Series, diag: SourceDiagnostics) -> dict[str, Any]:
     mib = first_stated(lines, (_KV_SIZE, _KV_SELF), "KV cache size (MiB)", diag, pl.Float64())
     if mib is not None:
         config["available_kv_cache_bytes"] = round(mib * MiB)
+    if "available_kv_cache_bytes" not in config:
+        parts = _ollama_device_kv(lines, diag)
+        if parts is not None:
+            config["available_kv_cache_bytes"] = parts
     for key, ollama in (
         ("available_kv_cache_bytes", _OLLAMA_KV),
         ("initial_free_bytes", _OLLAMA_FREE),
@@ -146,6 +156,23 @@ def engine_config(lines: pl.Series, diag: SourceDiagnostics) -> dict[str, Any]:
     if "max_num_seqs" not in config and listed is not None:
         config["max_num_seqs"] = int(listed) + 1  # type: ignore[arg-type]
     return config
+
+
+def _ollama_device_kv(lines: pl.Series, diag: SourceDiagnostics) -> int | None:
+    """The KV cache Ollama 0.12+ laid out, its devices' parts summed: each device's first
+    statement (a later load of another model states its own, noted, not added)."""
+    parts = (
+        lines.str.extract_groups(_OLLAMA_DEVICE_KV)
+        .struct.rename_fields(["device", "size"])
+        .struct.unnest()
+        .drop_nulls()
+    )
+    if parts.height == 0:
+        return None
+    first = parts.unique(subset="device", keep="first", maintain_order=True)
+    if first.height < parts.height:
+        diag.note("Ollama laid out its KV cache more than once (several loads); kept the first")
+    return sum(parse_bytes(size, what="Ollama kv cache") for size in first["size"])
 
 
 def kv_full_events(lines: pl.DataFrame) -> pl.DataFrame:

@@ -169,3 +169,22 @@ def test_the_early_2024_servers_slot_list_gives_the_sequences(tmp_path: Path) ->
     assert config["max_num_seqs"] == 2
     assert config["kv_cache_tokens"] == 1024
     assert config["available_kv_cache_bytes"] == 160 * MiB
+
+
+def test_ollama_012s_device_layout_sums_the_kv_cache_over_its_gpus(tmp_path: Path) -> None:
+    # https://github.com/ollama/ollama/issues/13235 (0.13 under journald): one line a device and
+    # kind; a second load's layout is not added to the first
+    prefix = "Nov 25 06:43:11 ai ollama[95]: time=2025-11-25T06:43:11.515+02:00 level=INFO "
+    layout = "".join(
+        f'{prefix}source=device.go:{line} msg="{kind}" device={device} size="{size}"\n'
+        for line, kind, device, size in (
+            (240, "model weights", "CUDA2", "5.1 GiB"),
+            (251, "kv cache", "CUDA0", "2.5 GiB"),
+            (251, "kv cache", "CUDA1", "2.5 GiB"),
+            (251, "kv cache", "CUDA2", "1.2 GiB"),
+            (262, "compute graph", "CUDA0", "1.5 GiB"),
+        )
+    )
+    again = f'{prefix}source=device.go:251 msg="kv cache" device=CUDA0 size="7.0 GiB"\n'
+    config = engine_config_of(tmp_path, layout + again)
+    assert config["available_kv_cache_bytes"] == round(2.5 * GiB) * 2 + round(1.2 * GiB)
