@@ -99,9 +99,16 @@ _OLLAMA_DEVICE_KV: Final = r'\bmsg="kv cache" device=(\S+) size="([0-9.]+ ?[KMGT
 # ret = 1" (2023; its source's comment: the KV cache is full, increase the context size), later
 # "Context size has been exceeded." sent to the slots. The cache's cells (``n_ctx``) were all
 # held by the slots' contexts: KV exhaustion, not a device allocation.
-KV_SNIFF: Final = r"failed to find free space in the KV cache"
+# From 2025 the context says it first: "decode: failed to find KV cache slot for ubatch of size N"
+# (``src/llama-context.cpp``), then llama_decode returns 1 and its caller retries or gives up;
+# koboldcpp gives up with "Failed to predict at token position N! Check your context buffer
+# sizes!", which ends a streak only after a KV line (it says the same after any failed decode).
+KV_SNIFF: Final = (
+    r"failed to find free space in the KV cache|failed to find KV cache slot for ubatch"
+)
 _KV_FAILED: Final = r"failed to decode the batch, n_batch = \d+|Context size has been exceeded"
-KV_FULL: Final = rf"{KV_SNIFF}|{_KV_FAILED}"
+_KV_GAVE_UP: Final = r"Failed to predict at token position \d+"
+KV_FULL: Final = rf"{KV_SNIFF}|{_KV_FAILED}|{_KV_GAVE_UP}"
 # What the event's detail starts with (the analysis reads it as the KV pool running out).
 KV_FULL_DETAIL: Final = "llama.cpp found no free space in the KV cache"
 _N_BATCH: Final = r"\bn_batch = (\d+)"
@@ -181,9 +188,11 @@ def kv_full_events(lines: pl.DataFrame) -> pl.DataFrame:
     retries found room (or the log ends first)."""
     text = pl.col("text")
     rows = lines.filter(text.str.contains(KV_FULL))
+    gave_up = text.str.contains(_KV_GAVE_UP)
+    rows = rows.filter(~gave_up | text.shift(1).str.contains(KV_SNIFF).fill_null(value=False))
     if rows.height == 0:
         return pl.DataFrame()
-    failed = text.str.contains(_KV_FAILED)
+    failed = text.str.contains(_KV_FAILED) | gave_up
     rows = rows.with_columns(
         _failed=failed,
         _n_batch=text.str.extract(_N_BATCH, 1).cast(pl.Int64, strict=False),

@@ -8,6 +8,8 @@ allocator of their own (``docs/formats/pytorch.md``, "Other backends"):
 * Apple's Metal (ggml's ``ggml-metal``, which llama.cpp, Ollama and koboldcpp run): the command
   buffer's status is ``kIOGPUCommandBufferCallbackErrorOutOfMemory`` ("Insufficient Memory"),
   printed for every failed buffer: a failure without a size or a device.
+* cudaMalloc's error 2 as Caffe2 (``CAFFE_ENFORCE``) and TensorRT (its default allocator) report
+  it, with no size.
 * NCCL (``src/include/alloc.h``, ``checks.h``): ``NCCL WARN Cuda failure 'out of memory'``
   (``Cuda failure 2 'out of memory'`` in later releases) behind NCCL's prefix ``host:pid:tid
   [cudaDev]``, whose bracket is the failing device; where the allocation was NCCL's own it goes
@@ -26,8 +28,12 @@ NCCL: Final = r"NCCL WARN Cuda failure (?:\d+ )?'out of memory'"
 # NCCL's line prefix (``host:pid:tid [cudaDev] ``): the device the failure happened on.
 NCCL_DEVICE: Final = r"^\S+:\d+:\d+ \[(\d+)\] "
 NCCL_CALLOC: Final = r"NCCL WARN Failed to CUDA calloc (\d+) bytes"
+# cudaErrorMemoryAllocation (2) as Caffe2's CAFFE_ENFORCE reports it ("error == cudaSuccess. 2 vs
+# 0. Error at: FILE:LINE: out of memory") and as TensorRT's default allocator does ("Cuda Error in
+# nvinfer1::internal::DefaultAllocator::allocate: 2 (out of memory)").
+CUDA_ERROR_2: Final = r"error == cudaSuccess\. 2 vs 0\b|Cuda Error in [\w:]+: 2 \(out of memory\)"
 # The failures without a stated size this module adds to the sizeless ones.
-SIZELESS: Final = f"{METAL}|{NCCL}"
+SIZELESS: Final = f"{METAL}|{NCCL}|{CUDA_ERROR_2}"
 # What a line must hold to be worth a closer look.
 PREFILTER: Final = f"{VULKAN}|{METAL}|Failed to CUDA calloc"
 

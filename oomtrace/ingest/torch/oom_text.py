@@ -224,7 +224,7 @@ def extract_ooms(
         .with_columns(
             _what=pl.col("_t").str.extract("(" + SIZELESS + ")", 1),
             device=pl.coalesce(
-                pl.col("_t").str.extract(r"(?:GPU|device):? (\d+)", 1),
+                pl.col("_t").str.extract(r"(?:GPU|NPU|XPU|HPU|device):? (\d+)", 1),
                 pl.col("_next").str.extract(GGML_DEVICE, 1),
                 pl.col("_t").str.extract(oom_backends.NCCL_DEVICE, 1),
             ).cast(pl.Int32, strict=False),

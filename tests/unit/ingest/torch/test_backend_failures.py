@@ -125,3 +125,65 @@ def test_a_message_without_a_device_index_keeps_its_figures(tmp_path: Path) -> N
         (None, round(44.53 * gib), round(40.92 * gib))
     ]
     assert ooms["free_bytes"][0] == round(1.94 * mib)
+
+
+def test_caffe2s_enforce_on_cuda_error_2_is_an_out_of_memory(tmp_path: Path) -> None:
+    # https://github.com/facebookresearch/Detectron/issues/560 (Caffe2, 2018)
+    text = (
+        '  File "/usr/local/lib/python2.7/dist-packages/caffe2/python/workspace.py", line 178, '
+        "in CallWithExceptionIntercept\n"
+        "    return func(*args, **kwargs)\n"
+        "RuntimeError: [enforce fail at event_gpu.cc:17] error == cudaSuccess. 2 vs 0. Error at: "
+        "/home/sd/pytorch/caffe2/core/event_gpu.cc:17: out of memory \n"
+    )
+    assert _ooms(tmp_path, text) == [(None, None)]
+
+
+def test_tensorrts_allocator_error_2_in_a_title_is_an_out_of_memory(tmp_path: Path) -> None:
+    # https://github.com/NVIDIA/TensorRT/issues/948 (Windows)
+    text = (
+        "# [E] [TRT] C:\\source\\rtSafe\\safeRuntime.cpp (25) - Cuda Error in "
+        "nvinfer1::internal::DefaultAllocator::allocate: 2 (out of memory)\n"
+    )
+    assert _ooms(tmp_path, text) == [(None, None)]
+
+
+def test_an_npu_message_cut_in_a_title_keeps_its_request_and_device(tmp_path: Path) -> None:
+    # https://github.com/vllm-project/vllm-omni/issues/1199: torch_npu's layout cut mid-way
+    text = (
+        "# [Bug]: RuntimeError: NPU out of memory. Tried to allocate 52.00 MiB (NPU 0; 60.96 GiB "
+        "total capacity; 59.36 GiB already allocated;\n"
+        "\n"
+        "### Your current environment\n"
+    )
+    assert _ooms(tmp_path, text) == [(0, 52 * 2**20)]
+
+
+def test_a_2025_kv_slot_failure_that_kobold_gave_up_on_is_kv_exhaustion(tmp_path: Path) -> None:
+    # https://github.com/LostRuins/koboldcpp/issues/1535 (1.91): the KV line glued to kobold's
+    # progress text, then its own "Failed to predict"
+    text = (
+        "[Context Shifting: Erased 143 tokens at position 1379]\n"
+        "Processing Prompt [BLAS] (454 / 454 tokens)update: applying K-shift\n"
+        "decode: failed to find KV cache slot for ubatch of size 454\n"
+        "llama_decode: failed to decode, ret = 1\n"
+        "\n"
+        "Failed to predict at token position 15480! Check your context buffer sizes!\n"
+    )
+    ooms = _trace(tmp_path, text).events.filter(pl.col("kind") == "oom")
+    assert ooms["detail"].to_list()[0].startswith("llama.cpp found no free space in the KV cache")
+    assert ooms.height == 1
+
+
+def test_kobolds_gave_up_after_metal_failed_is_no_kv_exhaustion(tmp_path: Path) -> None:
+    # https://github.com/LostRuins/koboldcpp/issues/1371 (M4 Mac mini): the decode failed on Metal
+    text = (
+        "error: Insufficient Memory (00000008:kIOGPUCommandBufferCallbackErrorOutOfMemory)\n"
+        "llama_graph_compute: ggml_backend_sched_graph_compute_async failed with error -1\n"
+        "llama_decode: failed to decode, ret = -3\n"
+        "\n"
+        "Failed to predict at 43! Check your context buffer sizes!\n"
+    )
+    ooms = _trace(tmp_path, text).events.filter(pl.col("kind") == "oom")
+    assert ooms.height == 1
+    assert "kIOGPUCommandBufferCallbackErrorOutOfMemory" in ooms["detail"][0]
