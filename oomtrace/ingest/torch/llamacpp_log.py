@@ -47,8 +47,13 @@ RELATIVE: Final = (
 )
 # Lines only llama.cpp prints (model loading, the server's start), for sniffing a log whose
 # allocation failure is beyond the head.
+# The supervisor's prefix a runner's lines may carry: journald's (``Dec 31 01:58:01 host
+# ollama[555324]: ``, Ollama under systemd) or docker compose's (``ollama  | ``).
+_SUPERVISOR: Final = r"(?:[A-Z][a-z]{2} [ 0-9]\d [\d:.]+ \S+ [^\s\[\]:]+\[\d+\]: |[\w.-]+ +\| )?"
 MARKERS: Final = re.compile(
-    r"(?m)^(?:\d+\.\d{2}\.\d{3}\.\d{3} [IWED] )?(?:llama_model_loader: |load_tensors: |"
+    r"(?m)^"
+    + _SUPERVISOR
+    + r"(?:\d+\.\d{2}\.\d{3}\.\d{3} [IWED] )?(?:llama_model_loader: |load_tensors: |"
     r"llm_load_tensors: |ggml_cuda_init: found \d+ |llama_context: |llama_init_from_model: |"
     r"llama_new_context_with_model: |llama_kv_cache(?:_init|_unified)?: |"
     r"llama_memory_recurrent: |srv +load_model: |main: server is listening)"

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import polars as pl
 import pytest
 
+from oomtrace.ingest import IngestOptions, ingest_paths
 from oomtrace.units import GiB, MiB
 from tests.unit.ingest.torch.settings import engine_config_of
 
@@ -188,3 +190,34 @@ def test_ollama_012s_device_layout_sums_the_kv_cache_over_its_gpus(tmp_path: Pat
     again = f'{prefix}source=device.go:251 msg="kv cache" device=CUDA0 size="7.0 GiB"\n'
     config = engine_config_of(tmp_path, layout + again)
     assert config["available_kv_cache_bytes"] == round(2.5 * GiB) * 2 + round(1.2 * GiB)
+
+
+def test_the_runners_lines_behind_journalds_prefix_mark_a_llama_cpp_log(tmp_path: Path) -> None:
+    # https://github.com/ollama/ollama/issues/8271 (Ollama 0.5 under systemd): no failure in the
+    # part pasted, the runner's start-up lines behind the journal's prefix
+    prefix = "Dec 31 01:58:01 FORGE ollama[555324]: "
+    config = engine_config_of(
+        tmp_path,
+        f"{prefix}llama_new_context_with_model: n_ctx_per_seq (2048) < n_ctx_train (131072) -- "
+        "the full capacity of the model will not be utilized\n"
+        f"{prefix}llama_kv_cache_init:      CUDA0 KV buffer size =   896.00 MiB\n"
+        f"{prefix}llama_new_context_with_model: KV self size  =  896.00 MiB, K (f16):  448.00 "
+        "MiB, V (f16):  448.00 MiB\n"
+        f"{prefix}[GIN] 2024/12/31 - 01:58:01 | 200 |  1.386181264s |       127.0.0.1 | POST     "
+        '"/api/generate"\n',
+    )
+    assert config["available_kv_cache_bytes"] == 896 * MiB
+
+
+def test_pinned_host_memory_that_failed_is_no_device_oom(tmp_path: Path) -> None:
+    # https://github.com/ollama/ollama/pull/5469: ggml falls back to pageable host memory
+    path = tmp_path / "server.log"
+    prefix = "Jul 10 16:29:17 DESKTOP ollama[180]: "
+    path.write_text(
+        f"{prefix}llm_load_tensors: ggml ctx size =    0.83 MiB\n"
+        f"{prefix}ggml_cuda_host_malloc: failed to allocate 16607.35 MiB of pinned memory: out of "
+        "memory\n"
+        f"{prefix}llm_load_tensors: offloading 11 repeating layers to GPU\n"
+    )
+    trace = ingest_paths([path], IngestOptions())
+    assert trace.events.filter(pl.col("kind") == "oom").height == 0
