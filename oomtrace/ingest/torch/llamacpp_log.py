@@ -45,11 +45,11 @@ _COLOUR = r"(?:\x1b\[[0-9;]*m)*"
 RELATIVE: Final = (
     rf"^{_COLOUR}(\d+)\.(\d{{2}})\.(\d{{3}})\.(\d{{3}}){_COLOUR} (?:{_COLOUR}[IWED] {_COLOUR})?"
 )
-# Lines only llama.cpp prints (model loading, the server's start), for sniffing a log whose
-# allocation failure is beyond the head.
 # The supervisor's prefix a runner's lines may carry: journald's (``Dec 31 01:58:01 host
 # ollama[555324]: ``, Ollama under systemd) or docker compose's (``ollama  | ``).
 _SUPERVISOR: Final = r"(?:[A-Z][a-z]{2} [ 0-9]\d [\d:.]+ \S+ [^\s\[\]:]+\[\d+\]: |[\w.-]+ +\| )?"
+# Lines only llama.cpp prints (model loading, the server's start), for sniffing a log whose
+# allocation failure is beyond the head.
 MARKERS: Final = re.compile(
     r"(?m)^"
     + _SUPERVISOR

@@ -1,5 +1,5 @@
 """Device-memory failures told by the layers under PyTorch and llama.cpp rather than by an
-allocator of their own (``docs/formats/pytorch.md``, "Other backends"):
+allocator of their own (``docs/formats/pytorch.md``, "Other allocation failures"):
 
 * ggml's Vulkan backend (``ggml/src/ggml-vulkan/ggml-vulkan.cpp``, ``ggml_vk_create_buffer``):
   ``ggml_vulkan: Device memory allocation of size N failed.`` (N in bytes), then the driver's
@@ -41,6 +41,6 @@ PREFILTER: Final = f"{VULKAN}|{METAL}|Failed to CUDA calloc"
 def nccl_request(lines: pl.Expr) -> pl.Expr:
     """The bytes NCCL failed to allocate, from the ``Failed to CUDA calloc`` line one or two
     lines after each line of ``lines`` (null where none follows)."""
-    return pl.coalesce(
-        lines.shift(-1).str.extract(NCCL_CALLOC, 1), lines.shift(-2).str.extract(NCCL_CALLOC, 1)
-    ).cast(pl.Int64, strict=False)
+    # one scan of the lines; the (mostly null) sizes are what is shifted
+    calloc = lines.str.extract(NCCL_CALLOC, 1).cast(pl.Int64, strict=False)
+    return pl.coalesce(calloc.shift(-1), calloc.shift(-2))
