@@ -38,9 +38,8 @@ SIZELESS: Final = f"{METAL}|{NCCL}|{CUDA_ERROR_2}"
 PREFILTER: Final = f"{VULKAN}|{METAL}|Failed to CUDA calloc"
 
 
-def nccl_request(lines: pl.Expr) -> pl.Expr:
-    """The bytes NCCL failed to allocate, from the ``Failed to CUDA calloc`` line one or two
-    lines after each line of ``lines`` (null where none follows)."""
-    # one scan of the lines; the (mostly null) sizes are what is shifted
-    calloc = lines.str.extract(NCCL_CALLOC, 1).cast(pl.Int64, strict=False)
-    return pl.coalesce(calloc.shift(-1), calloc.shift(-2))
+def nccl_request(hits: pl.Expr) -> pl.Expr:
+    """The bytes NCCL failed to allocate: the ``Failed to CUDA calloc`` line that follows each of
+    ``hits`` (the lines that may hold a failure, :data:`PREFILTER` among them, so the blank line
+    NCCL may print between the two is not there); null where none follows."""
+    return hits.shift(-1).str.extract(NCCL_CALLOC, 1).cast(pl.Int64, strict=False)

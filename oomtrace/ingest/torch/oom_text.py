@@ -195,13 +195,14 @@ def extract_ooms(
         pl.col(text).alias("_t"),
         pl.col(text).shift(-1).alias("_next"),
         (told | pl.col(text).str.contains(_GGML)).alias("_told"),
-        oom_backends.nccl_request(pl.col(text)).alias("_nccl_bytes"),
     ]
     if "pid" in lines.columns:
         keep.append(pl.col("pid").cast(pl.Int64, strict=False))
     if "phase" in lines.columns:
         keep.append(pl.col("phase"))
     hits = lines.select(keep).filter(pl.col("_t").str.contains(PREFILTER))
+    # NCCL's size is on its own line after the failure, itself a hit (blank lines between are not)
+    hits = hits.with_columns(oom_backends.nccl_request(pl.col("_t")).alias("_nccl_bytes"))
     if hits.height == 0:
         return _empty_events(), empty_samples()
     hits = oom_fraction.stitch(hits)
