@@ -11,9 +11,10 @@ allocator of their own (``docs/formats/pytorch.md``, "Other allocation failures"
 * cudaMalloc's error 2 as Caffe2 (``CAFFE_ENFORCE``) and TensorRT (its default allocator) report
   it, with no size.
 * NCCL (``src/include/alloc.h``, ``checks.h``): ``NCCL WARN Cuda failure 'out of memory'``
-  (``Cuda failure 2 'out of memory'`` in later releases) behind NCCL's prefix ``host:pid:tid
-  [cudaDev]``, whose bracket is the failing device; where the allocation was NCCL's own it goes
-  on ``Failed to CUDA calloc N bytes`` (a blank line may come between), the request.
+  (``Cuda failure 2 'out of memory'`` in later releases; the sentence is ``oom_text.NCCL_OOM``)
+  behind NCCL's prefix ``host:pid:tid [cudaDev]``, whose bracket is the failing device; where the
+  allocation was NCCL's own it goes on ``Failed to CUDA calloc N bytes`` (a blank line may come
+  between), the request.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ import polars as pl
 
 VULKAN: Final = r"Device memory allocation of size (\d+) failed"
 METAL: Final = r"kIOGPUCommandBufferCallbackErrorOutOfMemory"
-NCCL: Final = r"NCCL WARN Cuda failure (?:\d+ )?'out of memory'"
 # NCCL's line prefix (``host:pid:tid [cudaDev] ``): the device the failure happened on.
 NCCL_DEVICE: Final = r"^\S+:\d+:\d+ \[(\d+)\] "
 NCCL_CALLOC: Final = r"NCCL WARN Failed to CUDA calloc (\d+) bytes"
@@ -33,7 +33,7 @@ NCCL_CALLOC: Final = r"NCCL WARN Failed to CUDA calloc (\d+) bytes"
 # nvinfer1::internal::DefaultAllocator::allocate: 2 (out of memory)").
 CUDA_ERROR_2: Final = r"error == cudaSuccess\. 2 vs 0\b|Cuda Error in [\w:]+: 2 \(out of memory\)"
 # The failures without a stated size this module adds to the sizeless ones.
-SIZELESS: Final = f"{METAL}|{NCCL}|{CUDA_ERROR_2}"
+SIZELESS: Final = f"{METAL}|{CUDA_ERROR_2}"
 # What a line must hold to be worth a closer look.
 PREFILTER: Final = f"{VULKAN}|{METAL}|Failed to CUDA calloc"
 

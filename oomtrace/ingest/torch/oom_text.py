@@ -232,7 +232,7 @@ def extract_ooms(
             requested_bytes=bytes_expr(
                 pl.col("_t").str.extract(_CUT, 1), pl.col("_t").str.extract(_CUT, 2)
             ),
-            _nccl=pl.col("_t").str.contains(oom_backends.NCCL),
+            _nccl=pl.col("_t").str.contains("NCCL WARN " + NCCL_OOM),
         )
         .with_columns(
             requested_bytes=pl.coalesce(
@@ -279,7 +279,7 @@ def _detail(events: pl.DataFrame) -> pl.Expr:
         .when(layout == "vulkan")
         .then(pl.lit("llama.cpp (ggml) Vulkan device memory allocation failed"))
         .when(layout == "nccl")
-        .then(pl.lit("NCCL: Cuda failure 'out of memory'"))
+        .then(pl.format("{} (NCCL's own allocation)", pl.col("_what")))
         .when(layout == "xla")
         .then(pl.lit("JAX/XLA RESOURCE_EXHAUSTED: out of memory (the request only)"))
         .when(layout == "fraction")
