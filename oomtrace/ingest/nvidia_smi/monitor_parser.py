@@ -17,6 +17,9 @@ A ``dmon`` row's ``fb`` is ``device_used_bytes``; a ``pmon`` row's is ``process_
 its pid, and its command (cut to 15 characters) a ``process`` event. ``-`` is no value; a
 ``pmon`` row with ``-`` for its pid is a GPU with no process.
 
+A monitor quoted in a Markdown reply keeps its ``> `` marks and often a ``\\#`` escaped so that
+the header is no heading; both are taken off first.
+
 Time: ``-o D`` adds a ``Date`` column (``YYYYMMDD``), ``-o T`` a ``Time`` column (``HH:MM:SS``),
 local time without a zone, read in ``--tz`` (UTC otherwise, recorded as assumed). A monitor
 without both keeps its rows in file order with no made-up time (a time of day alone names no day).
@@ -45,6 +48,18 @@ UNITS: Final = r"^\s*#\s*(?:YYYYMMDD\s+)?(?:HH:MM:SS\s+)?Idx\b"
 _ROW: Final = r"^\s*(?:\d{8}\s+)?(?:\d{2}:\d{2}:\d{2}\s+)?\d+\s+\S"
 _SNIFF: Final = re.compile(r"(?m)" + HEADER + r".*\n" + UNITS)
 _MONITOR_LINE = re.compile(f"{HEADER}|{UNITS}|{_ROW}")
+# A monitor quoted in a Markdown reply ("> ") whose "#" was escaped so that it is not a heading
+# ("> \# gpu   pwr ..."): both are taken off before the lines are read.
+_QUOTED: Final = r"^(?:[ \t]*>)+ ?"
+_ESCAPED_HASH: Final = r"^(\s*)\\#"
+
+
+def _unquoted_text(text: str) -> str:
+    return re.sub(r"(?m)" + _ESCAPED_HASH, r"\1#", re.sub(r"(?m)" + _QUOTED, "", text))
+
+
+def _unquoted(line: pl.Expr) -> pl.Expr:
+    return line.str.replace(_QUOTED, "").str.replace(_ESCAPED_HASH, "$1#")
 
 
 class NvidiaSmiMonitorParser:
@@ -54,6 +69,7 @@ class NvidiaSmiMonitorParser:
     description = "nvidia-smi dmon/pmon: device or process frame-buffer use per interval"
 
     def sniff(self, head: str, name: str) -> float:
+        head = _unquoted_text(head)
         if "\x00" in head or not _SNIFF.search(head):
             return 0.0
         lines = [line for line in head.splitlines()[:400] if line.strip()]
@@ -66,8 +82,8 @@ class NvidiaSmiMonitorParser:
             for c in source.line_chunks(diag)
         ]
         lines = pl.concat(parts) if parts else pl.DataFrame({"n": [], "line": []})
+        lines = lines.with_columns(pl.col("n").cast(pl.Int64), _unquoted(pl.col("line")))
         lines = lines.with_columns(
-            pl.col("n").cast(pl.Int64),
             layout=pl.col("line").str.contains(HEADER).cast(pl.Int64).cum_sum(),
         )
         return _Monitor(lines, ctx, diag).result()

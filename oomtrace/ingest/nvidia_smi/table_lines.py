@@ -1,10 +1,11 @@
 """The lines of nvidia-smi's default table, as data (``docs/formats/nvidia-smi.md``).
 
-What plain ``nvidia-smi`` prints, in the layouts of driver 450 to 580 (the columns widened in
+What plain ``nvidia-smi`` prints, in the layouts of driver 450 to 610 (the columns widened in
 530 and again in 570; older drivers have no ``GI``/``CI`` columns in the process table):
 
 * a time line in the C locale's ``date`` format (``Sun Mar 29 20:25:44 2026``), local time;
-* the header box: ``| NVIDIA-SMI 535.247.01   Driver Version: ...   CUDA Version: 12.2 |``;
+* the header box: ``| NVIDIA-SMI 535.247.01   Driver Version: ...   CUDA Version: 12.2 |``
+  (R610 of 2026: ``KMD Version: ...   CUDA UMD Version: 13.3``);
 * per GPU, a row ``|   4  NVIDIA A100-SXM4-40GB   On  | 00000000:C2:00.0 Off |   0 |`` (index,
   name, persistence mode or the Windows driver model, bus id) and, on the next line, memory used
   and total in the middle cell, ``|  39346MiB / 40960MiB |`` (``Not Supported`` on unified-memory
@@ -64,7 +65,8 @@ FRAME: Final = (
     LEAD + r"(?:[+|][-=+| ]*[+|]|\|\s*(?:(?:GPU|Fan|ID)\b|Processes:|MIG devices:).*\||"
     r"\|[\s|]*(?:MIG M\.|Usage|BAR1-Usage|ECC|Disabled|Enabled|N/A|\d+)[\s|]*.*\|)\s*$"
 )
-# Driver versions have two or three parts (450.51.06, 580.126.09, 535.54.03).
-SNIFF_TABLE: Final = r"(?m)" + LEAD + r"\|\s*NVIDIA-SMI \d+(?:\.\d+)+\s+Driver Version:"
+# Driver versions have two or three parts (450.51.06, 580.126.09, 535.54.03). R610 (2026) calls
+# the driver the kernel-mode driver: "KMD Version: 610.43.02   CUDA UMD Version: 13.3".
+SNIFF_TABLE: Final = r"(?m)" + LEAD + r"\|\s*NVIDIA-SMI \d+(?:\.\d+)+\s+(?:Driver|KMD) Version:"
 SNIFF_PROCESSES: Final = r"(?m)" + LEAD + r"\|\s+GPU\s+(?:GI\s+CI\s+)?PID\s+Type\s+Process name"
 SNIFF_MIG: Final = r"(?m)" + LEAD + r"\|\s*GPU\s+GI\s+CI\s+MIG\s*\|"

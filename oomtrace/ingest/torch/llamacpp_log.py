@@ -26,6 +26,8 @@ become ``available_kv_cache_bytes`` and, where one GPU is listed, ``initial_free
 runner's command line that follows (``msg="starting llama server" cmd="... --ctx-size 8192 ...
 --parallel 4"``) gives ``kv_cache_tokens`` and ``max_num_seqs`` where the runner's own start-up
 lines are not in the log.
+From 0.12 it logs the layout it loaded one line a device (``msg="kv cache" device=CUDA0
+size="2.5 GiB"``): the devices' parts together are ``available_kv_cache_bytes``.
 """
 
 from __future__ import annotations
@@ -43,14 +45,19 @@ _COLOUR = r"(?:\x1b\[[0-9;]*m)*"
 RELATIVE: Final = (
     rf"^{_COLOUR}(\d+)\.(\d{{2}})\.(\d{{3}})\.(\d{{3}}){_COLOUR} (?:{_COLOUR}[IWED] {_COLOUR})?"
 )
+# The supervisor's prefix a runner's lines may carry: journald's (``Dec 31 01:58:01 host
+# ollama[555324]: ``, Ollama under systemd) or docker compose's (``ollama  | ``).
+_SUPERVISOR: Final = r"(?:[A-Z][a-z]{2} [ 0-9]\d [\d:.]+ \S+ [^\s\[\]:]+\[\d+\]: |[\w.-]+ +\| )?"
 # Lines only llama.cpp prints (model loading, the server's start), for sniffing a log whose
 # allocation failure is beyond the head.
 MARKERS: Final = re.compile(
-    r"(?m)^(?:\d+\.\d{2}\.\d{3}\.\d{3} [IWED] )?(?:llama_model_loader: |load_tensors: |"
+    r"(?m)^"
+    + _SUPERVISOR
+    + r"(?:\d+\.\d{2}\.\d{3}\.\d{3} [IWED] )?(?:llama_model_loader: |load_tensors: |"
     r"llm_load_tensors: |ggml_cuda_init: found \d+ |llama_context: |llama_init_from_model: |"
     r"llama_new_context_with_model: |llama_kv_cache(?:_init|_unified)?: |"
     r"llama_memory_recurrent: |srv +load_model: |main: server is listening)"
-    r'|\bmsg="?offload(?: to \w+"| library=\w+) '
+    r'|\bmsg="?offload(?: to \w+"| library=\w+) |\bmsg="kv cache" device='
 )
 DURATIONS_NOTE: Final = (
     "llama.cpp prints how long after its start each line came (minutes.seconds.ms.us), not "
@@ -62,6 +69,9 @@ _KV_CELLS: Final = r"llama_kv_cache(?:_unified)?: size = +[0-9.]+ MiB \( *(\d+) 
 _KV_SELF: Final = r"KV self size += +([0-9.]+) MiB"
 _KV_SIZE_OLD: Final = r"llama_kv_cache_init: kv_size = (\d+),"
 _SEQ_MAX: Final = r"\bn_seq_max += (\d+)"
+# The cache line's "q/n seqs" is n_seq_max over n_stream (its sequences, then the streams that
+# hold them: 1 where the cache is unified), the context's n_seq_max where that line is not kept.
+_KV_SEQS: Final = r"llama_kv_cache(?:_unified)?: size = .* layers, +(\d+)/ *\d+ seqs\)"
 # The context's size, which is the KV cache's in cells where no cache line says so (2024 builds
 # allocate ``kv_size = cparams.n_ctx``); never ``n_ctx_per_seq`` or ``n_ctx_train``.
 _N_CTX: Final = (
@@ -84,6 +94,9 @@ _OLLAMA_FREE: Final = _OLLAMA + r'\bmemory\.available="\[([0-9.]+ ?[KMGT]?i?B)\]
 _OLLAMA_RUNNER: Final = r'\bmsg="starting llama server" cmd=".*'
 _OLLAMA_CTX: Final = _OLLAMA_RUNNER + r"\s--ctx-size (\d+)\b"
 _OLLAMA_PARALLEL: Final = _OLLAMA_RUNNER + r"\s--parallel (\d+)\b"
+# From 0.12 Ollama states the layout it loaded one line a device and kind (``ml/device.go``):
+# ``msg="kv cache" device=CUDA1 size="2.5 GiB"``; the cache is every device's part together.
+_OLLAMA_DEVICE_KV: Final = r'\bmsg="kv cache" device=(\S+) size="([0-9.]+ ?[KMGT]?i?B)"'
 # The server's decode finding no room in the KV cache for its batch (``update_slots``:
 # ``examples/server/server.cpp`` in 2023 builds, ``tools/server/server.cpp`` later): it retries
 # with half the batch ("retrying with smaller n_batch = N", later "... smaller batch size, off =
@@ -91,9 +104,16 @@ _OLLAMA_PARALLEL: Final = _OLLAMA_RUNNER + r"\s--parallel (\d+)\b"
 # ret = 1" (2023; its source's comment: the KV cache is full, increase the context size), later
 # "Context size has been exceeded." sent to the slots. The cache's cells (``n_ctx``) were all
 # held by the slots' contexts: KV exhaustion, not a device allocation.
-KV_SNIFF: Final = r"failed to find free space in the KV cache"
+# From 2025 the context says it first: "decode: failed to find KV cache slot for ubatch of size N"
+# (``src/llama-context.cpp``), then llama_decode returns 1 and its caller retries or gives up;
+# koboldcpp gives up with "Failed to predict at token position N! Check your context buffer
+# sizes!", which ends a streak only after a KV line (it says the same after any failed decode).
+KV_SNIFF: Final = (
+    r"failed to find free space in the KV cache|failed to find KV cache slot for ubatch"
+)
 _KV_FAILED: Final = r"failed to decode the batch, n_batch = \d+|Context size has been exceeded"
-KV_FULL: Final = rf"{KV_SNIFF}|{_KV_FAILED}"
+_KV_GAVE_UP: Final = r"Failed to predict at token position \d+"
+KV_FULL: Final = rf"{KV_SNIFF}|{_KV_FAILED}|{_KV_GAVE_UP}"
 # What the event's detail starts with (the analysis reads it as the KV pool running out).
 KV_FULL_DETAIL: Final = "llama.cpp found no free space in the KV cache"
 _N_BATCH: Final = r"\bn_batch = (\d+)"
@@ -106,10 +126,12 @@ STARTUP: Final = "|".join(
         _KV_SELF,
         _KV_SIZE_OLD,
         _SEQ_MAX,
+        _KV_SEQS,
         _SLOTS,
         _N_CTX,
         _OLLAMA_KV,
         _OLLAMA_RUNNER,
+        _OLLAMA_DEVICE_KV,
         _SLOT_LISTED,
     )
 )
@@ -121,6 +143,10 @@ def engine_config(lines: pl.Series, diag: SourceDiagnostics) -> dict[str, Any]:
     mib = first_stated(lines, (_KV_SIZE, _KV_SELF), "KV cache size (MiB)", diag, pl.Float64())
     if mib is not None:
         config["available_kv_cache_bytes"] = round(mib * MiB)
+    if "available_kv_cache_bytes" not in config:
+        parts = _ollama_device_kv(lines, diag)
+        if parts is not None:
+            config["available_kv_cache_bytes"] = parts
     for key, ollama in (
         ("available_kv_cache_bytes", _OLLAMA_KV),
         ("initial_free_bytes", _OLLAMA_FREE),
@@ -132,7 +158,7 @@ def engine_config(lines: pl.Series, diag: SourceDiagnostics) -> dict[str, Any]:
         ("kv_cache_tokens", (_KV_CELLS, _KV_SIZE_OLD)),
         ("kv_cache_tokens", (_N_CTX,)),  # only where no cache line stated it
         ("kv_cache_tokens", (_OLLAMA_CTX,)),  # the runner's own lines were not captured
-        ("max_num_seqs", (_SEQ_MAX, _SLOTS)),
+        ("max_num_seqs", (_SEQ_MAX, _KV_SEQS, _SLOTS)),
         ("max_num_seqs", (_OLLAMA_PARALLEL,)),
     ):
         value = first_stated(lines, patterns, key, diag, pl.Int64()) if key not in config else None
@@ -144,15 +170,34 @@ def engine_config(lines: pl.Series, diag: SourceDiagnostics) -> dict[str, Any]:
     return config
 
 
+def _ollama_device_kv(lines: pl.Series, diag: SourceDiagnostics) -> int | None:
+    """The KV cache Ollama 0.12+ laid out, its devices' parts summed: each device's first
+    statement (a later load of another model states its own, noted, not added)."""
+    parts = (
+        lines.str.extract_groups(_OLLAMA_DEVICE_KV)
+        .struct.rename_fields(["device", "size"])
+        .struct.unnest()
+        .drop_nulls()
+    )
+    if parts.height == 0:
+        return None
+    first = parts.unique(subset="device", keep="first", maintain_order=True)
+    if first.height < parts.height:
+        diag.note("Ollama laid out its KV cache more than once (several loads); kept the first")
+    return sum(parse_bytes(size, what="Ollama kv cache") for size in first["size"])
+
+
 def kv_full_events(lines: pl.DataFrame) -> pl.DataFrame:
     """One event per streak of :data:`KV_FULL` lines among ``lines`` (``ts``, ``text``): an
     ``oom`` of the KV cache where the streak ends in the decode failing, a ``warning`` where the
     retries found room (or the log ends first)."""
     text = pl.col("text")
     rows = lines.filter(text.str.contains(KV_FULL))
+    gave_up = text.str.contains(_KV_GAVE_UP)
+    rows = rows.filter(~gave_up | text.shift(1).str.contains(KV_SNIFF).fill_null(value=False))
     if rows.height == 0:
         return pl.DataFrame()
-    failed = text.str.contains(_KV_FAILED)
+    failed = text.str.contains(_KV_FAILED) | gave_up
     rows = rows.with_columns(
         _failed=failed,
         _n_batch=text.str.extract(_N_BATCH, 1).cast(pl.Int64, strict=False),

@@ -39,7 +39,7 @@ from oomtrace.ingest.parser_api import ParseContext, ParseResult
 from oomtrace.ingest.text.input_file import InputFile, first_line
 from oomtrace.ingest.text.split_records import LOG_RECORD_START, find_split_records
 from oomtrace.ingest.text.timestamps import StampForms, line_stamps
-from oomtrace.ingest.torch import host_kill, llamacpp_log, oom_phase, tgi_log
+from oomtrace.ingest.torch import host_kill, llamacpp_log, oom_backends, oom_phase, tgi_log
 from oomtrace.ingest.torch.oom_text import (
     BUFFER_FAILURE,
     GGML_DEVICE,
@@ -54,7 +54,7 @@ CONFIDENCE: Final = 0.55
 # and llama.cpp's own lines about memory.
 _USED: Final = (
     f"{OOM_SHAPES}|{BUFFER_FAILURE}|{oom_phase.LINES}|{tgi_log.LINES}|{llamacpp_log.STARTUP}|"
-    f"{GGML_DEVICE}|{host_kill.LINE}|{llamacpp_log.KV_FULL}"
+    f"{GGML_DEVICE}|{host_kill.LINE}|{llamacpp_log.KV_FULL}|{oom_backends.NCCL_CALLOC}"
 )
 _KEEP: Final = (
     f"{PREFILTER}|{oom_phase.LINES}|Not enough memory to handle|{tgi_log.LINES}|"

@@ -23,6 +23,8 @@ process the message lists. The message layouts (``docs/formats/pytorch.md``):
   d: cudaMalloc failed: out of memory`` (the requested size and device only);
 * ``xla``: JAX/XLA's ``RESOURCE_EXHAUSTED: Out of memory while trying to allocate N bytes.``
   (the requested size only);
+* ``vulkan``, ``nccl`` and Metal's sizeless status: the layers under PyTorch and llama.cpp,
+  read as :mod:`.oom_backends` says;
 * ``sizeless``: ``CUDA error: out of memory``, ``HIP error: out of memory``,
   ``CUBLAS_STATUS_ALLOC_FAILED``, ``CUDNN_STATUS_ALLOC_FAILED``, ``Tried to allocate more than 1EB
   memory``, the 2.14 ``preemptively rejected`` form, and PyTorch 0.x's ``cuda runtime error (2) :
@@ -49,7 +51,7 @@ import polars as pl
 
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.ingest.text.input_file import first_line
-from oomtrace.ingest.torch import oom_fraction, oom_mps
+from oomtrace.ingest.torch import oom_backends, oom_fraction, oom_mps
 from oomtrace.ingest.torch.oom_processes import (
     SIZE,
     empty_samples,
@@ -97,7 +99,8 @@ _NEW: Final = (
     + SIZE
     + r"\. "
     + _DEVICE_WORD
-    + r" (\d+) has a total capac(?:i)?ty of "
+    # TGI's shards have printed "GPU  has" with no index (two spaces)
+    + r" (\d+)? ?has a total capac(?:i)?ty of "
     + SIZE
     + r"(?: of which "
     + SIZE
@@ -121,7 +124,7 @@ SIZELESS: Final = (
     r"CUDNN_STATUS_ALLOC_FAILED|"
     r"Tried to allocate more than 1EB memory|Allocation was preemptively rejected|"
     r"(?:CUDA|HIP|XPU|NPU) out of memory|cuda runtime error \(2\) : out of memory|"
-    r"THCudaCheck FAIL .*error=2 : out of memory"
+    r"THCudaCheck FAIL .*error=2 : out of memory|" + oom_backends.SIZELESS
 )
 # What a message cut short still states: the size it tried to allocate.
 _CUT: Final = r"out of memory\. Tried to allocate " + SIZE
@@ -144,7 +147,10 @@ _XLA: Final = (
 # the lines worth keeping.
 PREFILTER: Final = (
     r"out of memory|ALLOC_FAILED|preemptively rejected|total capacity; |"
-    r"Out of memory while trying|buffer of size \d|NVML_SUCCESS == r|" + oom_fraction.PARTS
+    r"Out of memory while trying|buffer of size \d|NVML_SUCCESS == r|"
+    + oom_backends.PREFILTER
+    + "|"
+    + oom_fraction.PARTS
 )
 # Any line that extract_ooms reads matches this (used to count recognised lines).
 OOM_SHAPES: Final = "|".join(
@@ -157,6 +163,7 @@ OOM_SHAPES: Final = "|".join(
         oom_mps.HEAD,
         _GGML,
         _XLA,
+        oom_backends.VULKAN,
         SIZELESS,
     )
 )
@@ -194,6 +201,8 @@ def extract_ooms(
     if "phase" in lines.columns:
         keep.append(pl.col("phase"))
     hits = lines.select(keep).filter(pl.col("_t").str.contains(PREFILTER))
+    # NCCL's size is on its own line after the failure, itself a hit (blank lines between are not)
+    hits = hits.with_columns(oom_backends.nccl_request(pl.col("_t")).alias("_nccl_bytes"))
     if hits.height == 0:
         return _empty_events(), empty_samples()
     hits = oom_fraction.stitch(hits)
@@ -207,6 +216,7 @@ def extract_ooms(
         _one_size(anonymous, _GGML, "ggml"),
         _one_size(anonymous.filter(~pl.col("_told")), BUFFER_FAILURE, "ggml", bytes_first=False),
         _one_size(anonymous, _XLA, "xla"),
+        _one_size(anonymous, oom_backends.VULKAN, "vulkan"),
     ]
     sized = pl.concat([f for f in found if f is not None] or [hits.clear()], how="diagonal_relaxed")
     sizeless = (
@@ -215,17 +225,24 @@ def extract_ooms(
         .with_columns(
             _what=pl.col("_t").str.extract("(" + SIZELESS + ")", 1),
             device=pl.coalesce(
-                pl.col("_t").str.extract(r"(?:GPU|device):? (\d+)", 1),
+                pl.col("_t").str.extract(r"(?:GPU|NPU|XPU|HPU|device):? (\d+)", 1),
                 pl.col("_next").str.extract(GGML_DEVICE, 1),
+                pl.col("_t").str.extract(oom_backends.NCCL_DEVICE, 1),
             ).cast(pl.Int32, strict=False),
             requested_bytes=bytes_expr(
                 pl.col("_t").str.extract(_CUT, 1), pl.col("_t").str.extract(_CUT, 2)
             ),
+            _nccl=pl.col("_t").str.contains("NCCL WARN " + NCCL_OOM),
         )
         .with_columns(
-            _layout=pl.when(pl.col("requested_bytes").is_not_null())
+            requested_bytes=pl.coalesce(
+                "requested_bytes", pl.when("_nccl").then(pl.col("_nccl_bytes"))
+            ),
+            _layout=pl.when("_nccl")
+            .then(pl.lit("nccl"))
+            .when(pl.col("requested_bytes").is_not_null())
             .then(pl.lit("cut"))
-            .otherwise(pl.lit("sizeless"))
+            .otherwise(pl.lit("sizeless")),
         )
     )
     events = _dedupe(pl.concat([sized, sizeless], how="diagonal_relaxed"))
@@ -259,6 +276,10 @@ def _detail(events: pl.DataFrame) -> pl.Expr:
         .then(pl.lit("PyTorch OOM message cut short: only the requested size read"))
         .when(layout == "ggml")
         .then(pl.lit("llama.cpp (ggml) cudaMalloc failed: out of memory"))
+        .when(layout == "vulkan")
+        .then(pl.lit("llama.cpp (ggml) Vulkan device memory allocation failed"))
+        .when(layout == "nccl")
+        .then(pl.format("{} (NCCL's own allocation)", pl.col("_what")))
         .when(layout == "xla")
         .then(pl.lit("JAX/XLA RESOURCE_EXHAUSTED: out of memory (the request only)"))
         .when(layout == "fraction")

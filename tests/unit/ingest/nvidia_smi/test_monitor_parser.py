@@ -91,3 +91,22 @@ def test_a_monitor_without_fb_states_no_memory(tmp_path: Path) -> None:
 def test_sniffing_wants_the_header_and_its_unit_line() -> None:
     assert PARSER.sniff(DMON_TD, "x") == 0.85
     assert PARSER.sniff("# gpu pwr\nsomething else\n", "x") == 0.0
+
+
+# https://github.com/mozilla/DeepSpeech/issues/178 (2016, four GPUs): dmon -s pucvmet quoted in an
+# issue with "> " and its header's "#" escaped for Markdown; fb is the twelfth column.
+DMON_QUOTED = r"""This gives us lots of valuable informations:
+> \# gpu   pwr  temp    sm   mem   enc   dec  mclk  pclk pviol tviol    fb  bar1 sbecc dbecc   pci rxpci txpci
+> \# Idx     W     C     %     %     %     %   MHz   MHz     %  bool    MB    MB  errs  errs  errs  MB/s  MB/s
+>     0   111    83    25     7     0     0  4513  1683     0     0 11651     2     -     -     0    41     8
+>     3    86    70    18     6     0     0  4513  1784     0     0 11660     2     -     -     0    62     5
+
+We do this under the assumption that our code is the only one making use of GPU.
+"""  # noqa: E501
+
+
+def test_a_quoted_monitor_with_an_escaped_hash_is_read(tmp_path: Path) -> None:
+    assert PARSER.sniff(DMON_QUOTED, "x") > 0
+    trace = _ingest(tmp_path, DMON_QUOTED)
+    used = trace.samples.filter(pl.col("metric") == "device_used_bytes").sort("device")
+    assert used.select("device", "value").rows() == [(0, 11651.0 * MiB), (3, 11660.0 * MiB)]

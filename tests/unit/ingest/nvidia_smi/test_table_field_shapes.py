@@ -172,3 +172,31 @@ def test_compute_instances_sharing_a_gpu_instance_state_its_memory_once(tmp_path
     assert _by_source(trace, "device_used_bytes") == {"mig=1": [(0, 476.0 * MiB)]}
     assert _by_source(trace, "device_total_bytes") == {"mig=1": [(0, 20224.0 * MiB)]}
     assert any("share their GPU instance's memory" in n for n in trace.manifest.sources[0].notes)
+
+
+# Driver R610 on two idle B200s (github.com/sgl-project/sglang/issues/27487, June 2026): the header
+# names the kernel-mode driver and the CUDA user-mode driver, the paste stops at a rule.
+DRIVER_610 = """\
+```text
+Sun Jun  7 08:16:57 2026
++-----------------------------------------------------------------------------------------+
+| NVIDIA-SMI 610.43.02              KMD Version: 610.43.02     CUDA UMD Version: 13.3     |
++-----------------------------------------+------------------------+----------------------+
+| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |
+| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |
+|=========================================+========================+======================|
+|   0  NVIDIA B200                    On  |   00000000:63:00.0 Off |                    0 |
+| N/A   26C    P0            139W / 1000W |       0MiB / 183359MiB |      0%      Default |
++-----------------------------------------+------------------------+----------------------+
+|   1  NVIDIA B200                    On  |   00000000:68:00.0 Off |                    0 |
+| N/A   30C    P0            142W / 1000W |       0MiB / 183359MiB |      0%      Default |
++----
+```
+"""
+
+
+def test_a_610_header_naming_the_kmd_and_umd_versions_is_a_table(tmp_path: Path) -> None:
+    trace = _ingest(tmp_path, DRIVER_610)
+    assert trace.manifest.sources[0].parser == "nvidia-smi-table"
+    assert _rows(trace, "device_total_bytes") == [(0, 183359.0 * MiB), (1, 183359.0 * MiB)]
+    assert _rows(trace, "device_used_bytes") == [(0, 0.0), (1, 0.0)]

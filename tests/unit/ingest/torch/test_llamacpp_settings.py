@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import polars as pl
 import pytest
 
+from oomtrace.ingest import IngestOptions, ingest_paths
 from oomtrace.units import GiB, MiB
 from tests.unit.ingest.torch.settings import engine_config_of
 
@@ -169,3 +171,53 @@ def test_the_early_2024_servers_slot_list_gives_the_sequences(tmp_path: Path) ->
     assert config["max_num_seqs"] == 2
     assert config["kv_cache_tokens"] == 1024
     assert config["available_kv_cache_bytes"] == 160 * MiB
+
+
+def test_ollama_012s_device_layout_sums_the_kv_cache_over_its_gpus(tmp_path: Path) -> None:
+    # https://github.com/ollama/ollama/issues/13235 (0.13 under journald): one line a device and
+    # kind; a second load's layout is not added to the first
+    prefix = "Nov 25 06:43:11 ai ollama[95]: time=2025-11-25T06:43:11.515+02:00 level=INFO "
+    layout = "".join(
+        f'{prefix}source=device.go:{line} msg="{kind}" device={device} size="{size}"\n'
+        for line, kind, device, size in (
+            (240, "model weights", "CUDA2", "5.1 GiB"),
+            (251, "kv cache", "CUDA0", "2.5 GiB"),
+            (251, "kv cache", "CUDA1", "2.5 GiB"),
+            (251, "kv cache", "CUDA2", "1.2 GiB"),
+            (262, "compute graph", "CUDA0", "1.5 GiB"),
+        )
+    )
+    again = f'{prefix}source=device.go:251 msg="kv cache" device=CUDA0 size="7.0 GiB"\n'
+    config = engine_config_of(tmp_path, layout + again)
+    assert config["available_kv_cache_bytes"] == round(2.5 * GiB) * 2 + round(1.2 * GiB)
+
+
+def test_the_runners_lines_behind_journalds_prefix_mark_a_llama_cpp_log(tmp_path: Path) -> None:
+    # https://github.com/ollama/ollama/issues/8271 (Ollama 0.5 under systemd): no failure in the
+    # part pasted, the runner's start-up lines behind the journal's prefix
+    prefix = "Dec 31 01:58:01 FORGE ollama[555324]: "
+    config = engine_config_of(
+        tmp_path,
+        f"{prefix}llama_new_context_with_model: n_ctx_per_seq (2048) < n_ctx_train (131072) -- "
+        "the full capacity of the model will not be utilized\n"
+        f"{prefix}llama_kv_cache_init:      CUDA0 KV buffer size =   896.00 MiB\n"
+        f"{prefix}llama_new_context_with_model: KV self size  =  896.00 MiB, K (f16):  448.00 "
+        "MiB, V (f16):  448.00 MiB\n"
+        f"{prefix}[GIN] 2024/12/31 - 01:58:01 | 200 |  1.386181264s |       127.0.0.1 | POST     "
+        '"/api/generate"\n',
+    )
+    assert config["available_kv_cache_bytes"] == 896 * MiB
+
+
+def test_pinned_host_memory_that_failed_is_no_device_oom(tmp_path: Path) -> None:
+    # https://github.com/ollama/ollama/pull/5469: ggml falls back to pageable host memory
+    path = tmp_path / "server.log"
+    prefix = "Jul 10 16:29:17 DESKTOP ollama[180]: "
+    path.write_text(
+        f"{prefix}llm_load_tensors: ggml ctx size =    0.83 MiB\n"
+        f"{prefix}ggml_cuda_host_malloc: failed to allocate 16607.35 MiB of pinned memory: out of "
+        "memory\n"
+        f"{prefix}llm_load_tensors: offloading 11 repeating layers to GPU\n"
+    )
+    trace = ingest_paths([path], IngestOptions())
+    assert trace.events.filter(pl.col("kind") == "oom").height == 0
