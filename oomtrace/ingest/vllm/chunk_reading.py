@@ -66,7 +66,9 @@ class ReadChunk:
 @dataclass(frozen=True)
 class Reading:
     """How the chunks of one input are read: in pieces (``pieces``), by the compiled scanner
-    first (``scan``), or else in lines."""
+    first (``scan``), or else in lines. :func:`reading_for` gives both or neither; pieces read
+    without the scanner are the tests' way of reading the same pieces both ways
+    (``tests/unit/ingest/vllm/test_line_scanner.py``)."""
 
     pieces: bool
     scan: bool
