@@ -40,6 +40,7 @@ from oomtrace.ingest.text.input_file import InputFile, first_line
 from oomtrace.ingest.text.split_records import LOG_RECORD_START, find_split_records
 from oomtrace.ingest.text.timestamps import StampForms, line_stamps
 from oomtrace.ingest.torch import (
+    alloc_retry,
     gpu_xid,
     host_kill,
     llamacpp_log,
@@ -62,14 +63,16 @@ CONFIDENCE: Final = 0.55
 _USED: Final = (
     f"{OOM_SHAPES}|{BUFFER_FAILURE}|{oom_phase.LINES}|{tgi_log.LINES}|{llamacpp_log.STARTUP}|"
     f"{GGML_DEVICE}|{host_kill.LINE}|{llamacpp_log.KV_FULL}|{oom_backends.NCCL_CALLOC}|"
-    f"{gpu_xid.LINE}"
+    f"{gpu_xid.LINE}|{alloc_retry.LINE}"
 )
 _KEEP: Final = (
     f"{PREFILTER}|{oom_phase.LINES}|Not enough memory to handle|{tgi_log.LINES}|"
-    f"{llamacpp_log.STARTUP}|{GGML_DEVICE}|{host_kill.LINE}|{llamacpp_log.KV_FULL}|{gpu_xid.LINE}"
+    f"{llamacpp_log.STARTUP}|{GGML_DEVICE}|{host_kill.LINE}|{llamacpp_log.KV_FULL}|{gpu_xid.LINE}|"
+    f"{alloc_retry.LINE}"
 )
 _SNIFF_OOM = re.compile(
-    f"{OOM_SHAPES}|{BUFFER_FAILURE}|{tgi_log.WARMUP}|{host_kill.LINE}|{gpu_xid.LINE}"
+    f"{OOM_SHAPES}|{BUFFER_FAILURE}|{tgi_log.WARMUP}|{host_kill.LINE}|{gpu_xid.LINE}|"
+    f"{alloc_retry.LINE}"
 )
 # A server log this parser reads even when its head holds no failure.
 _SNIFF_SERVER = re.compile(
@@ -197,6 +200,7 @@ class _Acc:
                 tgi_log.events(texts),
                 host_kill.events(texts),
                 gpu_xid.events(texts),
+                alloc_retry.events(texts),
                 llamacpp_log.kv_full_events(texts),
             )
             if f.height
