@@ -7,7 +7,10 @@ failure. The failure, if one follows, is the framework's own out-of-memory error
   pytorch/pytorch PR 180946 and lowered to INFO by PR 193391 after issue 193195):
   ``[rank1]:[W812 16:00:28.643448608 CUDACachingAllocator.cpp:3933] memory allocation failed with
   OOM on device 1 while trying to allocate 20971520 bytes (free: 15794176, total:
-  150111977472).``: the device, the request, CUDA's free and total memory, in bytes. An engine
+  150111977472).``: the device, the request, CUDA's free and total memory, in bytes (with
+  expandable segments: ``expandable_segments: memory mapping failed with OOM on device 0 while
+  trying to map 20971520 bytes (free: ..., total: ...)``; a paste may wrap it before ``while``
+  or before its figures, the next line then holding the rest). An engine
   that packs the GPU (vLLM's ``gpu_memory_utilization``) prints it thousands of times at
   start-up, each allocation up to three times before it succeeds.
 * TensorFlow's stream executor logs ``failed to allocate 32.00M (33554432 bytes) from device:
@@ -29,23 +32,34 @@ import polars as pl
 
 from oomtrace.units import format_bytes
 
+_HEAD: Final = r"memory (?:allocation|mapping) failed with OOM on device"
 _TORCH: Final = (
-    r"memory allocation failed with OOM on device (?P<t_device>\d+) while trying to allocate "
-    r"(?P<t_request>\d+) bytes \(free: (?P<t_free>\d+), total: (?P<t_total>\d+)\)"
+    _HEAD + r" (?P<t_device>\d+)\s+while trying to (?:allocate|map)\s+(?P<t_request>\d+) bytes"
+    r"\s*\(free: (?P<t_free>\d+), total: (?P<t_total>\d+)\)"
+)
+# The rest of a warning a paste wrapped before its figures.
+_REST: Final = (
+    r"^\s*(?:while trying to (?:allocate|map)\s+)?(?:\d+ bytes\s*)?\(free: \d+, total: \d+\)"
 )
 _TF: Final = (
     r"failed to allocate [0-9.]+[KMGT]? \((?P<f_request>\d+) bytes\) from device: "
     r"CUDA_ERROR_OUT_OF_MEMORY"
 )
-LINE: Final = f"{_TORCH}|{_TF}"
+SNIFF: Final = f"{_HEAD}|{_TF}"
+LINE: Final = f"{SNIFF}|{_REST}"
 _WHO: Final = {True: "PyTorch's caching allocator", False: "TensorFlow's allocator"}
 
 
 def events(lines: pl.DataFrame) -> pl.DataFrame:
     """The streaks of retried allocations among ``lines`` (``ts``, ``text``, in the log's
     order; the other lines it holds break a streak) as ``warning`` events."""
+    text = pl.col("text")
+    wrapped = text.str.contains(_HEAD) & ~text.str.contains(_TORCH)
+    whole = pl.when(wrapped & text.shift(-1).str.contains(_REST)).then(
+        text + " " + text.shift(-1).str.strip_chars()
+    )
     marked = lines.with_columns(
-        f=pl.col("text").str.extract_groups(f"(?:{_TORCH})|(?:{_TF})")
+        f=whole.otherwise(text).str.extract_groups(f"(?:{_TORCH})|(?:{_TF})")
     ).unnest("f")
     retry = pl.col("t_request").is_not_null() | pl.col("f_request").is_not_null()
     marked = marked.with_columns(
@@ -58,10 +72,10 @@ def events(lines: pl.DataFrame) -> pl.DataFrame:
     )
     if not marked["retry"].any():
         return pl.DataFrame()
-    # a new streak at every other line, and where the device changes
-    streak = (
-        (~pl.col("retry")) | (pl.col("device").ne_missing(pl.col("device").shift(1)))
-    ).cum_sum()
+    # a new streak at every other line (but a wrapped warning's rest), and where the device
+    # changes
+    other = ~pl.col("retry") & ~pl.col("text").str.contains(_REST)
+    streak = (other | (pl.col("device").ne_missing(pl.col("device").shift(1)))).cum_sum()
     grouped = (
         marked.with_columns(streak=streak)
         .filter(pl.col("retry"))

@@ -72,7 +72,7 @@ _KEEP: Final = (
 )
 _SNIFF_OOM = re.compile(
     f"{OOM_SHAPES}|{BUFFER_FAILURE}|{tgi_log.WARMUP}|{host_kill.LINE}|{gpu_xid.LINE}|"
-    f"{alloc_retry.LINE}"
+    f"{alloc_retry.SNIFF}"
 )
 # A server log this parser reads even when its head holds no failure.
 _SNIFF_SERVER = re.compile(

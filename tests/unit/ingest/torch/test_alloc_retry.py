@@ -87,3 +87,30 @@ def test_torch_memory_savers_cuda_error_2_is_an_oom_without_sizes(tmp_path: Path
     trace = _ingest(tmp_path, text)
     assert _kinds(trace) == [("oom", None, None, None)]
     assert trace.events.filter(pl.col("kind") == "oom")["total_bytes"].to_list() == [None]
+
+
+def test_the_expandable_segments_warning_wrapped_in_two(tmp_path: Path) -> None:
+    # PyTorch 2.13 with expandable segments, as a run's notes quote it (an A40, two lines)
+    text = (
+        "    expandable_segments: memory mapping failed with OOM on device 0\n"
+        "    while trying to map 20971520 bytes (free: 20250624, total: 51043958784)\n"
+    )
+    trace = _ingest(tmp_path, text)
+    assert _kinds(trace) == [("warning", 0, 20971520, 20250624)]
+    assert trace.events["total_bytes"].to_list() == [51043958784]
+    (diag,) = trace.manifest.sources
+    assert diag.lines_recognised == diag.lines_read == 2
+
+
+def test_a_warning_wrapped_before_its_figures_then_the_engines_failure(tmp_path: Path) -> None:
+    # vLLM's CUDA graph capture on a 22 GiB card, as a deployment's notes quote it
+    text = (
+        "Capturing CUDA graphs (FULL):  57%|#####     | 20/35\n"
+        "[rank0] memory allocation failed with OOM on device 0 while trying to allocate "
+        "2097152 bytes\n"
+        "        (free: 2031616, total: 23661248512)\n"
+        "RuntimeError: Engine core initialization failed.\n"
+    )
+    trace = _ingest(tmp_path, text)
+    assert _kinds(trace) == [("warning", 0, 2097152, 2031616)]
+    assert trace.events["detail"][0].startswith("PyTorch's caching allocator")
