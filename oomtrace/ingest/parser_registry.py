@@ -27,6 +27,7 @@ BUILTIN_PARSERS: tuple[str, ...] = (
     "oomtrace.ingest.nvidia_smi.table_parser:PARSER",
     "oomtrace.ingest.nvidia_smi.query_parser:PARSER",
     "oomtrace.ingest.nvidia_smi.monitor_parser:PARSER",
+    "oomtrace.ingest.nvidia_smi.gpustat_parser:PARSER",
     "oomtrace.ingest.prometheus.text_parser:PARSER",
     "oomtrace.ingest.prometheus.query_parser:PARSER",
 )

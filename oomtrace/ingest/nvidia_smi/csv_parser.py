@@ -36,6 +36,7 @@ import polars as pl
 
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.errors import InputError
+from oomtrace.ingest.nvidia_smi.csv_order import QueryCommands
 from oomtrace.ingest.nvidia_smi.csv_values import memory_bytes
 from oomtrace.ingest.nvidia_smi.local_times import in_file_order, place_local_times
 from oomtrace.ingest.nvidia_smi.processes import process_events
@@ -186,7 +187,8 @@ def _untimed(state: _State, diag: SourceDiagnostics) -> ParseResult:
     )
     result = ParseResult()
     if state.untimed_parts:
-        result.samples = in_file_order(pl.concat(state.untimed_parts, how="diagonal_relaxed"))
+        rows = pl.concat(state.untimed_parts, how="diagonal_relaxed")
+        result.samples = in_file_order(state.commands.by_position(rows, diag))
         _note_unplaced(result.samples, diag)
     if state.untimed_names:
         named = process_events(in_file_order(pl.concat(state.untimed_names)))
@@ -210,6 +212,7 @@ class _State:
         self.untimed_names: list[pl.DataFrame] = []
         self.pairs: list[pl.DataFrame] = []
         self.noted: set[str] = set()
+        self.commands = QueryCommands()
 
 
 def _read_chunk(lines: pl.Series, first_line: int, state: _State, diag: SourceDiagnostics) -> None:
@@ -232,6 +235,7 @@ def _read_chunk(lines: pl.Series, first_line: int, state: _State, diag: SourceDi
             .fill_null(pl.lit(state.header, dtype=pl.String))
         )
     )
+    state.commands.add(lines)
     kinds = frame["kind"]
     blank = frame.filter(pl.col("kind") == "blank")
     diag.skip("blank line", blank.height, "")

@@ -14,6 +14,7 @@ made-up time; among timed reports, a block before the first ``Timestamp`` is lef
 
 The sections are told apart by indentation (a heading such as ``    FB Memory Usage`` owns the
 more indented lines under it), which also holds for a report pasted indented into Markdown.
+The XML form of the same report (``-q -x``) is read by :mod:`.query_xml` into the same rows.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ import polars as pl
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.ingest.alignment.anchoring import ORDER
 from oomtrace.ingest.nvidia_smi.processes import process_events
+from oomtrace.ingest.nvidia_smi.query_xml import SNIFF as XML_SNIFF
+from oomtrace.ingest.nvidia_smi.query_xml import xml_rows
 from oomtrace.ingest.nvidia_smi.table_lines import TIME_FORMAT
 from oomtrace.ingest.parser_api import ParseContext, ParseResult
 from oomtrace.ingest.text.input_file import InputFile, first_line
@@ -66,21 +69,34 @@ class NvidiaSmiQueryParser:
     """The ``nvidia-smi-query`` format: ``nvidia-smi -q`` reports, one or many."""
 
     name = "nvidia-smi-query"
-    description = "nvidia-smi -q report: GPU memory (FB Memory Usage) and processes"
+    description = "nvidia-smi -q report (or -q -x XML): GPU memory and processes"
 
     def sniff(self, head: str, name: str) -> float:
         if "\x00" in head:
             return 0.0
-        if _SNIFF_MARKER.search(head) or _SNIFF_BLOCK.search(head):
+        if _SNIFF_MARKER.search(head) or _SNIFF_BLOCK.search(head) or XML_SNIFF.search(head):
             return CONFIDENCE
         return 0.0
 
     def parse(self, source: InputFile, ctx: ParseContext, diag: SourceDiagnostics) -> ParseResult:
+        if XML_SNIFF.search(source.head()):
+            return _parse_xml(source, ctx, diag)
         kept = [
             _classify(chunk.lines, chunk.first_line, diag) for chunk in source.line_chunks(diag)
         ]
         lines = pl.concat(kept) if kept else _classify(pl.Series([], dtype=pl.String), 1, diag)
         return _Report(_structure(lines), ctx, diag).result()
+
+
+def _parse_xml(source: InputFile, ctx: ParseContext, diag: SourceDiagnostics) -> ParseResult:
+    """A ``-q -x`` report: its elements as the text report's rows; its other lines (one element
+    a line, as nvidia-smi prints them) counted as skipped."""
+    text = source.read_bytes(diag).decode("utf-8", errors="replace")
+    diag.lines_read += text.count("\n") + (not text.endswith("\n"))
+    result = _Report(xml_rows(text, diag), ctx, diag).result()
+    rest = diag.lines_read - diag.lines_recognised - diag.lines_skipped
+    diag.skip("GPU property not about memory", rest, None)
+    return result
 
 
 def _classify(lines: pl.Series, first: int, diag: SourceDiagnostics) -> pl.DataFrame:

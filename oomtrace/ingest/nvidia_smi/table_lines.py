@@ -41,9 +41,12 @@ GPU_ROW: Final = (
     LEAD + r"\|\s+(?<index>\d+)\s+(?<name>\S.*?)\s+(?:On|Off|WDDM|TCC)\s*\|\s*"
     r"(?<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s+(?:On|Off|N/A)\s*\|"
 )
-# The line under a GPU row: memory used and total in the middle cell, or a state.
+# The line under a GPU row: memory used and total in the middle cell, or a state. A paste through
+# some renderers loses the cell's "/" (``15444MiB  16376MiB``, deepinv/deepinv issue 563): the two
+# figures are still used and total.
 MEMORY_ROW: Final = (
-    LEAD + r"\|[^|]*\|\s*(?:(?<used>\d+)MiB\s*/\s*(?<total>\d+)MiB|(?<state>[A-Za-z][^|]*?))\s*\|"
+    LEAD + r"\|[^|]*\|\s*(?:(?<used>\d+)MiB\s*(?:/\s*)?(?<total>\d+)MiB|(?<state>[A-Za-z][^|]*?))"
+    r"\s*\|"
 )
 # A process row: GPU, [GI, CI,] pid, type, name, memory (MiB, N/A, or cut to "...").
 PROCESS_ROW: Final = (

@@ -6,6 +6,11 @@ line (JSON lines); a bare ``data`` object (``{"resultType": ..., "result": [...]
 too. A response with ``"status": "error"`` is reported with its error text: the file is refused
 if nothing else in it is usable, otherwise noted. Warnings the server sent are noted.
 
+A response printed by Python (``print(requests.get(...).json())``, pasted into an issue:
+``{'status': 'success', 'data': {'resultType': 'vector', ...}}``, behind whatever text the line
+began with, e.g. GoogleCloudPlatform/ai-on-gke PR 937) is the same data in Python's literal
+syntax: it is read with :func:`ast.literal_eval`, which evaluates literals only, never code.
+
 Series are mapped by their ``__name__`` through the same dialect table and mapping code as
 exposition text (:func:`oomtrace.ingest.prometheus.canonical_map.to_result`); a series without a
 name is the result of an expression (``rate(...)``, ``sum by``) and cannot be mapped: counted, with
@@ -14,8 +19,10 @@ the remedy. JSON has no lines: the diagnostics count data points as lines.
 
 from __future__ import annotations
 
+import ast
 import json
 import logging
+import re
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any, Final
@@ -38,6 +45,11 @@ from oomtrace.ingest.text.input_file import InputFile
 log = logging.getLogger(__name__)
 
 _SERIES_TYPES: Final = ("matrix", "vector")
+# Python's parser builds a syntax tree many times the text's size: a printed response larger
+# than this is no paste.
+_LITERAL_MAX: Final = 64 << 20
+# Where a response starts on a line that holds text before it, in JSON's or Python's quotes.
+_RESPONSE_START: Final = re.compile(r"""\{\s*(['"])(?:status|data|resultType)\1\s*:""")
 
 
 class PrometheusQueryJsonParser:
@@ -49,9 +61,12 @@ class PrometheusQueryJsonParser:
     def sniff(self, head: str, name: str) -> float:
         start = head.lstrip()[:1]
         if start not in {"{", "["}:
-            return 0.0
+            # a response Python printed, pasted behind other text on its line
+            return 0.85 if "'resultType'" in head and _RESPONSE_START.search(head) else 0.0
         if '"resultType"' in head:
             return 0.95
+        if "'resultType'" in head:
+            return 0.9
         return 0.9 if '"status"' in head and '"errorType"' in head else 0.0
 
     def parse(self, source: InputFile, ctx: ParseContext, diag: SourceDiagnostics) -> ParseResult:
@@ -70,9 +85,33 @@ class PrometheusQueryJsonParser:
         return _to_result(series, diag)
 
 
+def _document(text: str) -> Any:
+    """``text`` as JSON or, failing that, as a Python literal; raises ``ValueError``."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        if len(text) > _LITERAL_MAX:
+            raise
+        try:
+            return ast.literal_eval(text.strip())
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            raise err from None
+
+
+def _line_document(line: str) -> Any:
+    """A line's response: the whole line, or from where a response starts after other text."""
+    try:
+        return _document(line)
+    except ValueError:
+        start = _RESPONSE_START.search(line)
+        if start is None or start.start() == 0:
+            raise
+        return _document(line[start.start() :])
+
+
 def _responses(text: str, name: str, diag: SourceDiagnostics) -> Iterator[dict[str, Any]]:
     try:
-        docs: list[Any] = [json.loads(text)]
+        docs: list[Any] = [_document(text)]
     except json.JSONDecodeError as whole:
         docs = []
         bad = 0
@@ -81,8 +120,8 @@ def _responses(text: str, name: str, diag: SourceDiagnostics) -> Iterator[dict[s
             if not line.strip():
                 continue
             try:
-                docs.append(json.loads(line))
-            except json.JSONDecodeError:
+                docs.append(_line_document(line))
+            except ValueError:
                 bad += 1
                 example = example or line
         if not docs:
@@ -90,6 +129,7 @@ def _responses(text: str, name: str, diag: SourceDiagnostics) -> Iterator[dict[s
                 f"{name}: not valid JSON ({whole.msg} at line {whole.lineno}); save the server's "
                 "response to /api/v1/query_range as it is (e.g. curl -o)"
             ) from whole
+        diag.lines_read += bad
         diag.skip("line that is not JSON", bad, example)
     for doc in docs:
         items = doc if isinstance(doc, list) else [doc]

@@ -39,7 +39,15 @@ from oomtrace.ingest.parser_api import ParseContext, ParseResult
 from oomtrace.ingest.text.input_file import InputFile, first_line
 from oomtrace.ingest.text.split_records import LOG_RECORD_START, find_split_records
 from oomtrace.ingest.text.timestamps import StampForms, line_stamps
-from oomtrace.ingest.torch import host_kill, llamacpp_log, oom_backends, oom_phase, tgi_log
+from oomtrace.ingest.torch import (
+    alloc_retry,
+    gpu_xid,
+    host_kill,
+    llamacpp_log,
+    oom_backends,
+    oom_phase,
+    tgi_log,
+)
 from oomtrace.ingest.torch.oom_text import (
     BUFFER_FAILURE,
     GGML_DEVICE,
@@ -54,13 +62,18 @@ CONFIDENCE: Final = 0.55
 # and llama.cpp's own lines about memory.
 _USED: Final = (
     f"{OOM_SHAPES}|{BUFFER_FAILURE}|{oom_phase.LINES}|{tgi_log.LINES}|{llamacpp_log.STARTUP}|"
-    f"{GGML_DEVICE}|{host_kill.LINE}|{llamacpp_log.KV_FULL}|{oom_backends.NCCL_CALLOC}"
+    f"{GGML_DEVICE}|{host_kill.LINE}|{llamacpp_log.KV_FULL}|{oom_backends.NCCL_CALLOC}|"
+    f"{gpu_xid.LINE}|{alloc_retry.LINE}"
 )
 _KEEP: Final = (
     f"{PREFILTER}|{oom_phase.LINES}|Not enough memory to handle|{tgi_log.LINES}|"
-    f"{llamacpp_log.STARTUP}|{GGML_DEVICE}|{host_kill.LINE}|{llamacpp_log.KV_FULL}"
+    f"{llamacpp_log.STARTUP}|{GGML_DEVICE}|{host_kill.LINE}|{llamacpp_log.KV_FULL}|{gpu_xid.LINE}|"
+    f"{alloc_retry.LINE}"
 )
-_SNIFF_OOM = re.compile(f"{OOM_SHAPES}|{BUFFER_FAILURE}|{tgi_log.WARMUP}|{host_kill.LINE}")
+_SNIFF_OOM = re.compile(
+    f"{OOM_SHAPES}|{BUFFER_FAILURE}|{tgi_log.WARMUP}|{host_kill.LINE}|{gpu_xid.LINE}|"
+    f"{alloc_retry.SNIFF}"
+)
 # A server log this parser reads even when its head holds no failure.
 _SNIFF_SERVER = re.compile(
     f"{llamacpp_log.MARKERS.pattern}|{tgi_log.MARKERS}|{llamacpp_log.KV_SNIFF}", re.MULTILINE
@@ -72,6 +85,9 @@ _ENGINE_SHAPES = re.compile(
     r"(?:Decode batch|Prefill batch|server_args=|Load weight|KV Cache is allocated)"
 )
 _NOT_RELEVANT = "no out-of-memory message (not relevant)"
+# A record's first line: a log's, or the kernel's (``kernel: NVRM: ...``, journald's ``-o cat``),
+# whose lines of one width are no folded record.
+_RECORD_START: Final = f"{LOG_RECORD_START}|{gpu_xid.RECORD_START}"
 # What an nvidia-smi table's header box holds (a literal: the table reader is run only then).
 _TABLE_HEAD: Final = "NVIDIA-SMI "
 
@@ -122,7 +138,7 @@ class _Acc:
 
     def add(self, lines: pl.Series, arrival: pl.Series | None = None) -> None:
         raw = lines
-        lines = find_split_records(lines, starts=LOG_RECORD_START, opens=OOM_SHAPES).lines
+        lines = find_split_records(lines, starts=_RECORD_START, opens=OOM_SHAPES).lines
         stamps, forms = line_stamps(lines, self.tz, self.ctx.clock.year, self.ctx.mtime)
         self.forms += forms
         first = self.lines_seen + 1
@@ -183,6 +199,8 @@ class _Acc:
                 events,
                 tgi_log.events(texts),
                 host_kill.events(texts),
+                gpu_xid.events(texts),
+                alloc_retry.events(texts),
                 llamacpp_log.kv_full_events(texts),
             )
             if f.height

@@ -8,8 +8,9 @@ allocator of their own (``docs/formats/pytorch.md``, "Other allocation failures"
 * Apple's Metal (ggml's ``ggml-metal``, which llama.cpp, Ollama and koboldcpp run): the command
   buffer's status is ``kIOGPUCommandBufferCallbackErrorOutOfMemory`` ("Insufficient Memory"),
   printed for every failed buffer: a failure without a size or a device.
-* cudaMalloc's error 2 as Caffe2 (``CAFFE_ENFORCE``) and TensorRT (its default allocator) report
-  it, with no size.
+* cudaMalloc's error 2 as Caffe2 (``CAFFE_ENFORCE``), TensorRT (its default allocator) and
+  torch_memory_saver (SGLang's and verl's memory saver, ``cudaError error: 2 (out of memory)
+  file=csrc/core.cpp func=resume``, fzyzcjy/torch_memory_saver issue 99) report it, with no size.
 * NCCL (``src/include/alloc.h``, ``checks.h``): ``NCCL WARN Cuda failure 'out of memory'``
   (``Cuda failure 2 'out of memory'`` in later releases; the sentence is ``oom_text.NCCL_OOM``)
   behind NCCL's prefix ``host:pid:tid [cudaDev]``, whose bracket is the failing device; where the
@@ -30,8 +31,12 @@ NCCL_DEVICE: Final = r"^\S+:\d+:\d+ \[(\d+)\] "
 NCCL_CALLOC: Final = r"NCCL WARN Failed to CUDA calloc (\d+) bytes"
 # cudaErrorMemoryAllocation (2) as Caffe2's CAFFE_ENFORCE reports it ("error == cudaSuccess. 2 vs
 # 0. Error at: FILE:LINE: out of memory") and as TensorRT's default allocator does ("Cuda Error in
-# nvinfer1::internal::DefaultAllocator::allocate: 2 (out of memory)").
-CUDA_ERROR_2: Final = r"error == cudaSuccess\. 2 vs 0\b|Cuda Error in [\w:]+: 2 \(out of memory\)"
+# nvinfer1::internal::DefaultAllocator::allocate: 2 (out of memory)") and torch_memory_saver
+# ("[torch_memory_saver.cpp] cudaError error: 2 (out of memory)  file=csrc/core.cpp ...").
+CUDA_ERROR_2: Final = (
+    r"error == cudaSuccess\. 2 vs 0\b|Cuda Error in [\w:]+: 2 \(out of memory\)|"
+    r"\bcudaError error: 2 \(out of memory\)"
+)
 # The failures without a stated size this module adds to the sizeless ones.
 SIZELESS: Final = f"{METAL}|{CUDA_ERROR_2}"
 # What a line must hold to be worth a closer look.

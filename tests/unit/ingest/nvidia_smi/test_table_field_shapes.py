@@ -54,6 +54,34 @@ def test_a_gpu_row_whose_display_active_cell_is_na_is_read(tmp_path: Path) -> No
     assert set(trace.samples["ts"]) == {datetime(2019, 4, 5, 11, 58, 55, tzinfo=UTC)}
 
 
+# Driver 550 on two GPUs as a reply shows it (github.com/deepinv/deepinv/issues/563): every "/"
+# of the power and memory cells lost in the paste.
+NO_SLASHES = """\
+Thu Jun 26 00:31:04 2025
++-----------------------------------------------------------------------------------------+
+| NVIDIA-SMI 550.144.03             Driver Version: 550.144.03     CUDA Version: 12.4     |
+|-----------------------------------------+------------------------+----------------------+
+| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |
+| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |
+|                                         |                        |               MIG M. |
+|=========================================+========================+======================|
+|   0  NVIDIA RTX A4000               Off |   00000000:51:00.0 Off |                  Off |
+| 41%   42C    P2             34W  140W |   15444MiB  16376MiB |      0%      Default |
+|                                         |                        |                  N/A |
++-----------------------------------------+------------------------+----------------------+
+|   1  NVIDIA RTX A5000               Off |   00000000:9C:00.0 Off |                  Off |
+| 30%   38C    P8             19W  230W |   15477MiB  24564MiB |      0%      Default |
+|                                         |                        |                  N/A |
++-----------------------------------------+------------------------+----------------------+
+"""
+
+
+def test_a_memory_cell_that_lost_its_slash_is_used_and_total(tmp_path: Path) -> None:
+    trace = _ingest(tmp_path, NO_SLASHES)
+    assert _rows(trace, "device_used_bytes") == [(0, 15444.0 * MiB), (1, 15477.0 * MiB)]
+    assert _rows(trace, "device_total_bytes") == [(0, 16376.0 * MiB), (1, 24564.0 * MiB)]
+
+
 def _by_source(trace: Trace, metric: str) -> dict[str, list[tuple[object, ...]]]:
     frame = trace.samples.filter(pl.col("metric") == metric).sort("device", "value")
     out: dict[str, list[tuple[object, ...]]] = {}
