@@ -145,10 +145,13 @@ MARKERS: Final[tuple[Marker, ...]] = (
     ),
     # an informational line: it counts only right before the failure
     Marker("load_weights", r"\b(?:llm_)?load_tensors: loading model tensors", before=3),
+    # the warm-up after the KV cache is allocated: vLLM's compile_or_warm_up_model and its kernel
+    # warm-ups (vllm/model_executor/warmup/: kernel_warmup, deep_gemm_warmup's _warmup; vllm#29360),
+    # TGI's model.warmup (server/text_generation_server/models/flash_causal_lm.py; TGI#2301)
     Marker(
         "warmup",
-        _FRAME + r"(?:compile_or_warm_up_model|warmup_model|warm_up_model)\b"
-        r"|(?i:unable to warm ?up)",
+        _FRAME + r"(?:compile_or_warm_up_model|warmup_model|warm_up_model|kernel_warmup"
+        r"|deep_gemm_warmup|_?warmup)\b|(?i:unable to warm ?up)",
         before=_TRACEBACK,
     ),
 )
@@ -166,7 +169,8 @@ FRAME_LITERALS: Final = (
     "in determine_num_available_blocks", "in initialize_kv_cache", "in _allocate_kv_cache",
     "in initialize_from_config", "in _initialize_kv_caches", "in allocate_kv_cache",
     "in load_model", "in load_weights", "in compile_or_warm_up_model", "in warm_up_model",
-    "in warmup_model", "in init_memory_pool", "Capture cuda graph failed",
+    "in warmup_model", "in kernel_warmup", "in deep_gemm_warmup", "in _warmup", "in warmup",
+    "in init_memory_pool", "Capture cuda graph failed",
     "while processing method", "Starting to load model", "checkpoint shards:",
     "processing image", "encoding image slice", "in _execute_mm_encoder",
     "in get_multimodal_embeddings", "in _process_image_input", "in _process_video_input",

@@ -203,6 +203,22 @@ EVENT_LINES: Final[tuple[EventLine, ...]] = (
         "v1-0.7",
     ),
     EventLine(
+        # 0.8.x printed the same GiB figures as "GB" (vllm/v1/core/kv_cache_utils.py divides by
+        # 1024**3; vllm#15617: "(4.43 GB KV cache is needed"): read as GiB
+        "KV cache too small for one request (V1 0.8, GiB printed as GB)", "startup_kv_insufficient",
+        "GB KV cache is needed",
+        r"max seq len \((?P<len>\d+)\), \((?P<requested_bytes__gib>[\d.]+) GB KV cache is needed"
+        r", which is larger than the available KV cache memory \((?P<free_bytes__gib>-?[\d.]+) "
+        r"GB\)",
+        "max seq len {len} needs {requested_bytes__gib} GiB of KV cache; "
+        "{free_bytes__gib} GiB available",
+        "ValueError: To serve at least one request with the models's max seq len (116160), (4.43 "
+        "GB KV cache is needed, which is larger than the available KV cache memory (3.48 GB). Try "
+        "increasing gpu_memory_utilization or decreasing max_model_len when initializing the "
+        "engine.",
+        "v1-0.7",
+    ),
+    EventLine(
         "less memory free at start-up than asked for (V1 0.9+)", "startup_memory_insufficient",
         "on startup is less than desired GPU memory utilization",
         r"Free memory on device(?: (?P<device>\S+))? \((?P<free_bytes__gib>[\d.]+)/"

@@ -66,12 +66,14 @@ RECORD_START: Final = (
 )
 # A bare record's lead: the indent of where it was pasted, then a header whose date and time the
 # poster replaced by "..." ("INFO ... [gpu_worker.py:489] ") or left out ("INFO    [x.py:9]  "),
-# or the "[file.py:N] " of a header cut short.
+# or the "[file.py:N] " of a header cut short; and the Markdown a poster wrapped the record in
+# ("**Sequence group ... preempted ...**" in bold, or as inline code), with its closing mark.
 _LEVEL: Final = r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)[ \t]+"
 _FILE_LINE: Final = r"\[[\w./-]+\.py:\d+\][ \t]+"
+_MARKUP: Final = r"(?:\*\*|__|`)"
 _BARE_LEAD: Final = (
-    rf"^[ \t]*(?:{_LEVEL}(?:\.{{3}}|\u2026)[ \t]+(?:{_FILE_LINE})?"
-    rf"|{_LEVEL}{_FILE_LINE}|{_FILE_LINE})?"
+    rf"^[ \t]*{_MARKUP}?(?:{_LEVEL}(?:\.{{3}}|\u2026)[ \t]+(?:{_FILE_LINE})?"
+    rf"|{_LEVEL}{_FILE_LINE}|{_FILE_LINE})?|{_MARKUP}[ \t]*$"
 )
 
 
@@ -141,7 +143,9 @@ def build_records(
         # A record pasted without its header may keep what _BARE_LEAD names.
         bare = pl.col("is_candidate") & ~pl.col("has_header")
         records = records.with_columns(
-            body=pl.when(bare).then(pl.col("body").str.replace(_BARE_LEAD, "")).otherwise("body")
+            body=pl.when(bare)
+            .then(pl.col("body").str.replace_all(_BARE_LEAD, ""))
+            .otherwise("body")
         )
     records = _split_lead(records, flags, info)
     # Colour codes past the prefix, Ray's repeat suffix and glued records are all rare: one

@@ -161,7 +161,7 @@ CONFIG_LINES: Final[tuple[ConfigLine, ...]] = (
     ),
     ConfigLine(
         "max seq len refused (V1)", "KV cache is needed",
-        r"max seq len \((?P<max_model_len__int>\d+)\), \([\d.]+ GiB KV cache is needed",
+        r"max seq len \((?P<max_model_len__int>\d+)\), \([\d.]+ Gi?B KV cache is needed",
         "ValueError: To serve at least one request with the models's max seq len (262144), (36.0 "
         "GiB KV cache is needed, which is larger than the available KV cache memory (6.94 GiB).",
         {"max_model_len": 262144}, "v1-0.7",

@@ -148,3 +148,58 @@ def test_vllm_logs_carry_the_phase_of_their_tracebacks(tmp_path: Path) -> None:
     (oom,) = trace.events.filter(pl.col("kind") == "oom").to_dicts()
     assert oom["phase"] == "graph_capture"
     assert oom["detail"].endswith("; during the CUDA graph capture at start-up")
+
+
+# vllm-project/vllm#29360 (8 x H20, TP 8 + EP): the DeepGEMM kernel warm-up after the KV cache
+# is allocated; the failing rank's excerpt holds only the innermost warm-up frame (the outer ones,
+# compile_or_warm_up_model and kernel_warmup, were printed by another rank).
+VLLM_DEEPGEMM_WARMUP = (
+    "(Worker_TP3_EP3 pid=406) ERROR 11-25 08:05:06 [multiproc_executor.py:815]   File "
+    '"/usr/local/lib/python3.12/dist-packages/vllm/model_executor/warmup/deep_gemm_warmup.py", '
+    "line 262, in _warmup\n"
+    "(Worker_TP3_EP3 pid=406) ERROR 11-25 08:05:06 [multiproc_executor.py:815]     out = "
+    "torch.empty((MAX_M, n), device=device, dtype=torch.bfloat16)\n"
+    "(Worker_TP3_EP3 pid=406) ERROR 11-25 08:05:06 [multiproc_executor.py:815] "
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 666.00 MiB. GPU 3 has a total "
+    "capacity of 95.10 GiB of which 145.94 MiB is free. Process 53397 has 94.95 GiB memory in "
+    "use. Of the allocated memory 92.33 GiB is allocated by PyTorch, and 32.77 MiB is reserved "
+    "by PyTorch but unallocated.\n"
+)
+# huggingface/text-generation-inference#2301 (docker compose, 4 x A6000): TGI's warm-up prefill
+# fails computing the prefill's log-probabilities.
+_TGI = "tgi-llama3.1-70b-1  | "
+_TGI_PKG = "/opt/conda/lib/python3.10/site-packages/text_generation_server/models"
+TGI_WARMUP = "".join(
+    _TGI + line + "\n"
+    for line in (
+        "Traceback (most recent call last):",
+        f'  File "{_TGI_PKG}/flash_causal_lm.py", line 1251, in warmup',
+        "    _, batch, _ = self.generate_token(batch)",
+        f'  File "{_TGI_PKG}/flash_causal_lm.py", line 1693, in generate_token',
+        "    prefill_logprobs_tensor = torch.log_softmax(out, -1)",
+        (
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.93 GiB. GPU 2 has a "
+            "total capacity of 47.53 GiB of which 1.18 GiB is free. Process 790346 has 46.33 GiB "
+            "memory in use."
+        ),
+    )
+)
+
+
+def test_a_kernel_or_model_warm_up_frame_is_the_warm_up() -> None:
+    assert _phases(VLLM_DEEPGEMM_WARMUP) == [(3, "warmup")]
+    assert _phases(TGI_WARMUP) == [(6, "warmup")]
+    # a frame whose name only begins with the word is not one
+    assert _phases(VLLM_CAPTURE.replace("in _dummy_run", "in _warmup_and_capture")) == [
+        (12, "graph_capture")
+    ]
+
+
+def test_the_warm_up_phase_reaches_the_event(tmp_path: Path) -> None:
+    # through the PyTorch-log reader (TGI's shard) and vLLM's own reader (its literal scan picks
+    # the frame lines by FRAME_LITERALS)
+    (oom,) = text_trace(tmp_path, "tgi.log", TGI_WARMUP).events.to_dicts()
+    assert (oom["phase"], oom["requested_bytes"]) == ("warmup", int(3.93 * 1024**3))
+    trace = text_trace(tmp_path, "vllm.log", VLLM_DEEPGEMM_WARMUP)
+    (oom,) = trace.events.filter(pl.col("kind") == "oom").to_dicts()
+    assert (oom["source"].split(":")[0], oom["phase"]) == ("vllm-log", "warmup")

@@ -41,6 +41,7 @@ def _ingest(name: str) -> Trace:
         "bare_kv_sizes_v1.txt",
         "bare_free_memory_info.md",
         "bare_kv_needed_folded_120.txt",
+        "bare_preemption_bold.md",
     ],
 )
 def test_records_without_their_prefix_are_sniffed_as_a_vllm_log(name: str) -> None:
@@ -85,6 +86,18 @@ def test_an_indented_preemption_warning_is_a_preemption_and_the_cumulative_count
     # the preempted request too has no time (not the stand-in instant of its line, 1970)
     (request,) = trace.requests.filter(pl.col("event") == "preempted").to_dicts()
     assert (request["ts"], request["clock"]) == (None, "untimed")
+
+
+def test_a_preemption_warning_pasted_in_bold_is_read_without_its_markup() -> None:
+    # https://github.com/vllm-project/vllm/issues/8219 (0.6.0 under load): the warning the
+    # engine died after, pasted in Markdown bold ("**Sequence group ... preemption=1**")
+    trace = _ingest("bare_preemption_bold.md")
+    (preemption,) = trace.events.filter(pl.col("kind") == "preemption").to_dicts()
+    assert preemption["detail"].startswith(
+        "request chat-be1eb78b9aa6437ea54a4490617b7286 preempted (recompute)"
+    )
+    totals = trace.samples.filter(pl.col("metric") == "preemptions_total")
+    assert totals.get_column("value").to_list() == [1.0]
 
 
 def test_the_engine_cores_refusal_printed_by_a_wrapper_gives_its_sizes() -> None:

@@ -88,3 +88,20 @@ def test_every_request_line_of_a_v0_sample_keeps_the_v0_family() -> None:
     for entry in v0:
         result, _ = _parse(entry.sample, header="WARNING 03-04 05:06:07 scheduler.py:1141] ")
         assert result.engine["version_family"] == "v0"
+
+
+def test_the_v1_refusal_printing_gib_as_gb_is_read_as_gib() -> None:
+    # vllm-project/vllm#15617 (0.8.2): kv_cache_utils divided by 1024**3 and printed "GB"; the
+    # figures are GiB (the same refusal of later versions prints "GiB")
+    line = (
+        "ValueError: To serve at least one request with the models's max seq len (116160), (4.43 "
+        "GB KV cache is needed, which is larger than the available KV cache memory (3.48 GB). Try "
+        "increasing gpu_memory_utilization or decreasing max_model_len when initializing the "
+        "engine."
+    )
+    result, _ = _parse(line, header="ERROR 03-27 16:43:19 [core.py:343] ")
+    assert result.events is not None
+    (event,) = result.events.filter(pl.col("kind") == "startup_kv_insufficient").to_dicts()
+    assert event["requested_bytes"] == round(4.43 * 1024**3)
+    assert event["free_bytes"] == round(3.48 * 1024**3)
+    assert result.engine_config["max_model_len"] == 116160
