@@ -70,7 +70,7 @@ def test_tgi_log_rfc3339_with_ansi_colours_and_its_warmup_failure(tmp_path: Path
             round(1.95 * GiB),
             (
                 "PyTorch OOM message (sentences layout); failing process: pid 402, the only one "
-                "listed holding PyTorch's reserved memory"
+                "listed holding PyTorch's reserved memory; during the warm-up before serving"
             ),
         ),
         (
