@@ -49,6 +49,9 @@ CROSSOVER_REQUESTS: Final = 25_000
 # While the kernel has not been compiled on this machine: compiling costs about 10 CPU seconds
 # once, so smaller workloads (5 s or less as Python) do not pay it; this size and larger compile.
 COLD_CROSSOVER_REQUESTS: Final = 200_000
+# Lifecycle rows of a request (arrived, admitted, first token, finished): how the grouping of a
+# requests table guesses the size of its workload before grouping it.
+ROWS_PER_REQUEST: Final = 4
 
 # How every kernel function compiles. "numpy" error model: a division by zero gives 0 or inf
 # instead of raising (the kernel's divisors are at least 1 by its input contract); without the
@@ -94,11 +97,31 @@ def compiled_simulate() -> Callable[..., Any]:
     return _compiled["simulate"]
 
 
+def grouper(
+    rows: int, engine: Engine = "auto"
+) -> tuple[Callable[..., Any], Callable[..., Any]] | None:
+    """The compiled :mod:`~oomtrace.replay.kernel.grouping` functions (``group_ids``,
+    ``group_rows``) where a requests table of ``rows`` rows will replay compiled (the choice of
+    :func:`simulator`, at :data:`ROWS_PER_REQUEST` rows a request); else None: Polars groups."""
+    if engine == "auto":
+        engine = _engine_from_environment()
+    if simulator(rows // ROWS_PER_REQUEST, engine) is kernel.simulate:
+        return None
+    compiled_simulate()
+    return _compiled["group_ids"], _compiled["group_rows"]
+
+
 @functools.cache
-def _source_digest() -> str:
-    """A digest of the kernel's sources, how they compile, Python's and numba's versions: the
-    compiled code's name. numba's own cache index checks only the source file of each function
-    it caches, not of the functions inlined into it, and the kernel spans several modules."""
+def _sources() -> dict[str, bytes]:
+    """The kernel's modules' sources, by module name."""
+    return {m.__name__: Path(m.__file__ or "").read_bytes() for m in kernel.MODULES}
+
+
+def source_digest(sources: dict[str, bytes]) -> str:
+    """A digest of kernel ``sources`` (module name to source), how they compile, Python's and
+    numba's versions: the compiled code's name. numba's own cache index checks only the source
+    file of each function it caches, not of the functions inlined into it, and the kernel spans
+    several modules. Where the sources live plays no part."""
     try:
         from importlib.metadata import version  # noqa: PLC0415 - only here
 
@@ -107,9 +130,15 @@ def _source_digest() -> str:
         numba_version = "unknown"
     digest = hashlib.sha256(f"py{sys.version_info[:2]}-numba{numba_version}".encode())
     digest.update(repr(sorted(NJIT_OPTIONS.items())).encode())
-    for module in kernel.MODULES:
-        digest.update(Path(module.__file__ or "").read_bytes())
+    for name, text in sources.items():
+        digest.update(f"\x00{name}\x00{len(text)}\x00".encode())
+        digest.update(text)
     return digest.hexdigest()[:16]
+
+
+@functools.cache
+def _source_digest() -> str:
+    return source_digest(_sources())
 
 
 def _compiled_dir() -> Path:
@@ -164,7 +193,11 @@ def _compile() -> dict[str, Callable[..., Any]]:
     finally:
         settings.CACHE_DIR = previous
     log.debug("replay kernel compiled with numba, cached in %s", directory)
-    return {"simulate": _marking(_read_only_inputs(namespace["simulate"]))}
+    return {
+        "simulate": _marking(_read_only_inputs(namespace["simulate"])),
+        "group_ids": _read_only_inputs(namespace["group_ids"]),
+        "group_rows": _read_only_inputs(namespace["group_rows"]),
+    }
 
 
 def _read_only_inputs(simulate: Callable[..., Any]) -> Callable[..., Any]:
