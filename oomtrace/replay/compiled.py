@@ -13,8 +13,10 @@ The compiled code is cached in :func:`oomtrace.user_cache.numba_dir` (``numba`` 
 ``$OOMTRACE_CACHE_DIR``, else in the platform's user cache folder for oomtrace), never beside the
 installed package (which is often read-only). ``NUMBA_CACHE_DIR``, when set, wins, as numba
 documents. Either way it sits in a folder named by a digest of the kernel's sources (numba checks
-only each function's own file, and the kernel inlines functions from several). Where no cache
-directory can be written, numba compiles without caching.
+only each function's own file, and the kernel inlines functions from several), with a copy of
+those sources that the compiled functions name as their file: numba files its cache by the path
+of a function's file, and by this one, named by content, two checkouts of the same sources share
+one compiled kernel. Where no cache directory can be written, numba compiles without caching.
 
 ``OOMTRACE_REPLAY_ENGINE=python`` (or ``compiled``) overrides the choice by size: the benchmark
 cross-checks the two on whole commands, and a machine where numba misbehaves can do without it.
@@ -149,6 +151,33 @@ def _compiled_dir() -> Path:
     return Path(base) / f"replay-kernel-{_source_digest()}"
 
 
+def _source_copies() -> dict[str, str]:
+    """Per kernel module, a copy of its source in the compiled code's own folder, named as the
+    compiled functions' file. numba files a function's cache under a folder named by the path of
+    its source's folder, so compiled from the checkout's own files two checkouts of the same
+    sources would each compile (about ten CPU seconds) while the marker of :func:`_cached`, named
+    by content, told both that the kernel was compiled; named by content, they share one compiled
+    kernel, and different sources never meet. Empty where the folder cannot be written (numba
+    then files the cache by the checkout's files)."""
+    folder = _compiled_dir() / "sources"
+    copies: dict[str, str] = {}
+    try:
+        for name, text in _sources().items():
+            path = folder / f"{name}.py"
+            if not path.is_file() or path.read_bytes() != text:
+                folder.mkdir(parents=True, exist_ok=True)
+                partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+                partial.write_bytes(text)
+                partial.replace(path)  # a reader never sees half a file
+            copies[name] = str(path)
+    except OSError as err:
+        log.debug(
+            "kernel sources not copied to %s (%s): cached by the checkout's path", folder, err
+        )
+        return {}
+    return copies
+
+
 def _marker() -> Path:
     """A file written once the kernel has compiled here ("ro": the version compiled for
     read-only inputs, see :func:`_read_only_inputs`)."""
@@ -170,6 +199,7 @@ def _compile() -> dict[str, Callable[..., Any]]:
     from numba.core import config  # noqa: PLC0415
 
     directory = str(_compiled_dir())
+    copies = _source_copies()
     namespace: dict[str, Any] = {}
     for module in kernel.MODULES:
         namespace.update(vars(module))
@@ -184,8 +214,11 @@ def _compile() -> dict[str, Callable[..., Any]]:
                     continue
                 if func.__module__ != module.__name__:
                     continue  # imported from another of the modules: compiled there
+                code = func.__code__
+                if module.__name__ in copies:
+                    code = code.replace(co_filename=copies[module.__name__])
                 clone = types.FunctionType(
-                    func.__code__, namespace, name, func.__defaults__, func.__closure__
+                    code, namespace, name, func.__defaults__, func.__closure__
                 )
                 clone.__qualname__, clone.__module__ = func.__qualname__, func.__module__
                 inline: Literal["always", "never"] = "always" if how == "inline" else "never"
