@@ -62,6 +62,8 @@ ROWS_PER_REQUEST: Final = 4
 NJIT_OPTIONS: Final[dict[str, Any]] = {"cache": True, "nogil": True, "error_model": "numpy"}
 
 _compiled: dict[str, Callable[..., Any]] = {}
+# numba's dispatchers of the kernel's functions, by name, once compiled (tests read their code)
+dispatchers: dict[str, Any] = {}
 
 
 def cache_dir() -> Path:
@@ -201,6 +203,7 @@ def _compile() -> dict[str, Callable[..., Any]]:
     directory = str(_compiled_dir())
     copies = _source_copies()
     namespace: dict[str, Any] = {}
+    compiled_names: list[str] = []
     for module in kernel.MODULES:
         namespace.update(vars(module))
     settings: Any = config  # numba's configuration module (untyped)
@@ -223,8 +226,10 @@ def _compile() -> dict[str, Callable[..., Any]]:
                 clone.__qualname__, clone.__module__ = func.__qualname__, func.__module__
                 inline: Literal["always", "never"] = "always" if how == "inline" else "never"
                 namespace[name] = numba.njit(clone, inline=inline, **NJIT_OPTIONS)
+                compiled_names.append(name)
     finally:
         settings.CACHE_DIR = previous
+    dispatchers.update((name, namespace[name]) for name in compiled_names)
     log.debug("replay kernel compiled with numba, cached in %s", directory)
     return {
         "simulate": _marking(_read_only_inputs(namespace["simulate"])),
