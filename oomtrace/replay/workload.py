@@ -216,6 +216,14 @@ def _polars_rows(frame: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def _nodes(node: pl.Series) -> list[str]:
+    """The nodes named, sorted; a column of one node (the usual trace) is found without hashing
+    every row."""
+    if node.len() and node.null_count() == 0 and bool((node == node[0]).all()):
+        return [node[0]]
+    return sorted(node.drop_nulls().unique().to_list())
+
+
 def _end_to_end_decode_ns(per: pl.DataFrame, prefill_rate: float | None) -> float | None:
     """Median ns per output token over whole requests: (finish - admission, or arrival) less the
     prompt at the prefill rate, over output tokens. Includes time spent queued: an upper bound
@@ -240,7 +248,7 @@ def build_workload(
     """The replay workload of ``trace`` (one node's requests)."""
     options = options or TimeOptions()
     requests = trace.requests
-    nodes = sorted(requests["node"].unique().to_list())
+    nodes = _nodes(requests["node"])
     if node is not None:
         if node not in nodes:
             raise UsageError(f"--node {node!r}: the trace has requests from {nodes or 'no node'}")
