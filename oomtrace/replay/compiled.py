@@ -71,17 +71,20 @@ def cache_dir() -> Path:
     return user_cache.numba_dir()
 
 
-def simulator(requests: int, engine: Engine = "auto") -> Callable[..., Any]:
-    """The ``simulate`` function to run for a workload of ``requests``: plain or compiled."""
+def runs_compiled(requests: int, engine: Engine = "auto") -> bool:
+    """Whether a workload of ``requests`` runs compiled (nothing is loaded to say so)."""
     if engine == "auto":
         engine = _engine_from_environment()
     if engine == "python":
-        return kernel.simulate
+        return False
     if engine == "compiled" or requests >= COLD_CROSSOVER_REQUESTS:
-        return compiled_simulate()
-    if requests >= CROSSOVER_REQUESTS and (_compiled or _cached()):
-        return compiled_simulate()
-    return kernel.simulate
+        return True
+    return requests >= CROSSOVER_REQUESTS and bool(_compiled or _cached())
+
+
+def simulator(requests: int, engine: Engine = "auto") -> Callable[..., Any]:
+    """The ``simulate`` function to run for a workload of ``requests``: plain or compiled."""
+    return compiled_simulate() if runs_compiled(requests, engine) else kernel.simulate
 
 
 def _engine_from_environment() -> Engine:
@@ -107,12 +110,23 @@ def grouper(
     """The compiled :mod:`~oomtrace.replay.kernel.grouping` functions (``group_ids``,
     ``group_rows``) where a requests table of ``rows`` rows will replay compiled (the choice of
     :func:`simulator`, at :data:`ROWS_PER_REQUEST` rows a request); else None: Polars groups."""
-    if engine == "auto":
-        engine = _engine_from_environment()
-    if simulator(rows // ROWS_PER_REQUEST, engine) is kernel.simulate:
+    if not runs_compiled(rows // ROWS_PER_REQUEST, engine):
         return None
     compiled_simulate()
     return _compiled["group_ids"], _compiled["group_rows"]
+
+
+def warm_up() -> None:
+    """Load the compiled functions (compile them into an empty cache) by running each once on a
+    tiny input of the types a replay gives them: numba loads a function's code at its first
+    call. A replay of a large trace does this in a thread while Polars reads the trace."""
+    simulate = compiled_simulate()
+    one = np.ones(1, dtype=np.int64)
+    limits = np.array([16, 0, 0, 0, -1, 0, 1], dtype=np.int64)  # see runner.limits_array
+    simulate(one - 1, one, one, one, one, one, 10, limits, one)
+    key = np.zeros(1, dtype=np.uint64)
+    ids, groups = _compiled["group_ids"](key, key)
+    _compiled["group_rows"](ids, groups, np.zeros(1, dtype=np.int8))
 
 
 @functools.cache
