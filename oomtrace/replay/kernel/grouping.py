@@ -115,7 +115,7 @@ def _rehash(table: Any, size: int) -> Any:
 def group_rows(ids: Any, groups: int, code: Any) -> Any:
     """The per-request rows (row ``G_*`` of the matrix, a column per request) of the rows
     numbered ``ids`` by :func:`group_ids`, from each row's ``code`` (``E_*``)."""
-    out = np.full((G_NCOL, groups), -1, dtype=np.int64)
+    out = np.full((G_NCOL, groups), -1, dtype=np.int32)
     for i in range(ids.shape[0]):
         g = ids[i]
         c = code[i]

@@ -66,9 +66,13 @@ def test_the_compiled_grouping_and_polars_agree(frame: pl.DataFrame) -> None:
     )
 
 
-def test_ids_are_numbered_in_order_of_first_appearance_past_a_full_table() -> None:
+@pytest.mark.parametrize(
+    "step",
+    [2**40 + 7, 16],  # keys differing in their upper bits; keys alike there, in one slot chain
+)
+def test_ids_are_numbered_in_order_of_first_appearance_past_a_full_table(step: int) -> None:
     # GIVEN more distinct keys than the first table holds, each seen twice
-    keys = np.array([*range(40), *range(40)], dtype=np.uint64) * np.uint64(2**40 + 7)
+    keys = np.array([*range(40), *range(40)], dtype=np.uint64) * np.uint64(step)
     # WHEN numbered
     numbers, groups = grouping.group_ids(keys, keys)
     # THEN each key keeps its number when it comes back, after the table has grown
