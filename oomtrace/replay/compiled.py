@@ -3,9 +3,9 @@ a measured size, compiled once per machine and cached in the user's cache direct
 
 numba earns its place on large workloads: a day of traffic (two million requests) replays in
 about a second compiled, and would take minutes as Python. But compiling costs about ten
-CPU seconds the first time (loading the cache afterwards: about half a second, mostly importing
-numba), while the sample incidents (hundreds of requests) replay as plain Python in a few
-hundredths of a second. So the plain functions of :mod:`oomtrace.replay.kernel` run as they are
+CPU seconds the first time (loading the cache afterwards: about two thirds of a second, mostly
+importing numba), while the sample incidents (hundreds of requests) replay as plain Python in a
+few hundredths of a second. So the plain functions of :mod:`oomtrace.replay.kernel` run as they are
 below :data:`CROSSOVER_REQUESTS` (and below :data:`COLD_CROSSOVER_REQUESTS` while nothing is
 compiled yet), and compiled above; ``benchmarks/replay_bench.py`` measures both crossovers.
 
@@ -44,13 +44,15 @@ log = logging.getLogger(__name__)
 
 Engine = Literal["auto", "python", "compiled"]
 ENGINES: Final = ("auto", "python", "compiled")
-# Workloads of fewer requests run as plain Python: below it Python (about 20 µs a request) beats
-# loading the compiled kernel from the cache (about half a CPU second, numba's import included);
-# measured by benchmarks/replay_bench.py.
-CROSSOVER_REQUESTS: Final = 25_000
-# While the kernel has not been compiled on this machine: compiling costs about 10 CPU seconds
-# once, so smaller workloads (5 s or less as Python) do not pay it; this size and larger compile.
-COLD_CROSSOVER_REQUESTS: Final = 200_000
+# Workloads of fewer requests run as plain Python: below it Python beats loading the compiled
+# kernel from the cache. Measured by `benchmarks/replay_bench.py --crossover-only` (shared 2-core
+# machine, load 7-11): Python 37-48 µs a request, compiled 0.5 µs, loading 0.66 CPU s (numba's
+# import included): compiled pays from 13,700-17,800 requests.
+CROSSOVER_REQUESTS: Final = 15_000
+# While the kernel has not been compiled on this machine: compiling costs 19 CPU s in the same
+# run (about 10 on a quiet machine), which Python's time exceeds from about 410,000 requests;
+# smaller workloads do not pay it, this size and larger compile.
+COLD_CROSSOVER_REQUESTS: Final = 400_000
 # Lifecycle rows of a request (arrived, admitted, first token, finished): how the grouping of a
 # requests table guesses the size of its workload before grouping it.
 ROWS_PER_REQUEST: Final = 4
