@@ -7,8 +7,9 @@
    alone under three settings: an ample pool, a tight pool (preemption storms at the daily
    peak), and ``reserve``.
 
-0. The crossover: plain Python against compiled by workload size, beside what loading the
-   compiled kernel costs a fresh process (``oomtrace.replay.compiled.CROSSOVER_REQUESTS``).
+0. The crossovers: plain Python against compiled by workload size, beside what compiling the
+   kernel and loading it from the cache cost a fresh process
+   (``oomtrace.replay.compiled.CROSSOVER_REQUESTS`` and ``COLD_CROSSOVER_REQUESTS``).
 
 Run: ``python benchmarks/replay_bench.py`` (about a minute on two cores; the first run also
 compiles the simulator). Figures are wall-clock seconds on this machine, not a promise.
@@ -17,8 +18,10 @@ compiles the simulator). Figures are wall-clock seconds on this machine, not a p
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -30,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from replay_gen import day_of_traffic
 
-from oomtrace.replay import ReplaySettings, runner, workload_from_frame
+from oomtrace.replay import ReplaySettings, compiled, runner, workload_from_frame
 from oomtrace.replay.reference import simulate_reference
 
 T = TypeVar("T")
@@ -95,28 +98,47 @@ def full_day(requests: int) -> None:
         )
 
 
-LOAD_COMPILED = """
+# A two-request replay in a fresh process, its CPU seconds printed: with
+# OOMTRACE_REPLAY_ENGINE=compiled it compiles the kernel (empty cache) or loads it; with
+# "python" it is the floor subtracted from both (interpreter, imports, the replay itself).
+TINY_REPLAY = """
 import time
 c = time.process_time()
-from oomtrace.replay.compiled import compiled_simulate
-compiled_simulate()
+from oomtrace.replay import ReplaySettings, replay, workload_from_arrays
+w = workload_from_arrays([0.0, 0.5], [40, 50], [8, 9])
+replay(w, ReplaySettings(kv_blocks=60, block_size=16), series_points=0)
 print(time.process_time() - c)
 """
 
 
-def crossover(sizes: list[int]) -> None:
-    """Where the compiled kernel starts to pay: plain Python against compiled by workload size, and
-    what loading the compiled kernel from its cache costs a fresh process (numba's import
-    included): :data:`oomtrace.replay.compiled.CROSSOVER_REQUESTS` is where they meet."""
-    runner.simulate(day_of_traffic(100), ReplaySettings(1_000), engine="compiled")  # compiled once
-    load = float(
-        subprocess.run(
-            [sys.executable, "-c", LOAD_COMPILED], capture_output=True, text=True, check=True
-        ).stdout
+def fresh_process_cpu(code: str, cache: str, engine: str) -> float:
+    """CPU seconds ``code`` reports in a fresh process with ``cache`` as the user's cache."""
+    env = {**os.environ, "OOMTRACE_CACHE_DIR": cache, "OOMTRACE_REPLAY_ENGINE": engine}
+    env.pop("NUMBA_CACHE_DIR", None)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
     )
-    print(f"crossover: loading the compiled kernel in a fresh process costs {load:.2f} CPU s")
+    return float(done.stdout)
+
+
+def crossover(sizes: list[int]) -> None:
+    """Where the compiled kernel starts to pay: plain Python against compiled by workload size,
+    beside what a fresh process pays to compile the kernel (an empty cache) and to load it from
+    the cache (numba's import included). :data:`oomtrace.replay.compiled.CROSSOVER_REQUESTS` is
+    where Python's extra time meets the load, ``COLD_CROSSOVER_REQUESTS`` where it meets
+    compiling; both are printed from the per-request costs of the largest size."""
+    with tempfile.TemporaryDirectory() as cache:
+        plain = fresh_process_cpu(TINY_REPLAY, cache, "python")
+        compile_cpu = fresh_process_cpu(TINY_REPLAY, cache, "compiled") - plain
+        load = fresh_process_cpu(TINY_REPLAY, cache, "compiled") - plain
+    print(
+        f"crossover: in a fresh process, compiling the kernel costs {compile_cpu:.2f} CPU s and "
+        f"loading it from the cache {load:.2f} CPU s (numba's import included)"
+    )
+    runner.simulate(day_of_traffic(100), ReplaySettings(1_000), engine="compiled")  # loaded here
     day = day_of_traffic(max(sizes))
     settings = ReplaySettings(30_000, max_num_seqs=256)
+    per_request = {}
     for size in sizes:
         part = workload_from_frame(day.requests.head(size).drop("arrival"))
         arrays = runner.request_arrays(part, settings)
@@ -125,11 +147,20 @@ def crossover(sizes: list[int]) -> None:
             start = time.process_time()
             runner.simulate(part, settings, arrays=arrays, engine=engine)
             cpu[engine] = time.process_time() - start
+        per_request = {engine: cpu[engine] / size for engine in cpu}
         cheaper = "compiled" if cpu["python"] > cpu["compiled"] + load else "python"
         print(
             f"  {size:>9,} requests: python {cpu['python']:7.3f} s, compiled "
             f"{cpu['compiled']:7.3f} s (+{load:.2f} s to load): {cheaper} is cheaper"
         )
+    saved = per_request["python"] - per_request["compiled"]
+    print(
+        f"  per request: python {1e6 * per_request['python']:.1f} µs, compiled "
+        f"{1e6 * per_request['compiled']:.2f} µs; compiled pays from about "
+        f"{load / saved:,.0f} requests with the cache warm, {(compile_cpu + load) / saved:,.0f} "
+        f"while nothing is compiled (set: {compiled.CROSSOVER_REQUESTS:,} and "
+        f"{compiled.COLD_CROSSOVER_REQUESTS:,})"
+    )
 
 
 def main() -> None:
@@ -140,8 +171,11 @@ def main() -> None:
     parser.add_argument(
         "--crossover", type=int, nargs="+", default=[2_000, 10_000, 20_000, 50_000, 200_000]
     )
+    parser.add_argument("--crossover-only", action="store_true")
     args = parser.parse_args()
     crossover(args.crossover)
+    if args.crossover_only:
+        return
     compare_on_slice(args.slice, args.slice_blocks)
     full_day(args.requests)
 

@@ -128,7 +128,7 @@ def _observed_usage(samples: pl.DataFrame, blocks: int) -> tuple[pl.DataFrame, s
 def _observed_preemptions(
     requests: pl.DataFrame, samples: pl.DataFrame
 ) -> tuple[int | None, str | None]:
-    events = requests.filter(pl.col("event") == "preempted").height
+    events = int((requests["event"] == "preempted").sum())
     if events:
         return events, "preempted request events"
     counter = samples.filter(pl.col("metric") == "preemptions_total").sort("ts")
@@ -257,7 +257,7 @@ def _caveats(requests: pl.DataFrame, workload: Workload) -> tuple[str, ...]:
             f"{bounded} request(s) have no recorded output length and are replayed at max_tokens "
             "(an upper bound: the replay overstates their blocks)"
         )
-    cached = requests.filter(pl.col("cached_tokens") > 0).height
+    cached = int((requests["cached_tokens"] > 0).sum())
     if cached:
         notes.append(
             f"{cached} request event(s) report prefix-cache hits; the replay does not share "

@@ -3,9 +3,9 @@ a measured size, compiled once per machine and cached in the user's cache direct
 
 numba earns its place on large workloads: a day of traffic (two million requests) replays in
 about a second compiled, and would take minutes as Python. But compiling costs about ten
-CPU seconds the first time (loading the cache afterwards: about half a second, mostly importing
-numba), while the sample incidents (hundreds of requests) replay as plain Python in a few
-hundredths of a second. So the plain functions of :mod:`oomtrace.replay.kernel` run as they are
+CPU seconds the first time (loading the cache afterwards: about two thirds of a second, mostly
+importing numba), while the sample incidents (hundreds of requests) replay as plain Python in a
+few hundredths of a second. So the plain functions of :mod:`oomtrace.replay.kernel` run as they are
 below :data:`CROSSOVER_REQUESTS` (and below :data:`COLD_CROSSOVER_REQUESTS` while nothing is
 compiled yet), and compiled above; ``benchmarks/replay_bench.py`` measures both crossovers.
 
@@ -13,8 +13,10 @@ The compiled code is cached in :func:`oomtrace.user_cache.numba_dir` (``numba`` 
 ``$OOMTRACE_CACHE_DIR``, else in the platform's user cache folder for oomtrace), never beside the
 installed package (which is often read-only). ``NUMBA_CACHE_DIR``, when set, wins, as numba
 documents. Either way it sits in a folder named by a digest of the kernel's sources (numba checks
-only each function's own file, and the kernel inlines functions from several). Where no cache
-directory can be written, numba compiles without caching.
+only each function's own file, and the kernel inlines functions from several), with a copy of
+those sources that the compiled functions name as their file: numba files its cache by the path
+of a function's file, and by this one, named by content, two checkouts of the same sources share
+one compiled kernel. Where no cache directory can be written, numba compiles without caching.
 
 ``OOMTRACE_REPLAY_ENGINE=python`` (or ``compiled``) overrides the choice by size: the benchmark
 cross-checks the two on whole commands, and a machine where numba misbehaves can do without it.
@@ -42,13 +44,18 @@ log = logging.getLogger(__name__)
 
 Engine = Literal["auto", "python", "compiled"]
 ENGINES: Final = ("auto", "python", "compiled")
-# Workloads of fewer requests run as plain Python: below it Python (about 20 µs a request) beats
-# loading the compiled kernel from the cache (about half a CPU second, numba's import included);
-# measured by benchmarks/replay_bench.py.
-CROSSOVER_REQUESTS: Final = 25_000
-# While the kernel has not been compiled on this machine: compiling costs about 10 CPU seconds
-# once, so smaller workloads (5 s or less as Python) do not pay it; this size and larger compile.
-COLD_CROSSOVER_REQUESTS: Final = 200_000
+# Workloads of fewer requests run as plain Python: below it Python beats loading the compiled
+# kernel from the cache. Measured by `benchmarks/replay_bench.py --crossover-only` (shared 2-core
+# machine, load 7-11): Python 37-48 µs a request, compiled 0.5 µs, loading 0.66 CPU s (numba's
+# import included): compiled pays from 13,700-17,800 requests.
+CROSSOVER_REQUESTS: Final = 15_000
+# While the kernel has not been compiled on this machine: compiling costs 19 CPU s in the same
+# run (about 10 on a quiet machine), which Python's time exceeds from about 410,000 requests;
+# smaller workloads do not pay it, this size and larger compile.
+COLD_CROSSOVER_REQUESTS: Final = 400_000
+# Lifecycle rows of a request (arrived, admitted, first token, finished): how the grouping of a
+# requests table guesses the size of its workload before grouping it.
+ROWS_PER_REQUEST: Final = 4
 
 # How every kernel function compiles. "numpy" error model: a division by zero gives 0 or inf
 # instead of raising (the kernel's divisors are at least 1 by its input contract); without the
@@ -57,6 +64,8 @@ COLD_CROSSOVER_REQUESTS: Final = 200_000
 NJIT_OPTIONS: Final[dict[str, Any]] = {"cache": True, "nogil": True, "error_model": "numpy"}
 
 _compiled: dict[str, Callable[..., Any]] = {}
+# numba's dispatchers of the kernel's functions, by name, once compiled (tests read their code)
+dispatchers: dict[str, Any] = {}
 
 
 def cache_dir() -> Path:
@@ -64,17 +73,20 @@ def cache_dir() -> Path:
     return user_cache.numba_dir()
 
 
-def simulator(requests: int, engine: Engine = "auto") -> Callable[..., Any]:
-    """The ``simulate`` function to run for a workload of ``requests``: plain or compiled."""
+def runs_compiled(requests: int, engine: Engine = "auto") -> bool:
+    """Whether a workload of ``requests`` runs compiled (nothing is loaded to say so)."""
     if engine == "auto":
         engine = _engine_from_environment()
     if engine == "python":
-        return kernel.simulate
+        return False
     if engine == "compiled" or requests >= COLD_CROSSOVER_REQUESTS:
-        return compiled_simulate()
-    if requests >= CROSSOVER_REQUESTS and (_compiled or _cached()):
-        return compiled_simulate()
-    return kernel.simulate
+        return True
+    return requests >= CROSSOVER_REQUESTS and bool(_compiled or _cached())
+
+
+def simulator(requests: int, engine: Engine = "auto") -> Callable[..., Any]:
+    """The ``simulate`` function to run for a workload of ``requests``: plain or compiled."""
+    return compiled_simulate() if runs_compiled(requests, engine) else kernel.simulate
 
 
 def _engine_from_environment() -> Engine:
@@ -94,11 +106,42 @@ def compiled_simulate() -> Callable[..., Any]:
     return _compiled["simulate"]
 
 
+def grouper(
+    rows: int, engine: Engine = "auto"
+) -> tuple[Callable[..., Any], Callable[..., Any]] | None:
+    """The compiled :mod:`~oomtrace.replay.kernel.grouping` functions (``group_ids``,
+    ``group_rows``) where a requests table of ``rows`` rows will replay compiled (the choice of
+    :func:`simulator`, at :data:`ROWS_PER_REQUEST` rows a request); else None: Polars groups."""
+    if not runs_compiled(rows // ROWS_PER_REQUEST, engine):
+        return None
+    compiled_simulate()
+    return _compiled["group_ids"], _compiled["group_rows"]
+
+
+def warm_up() -> None:
+    """Load the compiled functions (compile them into an empty cache) by running each once on a
+    tiny input of the types a replay gives them: numba loads a function's code at its first
+    call. A replay of a large trace does this in a thread while Polars reads the trace."""
+    simulate = compiled_simulate()
+    one = np.ones(1, dtype=np.int64)
+    limits = np.array([16, 0, 0, 0, -1, 0, 1], dtype=np.int64)  # see runner.limits_array
+    simulate(one - 1, one, one, one, one, one, 10, limits, one)
+    key = np.zeros(1, dtype=np.uint64)
+    ids, groups = _compiled["group_ids"](key, key)
+    _compiled["group_rows"](ids, groups, np.zeros(1, dtype=np.int8))
+
+
 @functools.cache
-def _source_digest() -> str:
-    """A digest of the kernel's sources, how they compile, Python's and numba's versions: the
-    compiled code's name. numba's own cache index checks only the source file of each function
-    it caches, not of the functions inlined into it, and the kernel spans several modules."""
+def _sources() -> dict[str, bytes]:
+    """The kernel's modules' sources, by module name."""
+    return {m.__name__: Path(m.__file__ or "").read_bytes() for m in kernel.MODULES}
+
+
+def source_digest(sources: dict[str, bytes]) -> str:
+    """A digest of kernel ``sources`` (module name to source), how they compile, Python's and
+    numba's versions: the compiled code's name. numba's own cache index checks only the source
+    file of each function it caches, not of the functions inlined into it, and the kernel spans
+    several modules. Where the sources live plays no part."""
     try:
         from importlib.metadata import version  # noqa: PLC0415 - only here
 
@@ -107,9 +150,15 @@ def _source_digest() -> str:
         numba_version = "unknown"
     digest = hashlib.sha256(f"py{sys.version_info[:2]}-numba{numba_version}".encode())
     digest.update(repr(sorted(NJIT_OPTIONS.items())).encode())
-    for module in kernel.MODULES:
-        digest.update(Path(module.__file__ or "").read_bytes())
+    for name, text in sources.items():
+        digest.update(f"\x00{name}\x00{len(text)}\x00".encode())
+        digest.update(text)
     return digest.hexdigest()[:16]
+
+
+@functools.cache
+def _source_digest() -> str:
+    return source_digest(_sources())
 
 
 def _compiled_dir() -> Path:
@@ -118,6 +167,33 @@ def _compiled_dir() -> Path:
     in :func:`cache_dir`."""
     base = os.environ.get("NUMBA_CACHE_DIR") or str(cache_dir())
     return Path(base) / f"replay-kernel-{_source_digest()}"
+
+
+def _source_copies() -> dict[str, str]:
+    """Per kernel module, a copy of its source in the compiled code's own folder, named as the
+    compiled functions' file. numba files a function's cache under a folder named by the path of
+    its source's folder, so compiled from the checkout's own files two checkouts of the same
+    sources would each compile (about ten CPU seconds) while the marker of :func:`_cached`, named
+    by content, told both that the kernel was compiled; named by content, they share one compiled
+    kernel, and different sources never meet. Empty where the folder cannot be written (numba
+    then files the cache by the checkout's files)."""
+    folder = _compiled_dir() / "sources"
+    copies: dict[str, str] = {}
+    try:
+        for name, text in _sources().items():
+            path = folder / f"{name}.py"
+            if not path.is_file() or path.read_bytes() != text:
+                folder.mkdir(parents=True, exist_ok=True)
+                partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+                partial.write_bytes(text)
+                partial.replace(path)  # a reader never sees half a file
+            copies[name] = str(path)
+    except OSError as err:
+        log.debug(
+            "kernel sources not copied to %s (%s): cached by the checkout's path", folder, err
+        )
+        return {}
+    return copies
 
 
 def _marker() -> Path:
@@ -141,7 +217,9 @@ def _compile() -> dict[str, Callable[..., Any]]:
     from numba.core import config  # noqa: PLC0415
 
     directory = str(_compiled_dir())
+    copies = _source_copies()
     namespace: dict[str, Any] = {}
+    compiled_names: list[str] = []
     for module in kernel.MODULES:
         namespace.update(vars(module))
     settings: Any = config  # numba's configuration module (untyped)
@@ -155,16 +233,25 @@ def _compile() -> dict[str, Callable[..., Any]]:
                     continue
                 if func.__module__ != module.__name__:
                     continue  # imported from another of the modules: compiled there
+                code = func.__code__
+                if module.__name__ in copies:
+                    code = code.replace(co_filename=copies[module.__name__])
                 clone = types.FunctionType(
-                    func.__code__, namespace, name, func.__defaults__, func.__closure__
+                    code, namespace, name, func.__defaults__, func.__closure__
                 )
                 clone.__qualname__, clone.__module__ = func.__qualname__, func.__module__
                 inline: Literal["always", "never"] = "always" if how == "inline" else "never"
                 namespace[name] = numba.njit(clone, inline=inline, **NJIT_OPTIONS)
+                compiled_names.append(name)
     finally:
         settings.CACHE_DIR = previous
+    dispatchers.update((name, namespace[name]) for name in compiled_names)
     log.debug("replay kernel compiled with numba, cached in %s", directory)
-    return {"simulate": _marking(_read_only_inputs(namespace["simulate"]))}
+    return {
+        "simulate": _marking(_read_only_inputs(namespace["simulate"])),
+        "group_ids": _read_only_inputs(namespace["group_ids"]),
+        "group_rows": _read_only_inputs(namespace["group_rows"]),
+    }
 
 
 def _read_only_inputs(simulate: Callable[..., Any]) -> Callable[..., Any]:

@@ -31,6 +31,8 @@ from typing import Final
 import polars as pl
 
 from oomtrace.errors import InputError, UsageError
+from oomtrace.replay.compiled import Engine, grouper
+from oomtrace.replay.kernel import grouping
 from oomtrace.trace import Trace
 
 DEFAULT_PREFILL_TOKENS_PER_S: Final = 10_000.0
@@ -88,17 +90,107 @@ class Workload:
         return {str(k): int(v) for k, v in counts}
 
 
-def _per_request(requests: pl.DataFrame) -> pl.DataFrame:
-    """One row per request (see the module docstring), in arrival order. One grouping with plain
-    minima and maxima: the row of a value taken "first where" or "last where" is its smallest or
-    largest row number where it applies (the rows are in time order), gathered afterwards. Each
-    "where" is evaluated over the rows before grouping, so the grouping runs Polars' plain
-    per-group minima and maxima (a third faster on a day than conditions inside the groups)."""
+def _per_request(requests: pl.DataFrame, engine: Engine = "auto") -> pl.DataFrame:
+    """One row per request (see the module docstring), in arrival order: the row numbers of the
+    values taken "first where" or "last where" (their smallest or largest row number where they
+    apply: the rows are in time order) found by grouping, the values gathered afterwards. A
+    trace that replays compiled is grouped compiled (:mod:`oomtrace.replay.kernel.grouping`),
+    a smaller one by Polars."""
     frame = requests if requests["ts"].is_sorted() else requests.sort("ts", maintain_order=True)
+    rows = _compiled_rows(frame, engine) if frame["ts"].null_count() == 0 else None
+    per = _polars_rows(frame) if rows is None else rows
+    out = per.select(
+        "request_id",
+        "arrival",
+        frame["prompt_tokens"].gather(per["_prompt"]),
+        frame["max_tokens"].gather(per["_max"]),
+        frame["output_tokens"].gather(per["_output"]).alias("recorded_output"),
+        *("admitted", "first_token", "ended", "server_rejected"),
+    )
+    # The groups come in the order of their first row, which is arrival order; only ties (and
+    # nulls) need the sort, which orders them by id.
+    arrival = out["arrival"]
+    if arrival.null_count() or not arrival.is_sorted() or _has_ties(arrival):
+        out = out.sort("arrival", "request_id")
+    return out
+
+
+def _has_ties(sorted_values: pl.Series) -> bool:
+    """Whether two neighbours of a sorted series are equal (a hash-free count of distinct)."""
+    physical = sorted_values.to_physical()
+    return bool((physical.diff() == 0).any())
+
+
+def _compiled_rows(frame: pl.DataFrame, engine: Engine) -> pl.DataFrame | None:
+    """:func:`_polars_rows` by the compiled grouping, where the trace replays compiled; None
+    where it does not (or, about once in ten million days, two ids share a hash)."""
+    functions = grouper(frame.height, engine)
+    if functions is None:
+        return None
+    group_ids, group_rows = functions
+    ev, ids = pl.col("event"), pl.col("request_id")
+    event = (
+        pl.when(ev == "admitted")
+        .then(grouping.E_ADMITTED)
+        .when(ev == "first_token")
+        .then(grouping.E_FIRST_TOKEN)
+        .when(ev.is_in(["finished", "aborted"]))
+        .then(grouping.E_END)
+        .when(ev == "rejected")
+        .then(grouping.E_REJECTED)
+        .otherwise(grouping.E_OTHER)
+    )
+    stated = (
+        pl.col(column).is_not_null().cast(pl.Int32) * flag
+        for column, flag in (
+            ("prompt_tokens", grouping.E_PROMPT),
+            ("max_tokens", grouping.E_MAX),
+            ("output_tokens", grouping.E_OUTPUT),
+        )
+    )
+    key, check, code = (
+        column.to_numpy()
+        for column in frame.select(
+            ids.hash(seed=0), ids.hash(seed=1).alias("_check"),
+            pl.sum_horizontal(event, *stated).cast(pl.Int8).alias("_code"),
+        ).get_columns()
+    )  # fmt: skip
+    numbers, groups = group_ids(key, check)
+    if groups < 0:
+        return None
+    matrix = group_rows(numbers, groups, code)
+
+    def rows_of(which: int) -> pl.Series:
+        found = pl.Series(matrix[which])
+        return found.set(found < 0, None)
+
+    first = pl.Series(matrix[grouping.G_FIRST])
+    ts = frame["ts"]
+    return pl.DataFrame(
+        {
+            "request_id": frame["request_id"].gather(first),
+            "arrival": ts.gather(first),
+            "_prompt": rows_of(grouping.G_PROMPT),
+            "_max": rows_of(grouping.G_MAX),
+            "_output": rows_of(grouping.G_OUTPUT),
+            "admitted": ts.gather(rows_of(grouping.G_ADMITTED)),
+            "first_token": ts.gather(rows_of(grouping.G_FIRST_TOKEN)),
+            "ended": ts.gather(rows_of(grouping.G_END)),
+            "server_rejected": pl.Series(matrix[grouping.G_REJECTED] >= 0),
+        }
+    )
+
+
+def _polars_rows(frame: pl.DataFrame) -> pl.DataFrame:
+    """Per request its id, arrival, the row numbers of its first stated prompt and max tokens
+    and of its last stated output, its admission, first token and end, whether the server
+    rejected it. One grouping with plain minima and maxima: each "where" is evaluated over the
+    rows before grouping, so the grouping runs Polars' plain per-group minima and maxima (a
+    third faster on a day than conditions inside the groups)."""
     ev, ts, row = pl.col("event"), pl.col("ts"), pl.col("_row")
     ends = ev.is_in(["finished", "aborted"])
     columns = ("request_id", "ts", "event", "prompt_tokens", "max_tokens", "output_tokens")
-    per = (
+    return (
         frame.lazy()
         .select(*columns)
         .with_row_index("_row")
@@ -122,20 +214,14 @@ def _per_request(requests: pl.DataFrame) -> pl.DataFrame:
         )
         .collect()
     )
-    out = per.select(
-        "request_id",
-        "arrival",
-        frame["prompt_tokens"].gather(per["_prompt"]),
-        frame["max_tokens"].gather(per["_max"]),
-        frame["output_tokens"].gather(per["_output"]).alias("recorded_output"),
-        *("admitted", "first_token", "ended", "server_rejected"),
-    )
-    # The groups come in the order of their first row, which is arrival order; only ties (and
-    # nulls) need the sort, which orders them by id (a tenth of the grouping's time on a day).
-    arrival = out["arrival"]
-    if arrival.null_count() or not arrival.is_sorted() or arrival.n_unique() < out.height:
-        out = out.sort("arrival", "request_id")
-    return out
+
+
+def _nodes(node: pl.Series) -> list[str]:
+    """The nodes named, sorted; a column of one node (the usual trace) is found without hashing
+    every row."""
+    if node.len() and node.null_count() == 0 and bool((node == node[0]).all()):
+        return [node[0]]
+    return sorted(node.drop_nulls().unique().to_list())
 
 
 def _end_to_end_decode_ns(per: pl.DataFrame, prefill_rate: float | None) -> float | None:
@@ -162,7 +248,7 @@ def build_workload(
     """The replay workload of ``trace`` (one node's requests)."""
     options = options or TimeOptions()
     requests = trace.requests
-    nodes = sorted(requests["node"].unique().to_list())
+    nodes = _nodes(requests["node"])
     if node is not None:
         if node not in nodes:
             raise UsageError(f"--node {node!r}: the trace has requests from {nodes or 'no node'}")

@@ -29,16 +29,17 @@ The parts: :mod:`~oomtrace.replay.kernel.layout` (codes, state columns, one requ
 forms), :mod:`~oomtrace.replay.kernel.heaps` (event heaps in preallocated arrays),
 :mod:`~oomtrace.replay.kernel.level` (the pool's level, exact, bounded, or boundary by
 boundary), :mod:`~oomtrace.replay.kernel.admission` (queue, admission, finish, preemption) and
-:mod:`~oomtrace.replay.kernel.loop` (the event loop). Nothing here imports numba: ``_jit`` and
-``_inline`` only mark how :mod:`oomtrace.replay.compiled` compiles each function, all of them in
-one namespace (so that they call one another compiled).
+:mod:`~oomtrace.replay.kernel.loop` (the event loop); beside them,
+:mod:`~oomtrace.replay.kernel.grouping` groups a large trace's rows into requests. Nothing here
+imports numba: ``_jit`` and ``_inline`` only mark how :mod:`oomtrace.replay.compiled` compiles
+each function, all of them in one namespace (so that they call one another compiled).
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-from oomtrace.replay.kernel import admission, heaps, layout, level, loop
+from oomtrace.replay.kernel import admission, grouping, heaps, layout, level, loop
 from oomtrace.replay.kernel.layout import (
     COMPILE_AS,
     LOG_ADMIT,
@@ -55,7 +56,7 @@ from oomtrace.replay.kernel.layout import (
 from oomtrace.replay.kernel.loop import simulate
 
 # the modules whose marked functions compile together, in dependency order
-MODULES: Final = (layout, heaps, level, admission, loop)
+MODULES: Final = (layout, heaps, level, admission, loop, grouping)
 
 __all__ = [
     "COMPILE_AS",

@@ -1,0 +1,116 @@
+"""The compiled grouping of a large trace's rows into requests gives the workload exactly what
+Polars' grouping gives, in the same order; a hash collision falls back to Polars."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from polars.testing import assert_frame_equal
+
+from oomtrace.replay import compiled, workload
+from oomtrace.replay.kernel import grouping
+from oomtrace.schema import REQUEST_EVENTS
+from tests import factories
+from tests.factories import at
+
+counts = st.one_of(st.none(), st.integers(0, 5000))
+
+
+@st.composite
+def request_rows(draw: st.DrawFn) -> pl.DataFrame:
+    """Rows of a few requests in any order, every event kind, times with ties, counts stated on
+    any row or none (the mess a log gives: no arrival, two ends, a rejection after admission)."""
+    rows = [
+        {
+            "ts": at(draw(st.integers(0, 12)) / 4),
+            "request_id": f"r{draw(st.integers(0, 6))}",
+            "event": draw(st.sampled_from(REQUEST_EVENTS)),
+            "prompt_tokens": draw(counts),
+            "max_tokens": draw(counts),
+            "output_tokens": draw(counts),
+        }
+        for _ in range(draw(st.integers(1, 30)))
+    ]
+    return factories.requests(*rows)
+
+
+def _plain_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The grouping chosen for every size, run as plain Python (what numba compiles)."""
+    plain = (grouping.group_ids, grouping.group_rows)
+    monkeypatch.setattr(workload, "grouper", lambda rows, engine: plain)
+
+
+@settings(max_examples=150, deadline=None)
+@given(request_rows())
+def test_the_kernels_grouping_and_polars_agree(frame: pl.DataFrame) -> None:
+    # GIVEN any requests table; WHEN grouped by the kernel's functions and by Polars
+    with pytest.MonkeyPatch.context() as patch:
+        _plain_kernel(patch)
+        kernel = workload._per_request(frame, "compiled")
+    polars = workload._per_request(frame, "python")
+    # THEN every request has the same arrival, counts, times and rejection, in the same order
+    assert_frame_equal(kernel, polars)
+
+
+@pytest.mark.slow
+@settings(max_examples=100, deadline=None)
+@given(request_rows())
+def test_the_compiled_grouping_and_polars_agree(frame: pl.DataFrame) -> None:
+    assert_frame_equal(
+        workload._per_request(frame, "compiled"), workload._per_request(frame, "python")
+    )
+
+
+@pytest.mark.parametrize(
+    "step",
+    [2**40 + 7, 16],  # keys differing in their upper bits; keys alike there, in one slot chain
+)
+def test_ids_are_numbered_in_order_of_first_appearance_past_a_full_table(step: int) -> None:
+    # GIVEN more distinct keys than the first table holds, each seen twice
+    keys = np.array([*range(40), *range(40)], dtype=np.uint64) * np.uint64(step)
+    # WHEN numbered
+    numbers, groups = grouping.group_ids(keys, keys)
+    # THEN each key keeps its number when it comes back, after the table has grown
+    assert groups == 40
+    np.testing.assert_array_equal(numbers, [*range(40), *range(40)])
+
+
+def test_two_ids_that_share_a_hash_are_found() -> None:
+    # GIVEN two rows whose first hash is equal and whose second is not
+    key = np.array([7, 7], dtype=np.uint64)
+    check = np.array([1, 2], dtype=np.uint64)
+    # THEN the numbering reports the collision
+    assert grouping.group_ids(key, check)[1] == -1
+
+
+def test_a_collision_falls_back_to_polars(monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a grouping whose every key collides
+    def colliding(key: Any, check: Any) -> Any:
+        return np.zeros(len(key), dtype=np.int32), -1
+
+    monkeypatch.setattr(workload, "grouper", lambda rows, engine: (colliding, None))
+    frame = factories.requests(
+        {"ts": at(0), "request_id": "a", "event": "arrived", "prompt_tokens": 5},
+        {"ts": at(1), "request_id": "b", "event": "arrived", "prompt_tokens": 6},
+        {"ts": at(2), "request_id": "a", "event": "finished", "output_tokens": 3},
+    )
+    # WHEN the requests are grouped: THEN they are Polars' requests, not one merged request
+    per = workload._per_request(frame, "compiled")
+    assert per["request_id"].to_list() == ["a", "b"]
+    assert per["recorded_output"].to_list() == [3, None]
+
+
+def test_a_table_replays_grouped_compiled_where_its_workload_replays_compiled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(compiled, "_compiled", {"group_ids": 1, "group_rows": 2, "simulate": 3})
+    monkeypatch.delenv("OOMTRACE_REPLAY_ENGINE", raising=False)
+    rows = compiled.CROSSOVER_REQUESTS * compiled.ROWS_PER_REQUEST
+    assert compiled.grouper(rows - compiled.ROWS_PER_REQUEST) is None
+    assert compiled.grouper(rows) == (1, 2)
+    assert compiled.grouper(rows, "python") is None
