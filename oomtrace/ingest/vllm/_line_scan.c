@@ -358,11 +358,14 @@ static void read_params(text_t b, i64 body, i64 stop, int params_first, i64 *row
         row[KEY_ROWS[f]] = -1;
     unsigned found = 0; /* a bit per key: a value taken (where the first counts) */
     for (i64 k = find_byte(b, body, stop, 61); k >= 0; k = find_byte(b, k + 1, stop, 61)) {
-        /* Only the keys that end in the byte before the "=" can be there (most words before
-         * an "=" end in none of their last bytes: s, n, f). */
+        /* Only the keys that end in the two bytes before the "=" can be there (most words
+         * before an "=" end in none of them: ns, bs, n, f). */
         int last = b[k - 1], first_key = 0, end_key = 0;
-        if (last == 115) { /* max_tokens, logprobs, prompt_logprobs */
-            first_key = 0, end_key = N_KEYS;
+        if (last == 115 && k - 2 >= body) {
+            if (b[k - 2] == 110) /* max_tokens */
+                first_key = 0, end_key = 1;
+            else if (b[k - 2] == 98) /* logprobs, prompt_logprobs */
+                first_key = 3, end_key = 5;
         } else if (last == 110) { /* n */
             first_key = 1, end_key = 2;
         } else if (last == 102) { /* best_of */
