@@ -17,21 +17,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import polars as pl
 
-from collectors.columns import LogLines
-from collectors.reader import Info
-from collectors.segments import read_capture
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.errors import InputError
-from oomtrace.ingest.capture.vllm_plugin import plugin_result, prefer_plugin
 from oomtrace.ingest.parser_api import LineParser, ParseContext, ParseResult
 from oomtrace.ingest.parser_registry import registry
-from oomtrace.ingest.prometheus.text_parser import parse_scrapes
 from oomtrace.ingest.text.input_file import InputFile
 from oomtrace.schema import TS
+
+if TYPE_CHECKING:
+    from collectors.columns import LogLines
+    from collectors.reader import Info
 
 SEGMENT_GLOB: Final = "seg-*.oseg"
 _SNIFF_LINES: Final = 400
@@ -54,6 +53,13 @@ class CaptureParser:
         return 0.0
 
     def parse(self, source: InputFile, ctx: ParseContext, diag: SourceDiagnostics) -> ParseResult:
+        # Imported here: the registry lists this parser for every command (ingest of a log
+        # file, too), and the segment reader, the plugin's records and the /metrics parser
+        # cost about 40 ms of CPU to load.
+        from collectors.segments import read_capture  # noqa: PLC0415
+        from oomtrace.ingest.capture.vllm_plugin import plugin_result, prefer_plugin  # noqa: PLC0415
+        from oomtrace.ingest.prometheus.text_parser import parse_scrapes  # noqa: PLC0415
+
         try:
             capture = read_capture(source.path)
         except (FileNotFoundError, NotADirectoryError) as err:

@@ -17,7 +17,6 @@ import logging
 from typing import Any, Final
 
 import polars as pl
-from prometheus_client.parser import text_string_to_metric_families
 
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.ingest.frame_check import check_frame
@@ -160,6 +159,10 @@ def _slow(
 def _client_parse(lines: list[str], diag: SourceDiagnostics) -> list[Any]:
     """prometheus_client's parse, one sample per line; if a line is refused, the batch is
     parsed line by line so that only that line is lost (counted)."""
+    # Imported here: loading it costs every command that lists the parsers (ingest of a vLLM
+    # log, too) about 35 ms of CPU, for the lines the Polars path leaves.
+    from prometheus_client.parser import text_string_to_metric_families  # noqa: PLC0415
+
     try:
         batch = [s for f in text_string_to_metric_families("\n".join(lines)) for s in f.samples]
         if len(batch) == len(lines):

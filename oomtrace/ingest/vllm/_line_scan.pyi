@@ -56,9 +56,10 @@ def scan_lines(
     runs: np.ndarray,
     ids: np.ndarray,
     /,
-) -> tuple[int, int, int, int]:
-    """Read every line of ``b`` (uint8); the int64 outputs have a column per line
-    (:func:`count_lines`), ``ids`` (uint8) is as large as ``b``. Writes, column by column:
+) -> tuple[int, int, int, int, int, bool] | None:
+    """Read every line of ``b`` (uint8); the int64 outputs need a column per line
+    (:func:`count_lines`), ``ids`` (uint8) as many bytes as ``b`` at most. Writes, column by
+    column:
 
     * ``general`` / ``access`` (:data:`LINE_FIELDS` rows): the lines left to the vectorised
       reader, and uvicorn's access lines: :data:`L_LINE`, :data:`L_START`, :data:`L_STOP` (the
@@ -71,8 +72,11 @@ def scan_lines(
       second): a run's last record (:data:`RUN_LAST`) and how many it holds
       (:data:`RUN_WEIGHT`).
 
-    Returns how many of each it wrote. ValueError where an array has the wrong shape, item size
-    or too little room (nothing is written out of bounds). The GIL is released meanwhile."""
+    Returns how many of each it wrote, how many lines ``b`` holds (as :func:`count_lines`) and
+    whether a byte of it is not ASCII (in one pass with the rest); None where the outputs have
+    too little room (nothing is written out of bounds: count the lines, give more, read again).
+    ValueError where an array has the wrong shape or item size. The GIL is released
+    meanwhile."""
 
 def write_views(
     b: np.ndarray | bytes, starts: np.ndarray, stops: np.ndarray, views: np.ndarray, /

@@ -98,13 +98,16 @@ def scan_chunk(piece: TextChunk, first_line: int) -> ScannedChunk | None:
     """``piece`` read by the scanner, its lines numbered from ``first_line``; None when it holds
     invalid UTF-8 (the vectorised reader then reads it all, replacing and counting the bytes)."""
     buf = np.frombuffer(piece.data, np.uint8, count=piece.size)
-    if piece.size and int(buf.max()) >= 0x80 and not _valid_utf8(piece):
+    general, access, records, runs, ids = outputs = _outputs(buf)
+    scanned = scanner.scan_lines(buf, *outputs)
+    if scanned is None:  # more lines than the outputs have room for: count them, read again
+        general, access, records, runs, ids = outputs = _outputs(buf, scanner.count_lines(buf))
+        scanned = scanner.scan_lines(buf, *outputs)
+        if scanned is None:
+            raise AssertionError("the scanner's outputs hold a column per line")
+    n_general, n_access, n_records, n_runs, n, non_ascii = scanned
+    if non_ascii and not _valid_utf8(piece):
         return None
-    n = scanner.count_lines(buf)
-    general, access, records, runs, ids = _outputs(n, piece.size)
-    n_general, n_access, n_records, n_runs = scanner.scan_lines(
-        buf, general, access, records, runs, ids
-    )
     general, access = general[:, :n_general], access[:, :n_access]
     records, runs = records[:, :n_records], runs[:, :n_runs]
     head = access[:, : EXAMPLE_HEAD + 1]
@@ -145,12 +148,16 @@ _SCRATCH: Final = _Outputs()
 
 
 def _outputs(
-    lines: int, size: int
+    buf: np.ndarray, lines: int = 0
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """This thread's outputs for ``lines`` lines of ``size`` bytes: ``general``, ``access``,
-    ``records``, ``runs`` (a column per line at least) and ``ids`` (a byte per byte)."""
+    """This thread's outputs for the piece ``buf``: ``general``, ``access``, ``records``,
+    ``runs`` (a column per line: those of the pieces before, or ``lines`` at least) and ``ids``
+    (a byte per byte). The scanner counts lines as it reads and says when the columns were too
+    few; only a thread's first piece is counted before it is read."""
     arrays = _SCRATCH.arrays
     if arrays is None or arrays[0].shape[1] < lines:
+        if arrays is None and not lines:
+            lines = scanner.count_lines(buf)
         columns = lines + lines // 4  # a few more: the next piece may hold more lines
 
         def rows(count: int) -> np.ndarray:
@@ -163,7 +170,7 @@ def _outputs(
             rows(scanner.RUN_FIELDS),
         )
         _SCRATCH.arrays = arrays
-    ids = _SCRATCH.ids
+    ids, size = _SCRATCH.ids, buf.shape[0]
     if ids is None or ids.shape[0] < size:
         ids = _SCRATCH.ids = np.empty(size + size // 4, np.uint8)
     return (*arrays, ids)

@@ -12,7 +12,8 @@ with a header-like path, invalid dates, CRLF.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
@@ -25,7 +26,7 @@ from polars.testing import assert_frame_equal
 
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.ingest.parser_api import ClockOptions, ParseContext, ParseResult
-from oomtrace.ingest.text.input_file import InputFile
+from oomtrace.ingest.text.input_file import InputFile, TextChunk
 from oomtrace.ingest.vllm import chunk_reading, log_parser
 from oomtrace.ingest.vllm.chunk_reading import Reading
 from oomtrace.ingest.vllm.log_parser import PARSER
@@ -250,6 +251,53 @@ def test_a_piece_with_invalid_utf8_is_read_whole_by_the_vectorised_reader(
     )
 
 
+def _in_a_new_thread(work: Callable[[], Any]) -> Any:
+    """``work`` done in a thread of its own: the scanner's outputs are each thread's, kept from
+    piece to piece (``scanned_chunk._Outputs``)."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(work).result()
+
+
+def test_a_piece_with_more_lines_than_the_outputs_hold_is_counted_and_read_again(
+    compiled: None,
+) -> None:
+    from oomtrace.ingest.vllm.scanned_chunk import scan_chunk
+
+    # GIVEN a real log (vLLM 0.11, two ranks, an OOM) and a thread whose outputs were sized
+    # for a piece of one line
+    data = (DATA / "v1_0.11_tp2_oom.log").read_bytes()
+    first = data[: data.index(b"\n") + 1]
+
+    def one_line_then_all() -> Any:
+        assert scan_chunk(TextChunk(first, len(first)), 1) is not None
+        return scan_chunk(TextChunk(data, len(data)), 1)
+
+    # WHEN the whole log is then scanned in that thread
+    got = _in_a_new_thread(one_line_then_all)
+    # THEN every line is read, as by a thread whose outputs had room from the start
+    want = _in_a_new_thread(lambda: scan_chunk(TextChunk(data, len(data)), 1))
+    assert got.lines == want.lines == data.count(b"\n") == 33
+    assert got.records == want.records > 0
+    for name in ("general", "runs", "requests", "access_head"):
+        assert_frame_equal(getattr(got, name), getattr(want, name))
+
+
+def test_a_piece_of_valid_utf8_beyond_ascii_stays_with_the_scanner(compiled: None) -> None:
+    from oomtrace.ingest.vllm.scanned_chunk import scan_chunk
+
+    # GIVEN a real log whose start-up banner is drawn in block characters (vLLM 0.32 on CPU)
+    data = (DATA / "v1_0.32_cpu.log").read_bytes()
+    assert max(data) >= 0x80
+    # WHEN the scanner reads it THEN it keeps the piece (the bytes are UTF-8): the banner's
+    # lines go to the vectorised reader as they were written, the request records are read
+    scanned = scan_chunk(TextChunk(data, len(data)), 1)
+    assert scanned is not None
+    banner = [line for line in scanned.general["line"].to_list() if "█" in line]
+    assert banner == [line for line in data.decode().splitlines() if "█" in line]
+    assert scanned.records > 0
+    assert scanned.invalid_lines == 0
+
+
 # --- any bytes at all -------------------------------------------------------------------------
 
 _NEWLINE = st.sampled_from(["\n", "\n", "\n", "\r\n", "\r\r\n"])
@@ -286,7 +334,7 @@ def test_random_mixes_of_lines_and_noise_read_the_same_with_the_scanner(
     _same(path, piece_bytes)
 
 
-def _scan(data: bytes) -> tuple[tuple[int, int, int, int], tuple[np.ndarray, ...]]:
+def _scan(data: bytes) -> tuple[tuple[int, int, int, int, int, bool], tuple[np.ndarray, ...]]:
     from oomtrace.ingest.vllm import _line_scan as scan
 
     buf = np.frombuffer(data, np.uint8)
@@ -298,7 +346,9 @@ def _scan(data: bytes) -> tuple[tuple[int, int, int, int], tuple[np.ndarray, ...
         np.full((scan.RUN_FIELDS, n), -7, np.int64),
         np.zeros(len(data), np.uint8),
     )
-    return scan.scan_lines(buf, *outputs), outputs
+    scanned = scan.scan_lines(buf, *outputs)
+    assert scanned is not None  # a column per line is room enough
+    return scanned, outputs
 
 
 @settings(max_examples=300, deadline=None)
@@ -318,12 +368,15 @@ def test_the_scanner_accounts_for_every_line_of_any_bytes_within_its_bounds(
 
     # WHEN the scanner reads any bytes at all (the parser never hands it invalid UTF-8, but
     # nothing it reads may take it out of bounds)
-    (n_general, n_access, n_records, n_runs), (general, access, records, runs, ids) = _scan(data)
-    # THEN every line is one of its outputs, once, in order, within the text
+    (n_general, n_access, n_records, n_runs, n_lines, non_ascii), outputs = _scan(data)
+    general, access, records, runs, ids = outputs
+    # THEN every line is one of its outputs, once, in order, within the text, and counted
     lines = data.split(b"\n")
     if not lines[-1]:  # the text ends with its last line's newline (or is empty)
         lines.pop()
-    assert n_general + n_access + n_records == len(lines) == scan.count_lines(data)
+    assert n_general + n_access + n_records == len(lines) == n_lines == scan.count_lines(data)
+    # AND it says whether any byte is not ASCII (only then is the text checked for UTF-8)
+    assert non_ascii == any(byte >= 0x80 for byte in data)
     taken = np.concatenate(
         [general[scan.L_LINE, :n_general], access[scan.L_LINE, :n_access],
          records[scan.R_LINE, :n_records]]
@@ -360,11 +413,12 @@ def test_the_scanner_refuses_outputs_of_the_wrong_shape_type_or_size(compiled: N
             np.zeros(ids, np.uint8),
         ]
 
-    assert scan.scan_lines(buf, *outputs()) == (0, 0, 3, 1)
+    assert scan.scan_lines(buf, *outputs()) == (0, 0, 3, 1, 3, False)
+    # Too little room is no error: None, and the caller counts the lines and gives more.
+    assert scan.scan_lines(buf, *outputs(columns=2)) is None  # a column short
+    assert scan.scan_lines(buf, *outputs(ids=2)) is None  # no room for the ids
     wrong: list[list[Any]] = [
-        outputs(columns=2),  # a column short
         outputs(dtype=np.int32),
-        outputs(ids=2),  # no room for the ids
         [np.zeros((2, 3), np.int64), *outputs()[1:]],  # the wrong rows
         [*outputs()[:2], np.zeros((scan.RECORD_FIELDS, 4), np.int64), *outputs()[3:]],
         [*outputs()[:4], np.zeros((2, len(text)), np.uint8)],
