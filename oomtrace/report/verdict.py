@@ -6,6 +6,7 @@ left out of the sentence rather than guessed.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
@@ -154,6 +155,8 @@ def verdict_lines(
     if ids:
         more = len(culprits) - len(ids)
         who = "Culprits: " + ", ".join(ids) + (f" (and {more} more below)" if more > 0 else "")
+    elif cls == "unknown":
+        who = "Cause: " + _undecided(str(incident.get("reason") or ""))[0]
     else:
         reason = str(incident.get("reason") or "").strip()
         who = "Cause: " + (reason[:1].upper() + reason[1:] if reason else "not a request")
@@ -165,6 +168,30 @@ def verdict_lines(
     else:
         fix = "Fix: the analysis computed none for this incident; the evidence is below."
     return (what, who, fix)
+
+
+# The analysis' reason of an undecided incident: what the failure states, then "no class fits:"
+# and each class's check with its reason (oomtrace/analysis/classify.py, untimed_checks.py).
+_NO_CLASS = "no class fits: "
+_CHECKED = re.compile(r"(?:^|; )(" + "|".join(c for c in CLASS_LABELS if c != "none") + r"): ")
+# What would decide a cause the inputs leave open, in the order a person would fetch it.
+_DECIDES = (
+    "the engine's log from its start to the failure (the phase), or nvidia-smi or metrics of the "
+    "incident (other processes, the KV pool) would decide it"
+)
+
+
+def _undecided(reason: str) -> tuple[str, str]:
+    """An undecided incident's reason as a person reads it: what the failure states and what
+    would decide the cause (the verdict's line); each class and why it was ruled out (the
+    paragraph), in the report's words for the classes."""
+    own, _, checks = reason.strip().partition(_NO_CLASS)
+    own = own.strip().rstrip(";").strip()
+    line = (own[:1].upper() + own[1:] + "; " if own else "") + "the lines given do not decide it: "
+    parts = _CHECKED.split(checks)[1:]  # class, reason, class, reason, ...
+    pairs = zip(parts[::2], parts[1::2], strict=True)
+    ruled = "; ".join(f"{CLASS_LABELS[cls]} ({why.strip()})" for cls, why in pairs)
+    return line + _DECIDES, (f"Ruled out: {ruled}." if ruled else "")
 
 
 def _named_ids(incident: Mapping[str, Any]) -> list[str]:
@@ -238,6 +265,8 @@ def _paragraph(cls: str, incident: Mapping[str, Any]) -> str:
     # paragraph does not repeat it on the same screen
     if reason and _named_ids(incident):
         parts.append(reason[:1].upper() + reason[1:].rstrip(".") + ".")
+    if cls == "unknown":
+        parts.append(_undecided(reason)[1])
     peak_ts = parse_time(incident.get("peak_ts"))
     if incident.get("peak_bytes") is not None and peak_ts is not None:
         parts.append(

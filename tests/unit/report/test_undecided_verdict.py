@@ -1,0 +1,42 @@
+"""The verdict of an incident whose cause the inputs leave open: what the failure states and
+what would decide it, in the verdict's line; each class and why it was ruled out, in the
+paragraph, in the report's words for the classes (not the analysis' identifiers)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from oomtrace.analysis import analyze
+from oomtrace.report.verdict import build_verdict
+from tests.factories import text_trace
+
+# https://github.com/xorbitsai/inference/issues/1036: llama-cpp-python (yi-34b Q4_K_M) on a
+# 22 GB RTX 2080 Ti fails at once at n_ctx 4096 (2048 works); the thread's whole error.
+VMM_1036 = (
+    "CUDA error: out of memory\n"
+    "  current device: 0, in function ggml_cuda_pool_malloc_vmm at /tmp/pip-install-6hyi80yc/"
+    "llama-cpp-python_b0764d5e446b4564a68e6eb9d349b9c3/vendor/llama.cpp/ggml-cuda.cu:7812\n"
+    "  cuMemCreate(&handle, reserve_size, &prop, 0)\n"
+    "GGML_ASSERT: /tmp/pip-install-6hyi80yc/llama-cpp-python_b0764d5e446b4564a68e6eb9d349b9c3/"
+    'vendor/llama.cpp/ggml-cuda.cu:241: !"CUDA error"\n'
+)
+
+
+def test_an_undecided_cause_says_what_would_decide_it(tmp_path: Path) -> None:
+    findings = analyze(text_trace(tmp_path, "llama-cpp.log", VMM_1036))
+    primary = findings.primary
+    assert primary is not None
+    assert primary.cls == "unknown"
+    verdict = build_verdict(primary.to_json())
+    # THEN the line a person reads first has no rule identifiers, and says what to fetch
+    cause = verdict.lines[1]
+    assert cause.startswith(
+        "Cause: The failure states no allocation size; the lines given do not decide it: the "
+        "engine's log from its start to the failure (the phase), or nvidia-smi"
+    )
+    assert "no class fits" not in cause
+    assert "foreign_memory" not in cause
+    # AND the paragraph keeps every class's reason, named as the report names the classes
+    assert "Ruled out: Another process on the GPU (no other process" in verdict.paragraph
+    assert "Startup misfit (phase unknown" in verdict.paragraph
+    assert "KV cache pool exhausted (no KV pool figure" in verdict.paragraph
