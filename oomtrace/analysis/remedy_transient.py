@@ -154,12 +154,7 @@ def _headroom(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> Reme
     if by >= 1:
         return None
     name = facts.flag("--gpu-memory-utilization")
-    # an engine the inputs do not name: each engine's spelling of its share of the device
-    others = (
-        " (SGLang: --mem-fraction-static; TGI: --cuda-memory-fraction)"
-        if facts.engine is None
-        else ""
-    )
+    others = facts.elsewhere("--gpu-memory-utilization")
     return remedy(
         incident,
         check,

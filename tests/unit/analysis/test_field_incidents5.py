@@ -53,6 +53,20 @@ KIMI_54 = (
     "#environment-variables)', please check the stack trace above for the root cause\n"
 )
 
+# https://github.com/huggingface/text-generation-inference/issues/2572: Llama-3.1-405B FP8 on
+# 8 x H100; TGI's warm-up captures CUDA graphs and the capture runs out of memory.
+TGI_2572 = (
+    '  File "/opt/conda/lib/python3.10/site-packages/torch/cuda/graphs.py", line 82, in '
+    "capture_end\n"
+    "    super().capture_end()\n"
+    "RuntimeError: CUDA error: out of memory\n"
+    "CUDA kernel errors might be asynchronously reported at some other API call, so the "
+    "stacktrace below might be incorrect.\n"
+    "2024-09-25T15:04:34.598137Z ERROR warmup{max_input_length=500 max_prefill_tokens=550 "
+    "max_total_tokens=13107 max_batch_size=None}:warmup: text_generation_client: "
+    "router/client/src/lib.rs:46: Server error: CANCELLED\n"
+)
+
 
 def _findings(tmp_path: Path, name: str, text: str) -> Findings:
     return analyze(text_trace(tmp_path, name, text))
@@ -105,3 +119,19 @@ def test_an_allocation_larger_than_the_device_asks_what_made_it(tmp_path: Path) 
     assert fix.action == "find what asked for one allocation larger than the device"
     assert fix.setting is None
     assert "13.0 x the 79.35 GiB device" in fix.detail
+
+
+def test_a_capture_fix_names_each_engines_flags_where_no_engine_is_named(tmp_path: Path) -> None:
+    findings = _findings(tmp_path, "tgi-2572.log", TGI_2572)
+    primary = findings.primary
+    assert primary is not None
+    assert primary.cls == "startup_misfit"
+    assert primary.reason.startswith("the CUDA graph capture at start-up failed")
+    # THEN a TGI reader finds its own flags beside vLLM's
+    assert [r.action for r in findings.remedies] == [
+        (
+            "lower --gpu-memory-utilization (SGLang: --mem-fraction-static; TGI: "
+            "--cuda-memory-fraction)"
+        ),
+        "or start with --enforce-eager (SGLang: --disable-cuda-graph; TGI: --cuda-graphs 0)",
+    ]
