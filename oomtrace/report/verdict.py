@@ -143,8 +143,10 @@ def incident_remedies(
 def verdict_lines(
     incident: Mapping[str, Any] | None, remedies: Sequence[Mapping[str, Any]]
 ) -> tuple[str, ...]:
-    """At most three short lines: what happened and when; the culprits by full id (or the
-    cause, for a class whose cause is not a request); the fix."""
+    """At most four short lines, in the order an on-call engineer asks: what happened and when;
+    the culprits by full id (or the cause, for a class whose cause is not a request); why they
+    did it, in the analysis' numbers (where culprits are named: the cause line already says it
+    otherwise); the fix."""
     if incident is None:
         return (CLASS_LABELS["none"] + ": no out-of-memory event and no memory spike.",)
     cls = str(incident.get("class") or "unknown")
@@ -152,9 +154,12 @@ def verdict_lines(
     what = incident_label(cls) + (f" at {iso_time(peak)}" if peak else "")
     culprits = [c for c in incident.get("culprits") or [] if isinstance(c, Mapping)]
     ids = _named_ids(incident)
+    why: tuple[str, ...] = ()
     if ids:
         more = len(culprits) - len(ids)
         who = "Culprits: " + ", ".join(ids) + (f" (and {more} more below)" if more > 0 else "")
+        if reason := str(incident.get("reason") or "").strip():
+            why = ("Why: " + reason[:1].upper() + reason[1:],)
     elif cls == "unknown":
         who = "Cause: " + _undecided(str(incident.get("reason") or ""))[0]
     else:
@@ -167,7 +172,7 @@ def verdict_lines(
         fix = f"Fix{basis}: {first.get('action')}"
     else:
         fix = "Fix: the analysis computed none for this incident; the evidence is below."
-    return (what, who, fix)
+    return (what, who, *why, fix)
 
 
 # The analysis' reason of an undecided incident: what the failure states, then "no class fits:"
@@ -261,10 +266,8 @@ def _paragraph(cls: str, incident: Mapping[str, Any]) -> str:
         explained = "startup_misfit_library"
     parts = [CLASS_EXPLANATIONS.get(explained, CLASS_EXPLANATIONS["unknown"])]
     reason = str(incident.get("reason") or "").strip()
-    # the verdict's "Cause:" line already states the reason where no culprit is named: the
-    # paragraph does not repeat it on the same screen
-    if reason and _named_ids(incident):
-        parts.append(reason[:1].upper() + reason[1:].rstrip(".") + ".")
+    # the verdict's lines state the reason ("Cause:" or "Why:"): the paragraph does not repeat
+    # it on the same screen
     if cls == "unknown":
         parts.append(_undecided(reason)[1])
     peak_ts = parse_time(incident.get("peak_ts"))

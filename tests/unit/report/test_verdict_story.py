@@ -1,14 +1,18 @@
-"""The verdict of an incident whose cause the inputs leave open: what the failure states and
-what would decide it, in the verdict's line; each class and why it was ruled out, in the
-paragraph, in the report's words for the classes (not the analysis' identifiers)."""
+"""The verdict's story, in the order an on-call engineer asks: what happened and when, which
+requests, why (the numbers), what to change. An incident whose cause the inputs leave open says
+what the failure states and what would decide it, and lists each class ruled out in the report's
+words for the classes (not the analysis' identifiers)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from oomtrace.analysis import analyze
+from oomtrace.ingest import IngestOptions, load_any
 from oomtrace.report.verdict import build_verdict
 from tests.factories import text_trace
+
+SAMPLE = Path(__file__).resolve().parents[3] / "sample_logs" / "vllm-kv-exhaustion"
 
 # https://github.com/xorbitsai/inference/issues/1036: llama-cpp-python (yi-34b Q4_K_M) on a
 # 22 GB RTX 2080 Ti fails at once at n_ctx 4096 (2048 works); the thread's whole error.
@@ -40,3 +44,20 @@ def test_an_undecided_cause_says_what_would_decide_it(tmp_path: Path) -> None:
     assert "Ruled out: Another process on the GPU (no other process" in verdict.paragraph
     assert "Startup misfit (phase unknown" in verdict.paragraph
     assert "KV cache pool exhausted (no KV pool figure" in verdict.paragraph
+
+
+def test_the_why_comes_between_the_culprits_and_the_fix() -> None:
+    # GIVEN the shipped KV exhaustion (a vLLM 0.13 log and its nvidia-smi CSV)
+    findings = analyze(load_any([SAMPLE], IngestOptions()))
+    primary = findings.primary
+    assert primary is not None
+    remedies = [r.to_json() for r in findings.remedies if r.incident == primary.id]
+    lines = build_verdict(primary.to_json(), remedies).lines
+    # THEN four lines: what and when, who, why in the analysis' numbers, the fix
+    assert len(lines) == 4
+    assert lines[0].startswith("KV cache pool exhausted at ")
+    assert lines[1].startswith("Culprits: cmpl-")
+    assert lines[2].startswith("Why: The KV pool was 98.4% full at 14:05:10")
+    assert lines[3].startswith("Fix (")
+    # AND the paragraph under it does not say the why a second time
+    assert "98.4% full" not in build_verdict(primary.to_json(), remedies).paragraph
