@@ -9,8 +9,10 @@ from pathlib import Path
 
 from oomtrace.analysis import analyze
 from oomtrace.ingest import IngestOptions, load_any
+from oomtrace.report import ReportInputs, build_report
 from oomtrace.report.verdict import build_verdict
 from tests.factories import text_trace
+from tests.unit.analysis.test_field_incidents5 import DEEPGEMM_29360, TGI_2572
 
 SAMPLE = Path(__file__).resolve().parents[3] / "sample_logs" / "vllm-kv-exhaustion"
 
@@ -61,3 +63,17 @@ def test_the_why_comes_between_the_culprits_and_the_fix() -> None:
     assert lines[3].startswith("Fix (")
     # AND the paragraph under it does not say the why a second time
     assert "98.4% full" not in build_verdict(primary.to_json(), remedies).paragraph
+
+
+def test_a_failure_with_no_request_does_not_point_at_culprits(tmp_path: Path) -> None:
+    # GIVEN vllm#29360's warm-up OOM, which names no request, and TGI#2572's capture failure
+    trace = text_trace(tmp_path, "vllm-29360.txt", DEEPGEMM_29360)
+    report = build_report(ReportInputs(analyze(trace).to_json(), trace))
+    text = report.section("cause").paragraphs[0]
+    # THEN the cause section says no request was named, not that culprits were admitted
+    assert "the culprits are the requests admitted" not in text
+    assert "The inputs name no request at the failure" in text
+    # AND an OOM that states no sizes is a failure, not a refusal
+    tgi = text_trace(tmp_path, "tgi-2572.log", TGI_2572)
+    section = build_report(ReportInputs(analyze(tgi).to_json(), tgi)).section("cause")
+    assert section.empty == "The failure states no sizes to draw."
