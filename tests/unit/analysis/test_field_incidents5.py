@@ -135,3 +135,31 @@ def test_a_capture_fix_names_each_engines_flags_where_no_engine_is_named(tmp_pat
         ),
         "or start with --enforce-eager (SGLang: --disable-cuda-graph; TGI: --cuda-graphs 0)",
     ]
+
+
+# https://github.com/vllm-project/vllm/issues/546 (vLLM 0.6.3): two long generations fill the
+# pool, 98 wait; the first preemption (by SWAP) and the engine stops. Its stats lines, every five
+# seconds, saw the pool at 86.1 % last.
+SWAP_546 = (
+    "INFO 10-28 11:16:34 metrics.py:349] Avg prompt throughput: 0.0 tokens/s, Avg generation "
+    "throughput: 7220.5 tokens/s, Running: 2 reqs, Swapped: 0 reqs, Pending: 98 reqs, GPU KV "
+    "cache usage: 73.8%, CPU KV cache usage: 0.0%.\n"
+    "INFO 10-28 11:16:39 metrics.py:349] Avg prompt throughput: 0.0 tokens/s, Avg generation "
+    "throughput: 7154.5 tokens/s, Running: 2 reqs, Swapped: 0 reqs, Pending: 98 reqs, GPU KV "
+    "cache usage: 86.1%, CPU KV cache usage: 0.0%.\n"
+    "WARNING 10-28 11:16:41 scheduler.py:1483] Sequence group chat-7e630abf1a8b4c8a88775b1e98a54cf2"
+    " is preempted by PreemptionMode.SWAP mode because there is not enough KV cache space. This "
+    "can affect the end-to-end performance. Increase gpu_memory_utilization or "
+    "tensor_parallel_size to provide more KV cache memory. total_num_cumulative_preemption=1\n"
+)
+
+
+def test_a_preemption_after_the_last_stats_line_is_the_pool_running_full(tmp_path: Path) -> None:
+    findings = _findings(tmp_path, "vllm-546.log", SWAP_546)
+    # THEN not "no incident": the engine said its pool ran out two seconds after its last
+    # stats line saw it at 86.1 %
+    primary = findings.primary
+    assert primary is not None
+    assert primary.cls == "kv_exhaustion"
+    assert primary.anchor == "preemption"
+    assert primary.reason.startswith("1 preemption")
