@@ -162,4 +162,8 @@ def test_a_preemption_after_the_last_stats_line_is_the_pool_running_full(tmp_pat
     assert primary is not None
     assert primary.cls == "kv_exhaustion"
     assert primary.anchor == "preemption"
-    assert primary.reason.startswith("1 preemption")
+    # AND the reason names the request taken back and the last fill the stats saw
+    assert primary.reason.startswith(
+        "1 preemption (chat-7e630abf1a8b4c8a88775b1e98a54cf2): the engine ran out of KV cache"
+    )
+    assert "saw the pool 86.1% full at 11:16:39: it filled between two of them" in primary.reason
