@@ -167,3 +167,7 @@ def test_a_preemption_after_the_last_stats_line_is_the_pool_running_full(tmp_pat
         "1 preemption (chat-7e630abf1a8b4c8a88775b1e98a54cf2): the engine ran out of KV cache"
     )
     assert "saw the pool 86.1% full at 11:16:39: it filled between two of them" in primary.reason
+    # AND with no pool size or request length stated, the fix names the two ways out, no value
+    (fix,) = findings.remedies
+    assert fix.action.startswith("give the KV pool more room (raise --gpu-memory-utilization")
+    assert fix.value is None
