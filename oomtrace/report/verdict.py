@@ -277,7 +277,10 @@ def _paragraph(cls: str, incident: Mapping[str, Any]) -> str:
             f"at {iso_time(peak_ts)} (UTC)."
         )
     coverage = incident.get("coverage")
-    if coverage is not None:
+    if coverage is not None and not coverage and not incident.get("requests_in_window"):
+        # nothing to attribute: "0.0% explained" would read as requests that failed to explain
+        parts.append("The inputs name no request at the failure: no memory is attributed to one.")
+    elif coverage is not None:
         parts.append(
             f"Named requests explain {value_text(coverage, 'share')} of the peak; the rest is "
             "memory no named request accounts for (weights, runtime reserve, or requests the "
