@@ -279,7 +279,7 @@ def _paragraph(cls: str, incident: Mapping[str, Any]) -> str:
     coverage = incident.get("coverage")
     if coverage is not None and not coverage and not incident.get("requests_in_window"):
         # nothing to attribute: "0.0% explained" would read as requests that failed to explain
-        parts.append("The inputs name no request at the failure: no memory is attributed to one.")
+        parts.append("The inputs name no request at the peak: no memory is attributed to one.")
     elif coverage is not None:
         parts.append(
             f"Named requests explain {value_text(coverage, 'share')} of the peak; the rest is "

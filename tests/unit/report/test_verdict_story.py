@@ -76,7 +76,7 @@ def test_a_failure_with_no_request_does_not_point_at_culprits(tmp_path: Path) ->
     # AND the paragraph does not say "0.0% of the peak" is explained by requests there are not
     paragraph = report.verdict.paragraph
     assert "Named requests explain" not in paragraph
-    assert "The inputs name no request at the failure: no memory is attributed to one." in paragraph
+    assert "The inputs name no request at the peak: no memory is attributed to one." in paragraph
     # AND an OOM that states no sizes is a failure, not a refusal
     tgi = text_trace(tmp_path, "tgi-2572.log", TGI_2572)
     section = build_report(ReportInputs(analyze(tgi).to_json(), tgi)).section("cause")
