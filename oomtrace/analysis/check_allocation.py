@@ -20,6 +20,11 @@ _OUTSIDE_SHARE = 0.1
 # Free memory this far above the allocation (a share of the device) was not a shortage; below
 # it, the device was all but full (the allocator needs whole segments, free memory is split).
 _PLENTY = 0.05
+# Under this share of the device free, the device was full when an allocation failed: what
+# filled it comes first in the reason, the allocation after it.
+_FULL_SHARE = 0.1
+# ... and the allocation a last straw where what was already held is this many times its size.
+_STRAW = 4
 
 
 _POOL_TOKENS = re.compile(POOL_TOKENS)
@@ -161,7 +166,12 @@ def one_allocation(event: dict[str, Any]) -> ClassCheck:
         )
     of_total = f" of {format_bytes(total)}" if total is not None else ""
     asked = f"a single allocation of {format_bytes(wanted)}"
-    if wanted > free:
+    allocated = event.get("allocated_bytes")
+    if full := _full_device(wanted, free, total, allocated):
+        # what filled the device first: the allocation that failed is only the one that came
+        # when nothing was left, a last straw a person would not call the cause
+        reason = full
+    elif wanted > free:
         reason = f"{asked} asked for more than the {format_bytes(free)} free{of_total}"
     else:
         reason = (
@@ -169,8 +179,7 @@ def one_allocation(event: dict[str, Any]) -> ClassCheck:
         )
     if total is not None and wanted > total:
         reason += ": larger than the whole device, so no setting of others makes it fit"
-    allocated = event.get("allocated_bytes")
-    if allocated is not None:
+    if allocated is not None and not full:
         reason += f" ({format_bytes(allocated)} allocated by PyTorch)"
     outside = _outside(event)
     if outside is not None and allocated is not None and _async_pool(event, outside, allocated):
@@ -198,6 +207,27 @@ def one_allocation(event: dict[str, Any]) -> ClassCheck:
         reason,
         (ev.event(event),),
         (("requested_bytes", wanted), ("room_bytes", free), ("phase", phase), _engine(event)),
+    )
+
+
+def _full_device(wanted: int, free: int, total: int | None, allocated: int | None) -> str | None:
+    """The reason of an allocation that failed on a device already full (under
+    :data:`_FULL_SHARE` of it free), what filled it first; None where the device was not full
+    or the allocation is a large share of what was held (:data:`_STRAW`). An engine fills the
+    device by design (vLLM and SGLang size their KV pool to a share of it), so the question is
+    the headroom it left, not the allocation that came last (vllm#29360: 666 MiB asked with
+    146 MiB of 95 GiB free)."""
+    if total is None or wanted <= free or free >= _FULL_SHARE * total:
+        return None
+    if wanted * _STRAW > total - free:  # a large share of what was held: the step itself
+        return None
+    held = f"{format_bytes(total - free)} of {format_bytes(total)} in use"
+    if allocated is not None:
+        held += f" ({format_bytes(allocated)} allocated by PyTorch)"
+    return (
+        f"the device was full: {held}, {format_bytes(free)} free; a temporary allocation of "
+        f"{format_bytes(wanted)} did not fit in the headroom left, the last straw rather than "
+        "what filled the device"
     )
 
 

@@ -108,7 +108,9 @@ def _filled(ctx: Context) -> bool:
     return ctx.anchor == "spike" and ctx.spike is not None and ctx.spike.metric in POOL_METRICS
 
 
-def _preemptions(ctx: Context) -> tuple[int, list[Evidence]]:
+def _preemptions(ctx: Context) -> tuple[int, list[Evidence], list[str]]:
+    """How many preemptions the window holds (the most any source counts), their evidence, and
+    the ids of the requests preempted (those a source names)."""
     rows: list[Evidence] = []
     count = 0
     stop = ctx.peak_ts + (ctx.window if _filled(ctx) else timedelta(seconds=1))
@@ -130,7 +132,8 @@ def _preemptions(ctx: Context) -> tuple[int, list[Evidence]]:
     count = max(count, events.height, preempted.height)
     rows += [ev.event(r) for r in events.head(3).iter_rows(named=True)]
     rows += [ev.request(r) for r in preempted.head(3).iter_rows(named=True)]
-    return count, rows
+    ids = list(dict.fromkeys(str(i) for i in preempted["request_id"].to_list() if i is not None))
+    return count, rows, ids
 
 
 def _kv_full(ctx: Context) -> tuple[float | None, dict[str, Any] | None]:
@@ -151,7 +154,7 @@ def _kv_exhaustion(ctx: Context) -> ClassCheck:
         # the engine's own count at the failure: the pool had what the step asked for
         return ClassCheck("kv_exhaustion", False, room, (ev.event(ctx.oom),))
     ratio, row = _kv_full(ctx)
-    preemptions, rows = _preemptions(ctx)
+    preemptions, rows, preempted = _preemptions(ctx)
     parts: list[str] = []
     if ratio is not None and ratio >= ctx.options.kv_full_ratio and row is not None:
         parts.append(f"the KV pool was {ratio:.1%} full at {row['ts']:%H:%M:%S}")
@@ -165,10 +168,17 @@ def _kv_exhaustion(ctx: Context) -> ClassCheck:
         plural = "" if preemptions == 1 else "s"
         when = "from the rise to a window after it filled" if _filled(ctx) else "in the window"
         if ctx.anchor == "preemption":
+            named = ", ".join(preempted[:3]) + (" and more" if len(preempted) > 3 else "")
             when = (
-                "(preemptions or retractions): the engine ran out of KV cache and took running "
-                "requests back"
-            )
+                f"({named})" if named else "(preemptions or retractions)"
+            ) + ": the engine ran out of KV cache and took running requests back"
+            if ratio is not None and ratio < ctx.options.kv_full_ratio and row is not None:
+                # the stats lines come every few seconds: the pool filled between two of them
+                when += (
+                    f"; its last stats before that saw the pool {ratio:.1%} full at "
+                    f"{row['ts']:%H:%M:%S}: it filled between two of them"
+                )
+                rows.insert(0, ev.sample(row))
         parts.append(f"{storm}{preemptions} preemption{plural} {when}")
     if parts:
         return ClassCheck("kv_exhaustion", True, "; ".join(parts), tuple(rows))

@@ -27,8 +27,10 @@ Preemptions (vLLM's preemption warnings, SGLang's "Decode out of memory happened
 #retracted_reqs: N") are the engine saying its KV pool ran full: on a node whose KV usage no
 source observed, a chain of them that no OOM or spike explains is an incident of its own (the
 log still shows the pressure), anchored on its last preemption within a window of its first, so
-that the incident's window holds the moment the pool ran out. They come deduplicated across
-tensor-parallel ranks from ingest: each counts once.
+that the incident's window holds the moment the pool ran out. So is one on a node whose pool a
+source observed below full but that has no other incident: the pool ran full between two of the
+engine's stats lines, which come every few seconds (vllm#546: 86.1 % two seconds before the
+preemption). They come deduplicated across tensor-parallel ranks from ingest: each counts once.
 """
 
 from __future__ import annotations
@@ -117,9 +119,9 @@ def anchor_incidents(
 ) -> list[Anchoring]:
     """Anchors in order: OOMs and startup refusals by time, then spikes by severity, then
     preemption chains on nodes whose KV usage no source observed (``kv_observed``: where it is,
-    the pool's own fill is the incident). ``served_from`` is each node's first sign of serving
-    (spikes before it are start-up); ``preemptions`` (``node, ts``) corroborate a modelled
-    pool's spike."""
+    the pool's own fill is the incident, unless the node has none). ``served_from`` is each
+    node's first sign of serving (spikes before it are start-up); ``preemptions`` (``node, ts``)
+    corroborate a modelled pool's spike."""
     served = served_from or {}
     window = timedelta(seconds=options.window_s)
     anchors: list[Anchoring] = []
@@ -172,7 +174,13 @@ def anchor_incidents(
                 )
             )
     if preemptions is not None:
-        unseen = preemptions.filter(~pl.col("node").is_in(list(kv_observed)))
+        # where a source observed the pool, its own fill is the incident; a node with no other
+        # incident still has its preemptions' (the pool ran full between two stats lines: vLLM
+        # logs its usage every few seconds, the preemption the moment it happens; vllm#546)
+        anchored = {a.node for a in anchors}
+        unseen = preemptions.filter(
+            ~pl.col("node").is_in(list(kv_observed)) | ~pl.col("node").is_in(list(anchored))
+        )
         anchors += _preemption_anchors(unseen, anchors, window)
     return anchors[: options.max_incidents]
 

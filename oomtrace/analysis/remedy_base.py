@@ -33,6 +33,15 @@ FLAGS: dict[str, dict[str, str]] = {
 }
 
 
+# Where the inputs name no engine (a PyTorch message pasted alone, TGI's log read by the
+# PyTorch-log reader), the other engines' spelling of a setting follows vLLM's in the action
+# (TGI's ``text-generation-launcher --help``: the share of the device, CUDA graphs).
+ELSEWHERE: dict[str, str] = {
+    "--gpu-memory-utilization": "SGLang: --mem-fraction-static; TGI: --cuda-memory-fraction",
+    "--enforce-eager": "SGLang: --disable-cuda-graph; TGI: --cuda-graphs 0",
+}
+
+
 @dataclass(frozen=True)
 class RemedyFacts:
     """What the remedies of one incident read besides the incident itself."""
@@ -45,6 +54,12 @@ class RemedyFacts:
     def flag(self, name: str) -> str:
         """The engine's own spelling of a vLLM flag."""
         return FLAGS.get(self.engine or "vllm", {}).get(name, name)
+
+    def elsewhere(self, name: str) -> str:
+        """The other engines' spelling of a vLLM flag, in parentheses after it, where the inputs
+        name no engine ("" where they do, or no other engine has the setting)."""
+        other = ELSEWHERE.get(name) if self.engine is None else None
+        return f" ({other})" if other else ""
 
 
 def remedy(

@@ -24,7 +24,26 @@ def kv_remedies(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> li
     budget = _kv_budget(incident, check, facts, replay)
     if not budget and KV_FULL_DETAIL in check.reason:
         return [_llama_context(incident, check, facts)]
-    return budget
+    return budget or [_unsized(incident, check, facts)]
+
+
+def _unsized(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> Remedy:
+    """A pool that ran full where the inputs state neither its size nor the requests' lengths
+    (a stats line and a preemption warning): the two ways out, the engine's own advice first
+    (vLLM's preemption warning: more KV memory), no value."""
+    share, longest = facts.flag("--gpu-memory-utilization"), facts.flag("--max-model-len")
+    return remedy(
+        incident,
+        check,
+        f"give the KV pool more room (raise {share} or --tensor-parallel-size) or bound what "
+        f"one request stores (lower {longest}, or max_tokens)",
+        setting=None,
+        value=None,
+        basis="budget",
+        detail="the engine ran its KV pool full and took requests back; the inputs state neither "
+        "the pool's size nor the requests' lengths, so no value is computed (the engine's "
+        "start-up lines, its KV cache size, or its /metrics would give one)",
+    )
 
 
 def _llama_context(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> Remedy:

@@ -194,7 +194,7 @@ def _capture(
         remedy(
             incident,
             check,
-            "or start with --enforce-eager",
+            "or start with --enforce-eager" + facts.elsewhere("--enforce-eager"),
             setting="--enforce-eager",
             value=None,
             basis="budget",
@@ -244,7 +244,7 @@ def _share(
         remedy(
             incident,
             check,
-            f"lower {name}{stated}",
+            f"lower {name}{stated}{facts.elsewhere('--gpu-memory-utilization')}",
             setting=name,
             value=None,
             basis="budget",

@@ -31,6 +31,10 @@ def transient_remedies(incident: Incident, check: ClassCheck, facts: RemedyFacts
     share = _shrink(incident, check, facts)
     if share is not None:
         out.append(share)
+    elif (whole := _whole_device(incident, check)) is not None:
+        out.append(whole)
+    elif (headroom := _headroom(incident, check, facts)) is not None:
+        out.append(headroom)
     return out
 
 
@@ -125,4 +129,68 @@ def _shrink(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> Remedy
             "the allocator) leaves it room, at the cost of as much KV cache"
         ),
         figures={"lacked_bytes": lacked},
+    )
+
+
+def _lacked(incident: Incident, check: ClassCheck) -> tuple[int, int, int] | None:
+    """What the allocation asked, what it lacked and the device's size, where all are stated
+    and it lacked something."""
+    wanted, room = as_int(check.figure("requested_bytes")), as_int(check.figure("room_bytes"))
+    total = incident.capacity_bytes
+    if wanted is None or room is None or not total or wanted <= room:
+        return None
+    return wanted, wanted - room, total
+
+
+def _headroom(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> Remedy | None:
+    """Where the log does not state the engine's share of the device: by how much to lower it
+    so that the allocation that failed finds room (what it lacked as a share of the device, and
+    1 % for the allocator), rounded up to the hundredth the flag takes."""
+    lacked = _lacked(incident, check)
+    if lacked is None:
+        return None
+    wanted, short, total = lacked
+    by = math.ceil((short / total + 0.01) * 100) / 100
+    if by >= 1:
+        return None
+    name = facts.flag("--gpu-memory-utilization")
+    others = facts.elsewhere("--gpu-memory-utilization")
+    return remedy(
+        incident,
+        check,
+        f"lower {name} by {by:.2f} or more{others}",
+        setting=name,
+        value=None,
+        basis="budget",
+        detail=(
+            f"the allocation of {format_bytes(wanted)} lacked {format_bytes(short)}, "
+            f"{short / total:.1%} of the {format_bytes(total)} device (and 1 % for the "
+            "allocator): a share that much smaller leaves the step room, at the cost of as "
+            "much KV cache; the log does not state the current share, so no value is computed"
+        ),
+        figures={"lacked_bytes": short, "share_decrease": by},
+    )
+
+
+def _whole_device(incident: Incident, check: ClassCheck) -> Remedy | None:
+    """One allocation larger than the whole device: no share of it helps; what asked for it
+    must change (a kernel's fallback that materialises a full matrix, an input's size)."""
+    lacked = _lacked(incident, check)
+    if lacked is None or lacked[0] <= lacked[2]:
+        return None
+    wanted, _, total = lacked
+    return remedy(
+        incident,
+        check,
+        "find what asked for one allocation larger than the device",
+        setting=None,
+        value=None,
+        basis="parameters",
+        detail=(
+            f"{format_bytes(wanted)} is {wanted / total:.1f} x the {format_bytes(total)} device: "
+            "no memory setting makes it fit; an attention kernel's fallback that builds the full "
+            "score matrix (a missing flash-attn), or an input far larger than the limits "
+            "(images per prompt, prompt length), asks for such sizes"
+        ),
+        figures={"requested_bytes": wanted},
     )

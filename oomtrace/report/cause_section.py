@@ -235,10 +235,16 @@ def _allocation(
             f" The analysis estimates what the requests of that step needed: {named}. The chart "
             "sets each against the headroom."
         )
-    else:
+    elif incident.get("culprits"):
         sentence += (
             " The analysis estimated no per-request step bytes for this incident; the culprits "
             "are the requests admitted in the window."
+        )
+    else:
+        # no request in the inputs: say so, rather than point at culprits that are not there
+        sentence += (
+            " The inputs name no request at the failure, so the step is not attributed to "
+            "requests: the headroom is what the fix changes."
         )
     figures = (
         Figure("requested", "allocation that failed", requested, "bytes"),
@@ -376,7 +382,8 @@ def _misfit(
     else:
         bars, limits = cause_data.fit_bars(values, drawn.config, total, remedies)
     if bars.is_empty():
-        return Section(KEY, title, empty="The refusal states no sizes to draw.")
+        what = "refusal" if incident.get("anchor") == "startup" else "failure"
+        return Section(KEY, title, empty=f"The {what} states no sizes to draw.")
     colours = palette.FAILED_ALLOCATION if phased else palette.PARTS
 
     def draw() -> Spec:

@@ -21,8 +21,9 @@ import polars as pl
 
 # 2: the gaps section splits assumptions from gaps; rows carry category. 3: the verdict leads
 # with at most three lines (what, who, the fix) and the remedies; a cause section per class; the
-# header names the engine version, model, node and GPU.
-REPORT_VERSION: Final = 3
+# header names the engine version, model, node and GPU. 4: where culprits are named a "Why:"
+# line stands between them and the fix (the fix is the verdict's last line).
+REPORT_VERSION: Final = 4
 
 ReportFormat = Literal["text", "markdown", "json", "html"]
 FORMATS: Final[tuple[ReportFormat, ...]] = ("text", "markdown", "json", "html")

@@ -38,7 +38,9 @@ def engine_text(engine: Mapping[str, Any]) -> str:
     if version:
         return f"{shown} {version}"
     family = engine.get("version_family")
-    return f"{shown} (version not printed" + (f"; formats of {family})" if family else ")")
+    # a family ingest could not place ("unknown") says nothing a reader can use
+    known = family and str(family).lower() != "unknown"
+    return f"{shown} (version not printed" + (f"; formats of {family})" if known else ")")
 
 
 def model_text(manifest: Manifest) -> str:

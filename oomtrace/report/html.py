@@ -176,10 +176,12 @@ def with_ids(text: str, ids: list[str]) -> str:
 def _verdict(report: Report) -> str:
     v = report.verdict
     ids = culprit_ids(v)
-    classes = ("what", "who", "fix")
+    # what happened first and the fix last; the culprits (or cause) and the why between them
+    last = len(v.lines) - 1
+    classes = ["what", *(["who", "why"][: max(last - 1, 0)]), "fix"] if last else ["what"]
     lines = "".join(
-        f'<li class="{classes[i] if i < len(classes) else "more"}">{with_ids(line, ids)}</li>'
-        for i, line in enumerate(v.lines)
+        f'<li class="{cls}">{with_ids(line, ids)}</li>'
+        for cls, line in zip(classes, v.lines, strict=True)
     )
     parts = [
         f'<section id="verdict" class="verdict cls-{escape.html(v.incident_class)}">',

@@ -82,7 +82,8 @@ def render_markdown(
     out += ["## Verdict", ""]
     for i, line in enumerate(verdict.lines):
         text = with_ids(line, ids)
-        out.append(f"- **{text}**" if i in (0, 2) else f"- {text}")
+        # what happened and the fix stand out; the culprits and the why between them
+        out.append(f"- **{text}**" if i in (0, len(verdict.lines) - 1) else f"- {text}")
     out.append("")
     if verdict.remedies.rows:
         out += ["### What would have prevented it", "", *_table(verdict.remedies), ""]

@@ -6,6 +6,7 @@ left out of the sentence rather than guessed.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
@@ -142,8 +143,10 @@ def incident_remedies(
 def verdict_lines(
     incident: Mapping[str, Any] | None, remedies: Sequence[Mapping[str, Any]]
 ) -> tuple[str, ...]:
-    """At most three short lines: what happened and when; the culprits by full id (or the
-    cause, for a class whose cause is not a request); the fix."""
+    """At most four short lines, in the order an on-call engineer asks: what happened and when;
+    the culprits by full id (or the cause, for a class whose cause is not a request); why they
+    did it, in the analysis' numbers (where culprits are named: the cause line already says it
+    otherwise); the fix."""
     if incident is None:
         return (CLASS_LABELS["none"] + ": no out-of-memory event and no memory spike.",)
     cls = str(incident.get("class") or "unknown")
@@ -151,9 +154,14 @@ def verdict_lines(
     what = incident_label(cls) + (f" at {iso_time(peak)}" if peak else "")
     culprits = [c for c in incident.get("culprits") or [] if isinstance(c, Mapping)]
     ids = _named_ids(incident)
+    why: tuple[str, ...] = ()
     if ids:
         more = len(culprits) - len(ids)
         who = "Culprits: " + ", ".join(ids) + (f" (and {more} more below)" if more > 0 else "")
+        if reason := str(incident.get("reason") or "").strip():
+            why = ("Why: " + reason[:1].upper() + reason[1:],)
+    elif cls == "unknown":
+        who = "Cause: " + _undecided(str(incident.get("reason") or ""))[0]
     else:
         reason = str(incident.get("reason") or "").strip()
         who = "Cause: " + (reason[:1].upper() + reason[1:] if reason else "not a request")
@@ -164,7 +172,31 @@ def verdict_lines(
         fix = f"Fix{basis}: {first.get('action')}"
     else:
         fix = "Fix: the analysis computed none for this incident; the evidence is below."
-    return (what, who, fix)
+    return (what, who, *why, fix)
+
+
+# The analysis' reason of an undecided incident: what the failure states, then "no class fits:"
+# and each class's check with its reason (oomtrace/analysis/classify.py, untimed_checks.py).
+_NO_CLASS = "no class fits: "
+_CHECKED = re.compile(r"(?:^|; )(" + "|".join(c for c in CLASS_LABELS if c != "none") + r"): ")
+# What would decide a cause the inputs leave open, in the order a person would fetch it.
+_DECIDES = (
+    "the engine's log from its start to the failure (the phase), or nvidia-smi or metrics of the "
+    "incident (other processes, the KV pool) would decide it"
+)
+
+
+def _undecided(reason: str) -> tuple[str, str]:
+    """An undecided incident's reason as a person reads it: what the failure states and what
+    would decide the cause (the verdict's line); each class and why it was ruled out (the
+    paragraph), in the report's words for the classes."""
+    own, _, checks = reason.strip().partition(_NO_CLASS)
+    own = own.strip().rstrip(";").strip()
+    line = (own[:1].upper() + own[1:] + "; " if own else "") + "the lines given do not decide it: "
+    parts = _CHECKED.split(checks)[1:]  # class, reason, class, reason, ...
+    pairs = zip(parts[::2], parts[1::2], strict=True)
+    ruled = "; ".join(f"{CLASS_LABELS[cls]} ({why.strip()})" for cls, why in pairs)
+    return line + _DECIDES, (f"Ruled out: {ruled}." if ruled else "")
 
 
 def _named_ids(incident: Mapping[str, Any]) -> list[str]:
@@ -234,10 +266,10 @@ def _paragraph(cls: str, incident: Mapping[str, Any]) -> str:
         explained = "startup_misfit_library"
     parts = [CLASS_EXPLANATIONS.get(explained, CLASS_EXPLANATIONS["unknown"])]
     reason = str(incident.get("reason") or "").strip()
-    # the verdict's "Cause:" line already states the reason where no culprit is named: the
-    # paragraph does not repeat it on the same screen
-    if reason and _named_ids(incident):
-        parts.append(reason[:1].upper() + reason[1:].rstrip(".") + ".")
+    # the verdict's lines state the reason ("Cause:" or "Why:"): the paragraph does not repeat
+    # it on the same screen
+    if cls == "unknown":
+        parts.append(_undecided(reason)[1])
     peak_ts = parse_time(incident.get("peak_ts"))
     if incident.get("peak_bytes") is not None and peak_ts is not None:
         parts.append(
@@ -245,7 +277,10 @@ def _paragraph(cls: str, incident: Mapping[str, Any]) -> str:
             f"at {iso_time(peak_ts)} (UTC)."
         )
     coverage = incident.get("coverage")
-    if coverage is not None:
+    if coverage is not None and not coverage and not incident.get("requests_in_window"):
+        # nothing to attribute: "0.0% explained" would read as requests that failed to explain
+        parts.append("The inputs name no request at the peak: no memory is attributed to one.")
+    elif coverage is not None:
         parts.append(
             f"Named requests explain {value_text(coverage, 'share')} of the peak; the rest is "
             "memory no named request accounts for (weights, runtime reserve, or requests the "

@@ -271,9 +271,11 @@ def test_a_bare_async_allocator_refusal_keeps_its_limit_and_free_memory(tmp_path
     incident = _findings(tmp_path, "comfy-3278.txt", COMFY_3278).primary
     assert incident is not None
     # THEN every figure is read (its lines are placed a second apart, in order): the 2.45 GiB
-    # outside PyTorch's allocation is named beside the allocation that failed
+    # outside PyTorch's allocation is named beside the allocation that failed, after what
+    # filled the device (nothing was free: the 952 MiB was the last straw)
     assert incident.reason.startswith(
-        "a single allocation of 952.00 MiB asked for more than the 0 B free of 24.00 GiB"
+        "the device was full: 24.00 GiB of 24.00 GiB in use (21.55 GiB allocated by PyTorch), "
+        "0 B free; a temporary allocation of 952.00 MiB did not fit"
     )
     assert "2.45 GiB in use outside PyTorch's allocator" in incident.reason
 

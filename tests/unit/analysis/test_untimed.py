@@ -108,13 +108,15 @@ def test_a_pasted_oom_is_analysed_in_its_order_without_a_time(tmp_path: Path) ->
     assert trace.events["ts"].null_count() == trace.events.height == 1
     # WHEN analysed
     findings = analyze(trace)
-    # THEN the OOM is judged by its own figures: one allocation larger than what was free,
-    # the three others' 414 MiB each listed but too small to be the cause
+    # THEN the OOM is judged by its own figures: the device full, the allocation larger than
+    # what was free the last straw; the three others' 414 MiB each listed but too small to be
+    # the cause
     incident = findings.primary
     assert incident is not None
     assert incident.cls == "transient_peak"
     assert incident.reason.startswith(
-        "a single allocation of 572.00 MiB asked for more than the 321.31 MiB free of 39.49 GiB"
+        "the device was full: 39.18 GiB of 39.49 GiB in use (36.04 GiB allocated by PyTorch), "
+        "321.31 MiB free; a temporary allocation of 572.00 MiB did not fit"
     )
     assert sorted(p.pid for p in incident.processes) == [1374763, 1374764, 1374765, 3721648]
     assert {p.bytes for p in incident.processes} == {414 * MiB}

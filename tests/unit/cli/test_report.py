@@ -68,7 +68,7 @@ def test_the_summary_fits_the_terminal_width_and_keeps_ids_whole(
 
 @pytest.mark.parametrize(
     ("name", "marker"),
-    [("r.html", "<!DOCTYPE html>"), ("r.json", '"report_version": 3'), ("r.txt", "VERDICT")],
+    [("r.html", "<!DOCTYPE html>"), ("r.json", '"report_version": 4'), ("r.txt", "VERDICT")],
 )
 def test_the_format_follows_the_extension(
     inputs: tuple[Path, Path], tmp_path: Path, name: str, marker: str
@@ -103,7 +103,7 @@ def test_format_option_wins_over_the_extension(inputs: tuple[Path, Path], tmp_pa
         "report", str(trace_dir), "--findings", str(findings), "-o", str(out), "--format", "json"
     )
     assert code == 0, err
-    assert json.loads(out.read_text(encoding="utf-8"))["report_version"] == 3
+    assert json.loads(out.read_text(encoding="utf-8"))["report_version"] == 4
 
 
 def test_an_unknown_extension_is_a_usage_error(inputs: tuple[Path, Path], tmp_path: Path) -> None:
@@ -180,7 +180,7 @@ def test_a_trace_directory_is_analysed_when_no_findings_are_given(
     trace_dir, _ = inputs
     code, out, err = _run("report", str(trace_dir), "--format", "json")
     assert code == 0, err
-    assert json.loads(out)["report_version"] == 3
+    assert json.loads(out)["report_version"] == 4
 
 
 def test_a_bad_window_is_refused_in_one_line(inputs: tuple[Path, Path]) -> None:

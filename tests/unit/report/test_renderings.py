@@ -57,6 +57,8 @@ def test_remedies_of_another_incident_are_not_this_ones(report: Report) -> None:
             "SGLang (version not printed; formats of 0.5.0-0.5.3)",
         ),
         ({"name": "llama.cpp"}, "llama.cpp (version not printed)"),
+        # a family ingest could not place is not shown (vllm#15105's pasted excerpt)
+        ({"name": "vllm", "version_family": "unknown"}, "vLLM (version not printed)"),
     ],
 )
 def test_the_header_names_the_version_the_server_printed(engine: dict[str, str], text: str) -> None:
