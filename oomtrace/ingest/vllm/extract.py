@@ -49,6 +49,9 @@ OOM_LITERALS: Final = (
     # each with a figure the refusal is read from
     "Currently allocated", "Requested      ", "Device limit", "Free (according to CUDA)",
     "user-supplied memory fraction", "          : ",
+    # PyTorch 2.13's caching allocator retrying a failed cudaMalloc (its warning, and the rest of
+    # one a paste wrapped): memory pressure, read by oomtrace/ingest/torch/alloc_retry.py
+    "failed with OOM on device", "bytes (free: ",
 )  # fmt: skip
 # The request lines that carry prompt or output text.
 USER_TEXT_LEADS: Final = r"^(?:Received request |Generated response |Request \S+ details: )"

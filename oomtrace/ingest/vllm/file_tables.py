@@ -14,7 +14,7 @@ from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.ingest.alignment.anchoring import ORDER
 from oomtrace.ingest.frame_check import check_frame
 from oomtrace.ingest.text.yearless_clock import ClockDecision, placed_utc
-from oomtrace.ingest.torch import oom_phase
+from oomtrace.ingest.torch import alloc_retry, oom_phase
 from oomtrace.ingest.torch.oom_text import OOM_SHAPES, PREFILTER, REPEAT_WINDOW_S, extract_ooms
 from oomtrace.ingest.vllm.frames import (
     CHUNK_CARRY,
@@ -325,6 +325,8 @@ def oom_rows(ooms: pl.DataFrame, ledger: Ledger) -> tuple[pl.DataFrame, pl.DataF
     # the traceback frames around each failure say what the engine was doing (each process's
     # lines apart: ranks interleave theirs); then only the failures go on
     lines = ooms.sort("record_seq").with_columns(line=pl.col("record_seq") // 256, text="body")
+    # the allocator's retried allocations (warnings, never failures), each process's apart
+    retried = alloc_retry.events(lines.select("ts", "text")) if _retries(lines) else None
     ooms = oom_phase.failure_phases(lines, OOM_SHAPES, by="proc").filter(
         pl.col("body").str.contains(PREFILTER)
     )
@@ -334,7 +336,14 @@ def oom_rows(ooms: pl.DataFrame, ledger: Ledger) -> tuple[pl.DataFrame, pl.DataF
     events, samples = extract_ooms(
         ooms.select("ts", "phase", text="body", pid=pid), diag=ledger.diag
     )
-    return _fold_wrappers(events), samples
+    events = _fold_wrappers(events)
+    if retried is not None and retried.height:
+        events = pl.concat([events, retried], how="diagonal_relaxed")
+    return events, samples
+
+
+def _retries(lines: pl.DataFrame) -> bool:
+    return bool(lines.select(pl.col("text").str.contains(alloc_retry.SNIFF).any()).item())
 
 
 def _fold_wrappers(events: pl.DataFrame) -> pl.DataFrame:

@@ -114,3 +114,27 @@ def test_a_warning_wrapped_before_its_figures_then_the_engines_failure(tmp_path:
     trace = _ingest(tmp_path, text)
     assert _kinds(trace) == [("warning", 0, 2097152, 2031616)]
     assert trace.events["detail"][0].startswith("PyTorch's caching allocator")
+
+
+def test_in_a_vllm_log_the_warnings_are_read_by_vllms_reader(tmp_path: Path) -> None:
+    # pytorch/pytorch#193195: vLLM at start-up under torch 2.13 prints the warning thousands of
+    # times between its own records (the worker's C++ log has no vLLM header nor process prefix)
+    head = "(EngineCore_DP0 pid=413) INFO 08-12 16:00:{s:02d} [gpu_worker.py:298] "
+    text = (
+        head.format(s=20)
+        + "Model loading took 14.99 GiB memory and 20.1 seconds\n"
+        + WARNING.format(device=1, size=20971520, free=15794176)
+        + WARNING.format(device=1, size=41943040, free=9437184)
+        + head.format(s=29)
+        + "Available KV cache memory: 9.38 GiB\n"
+    )
+    trace = _ingest(tmp_path, text)
+    (source,) = trace.manifest.sources
+    assert source.parser == "vllm-log"
+    assert _kinds(trace) == [("warning", 1, 41943040, 9437184)]
+    (row,) = trace.events.rows(named=True)
+    assert row["total_bytes"] == 150111977472
+    assert row["detail"].startswith(
+        "PyTorch's caching allocator could not get device memory 2 times"
+    )
+    assert source.lines_recognised == source.lines_read == 4
