@@ -127,11 +127,13 @@ def startup(ctx: Context) -> ClassCheck:
 
 
 def phase_engine(event: dict[str, Any]) -> str | None:
-    """The engine whose settings size the failed phase, where the event's own words name one:
-    llama.cpp's account of a failed buffer is read by the PyTorch-log reader."""
+    """The engine whose settings size the failed phase, where the event's own words or its
+    reader name one: llama.cpp's account of a failed buffer is read by the PyTorch-log reader,
+    vLLM's and SGLang's failures by their own readers."""
     if str(event.get("detail") or "").startswith("llama.cpp"):
         return "llama.cpp"
-    return None
+    reader = str(event.get("source") or "").partition(":")[0]
+    return {"vllm-log": "vllm", "sglang-log": "sglang"}.get(reader)
 
 
 def _started(ctx: Context) -> datetime | None:

@@ -19,7 +19,11 @@ What each phase's allocation grows with, as the engines size it:
   ``src/llama-context.cpp`` reserves the graph for ``n_ubatch`` tokens);
 * the weights: fewer layers on the device (llama.cpp's ``-ngl``, its own advice in the log), or
   more devices (``--tensor-parallel-size``);
-* TGI's warm-up runs one prefill of ``--max-batch-prefill-tokens`` tokens;
+* TGI's warm-up runs one prefill of ``--max-batch-prefill-tokens`` tokens; vLLM's warm-up
+  (``compile_or_warm_up_model``: kernel warm-ups such as DeepGEMM's, the sampler's) runs after the
+  KV cache took the engine's share, so it lives on what the share leaves;
+* where the log states no share, the share is lowered by what the allocation lacked of the
+  device (and 1 % for the allocator);
 * vLLM's refusal "No available memory for the cache blocks" (nothing left for the KV cache): a
   larger share of the device, vLLM's own advice.
 
@@ -97,7 +101,10 @@ def phase_remedies(incident: Incident, check: ClassCheck, facts: RemedyFacts) ->
         if wanted is None or free is None or facts.config.get("gpu_memory_utilization") is None:
             return []
         return _share(incident, check, facts, wanted, free, "the start-up's failed allocation")
-    llama = check.figure("engine") == "llama.cpp"
+    engine = check.figure("engine")
+    llama = engine == "llama.cpp"
+    if (what := _within_share(phase, engine)) is not None:
+        return _share(incident, check, facts, wanted, free, what)
     scaled = (_LLAMA_SCALES if llama else _SCALES).get(phase)
     if scaled is not None:
         out = [_scaled(incident, check, facts, scaled, wanted, free)]
@@ -110,11 +117,20 @@ def phase_remedies(incident: Incident, check: ClassCheck, facts: RemedyFacts) ->
         return out
     if phase == "graph_capture":
         return _capture(incident, check, facts, wanted, free)
-    if phase == "kv_cache_init":
-        return _share(incident, check, facts, wanted, free, "the KV cache's allocation")
     if phase == "load_weights":
         return [_weights(incident, check, llama, wanted, free)]
     return []
+
+
+def _within_share(phase: str, engine: object) -> str | None:
+    """What failed, where the phase lives on the engine's share of the device: vLLM's and
+    SGLang's KV pools (llama.cpp's cache is sized by its context instead), and vLLM's warm-up,
+    which runs after the KV cache took the share (kernel warm-ups, the sampler's; vllm#29360)."""
+    if phase == "kv_cache_init" and engine != "llama.cpp":
+        return "the KV cache's allocation"
+    if phase == "warmup" and engine in ("vllm", "sglang"):
+        return "the warm-up after the KV cache"
+    return None
 
 
 def _refusal(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> list[Remedy]:
@@ -232,6 +248,27 @@ def _share(
                     detail=f"{what} lacked {format_bytes(wanted - free)} of the "
                     f"{format_bytes(total)} device at {name} {share:.2f}; this leaves it that "
                     "room, and more may be needed after the allocation that failed",
+                )
+            ]
+    if not share and total and wanted is not None and free is not None and wanted > free:
+        # the share is not stated: lower it by what the allocation lacked of the device and 1 %
+        # for the allocator, rounded up to the hundredth the flag takes
+        by = math.ceil(((wanted - free) / total + 0.01) * 100) / 100
+        if by < 1:
+            return [
+                remedy(
+                    incident,
+                    check,
+                    f"lower {name} by {by:.2f} or more"
+                    f"{facts.elsewhere('--gpu-memory-utilization')}",
+                    setting=name,
+                    value=None,
+                    basis="budget",
+                    detail=f"{what} lacked {format_bytes(wanted - free)} of the "
+                    f"{format_bytes(total)} device; a share that much smaller leaves it that "
+                    "room, at the cost of as much KV cache; the log does not state the current "
+                    "share, so no value is computed",
+                    figures={"lacked_bytes": wanted - free, "share_decrease": by},
                 )
             ]
     stated = f" from {share:.2f}" if share else ""

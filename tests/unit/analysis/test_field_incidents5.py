@@ -171,3 +171,30 @@ def test_a_preemption_after_the_last_stats_line_is_the_pool_running_full(tmp_pat
     (fix,) = findings.remedies
     assert fix.action.startswith("give the KV pool more room (raise --gpu-memory-utilization")
     assert fix.value is None
+
+
+def test_a_warm_up_named_by_its_frame_gets_each_engines_warm_up_fix(tmp_path: Path) -> None:
+    # GIVEN vllm#29360's failing rank with its innermost frame (DeepGEMM's _warmup, after the KV
+    # cache took the engine's share): the share is what to lower, by what the warm-up lacked
+    frame = (
+        "(Worker_TP3_EP3 pid=406) ERROR 11-25 08:05:06 [multiproc_executor.py:815]   File "
+        '"/usr/local/lib/python3.12/dist-packages/vllm/model_executor/warmup/deep_gemm_warmup.py"'
+        ", line 262, in _warmup\n"
+    )
+    findings = _findings(tmp_path, "vllm-29360.txt", frame + DEEPGEMM_29360)
+    assert findings.primary is not None
+    assert findings.primary.cls == "startup_misfit"
+    (fix,) = findings.remedies
+    assert fix.action == "lower --gpu-memory-utilization by 0.02 or more"
+    assert fix.detail.startswith("the warm-up after the KV cache lacked 520.06 MiB")
+    # AND TGI#2301's warm-up frame: TGI's warm-up prefill is what to shrink (the thread's fix)
+    tgi = TGI_2301.replace(
+        "tgi-llama3.1-70b-1  |     prefill",
+        'tgi-llama3.1-70b-1  |   File "/opt/conda/lib/python3.10/site-packages/'
+        'text_generation_server/models/flash_causal_lm.py", line 1251, in warmup\n'
+        "tgi-llama3.1-70b-1  |     prefill",
+    )
+    findings = _findings(tmp_path, "tgi-2301.log", tgi)
+    assert findings.primary is not None
+    assert findings.primary.cls == "startup_misfit"
+    assert findings.remedies[0].action.startswith("lower --max-batch-prefill-tokens")
