@@ -60,8 +60,11 @@ STARTUP_FIGURES = (
 
 
 def startup(ctx: Context) -> ClassCheck:
-    before = pl.col("ts") <= lit_ts(ctx.peak_ts)
-    refused = ctx.events.filter(pl.col("kind").is_in(MISFIT_KINDS) & before)
+    # A refusal ends its start: it explains a peak at most _FAILED_START after it, never the
+    # failure of a later start with other settings (vllm#15617: a KV refusal, then 51 minutes
+    # later the sampler's warm-up OOM of the next try)
+    near = pl.col("ts").is_between(lit_ts(ctx.peak_ts - _FAILED_START), lit_ts(ctx.peak_ts))
+    refused = ctx.events.filter(pl.col("kind").is_in(MISFIT_KINDS) & near)
     if refused.height:
         first = refused.row(0, named=True)
         why = "its KV cache cannot hold one request with the configured limits"

@@ -188,12 +188,14 @@ def _scaled(
             "none of the free memory was in one piece the allocation could use: lower it until "
             "it fits (the figures give no value)"
         )
+    elif current:
+        missing = f"the log states {name} {current} but not the free memory: no value is computed"
     else:
         missing = f"the log states neither {name} nor the free memory, so no value is computed"
     return remedy(
         incident,
         check,
-        f"lower {name}",
+        f"lower {name}" + (f" from {current}" if current else ""),
         setting=name,
         value=None,
         basis="budget",

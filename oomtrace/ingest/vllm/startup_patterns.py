@@ -392,6 +392,16 @@ CONFIG_LINES: Final[tuple[ConfigLine, ...]] = (
         {"max_num_seqs": 1024},
     ),
     ConfigLine(
+        # V1's sampler warm-up runs max_num_seqs dummy requests and says how many when it fails
+        # (vllm/v1/worker/gpu_worker.py; vllm#15617, llm-d#787)
+        "max_num_seqs from the sampler warm-up's OOM", "when warming up sampler with",
+        r"when warming up sampler with (?P<max_num_seqs__int>\d+) dummy requests",
+        "RuntimeError: CUDA out of memory occurred when warming up sampler with 1024 dummy "
+        "requests. Please try lowering `max_num_seqs` or `gpu_memory_utilization` when "
+        "initializing the engine.",
+        {"max_num_seqs": 1024}, "v1-0.7",
+    ),
+    ConfigLine(
         "chunked prefill budget", "Chunked prefill is enabled with max_num_batched_tokens=",
         r"^Chunked prefill is enabled with max_num_batched_tokens=(?P<max_num_batched_tokens__int>"
         r"\d+)",

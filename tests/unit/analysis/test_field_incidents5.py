@@ -198,3 +198,28 @@ def test_a_warm_up_named_by_its_frame_gets_each_engines_warm_up_fix(tmp_path: Pa
     assert findings.primary is not None
     assert findings.primary.cls == "startup_misfit"
     assert findings.remedies[0].action.startswith("lower --max-batch-prefill-tokens")
+
+
+# https://github.com/vllm-project/vllm/issues/15617 (0.8.2 after 0.7.3): the KV refusal of one
+# try, then, 51 minutes later with other settings, the sampler warm-up's OOM of the next
+VLLM_15617 = (
+    "ERROR 03-27 16:43:19 [core.py:343] ValueError: To serve at least one request with the "
+    "models's max seq len (116160), (4.43 GB KV cache is needed, which is larger than the "
+    "available KV cache memory (3.48 GB). Try increasing gpu_memory_utilization or decreasing "
+    "max_model_len when initializing the engine.\n"
+    "ERROR 03-27 17:34:18 [core.py:343] RuntimeError: CUDA out of memory occurred when warming "
+    "up sampler with 1024 dummy requests. Please try lowering max_num_seqs or "
+    "gpu_memory_utilization when initializing the engine.\n"
+)
+
+
+def test_a_refusal_explains_its_own_start_not_a_later_ones_failure(tmp_path: Path) -> None:
+    findings = _findings(tmp_path, "vllm-15617.log", VLLM_15617)
+    first, second = sorted(findings.incidents, key=lambda i: i.peak_ts)
+    assert first.cls == second.cls == "startup_misfit"
+    assert "refused to start" in first.reason
+    # THEN the later OOM is its own start's sampler warm-up, not the earlier refusal
+    assert "refused" not in second.reason
+    assert "dummy sampler pass" in second.reason
+    actions = [r.action for r in findings.remedies if r.incident == second.id]
+    assert actions == ["lower --max-num-seqs from 1024"]
