@@ -20,7 +20,8 @@ arrival time instead.
 Besides :func:`~oomtrace.ingest.torch.oom_text.extract_ooms`, TGI's own lines (its warm-up
 refusals, the KV pool its warm-up settled on, the launcher's account of a crash:
 :mod:`oomtrace.ingest.torch.tgi_log`) and llama.cpp's statement of its KV cache at start-up
-(:mod:`oomtrace.ingest.torch.llamacpp_log`) are read too, and TensorRT-LLM's KV pool, refusals
+(:mod:`oomtrace.ingest.torch.llamacpp_log`) and its server's requests, from its slot lines
+(:mod:`oomtrace.ingest.torch.llamacpp_slots`) are read too, and TensorRT-LLM's KV pool, refusals
 and out-of-memory failures (:mod:`oomtrace.ingest.torch.trtllm_log`), and the kernel's OOM
 killer's kills (:mod:`oomtrace.ingest.torch.host_kill`: host memory, never a GPU OOM).
 """
@@ -45,6 +46,7 @@ from oomtrace.ingest.torch import (
     gpu_xid,
     host_kill,
     llamacpp_log,
+    llamacpp_slots,
     oom_backends,
     oom_phase,
     tgi_log,
@@ -65,12 +67,12 @@ CONFIDENCE: Final = 0.55
 _USED: Final = (
     f"{OOM_SHAPES}|{BUFFER_FAILURE}|{oom_phase.LINES}|{tgi_log.LINES}|{llamacpp_log.STARTUP}|"
     f"{GGML_DEVICE}|{host_kill.LINE}|{llamacpp_log.KV_FULL}|{oom_backends.NCCL_CALLOC}|"
-    f"{gpu_xid.LINE}|{alloc_retry.LINE}|{trtllm_log.LINES}"
+    f"{gpu_xid.LINE}|{alloc_retry.LINE}|{trtllm_log.LINES}|{llamacpp_slots.LINES}"
 )
 _KEEP: Final = (
     f"{PREFILTER}|{oom_phase.LINES}|Not enough memory to handle|{tgi_log.LINES}|"
     f"{llamacpp_log.STARTUP}|{GGML_DEVICE}|{host_kill.LINE}|{llamacpp_log.KV_FULL}|{gpu_xid.LINE}|"
-    f"{alloc_retry.LINE}|{trtllm_log.LINES}"
+    f"{alloc_retry.LINE}|{trtllm_log.LINES}|{llamacpp_slots.LINES}"
 )
 _SNIFF_OOM = re.compile(
     f"{OOM_SHAPES}|{BUFFER_FAILURE}|{tgi_log.WARMUP}|{host_kill.LINE}|{gpu_xid.LINE}|"
@@ -79,7 +81,7 @@ _SNIFF_OOM = re.compile(
 # A server log this parser reads even when its head holds no failure.
 _SNIFF_SERVER = re.compile(
     f"{llamacpp_log.MARKERS.pattern}|{tgi_log.MARKERS}|{llamacpp_log.KV_SNIFF}|"
-    f"{trtllm_log.MARKERS}",
+    f"{trtllm_log.MARKERS}|{llamacpp_slots.MARKERS}",
     re.MULTILINE,
 )
 # Line shapes another parser owns: a log that has them belongs to that parser.
@@ -213,7 +215,9 @@ class _Acc:
             )
             if f.height
         ]
+        requests = llamacpp_slots.requests(texts)
         result = ParseResult(
+            requests=requests if requests.height else None,
             events=pl.concat(found, how="diagonal_relaxed") if found else None,
             samples=samples if samples.height else None,
             clock=self._clock(),
@@ -222,6 +226,7 @@ class _Acc:
         if self.untimed:
             result.events = untimed_rows(result.events)
             result.samples = untimed_rows(result.samples)
+            result.requests = untimed_rows(result.requests)
         for table in self.tables:
             _add_table(result, table)
         return result
