@@ -346,6 +346,16 @@ EVENT_LINES: Final[tuple[EventLine, ...]] = (
         "already.",
         "v0",
     ),
+    EventLine(
+        # 0.4 - 0.5's AsyncLLMEngine when its engine loop task ended on an exception
+        # (vllm/engine/async_llm_engine.py, _log_task_completion; vllm-project/vllm#5697)
+        "V0 engine task finished", "engine_dead", "Task finished unexpectedly",
+        r"AsyncEngineDeadError: Task finished unexpectedly", "the V0 engine loop task ended",
+        "vllm.engine.async_llm_engine.AsyncEngineDeadError: Task finished unexpectedly. This "
+        "should never happen! Please open an issue on Github. See stack trace above for the "
+        "actual cause.",
+        "v0",
+    ),
 )  # fmt: skip
 
 # The start-up refusals: however many lines (ranks, tracebacks) tell of one, it is one event.

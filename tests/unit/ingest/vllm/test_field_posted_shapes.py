@@ -159,3 +159,33 @@ def test_the_kv_budget_is_the_smallest_any_worker_profiled(tmp_path: Path) -> No
     assert config["non_torch_bytes"] == round(0.34 * GIB)
     notes = " ".join(trace.manifest.sources[0].notes)
     assert "kept the smallest" in notes
+
+
+def test_a_v0_paste_that_lost_its_newlines_keeps_its_ids_and_the_engines_death(
+    tmp_path: Path,
+) -> None:
+    # https://github.com/vllm-project/vllm/issues/5697 (vLLM 0.4/0.5: the engine loop's
+    # TimeoutError and three aborts pasted onto two lines)
+    trace = _trace(
+        tmp_path,
+        'raceback (most recent call last):   File "/root/anaconda3/envs/vllm/lib/python3.10/site-'
+        'packages/vllm/engine/async_llm_engine.py", line 42, in _log_task_completion     '
+        "return_value = task.result()     raise exceptions.TimeoutError() from exc "
+        "asyncio.exceptions.TimeoutError  The above exception was the direct cause of the "
+        "following exception:  Traceback (most recent call last):   File "
+        '"uvloop/cbhandles.pyx", line 63, in uvloop.loop.Handle._run     raise '
+        "AsyncEngineDeadError( vllm.engine.async_llm_engine.AsyncEngineDeadError: Task finished "
+        "unexpectedly. This should never happen! Please open an \n"
+        "issue on Github. See stack trace above for theactual cause. INFO 06-19 11:25:01 "
+        "async_llm_engine.py:167] Aborted request cmpl-7347d49f836c40a6b8d00fff45f5998d. INFO "
+        "06-19 11:25:01 async_llm_engine.py:167] Aborted request "
+        "cmpl-10f955208ce04051aeb80f37a1b930b4. INFO 06-19 11:25:01 async_llm_engine.py:167] "
+        "Aborted request cmpl-66dbd15ae2574c24ad701af023c451e6.\n",
+    )
+    aborted = trace.requests.filter(pl.col("event") == "aborted")
+    assert sorted(aborted["request_id"]) == [
+        "cmpl-10f955208ce04051aeb80f37a1b930b4",
+        "cmpl-66dbd15ae2574c24ad701af023c451e6",
+        "cmpl-7347d49f836c40a6b8d00fff45f5998d",
+    ]
+    assert trace.events.filter(pl.col("kind") == "engine_dead").height == 1
