@@ -11,7 +11,8 @@ running out of device memory (``docs/formats/pytorch.md``, "TensorRT-LLM").
   KV cache (3731744).`` (``batch_manager/kvCacheManager.cpp`` from 0.10: the size printed as
   ``bytes / (1 << 30)``, then the pool's tokens), ``Max tokens in paged KV cache: 117760.
   Allocating 54022635520 bytes.`` (0.8 and 0.9) and ``Allocate 956301312 bytes for k/v cache.``
-  then ``Using 29184 total tokens in paged KV cache, and 272 blocks per sequence`` (0.5 to 0.7).
+  then ``Using 29184 total tokens in paged KV cache, and 272 blocks per sequence`` (0.7; 0.5
+  printed ``Using 10718 tokens in paged KV cache.``).
   They become ``available_kv_cache_bytes`` and ``kv_cache_tokens``. Every rank prints its own
   (the same figures); the PyTorch backend states a small pool for its estimation run before the
   real one, and an encoder-decoder model a second, smaller pool for its cross-attention: the
@@ -48,7 +49,8 @@ from oomtrace.units import GiB
 _POOL_GIB: Final = r"Allocated ([0-9.]+) GiB for max tokens in paged KV cache \((\d+)\)"
 _POOL_09: Final = r"Max tokens in paged KV cache: (\d+)\. Allocating (\d+) bytes"
 _POOL_07_BYTES: Final = r"Allocate (\d+) bytes for k/v cache"
-_POOL_07_TOKENS: Final = r"Using (\d+) total tokens in paged KV cache"
+# (0.5 said "Using 10718 tokens in paged KV cache.", NVIDIA/TensorRT-LLM#224)
+_POOL_07_TOKENS: Final = r"Using (\d+) (?:total )?tokens in paged KV cache"
 _SERVE_LIMITS: Final = r"\bmax_seq_len=(\d+), max_num_requests=(\d+), max_num_tokens=(\d+)"
 REFUSAL: Final = (
     r"maxTokensInPagedKvCache(?: \((\d+)\))? must be large enough to process at least 1 sequence"

@@ -90,3 +90,9 @@ def test_the_estimation_pool_gives_way_to_the_real_one(tmp_path: Path) -> None:
     assert "kept the largest" in notes
     # the CUDA-graph warning is no failure
     assert trace.events.filter(pl.col("kind") == "oom").height == 0
+
+
+def test_the_0_5_runtimes_pool_in_tokens(tmp_path: Path) -> None:
+    # https://github.com/NVIDIA/TensorRT-LLM/issues/224 (Triton on an A10, October 2023)
+    trace = _written(tmp_path, "[TensorRT-LLM][INFO] Using 10718 tokens in paged KV cache.\n")
+    assert trace.manifest.engine_config["kv_cache_tokens"] == 10718
