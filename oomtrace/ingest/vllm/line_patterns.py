@@ -347,6 +347,15 @@ EVENT_LINES: Final[tuple[EventLine, ...]] = (
         "v0",
     ),
     EventLine(
+        # Python's multiprocessing announcing that a process's target raised (BaseProcess.
+        # _bootstrap prints "Process <name>:" and the traceback): V1's engine core died, whatever
+        # the message after it says (https://github.com/noonghunna/club-3090/issues/60)
+        "engine core process raised", "engine_dead", "Process EngineCore",
+        r"^Process EngineCore(?:_DP\d+|_\d+)?:\s*$",
+        "the engine core process ended on an exception",
+        "Process EngineCore_DP0:", "v1-0.8.5",
+    ),
+    EventLine(
         # 0.4 - 0.5's AsyncLLMEngine when its engine loop task ended on an exception
         # (vllm/engine/async_llm_engine.py, _log_task_completion; vllm-project/vllm#5697)
         "V0 engine task finished", "engine_dead", "Task finished unexpectedly",

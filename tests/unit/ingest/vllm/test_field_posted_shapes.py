@@ -189,3 +189,25 @@ def test_a_v0_paste_that_lost_its_newlines_keeps_its_ids_and_the_engines_death(
         "cmpl-7347d49f836c40a6b8d00fff45f5998d",
     ]
     assert trace.events.filter(pl.col("kind") == "engine_dead").height == 1
+
+
+def test_the_engine_core_process_raising_is_its_death(tmp_path: Path) -> None:
+    # https://github.com/noonghunna/club-3090/issues/60 (vLLM V1 in Docker: the weights' repack
+    # failed for want of memory; the core process's own traceback follows "Process EngineCore:")
+    trace = _trace(
+        tmp_path,
+        "(EngineCore pid=74) ERROR 05-07 00:37:03 [core.py:1136]     return self._op(*args, "
+        "**kwargs)\n"
+        "(EngineCore pid=74) ERROR 05-07 00:37:03 [core.py:1136]            "
+        "^^^^^^^^^^^^^^^^^^^^^^^^^\n"
+        "(EngineCore pid=74) ERROR 05-07 00:37:03 [core.py:1136] RuntimeError: CUDA driver "
+        "error: out of memory\n"
+        "(EngineCore pid=74) Process EngineCore:\n"
+        "(EngineCore pid=74) Traceback (most recent call last):\n"
+        '(EngineCore pid=74)   File "/usr/lib/python3.12/multiprocessing/process.py", line 314, '
+        "in _bootstrap\n"
+        "(EngineCore pid=74)     self.run()\n",
+    )
+    deaths = trace.events.filter(pl.col("kind") == "engine_dead")
+    assert deaths.height == 1
+    assert deaths["ts"].dt.strftime("%m-%d %H:%M:%S").to_list() == ["05-07 00:37:03"]
