@@ -265,6 +265,14 @@ EVENT_LINES: Final[tuple[EventLine, ...]] = (
         "v1-0.7",
     ),
     EventLine(
+        # 0.8.0 - 0.8.4's engine core (vllm/v1/engine/core.py, run_engine_core), before its
+        # wording became "EngineCore failed to start." / "encountered a fatal error"
+        # (https://github.com/vllm-project/vllm/pull/14728, vllm-project/vllm#16749)
+        "engine core hit an exception", "engine_dead", "EngineCore hit an exception",
+        r"EngineCore hit an exception", "EngineCore hit an exception",
+        "EngineCore hit an exception: Traceback (most recent call last):", "v1-0.8.5",
+    ),
+    EventLine(
         "engine core failed to start", "engine_dead", "EngineCore failed to start",
         r"EngineCore failed to start", "EngineCore failed to start",
         "EngineCore failed to start.", "v1-0.8.5",

@@ -211,3 +211,35 @@ def test_the_engine_core_process_raising_is_its_death(tmp_path: Path) -> None:
     deaths = trace.events.filter(pl.col("kind") == "engine_dead")
     assert deaths.height == 1
     assert deaths["ts"].dt.strftime("%m-%d %H:%M:%S").to_list() == ["05-07 00:37:03"]
+
+
+def test_a_ci_runners_bracketed_utc_time_wins_over_vllms_local_time(tmp_path: Path) -> None:
+    # the prefix as vLLM's Buildkite CI prints it (https://github.com/pytorch/pytorch/issues/
+    # 170433: runner time in UTC, vLLM's own 8 hours behind), before a stats record in vLLM's
+    # own format
+    trace = _trace(
+        tmp_path,
+        "[2025-12-13T19:54:35Z] (APIServer pid=1) INFO 12-13 11:54:35 [loggers.py:271] Engine "
+        "000: Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 1.0 tokens/s, "
+        "Running: 1 reqs, Waiting: 0 reqs, GPU KV cache usage: 5.0%, Prefix cache hit rate: "
+        "0.0%\n",
+    )
+    times = trace.samples["ts"].unique().dt.strftime("%Y-%m-%d %H:%M:%S").to_list()
+    assert times == ["2025-12-13 19:54:35"]
+
+
+def test_the_0_8_engine_cores_exception_is_its_death(tmp_path: Path) -> None:
+    # https://github.com/vllm-project/vllm/pull/14728 (V1 of March 2025, no process prefix: the
+    # sampler's dummy run failed right after the CUDA graphs were captured)
+    trace = _trace(
+        tmp_path,
+        "INFO 03-14 02:45:05 [gpu_model_runner.py:1434] Graph capturing finished in 22 secs, "
+        "took 0.64 GiB\n"
+        "ERROR 03-14 02:45:06 [core.py:337] EngineCore hit an exception: Traceback (most recent "
+        "call last):\n"
+        'ERROR 03-14 02:45:06 [core.py:337]   File "/home/jovyan/vllm/vllm/v1/worker/'
+        'gpu_model_runner.py", line 1292, in _dummy_sampler_run\n'
+        "ERROR 03-14 02:45:06 [core.py:337]     sampler_output = self.model.sample(\n",
+    )
+    deaths = trace.events.filter(pl.col("kind") == "engine_dead")
+    assert deaths["detail"].to_list() == ["EngineCore hit an exception"]
