@@ -4,6 +4,7 @@ the real logs in ``tests/data/torch`` (sources in its README)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import polars as pl
@@ -59,6 +60,9 @@ def test_an_executor_without_room_for_its_kv_cache_is_an_oom_at_kv_cache_init() 
     assert (row["total_bytes"], row["free_bytes"]) == (round(140.06 * GiB), round(108.86 * GiB))
     assert row["phase"] == "kv_cache_init"
     assert "KV cache" in row["detail"]
+    # trtllm-serve's Python logger stamps its lines "[07/08/2025-19:47:15]" (no zone: UTC unless
+    # --tz says otherwise)
+    assert row["ts"] == datetime(2025, 7, 8, 19, 47, 15, tzinfo=UTC)
 
 
 def test_the_estimation_pool_gives_way_to_the_real_one(tmp_path: Path) -> None:
