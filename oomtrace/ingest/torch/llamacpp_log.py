@@ -92,7 +92,10 @@ _SLOTS: Final = r'\bn_slots(?: = |":)(\d+)\b'
 # context: 512", one line a slot, numbered from 0.
 _SLOT_LISTED: Final = r"^\s*-> Slot (\d+) - max context: \d+"
 
-_OLLAMA: Final = r'\bmsg="?offload(?: to \w+"| library=\w+) .*'
+# (a plan for the CPU, ``library=cpu``, puts the KV cache in host memory: not read,
+# https://github.com/atineiatte/deep-research-at-home/issues/14)
+_GPU_LIBRARY: Final = r"(?:cuda|rocm|metal|oneapi|vulkan)"
+_OLLAMA: Final = rf'\bmsg="?offload(?: to {_GPU_LIBRARY}"| library={_GPU_LIBRARY}) .*'
 _OLLAMA_KV: Final = _OLLAMA + r'\bmemory\.required\.kv="([0-9.]+ ?[KMGT]?i?B)"'
 _OLLAMA_FREE: Final = _OLLAMA + r'\bmemory\.available="\[([0-9.]+ ?[KMGT]?i?B)\]"'
 # Ollama then starts its runner (``llm/server.go``, ``msg="starting llama server" cmd="..."``)

@@ -70,3 +70,23 @@ def test_tgi_lines_whose_escaped_colour_is_glued_to_the_launchers_name(tmp_path:
     )
     trace = _trace(tmp_path, text)
     assert trace.events.height == 0
+
+
+def test_ollamas_plan_for_the_cpu_is_no_gpu_kv_pool(tmp_path: Path) -> None:
+    # https://github.com/atineiatte/deep-research-at-home/issues/14 (Ollama 0.9 with no GPU used:
+    # the KV cache it plans is in host memory; quoted with "> " and the host name replaced)
+    text = (
+        "> Jun 05 12:36:11 <ollama server> ollama[25973]: time=2025-06-05T12:36:11.458Z "
+        "level=INFO source=server.go:168 msg=offload library=cpu layers.requested=-1 "
+        'layers.model=49 layers.offload=0 layers.split="" memory.available="[29.5 GiB]" '
+        'memory.gpu_overhead="0 B" memory.required.full="10.5 GiB" memory.required.partial="0 B" '
+        'memory.required.kv="1.3 GiB" memory.required.allocations="[10.5 GiB]"\n'
+        "> Jun 05 12:36:11 <ollama server> ollama[25973]: time=2025-06-05T12:36:11.709Z "
+        'level=INFO source=server.go:431 msg="starting llama server" cmd="/mnt/data/ollama/bin/'
+        "ollama runner --ollama-engine --model /mnt/data/ollama/blobs/sha256-e8ad13ef --ctx-size "
+        '8192 --batch-size 512 --threads 42 --no-mmap --parallel 2 --port 35253"\n'
+    )
+    config = _trace(tmp_path, text).manifest.engine_config
+    assert (config["kv_cache_tokens"], config["max_num_seqs"]) == (8192, 2)
+    assert "available_kv_cache_bytes" not in config
+    assert "initial_free_bytes" not in config
