@@ -13,7 +13,8 @@ own header anyway can append that header to :data:`OUTER` and read both in one a
   ``2024-09-22T23:46:42+0000 host unit[pid]: `` (``-o short-iso``): names the host; only the ISO
   form carries a full timestamp (the short form has no year and is in the viewer's zone);
 * ``kubectl logs --prefix`` ``[pod/name/container] ``;
-* ``kubectl logs --timestamps`` / ``docker logs -t``: RFC 3339 with up to nanoseconds;
+* ``kubectl logs --timestamps`` / ``docker logs -t``: RFC 3339 with up to nanoseconds (also
+  in brackets, as CI runners print it);
 * docker-compose ``service  | `` (optionally followed by its own ``-t`` timestamp);
 * Slurm ``srun -l`` ``N: `` (the task number);
 * Ray and vLLM process prefixes ``(name pid=N[, ip=A]) ``, possibly nested
@@ -60,7 +61,9 @@ _CLOUD_LOGGING: Final = (
     r"(?P<gcl_ts>" + _TS_ISO + r") (?:\[[A-Za-z_][\w.]*: [^\]\n]*\] )*"
 )
 _KUBE_PREFIX: Final = r"\[(?:pod|po)/[^\]\s]+\] "
-_OUTER_TS: Final = r"(?P<ts>" + _TS_ISO + r") "
+# (bracketed by CI runners such as Buildkite: ``[2025-12-13T19:54:35Z] ``,
+# https://github.com/pytorch/pytorch/issues/170433)
+_OUTER_TS: Final = r"\[?(?P<ts>" + _TS_ISO + r")\]? "
 _COMPOSE: Final = r"(?P<svc>[A-Za-z0-9][A-Za-z0-9_.-]*) +\| (?:(?P<ts2>" + _TS_ISO + r") )?"
 _SLURM: Final = r" *(?P<task>[0-9]+): "
 # A process name may itself hold two levels of parentheses (Ray Data actor names); the plain
@@ -103,7 +106,7 @@ _DETECT: Final[dict[PrefixKind, str]] = {
     "journald": r"^(?:[A-Z][a-z]{2} [ 0-9][0-9] [0-9]{2}:|"
     r"[0-9]{4}-[0-9]{2}-[0-9]{2}T\S+ [^\s\[\]:]+ [^\s\[\]:]+\[[0-9]+\]: )",
     "kube_prefix": r"^\[po",
-    "timestamp": r"^(?:\[\S+\] )?[0-9]{4}-[0-9]{2}-[0-9]{2}T",
+    "timestamp": r"^(?:\[\S+\] )?\[?[0-9]{4}-[0-9]{2}-[0-9]{2}T",
     "compose": r"^(?:\S+ )?[A-Za-z0-9][A-Za-z0-9_.-]* +\| ",
     "slurm": r"^(?:\S+ +\| )? *[0-9]+: ",
     "process": r"pid=[0-9]",

@@ -5,8 +5,8 @@ PyTorch-log parser. Forms, in order of preference when a line carries several:
 
 1. ISO 8601 / RFC 3339 **with** a zone (``2024-12-10T21:50:03.478010Z``, ``...+02:00``): exact;
 2. ISO 8601 or ``YYYY-MM-DD HH:MM:SS[,.fraction]`` **without** a zone (Python ``logging``'s
-   ``asctime``, SGLang): placed in ``ClockOptions.tz`` (UTC unless told), an assumption the
-   parser records;
+   ``asctime``, SGLang; TensorRT-LLM's bracketed ``[MM/DD/YYYY-HH:MM:SS]``): placed in
+   ``ClockOptions.tz`` (UTC unless told), an assumption the parser records;
 3. syslog ``Mon DD HH:MM:SS`` (journald, no year): the year is ``ClockOptions.year`` or that of
    the file's modification time, one year earlier for dates after it (a New Year inside the
    file).
@@ -32,6 +32,10 @@ ISO: Final = (
     r"(?<date>\d{4}-\d{2}-\d{2})[T ](?<time>\d{2}:\d{2}:\d{2})(?:[.,](?<frac>\d{1,9}))?"
     r"(?<zone>Z|[+-]\d{2}:?\d{2})?"
 )
+# ``[MM/DD/YYYY-HH:MM:SS]``: TensorRT-LLM's Python logger (``trtllm-serve``'s
+# ``[07/08/2025-19:47:15] [TRT-LLM] [I] ...``, https://github.com/NVIDIA/TensorRT-LLM/issues/5872),
+# read as form 2.
+SLASHED: Final = r"\[(?<um>\d{2})/(?<ud>\d{2})/(?<uy>\d{4})-(?<utime>\d{2}:\d{2}:\d{2})\]"
 SYSLOG: Final = (
     r"(?:^|[^A-Za-z])(?<mon>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) {1,2}(?<day>\d{1,2}) "
     r"(?<stime>\d{2}:\d{2}:\d{2})(?:[^0-9]|$)"
@@ -107,6 +111,12 @@ def line_stamps(
         _i=pl.col("h").str.extract_groups(ISO), _s=pl.col("h").str.extract_groups(SYSLOG)
     )
     frame = frame.unnest("_i", "_s")
+    slashed = frame.select(pl.col("h").str.extract_groups(SLASHED)).unnest("h")
+    if slashed.select(pl.col("uy").is_not_null().any()).item():
+        us_date = pl.concat_str([pl.col("uy"), pl.col("um"), pl.col("ud")], separator="-")
+        frame = pl.concat([frame, slashed], how="horizontal").with_columns(
+            date=pl.coalesce("date", us_date), time=pl.coalesce("time", "utime")
+        )
     iso = naive(pl.col("date"), pl.col("time"), pl.col("frac"))
     zoned = with_offset(iso, pl.col("zone"))
     zoneless = localize(iso, tz)

@@ -48,6 +48,13 @@ RELATIVE: Final = (
 # The supervisor's prefix a runner's lines may carry: journald's (``Dec 31 01:58:01 host
 # ollama[555324]: ``, Ollama under systemd) or docker compose's (``ollama  | ``).
 _SUPERVISOR: Final = r"(?:[A-Z][a-z]{2} [ 0-9]\d [\d:.]+ \S+ [^\s\[\]:]+\[\d+\]: |[\w.-]+ +\| )?"
+# Ollama's own start-up lines in Go's logfmt (``source=file.go:N msg=...``), which mark its log
+# before any runner line: GPU discovery and the memory it plans with.
+_OLLAMA_LINES: Final = (
+    r'\bsource=\w+\.go:\d+ msg="?(?:system memory|inference compute|looking for compatible '
+    r"GPUs|evaluating|new model will fit|loaded runners|waiting for llama runner|llama runner "
+    r"started)"
+)
 # Lines only llama.cpp prints (model loading, the server's start), for sniffing a log whose
 # allocation failure is beyond the head.
 MARKERS: Final = re.compile(
@@ -57,7 +64,7 @@ MARKERS: Final = re.compile(
     r"llm_load_tensors: |ggml_cuda_init: found \d+ |llama_context: |llama_init_from_model: |"
     r"llama_new_context_with_model: |llama_kv_cache(?:_init|_unified)?: |"
     r"llama_memory_recurrent: |srv +load_model: |main: server is listening)"
-    r'|\bmsg="?offload(?: to \w+"| library=\w+) |\bmsg="kv cache" device='
+    r'|\bmsg="?offload(?: to \w+"| library=\w+) |\bmsg="kv cache" device=|' + _OLLAMA_LINES
 )
 DURATIONS_NOTE: Final = (
     "llama.cpp prints how long after its start each line came (minutes.seconds.ms.us), not "
@@ -85,7 +92,10 @@ _SLOTS: Final = r'\bn_slots(?: = |":)(\d+)\b'
 # context: 512", one line a slot, numbered from 0.
 _SLOT_LISTED: Final = r"^\s*-> Slot (\d+) - max context: \d+"
 
-_OLLAMA: Final = r'\bmsg="?offload(?: to \w+"| library=\w+) .*'
+# (a plan for the CPU, ``library=cpu``, puts the KV cache in host memory: not read,
+# https://github.com/atineiatte/deep-research-at-home/issues/14)
+_GPU_LIBRARY: Final = r"(?:cuda|rocm|metal|oneapi|vulkan)"
+_OLLAMA: Final = rf'\bmsg="?offload(?: to {_GPU_LIBRARY}"| library={_GPU_LIBRARY}) .*'
 _OLLAMA_KV: Final = _OLLAMA + r'\bmemory\.required\.kv="([0-9.]+ ?[KMGT]?i?B)"'
 _OLLAMA_FREE: Final = _OLLAMA + r'\bmemory\.available="\[([0-9.]+ ?[KMGT]?i?B)\]"'
 # Ollama then starts its runner (``llm/server.go``, ``msg="starting llama server" cmd="..."``)
@@ -94,6 +104,10 @@ _OLLAMA_FREE: Final = _OLLAMA + r'\bmemory\.available="\[([0-9.]+ ?[KMGT]?i?B)\]
 _OLLAMA_RUNNER: Final = r'\bmsg="starting llama server" cmd=".*'
 _OLLAMA_CTX: Final = _OLLAMA_RUNNER + r"\s--ctx-size (\d+)\b"
 _OLLAMA_PARALLEL: Final = _OLLAMA_RUNNER + r"\s--parallel (\d+)\b"
+# Its scheduler says how many requests the model is loaded for before the runner starts
+# (``server/sched.go``: ``msg="new model will fit in available VRAM, loading" ... parallel=4``,
+# https://github.com/ollama/ollama/issues/8825).
+_OLLAMA_SCHED_PARALLEL: Final = r'\bmsg="new model will fit in [^"]*" .*\bparallel=(\d+)\b'
 # From 0.12 Ollama states the layout it loaded one line a device and kind (``ml/device.go``):
 # ``msg="kv cache" device=CUDA1 size="2.5 GiB"``; the cache is every device's part together.
 _OLLAMA_DEVICE_KV: Final = r'\bmsg="kv cache" device=(\S+) size="([0-9.]+ ?[KMGT]?i?B)"'
@@ -132,6 +146,7 @@ STARTUP: Final = "|".join(
         _OLLAMA_KV,
         _OLLAMA_RUNNER,
         _OLLAMA_DEVICE_KV,
+        _OLLAMA_SCHED_PARALLEL,
         _SLOT_LISTED,
     )
 )
@@ -159,7 +174,7 @@ def engine_config(lines: pl.Series, diag: SourceDiagnostics) -> dict[str, Any]:
         ("kv_cache_tokens", (_N_CTX,)),  # only where no cache line stated it
         ("kv_cache_tokens", (_OLLAMA_CTX,)),  # the runner's own lines were not captured
         ("max_num_seqs", (_SEQ_MAX, _KV_SEQS, _SLOTS)),
-        ("max_num_seqs", (_OLLAMA_PARALLEL,)),
+        ("max_num_seqs", (_OLLAMA_PARALLEL, _OLLAMA_SCHED_PARALLEL)),
     ):
         value = first_stated(lines, patterns, key, diag, pl.Int64()) if key not in config else None
         if value is not None:

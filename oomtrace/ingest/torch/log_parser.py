@@ -20,8 +20,10 @@ arrival time instead.
 Besides :func:`~oomtrace.ingest.torch.oom_text.extract_ooms`, TGI's own lines (its warm-up
 refusals, the KV pool its warm-up settled on, the launcher's account of a crash:
 :mod:`oomtrace.ingest.torch.tgi_log`) and llama.cpp's statement of its KV cache at start-up
-(:mod:`oomtrace.ingest.torch.llamacpp_log`) are read too, and the kernel's OOM killer's kills
-(:mod:`oomtrace.ingest.torch.host_kill`: host memory, never a GPU OOM).
+(:mod:`oomtrace.ingest.torch.llamacpp_log`) and its server's requests, from its slot lines
+(:mod:`oomtrace.ingest.torch.llamacpp_slots`) are read too, and TensorRT-LLM's KV pool, refusals
+and out-of-memory failures (:mod:`oomtrace.ingest.torch.trtllm_log`), and the kernel's OOM
+killer's kills (:mod:`oomtrace.ingest.torch.host_kill`: host memory, never a GPU OOM).
 """
 
 from __future__ import annotations
@@ -44,9 +46,11 @@ from oomtrace.ingest.torch import (
     gpu_xid,
     host_kill,
     llamacpp_log,
+    llamacpp_slots,
     oom_backends,
     oom_phase,
     tgi_log,
+    trtllm_log,
 )
 from oomtrace.ingest.torch.oom_text import (
     BUFFER_FAILURE,
@@ -63,12 +67,12 @@ CONFIDENCE: Final = 0.55
 _USED: Final = (
     f"{OOM_SHAPES}|{BUFFER_FAILURE}|{oom_phase.LINES}|{tgi_log.LINES}|{llamacpp_log.STARTUP}|"
     f"{GGML_DEVICE}|{host_kill.LINE}|{llamacpp_log.KV_FULL}|{oom_backends.NCCL_CALLOC}|"
-    f"{gpu_xid.LINE}|{alloc_retry.LINE}"
+    f"{gpu_xid.LINE}|{alloc_retry.LINE}|{trtllm_log.LINES}|{llamacpp_slots.LINES}"
 )
 _KEEP: Final = (
     f"{PREFILTER}|{oom_phase.LINES}|Not enough memory to handle|{tgi_log.LINES}|"
     f"{llamacpp_log.STARTUP}|{GGML_DEVICE}|{host_kill.LINE}|{llamacpp_log.KV_FULL}|{gpu_xid.LINE}|"
-    f"{alloc_retry.LINE}"
+    f"{alloc_retry.LINE}|{trtllm_log.LINES}|{llamacpp_slots.LINES}"
 )
 _SNIFF_OOM = re.compile(
     f"{OOM_SHAPES}|{BUFFER_FAILURE}|{tgi_log.WARMUP}|{host_kill.LINE}|{gpu_xid.LINE}|"
@@ -76,7 +80,9 @@ _SNIFF_OOM = re.compile(
 )
 # A server log this parser reads even when its head holds no failure.
 _SNIFF_SERVER = re.compile(
-    f"{llamacpp_log.MARKERS.pattern}|{tgi_log.MARKERS}|{llamacpp_log.KV_SNIFF}", re.MULTILINE
+    f"{llamacpp_log.MARKERS.pattern}|{tgi_log.MARKERS}|{llamacpp_log.KV_SNIFF}|"
+    f"{trtllm_log.MARKERS}|{llamacpp_slots.MARKERS}",
+    re.MULTILINE,
 )
 # Line shapes another parser owns: a log that has them belongs to that parser.
 _ENGINE_SHAPES = re.compile(
@@ -96,7 +102,9 @@ class PyTorchLogParser:
     """The ``pytorch-log`` format."""
 
     name = "pytorch-log"
-    description = "any text log with PyTorch/CUDA OOM messages (script stdout, TGI, llama.cpp)"
+    description = (
+        "any text log with PyTorch/CUDA OOM messages (script stdout, TGI, llama.cpp, TensorRT-LLM)"
+    )
 
     def sniff(self, head: str, name: str) -> float:
         if "\x00" in head:
@@ -179,6 +187,7 @@ class _Acc:
         config = {
             **tgi_log.engine_config(kept["text"], self.diag),
             **llamacpp_log.engine_config(kept["text"], self.diag),
+            **trtllm_log.engine_config(kept["text"], self.diag),
         }
         used = kept.filter(pl.col("text").str.contains(_USED))
         self.diag.lines_recognised += used.height
@@ -202,10 +211,13 @@ class _Acc:
                 gpu_xid.events(texts),
                 alloc_retry.events(texts),
                 llamacpp_log.kv_full_events(texts),
+                trtllm_log.events(texts),
             )
             if f.height
         ]
+        requests = llamacpp_slots.requests(texts)
         result = ParseResult(
+            requests=requests if requests.height else None,
             events=pl.concat(found, how="diagonal_relaxed") if found else None,
             samples=samples if samples.height else None,
             clock=self._clock(),
@@ -214,6 +226,7 @@ class _Acc:
         if self.untimed:
             result.events = untimed_rows(result.events)
             result.samples = untimed_rows(result.samples)
+            result.requests = untimed_rows(result.requests)
         for table in self.tables:
             _add_table(result, table)
         return result

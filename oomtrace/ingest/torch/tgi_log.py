@@ -80,7 +80,9 @@ LINES: Final = "|".join(
     )
 )
 # What marks a TGI log whose failure (if any) is beyond the head read for sniffing.
-MARKERS: Final = LINES + r"|\btext_generation_(?:launcher|router)\b"
+# (a colour code glued before the name: ``#033[2mtext_generation_launcher`` where syslog wrote the
+# ESC as text, https://github.com/huggingface/text-generation-inference/issues/1763)
+MARKERS: Final = LINES + r"|(?:\b|(?<=\dm))text_generation_(?:launcher|router)\b"
 
 
 def join_pretty_args(text: pl.Expr) -> pl.Expr:

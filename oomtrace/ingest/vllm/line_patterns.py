@@ -265,6 +265,14 @@ EVENT_LINES: Final[tuple[EventLine, ...]] = (
         "v1-0.7",
     ),
     EventLine(
+        # 0.8.0 - 0.8.4's engine core (vllm/v1/engine/core.py, run_engine_core), before its
+        # wording became "EngineCore failed to start." / "encountered a fatal error"
+        # (https://github.com/vllm-project/vllm/pull/14728, vllm-project/vllm#16749)
+        "engine core hit an exception", "engine_dead", "EngineCore hit an exception",
+        r"EngineCore hit an exception", "EngineCore hit an exception",
+        "EngineCore hit an exception: Traceback (most recent call last):", "v1-0.8.5",
+    ),
+    EventLine(
         "engine core failed to start", "engine_dead", "EngineCore failed to start",
         r"EngineCore failed to start", "EngineCore failed to start",
         "EngineCore failed to start.", "v1-0.8.5",
@@ -344,6 +352,25 @@ EVENT_LINES: Final[tuple[EventLine, ...]] = (
         r"Background loop has errored already", "the V0 background loop failed",
         "vllm.engine.async_llm_engine.AsyncEngineDeadError: Background loop has errored "
         "already.",
+        "v0",
+    ),
+    EventLine(
+        # Python's multiprocessing announcing that a process's target raised (BaseProcess.
+        # _bootstrap prints "Process <name>:" and the traceback): V1's engine core died, whatever
+        # the message after it says (https://github.com/noonghunna/club-3090/issues/60)
+        "engine core process raised", "engine_dead", "Process EngineCore",
+        r"^Process EngineCore(?:_DP\d+|_\d+)?:\s*$",
+        "the engine core process ended on an exception",
+        "Process EngineCore_DP0:", "v1-0.8.5",
+    ),
+    EventLine(
+        # 0.4 - 0.5's AsyncLLMEngine when its engine loop task ended on an exception
+        # (vllm/engine/async_llm_engine.py, _log_task_completion; vllm-project/vllm#5697)
+        "V0 engine task finished", "engine_dead", "Task finished unexpectedly",
+        r"AsyncEngineDeadError: Task finished unexpectedly", "the V0 engine loop task ended",
+        "vllm.engine.async_llm_engine.AsyncEngineDeadError: Task finished unexpectedly. This "
+        "should never happen! Please open an issue on Github. See stack trace above for the "
+        "actual cause.",
         "v0",
     ),
 )  # fmt: skip

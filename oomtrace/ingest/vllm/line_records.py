@@ -324,11 +324,15 @@ def _outer(frame: pl.DataFrame, kinds: frozenset[PrefixKind]) -> pl.DataFrame:
     pre = pl.col("prefix_text")
     if kinds <= _TS_ONLY:
         # Step by step: a sub-expression used twice in one call is computed twice.
-        stamp, proc = pl.col("_st"), pl.col("_pr")
+        # (the stamp may be bracketed, as CI runners print it: outer_prefixes._OUTER_TS)
+        whole, stamp, proc = pl.col("_wh"), pl.col("_st"), pl.col("_pr")
         out = (
-            frame.with_columns(_st=pre.str.extract(r"^([0-9]{4}-[0-9]{2}-[0-9]{2}T[^ ]+) ", 1))
+            frame.with_columns(
+                _wh=pre.str.extract(r"^(\[?[0-9]{4}-[0-9]{2}-[0-9]{2}T[^ \]]+\]? )", 1)
+            )
             .with_columns(
-                _pr=pre.str.slice(stamp.str.len_chars().fill_null(-1) + 1).str.strip_chars_end(" ")
+                _st=whole.str.strip_chars("[] "),
+                _pr=pre.str.slice(whole.str.len_chars().fill_null(0)).str.strip_chars_end(" "),
             )
             .with_columns(
                 prefix_chars=pre.str.len_chars(),
@@ -336,7 +340,7 @@ def _outer(frame: pl.DataFrame, kinds: frozenset[PrefixKind]) -> pl.DataFrame:
                 host=pl.lit(None, pl.String),
                 proc=pl.when(proc.str.len_bytes() > 0).then(proc),
             )
-            .drop("_st", "_pr")
+            .drop("_wh", "_st", "_pr")
         )
     else:
         groups = pre.str.extract_groups("^(?P<outer>" + outer_pattern(kinds) + ")$")

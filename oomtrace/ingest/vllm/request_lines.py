@@ -130,7 +130,10 @@ def _request_rows(hit: pl.DataFrame, event: str, pattern: str) -> pl.DataFrame:
         base |= _received()
     elif "ids" in names:
         frame = frame.with_columns(
+            # a record cut from a line that ran on ("... cmpl-a. INFO 06-19 ...": a paste that
+            # lost its newlines) keeps the blank after its full stop
             _ids=g.struct.field("ids")
+            .str.strip_chars()
             .str.strip_suffix(".")
             .str.split(",")
             .list.eval(pl.element().str.strip_chars())

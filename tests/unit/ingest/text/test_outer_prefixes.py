@@ -165,3 +165,16 @@ def test_arbitrary_text_never_raises_and_keeps_one_row_per_line(lines: list[str]
     frame = _strip(*lines)
     assert frame.height == len(lines)
     assert frame["repeat"].min() is not None
+
+
+def test_a_ci_runners_bracketed_timestamp_is_the_lines_full_time() -> None:
+    # https://github.com/pytorch/pytorch/issues/170433 (vLLM's CI on Buildkite: the runner's UTC
+    # time in brackets before vLLM's own process prefix and local time)
+    line = (
+        "[2025-12-13T19:54:35Z] (Worker_TP0 pid=9260) ERROR 12-13 11:54:35 "
+        "[multiproc_executor.py:826]     self.cuda_graph.capture_end()"
+    )
+    row = _one(line)
+    assert row["outer_ts"] == datetime(2025, 12, 13, 19, 54, 35, tzinfo=UTC)
+    assert row["proc"] == "(Worker_TP0 pid=9260)"
+    assert str(row["message"]).startswith("ERROR 12-13 11:54:35 [multiproc_executor.py:826]")

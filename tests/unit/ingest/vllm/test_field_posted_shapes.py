@@ -159,3 +159,87 @@ def test_the_kv_budget_is_the_smallest_any_worker_profiled(tmp_path: Path) -> No
     assert config["non_torch_bytes"] == round(0.34 * GIB)
     notes = " ".join(trace.manifest.sources[0].notes)
     assert "kept the smallest" in notes
+
+
+def test_a_v0_paste_that_lost_its_newlines_keeps_its_ids_and_the_engines_death(
+    tmp_path: Path,
+) -> None:
+    # https://github.com/vllm-project/vllm/issues/5697 (vLLM 0.4/0.5: the engine loop's
+    # TimeoutError and three aborts pasted onto two lines)
+    trace = _trace(
+        tmp_path,
+        'raceback (most recent call last):   File "/root/anaconda3/envs/vllm/lib/python3.10/site-'
+        'packages/vllm/engine/async_llm_engine.py", line 42, in _log_task_completion     '
+        "return_value = task.result()     raise exceptions.TimeoutError() from exc "
+        "asyncio.exceptions.TimeoutError  The above exception was the direct cause of the "
+        "following exception:  Traceback (most recent call last):   File "
+        '"uvloop/cbhandles.pyx", line 63, in uvloop.loop.Handle._run     raise '
+        "AsyncEngineDeadError( vllm.engine.async_llm_engine.AsyncEngineDeadError: Task finished "
+        "unexpectedly. This should never happen! Please open an \n"
+        "issue on Github. See stack trace above for theactual cause. INFO 06-19 11:25:01 "
+        "async_llm_engine.py:167] Aborted request cmpl-7347d49f836c40a6b8d00fff45f5998d. INFO "
+        "06-19 11:25:01 async_llm_engine.py:167] Aborted request "
+        "cmpl-10f955208ce04051aeb80f37a1b930b4. INFO 06-19 11:25:01 async_llm_engine.py:167] "
+        "Aborted request cmpl-66dbd15ae2574c24ad701af023c451e6.\n",
+    )
+    aborted = trace.requests.filter(pl.col("event") == "aborted")
+    assert sorted(aborted["request_id"]) == [
+        "cmpl-10f955208ce04051aeb80f37a1b930b4",
+        "cmpl-66dbd15ae2574c24ad701af023c451e6",
+        "cmpl-7347d49f836c40a6b8d00fff45f5998d",
+    ]
+    assert trace.events.filter(pl.col("kind") == "engine_dead").height == 1
+
+
+def test_the_engine_core_process_raising_is_its_death(tmp_path: Path) -> None:
+    # https://github.com/noonghunna/club-3090/issues/60 (vLLM V1 in Docker: the weights' repack
+    # failed for want of memory; the core process's own traceback follows "Process EngineCore:")
+    trace = _trace(
+        tmp_path,
+        "(EngineCore pid=74) ERROR 05-07 00:37:03 [core.py:1136]     return self._op(*args, "
+        "**kwargs)\n"
+        "(EngineCore pid=74) ERROR 05-07 00:37:03 [core.py:1136]            "
+        "^^^^^^^^^^^^^^^^^^^^^^^^^\n"
+        "(EngineCore pid=74) ERROR 05-07 00:37:03 [core.py:1136] RuntimeError: CUDA driver "
+        "error: out of memory\n"
+        "(EngineCore pid=74) Process EngineCore:\n"
+        "(EngineCore pid=74) Traceback (most recent call last):\n"
+        '(EngineCore pid=74)   File "/usr/lib/python3.12/multiprocessing/process.py", line 314, '
+        "in _bootstrap\n"
+        "(EngineCore pid=74)     self.run()\n",
+    )
+    deaths = trace.events.filter(pl.col("kind") == "engine_dead")
+    assert deaths.height == 1
+    assert deaths["ts"].dt.strftime("%m-%d %H:%M:%S").to_list() == ["05-07 00:37:03"]
+
+
+def test_a_ci_runners_bracketed_utc_time_wins_over_vllms_local_time(tmp_path: Path) -> None:
+    # the prefix as vLLM's Buildkite CI prints it (https://github.com/pytorch/pytorch/issues/
+    # 170433: runner time in UTC, vLLM's own 8 hours behind), before a stats record in vLLM's
+    # own format
+    trace = _trace(
+        tmp_path,
+        "[2025-12-13T19:54:35Z] (APIServer pid=1) INFO 12-13 11:54:35 [loggers.py:271] Engine "
+        "000: Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 1.0 tokens/s, "
+        "Running: 1 reqs, Waiting: 0 reqs, GPU KV cache usage: 5.0%, Prefix cache hit rate: "
+        "0.0%\n",
+    )
+    times = trace.samples["ts"].unique().dt.strftime("%Y-%m-%d %H:%M:%S").to_list()
+    assert times == ["2025-12-13 19:54:35"]
+
+
+def test_the_0_8_engine_cores_exception_is_its_death(tmp_path: Path) -> None:
+    # https://github.com/vllm-project/vllm/pull/14728 (V1 of March 2025, no process prefix: the
+    # sampler's dummy run failed right after the CUDA graphs were captured)
+    trace = _trace(
+        tmp_path,
+        "INFO 03-14 02:45:05 [gpu_model_runner.py:1434] Graph capturing finished in 22 secs, "
+        "took 0.64 GiB\n"
+        "ERROR 03-14 02:45:06 [core.py:337] EngineCore hit an exception: Traceback (most recent "
+        "call last):\n"
+        'ERROR 03-14 02:45:06 [core.py:337]   File "/home/jovyan/vllm/vllm/v1/worker/'
+        'gpu_model_runner.py", line 1292, in _dummy_sampler_run\n'
+        "ERROR 03-14 02:45:06 [core.py:337]     sampler_output = self.model.sample(\n",
+    )
+    deaths = trace.events.filter(pl.col("kind") == "engine_dead")
+    assert deaths["detail"].to_list() == ["EngineCore hit an exception"]
