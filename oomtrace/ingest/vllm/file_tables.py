@@ -57,10 +57,17 @@ _FIELD: Final = re.compile(r"\{(\w+)\}")
 
 
 def untimed_instant() -> pl.Expr:
-    """A stand-in ``ts`` for a log with no time: its line number in seconds from the epoch, so
-    that repeats and deaths are told apart by lines (:func:`untimed_rows` takes it back)."""
+    """A stand-in ``ts`` for a log with no time: its line's place in seconds from the epoch, so
+    that repeats and deaths are told apart by lines (:func:`untimed_rows` takes it back).
+
+    Lines are numbered within their piece (``piece * 2**32`` + the line in it,
+    :func:`~.line_records.piece_first_line`); a piece of ``PIECE_BYTES`` (24 MiB) holds fewer
+    than ``1 << 25`` lines, so piece and line are packed into 25 bits a piece: in range of the
+    nanosecond clock for a log of up to 274 pieces (6.4 GiB), where the raw number was not past
+    the second piece."""
     line = pl.col("record_seq") // 256
-    return pl.from_epoch(line, time_unit="s").dt.replace_time_zone("UTC").cast(TS)
+    place = (line // (1 << 32)) * (1 << 25) + line % (1 << 32)
+    return pl.from_epoch(place, time_unit="s").dt.replace_time_zone("UTC").cast(TS)
 
 
 def untimed_rows(frame: pl.DataFrame | None) -> pl.DataFrame | None:

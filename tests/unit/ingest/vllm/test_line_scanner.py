@@ -236,6 +236,28 @@ def test_generated_lines_read_the_same_with_the_scanner(
     _same(path, piece_bytes)
 
 
+def test_a_log_without_times_read_in_many_pieces_keeps_its_order(
+    compiled: None, tmp_path: Path
+) -> None:
+    # GIVEN a log no line of which vLLM's header places in time (a file name with a space),
+    # read in pieces of 200 bytes: its lines are numbered from piece 3 on as piece * 2**32 + line
+    # (hypothesis found it: the stand-in instant of such a line was past the nanosecond clock)
+    head = "INFO 06-02 08:00:00 [a b.py:43] "
+    params = "params: SamplingParams(n=1, temperature=0.7, stop=[], max_tokens=512), lora: None."
+    access = 'INFO:     10.0.0.1:40000 - "POST /v1/chat/completions HTTP/1.1" 200 OK'
+    lines = [
+        head + "Available KV cache memory: 2.30 GiB",
+        head + f"Received request abc.: prompt: 'hi', {params}",
+        access,
+        access,
+        head + f"Received request ALLOC_FAILED-1: {params}",
+    ]
+    path = tmp_path / "vllm.log"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    # THEN both readers read it alike, without a time
+    _same(path, 200)
+
+
 def test_a_piece_with_invalid_utf8_is_read_whole_by_the_vectorised_reader(
     compiled: None, tmp_path: Path
 ) -> None:
