@@ -120,7 +120,9 @@ NCCL_OOM: Final = r"Cuda failure (?:2 )?'out of memory'"
 NVML_REPORT: Final = r"NVML_SUCCESS == r INTERNAL ASSERT FAILED at \S*CUDACachingAllocator\.cpp"
 SIZELESS: Final = (
     NCCL_OOM + "|" + NVML_REPORT + "|"
-    r"(?:CUDA|HIP) error(?: 2 at \S+:\d+)?: out of memory|CUBLAS_STATUS_ALLOC_FAILED|"
+    # the runtime's error, and the driver API's (c10's C10_CUDA_DRIVER_CHECK: "CUDA driver error:
+    # out of memory", vLLM's weight repacking, noonghunna/club-3090#60)
+    r"(?:CUDA|HIP)(?: driver)? error(?: 2 at \S+:\d+)?: out of memory|CUBLAS_STATUS_ALLOC_FAILED|"
     r"CUDNN_STATUS_ALLOC_FAILED|"
     r"Tried to allocate more than 1EB memory|Allocation was preemptively rejected|"
     r"(?:CUDA|HIP|XPU|NPU) out of memory|cuda runtime error \(2\) : out of memory|"
