@@ -42,8 +42,11 @@ SEEDS: dict[str, list[Path]] = {
     "prometheus-query-json": [DATA / "prometheus" / "query_range.json"],
     "torch-memory-snapshot": sorted((DATA / "torch").glob("*.pickle")),
     "nvidia-smi-table": sorted((DATA / "nvidia_smi").glob("table-*.txt")),
-    "nvidia-smi-query": sorted((DATA / "nvidia_smi").glob("query-*.txt")),
+    # the -q report as text and as -x XML
+    "nvidia-smi-query": sorted((DATA / "nvidia_smi").glob("query-*.txt"))
+    + sorted((DATA / "nvidia_smi").glob("query-xml-*.xml")),
     "nvidia-smi-monitor": sorted((DATA / "nvidia_smi").glob("monitor-*.txt")),
+    "gpustat": sorted((DATA / "nvidia_smi").glob("gpustat-*.txt")),
     "collector-capture": sorted((ROOT / "sample_logs" / "vllm-prefill-oom" / "capture").glob("*")),
 }
 EXAMPLES = int(os.environ.get("OOMTRACE_FUZZ_EXAMPLES", "12"))

@@ -307,9 +307,10 @@ def _read_rows(rows: pl.DataFrame, layout: Layout, state: _State, diag: SourceDi
 
 def _timed(cells: pl.DataFrame, ts_col: str, diag: SourceDiagnostics) -> pl.DataFrame:
     """The rows whose timestamp reads, with it as a naive ``local`` time."""
-    cells = cells.with_columns(
-        local=pl.col(ts_col).str.to_datetime(TIMESTAMP_FORMAT, strict=False).dt.cast_time_unit("ns")
-    )
+    parsed = pl.col(ts_col).str.to_datetime(TIMESTAMP_FORMAT, strict=False)
+    # a year the nanosecond clock cannot hold (a damaged "-1/03/14 ...") reads as no time
+    in_range = parsed.dt.year().is_between(1678, 2261)
+    cells = cells.with_columns(local=pl.when(in_range).then(parsed).dt.cast_time_unit("ns"))
     bad_ts = cells.filter(pl.col("local").is_null())
     diag.skip(
         "timestamp not in nvidia-smi's YYYY/MM/DD HH:MM:SS.mmm form",

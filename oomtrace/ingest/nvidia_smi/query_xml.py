@@ -74,18 +74,8 @@ def _read_report(
 ) -> None:
     """One report's elements as they close, so that a paste cut short keeps every figure and
     process closed before the cut."""
-    parser: ET.XMLPullParser[ET.Element] = ET.XMLPullParser(events=("start", "end"))
-    try:
-        parser.feed(document)
-        parser.close()
-    except ET.ParseError as err:
-        diag.note(
-            f"nvidia-smi XML report {snapshot} is cut short or damaged ({err}): what came "
-            "before that point was read",
-            lost=True,
-        )
     device, in_mig = -1, 0
-    for item in parser.read_events():
+    for item in _closed_events(document, snapshot, diag):
         event, element = cast("tuple[str, ET.Element]", item)
         tag = element.tag
         if tag == "mig_device":
@@ -103,6 +93,31 @@ def _read_report(
             _read_memory(element, snapshot, device, rows)
         elif tag == "process_info" and device >= 0:
             _read_process(element, snapshot, device, rows)
+
+
+def _closed_events(document: str, snapshot: int, diag: SourceDiagnostics) -> list[object]:
+    """The parser's events up to the first point the document stops being XML: a cut (raised
+    where the parser is closed) or a damaged byte (queued among the events by the pull parser
+    and raised where they are read)."""
+    parser: ET.XMLPullParser[ET.Element] = ET.XMLPullParser(events=("start", "end"))
+    events: list[object] = []
+    errors: list[ET.ParseError] = []
+    try:
+        parser.feed(document)
+        parser.close()
+    except ET.ParseError as err:
+        errors.append(err)
+    try:
+        events.extend(parser.read_events())
+    except ET.ParseError as err:
+        errors.append(err)
+    if errors:
+        diag.note(
+            f"nvidia-smi XML report {snapshot} is cut short or damaged ({errors[0]}): what came "
+            "before that point was read",
+            lost=True,
+        )
+    return events
 
 
 def _read_memory(

@@ -279,13 +279,15 @@ def test_rows_before_the_first_header_and_bad_timestamps_are_counted(tmp_path: P
         "2025/03/14 10:00:00.000, 0, 5 MiB\n"
         "timestamp, index, memory.used [MiB]\n"
         "14.03.2025 10:00, 0, 5 MiB\n"
+        # a year no clock holds (found by tests/integration/test_fuzz.py: it crashed ingest)
+        "-1/03/14 10:00:00.110, 0, 7 MiB\n"
         "2025/03/14 10:00:00.500, 0, 6 MiB\n",
     )
     trace = ingest_paths([path], IngestOptions())
     diag = trace.manifest.sources[0]
     assert trace.samples["value"].to_list() == [6.0 * MiB]
     assert diag.skipped["row before the first header line"].count == 1
-    assert diag.skipped["timestamp not in nvidia-smi's YYYY/MM/DD HH:MM:SS.mmm form"].count == 1
+    assert diag.skipped["timestamp not in nvidia-smi's YYYY/MM/DD HH:MM:SS.mmm form"].count == 2
 
 
 def test_header_parsing_keeps_order_and_units() -> None:

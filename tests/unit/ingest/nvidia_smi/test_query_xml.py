@@ -99,3 +99,12 @@ def test_the_bus_id_ties_the_index_to_rows_that_name_the_gpu_by_it(tmp_path: Pat
     )
     trace = ingest_paths([report, apps], IngestOptions())
     assert trace.samples.filter(pl.col("pid") == 777)["device"].to_list() == [0]
+
+
+def test_a_damaged_byte_is_a_note_not_a_crash(tmp_path: Path) -> None:
+    # found by tests/integration/test_fuzz.py: the pull parser queues the error among its events
+    data = (DATA / "query-xml-515-t4.xml").read_bytes()
+    (tmp_path / "smi.xml").write_bytes(data[:5] + bytes([data[5] ^ 1]) + data[6:])
+    trace = ingest_paths([tmp_path / "smi.xml"], IngestOptions(format="nvidia-smi-query"))
+    (diag,) = trace.manifest.sources
+    assert any("damaged" in note for note in diag.lost)
