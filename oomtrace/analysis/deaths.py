@@ -6,8 +6,8 @@ a start-up refusal on its node came within a window of it (the failure that kill
 loop fails and dies at every attempt), or an incident peaked within a window of it. Otherwise the
 findings say that the engine died, when (or where in the log's order, for a log without times)
 and why where the driver's Xid report of a GPU fault came within the window (the kernel log read
-beside the engine's), else that the log does not say why; the statements of one death (several ranks, the API server and
-the engine core) within a window of each other are one death.
+beside the engine's), else that the log does not say why; the statements of one death (several
+ranks, the API server and the engine core) within a window of each other are one death.
 """
 
 from __future__ import annotations
