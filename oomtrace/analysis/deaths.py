@@ -5,8 +5,9 @@ process" or "Scheduler hit an exception", TGI's "Webserver Crashed") is explaine
 a start-up refusal on its node came within a window of it (the failure that killed it; a restart
 loop fails and dies at every attempt), or an incident peaked within a window of it. Otherwise the
 findings say that the engine died, when (or where in the log's order, for a log without times)
-and that the log does not say why; the statements of one death (several ranks, the API server and
-the engine core) within a window of each other are one death.
+and why where the driver's Xid report of a GPU fault came within the window (the kernel log read
+beside the engine's), else that the log does not say why; the statements of one death (several
+ranks, the API server and the engine core) within a window of each other are one death.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ def unexplained_deaths(
     """One line per death no incident explains, in time (else log) order."""
     window = timedelta(seconds=window_s)
     dead = events.with_row_index("order").filter(pl.col("kind") == "engine_dead")
+    xid_rows = events.filter((pl.col("kind") == "xid") & pl.col("ts").is_not_null())
+    xids = [(t, str(d)) for t, d in xid_rows.select("ts", "detail").rows()]
     failures = events.filter(pl.col("kind").is_in(FAILURES) & pl.col("ts").is_not_null())
     stated = [(str(n), t) for n, t in failures.select("node", "ts").rows()]
     out: list[str] = []
@@ -71,8 +74,28 @@ def unexplained_deaths(
             out.append(f"the engine on {node} was killed {when}: {why}")
             continue
         what = f" ({row['detail']})" if row.get("detail") else ""
-        out.append(f"the engine on {node} died {when}{what}; {NOT_SAID}")
+        fault = _gpu_fault(ts, xids, window)
+        out.append(f"the engine on {node} died {when}{what}; {fault or NOT_SAID}")
     return tuple(out)
+
+
+def _gpu_fault(
+    ts: datetime | None, xids: list[tuple[datetime, str]], window: timedelta
+) -> str | None:
+    """The driver's Xid report nearest a death within ``window`` (the kernel log's account of a
+    GPU fault: an illegal memory access, a GPU fallen off the bus), in words."""
+    if ts is None:
+        return None
+    near = [(abs(t - ts), t, d) for t, d in xids if abs(t - ts) <= window]
+    if not near:
+        return None
+    _, t, detail = min(near)
+    gap = (ts - t).total_seconds()
+    side = f"{gap:.0f} s before it" if gap >= 0 else f"{-gap:.0f} s after it"
+    return (
+        f"the driver reported a GPU fault {side}: {detail} (a fault of the GPU, its driver or a "
+        "kernel's memory access, not a lack of memory: the Xid's number says which)"
+    )
 
 
 def _explained(

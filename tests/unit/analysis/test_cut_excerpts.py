@@ -209,3 +209,23 @@ def test_retractions_going_on_for_minutes_are_one_incident_at_their_start(tmp_pa
     assert incident.cls == "kv_exhaustion"
     assert incident.peak_ts is not None
     assert f"{incident.peak_ts:%H:%M:%S}" == "21:51:00"
+
+
+def test_an_engine_death_beside_an_xid_is_told_as_a_gpu_fault(tmp_path: Path) -> None:
+    # GIVEN the death above, and the host's kernel log (journalctl -k, the host's zone given)
+    # with the driver's Xid 79 four seconds before it (the line as NVIDIA's driver prints it)
+    node = tmp_path / "club58"
+    node.mkdir()
+    (node / "vllm.log").write_text(VLLM_DEAD, encoding="utf-8")
+    (node / "kernel.log").write_text(
+        "May 05 12:36:55 box kernel: NVRM: Xid (PCI:0000:01:00): 79, pid=104, name=python3, "
+        "GPU has fallen off the bus.\n",
+        encoding="utf-8",
+    )
+    findings = analyze(load_any([node], IngestOptions(year=2026, tz="UTC")))
+    # THEN the death names the fault instead of "the log does not say why"
+    (death,) = findings.trace.deaths
+    assert death.startswith("the engine on club58 died at 2026-05-05 12:36:59.000 UTC")
+    assert "the driver reported a GPU fault 4 s before it: Xid 79 on the GPU at 0000:01:00" in death
+    assert "not a lack of memory" in death
+    assert "the log does not say why" not in death
