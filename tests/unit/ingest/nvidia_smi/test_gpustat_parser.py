@@ -8,13 +8,8 @@ from pathlib import Path
 
 import polars as pl
 
-from oomtrace.ingest import IngestOptions, ingest_paths
-from oomtrace.trace import Trace
-from tests.factories import file_at
+from tests.unit.ingest.nvidia_smi.report_files import MiB, ingest_report, metric_rows
 
-DATA = Path(__file__).resolve().parents[3] / "data" / "nvidia_smi"
-MiB = 1 << 20
-MTIME = datetime(2026, 4, 1, 12, 0, tzinfo=UTC)
 # gpustat -p on two H100s, in the layout of gpustat 1.1 (a degree sign, user:command/pid(memM));
 # the figures are illustrative
 WATCHED = """\
@@ -27,22 +22,13 @@ node-7                    Tue Sep 15 10:00:05 2026  580.126.09
 """
 
 
-def _ingest(tmp_path: Path, name: str, text: str | None = None, **options: object) -> Trace:
-    path = file_at(tmp_path / name, MTIME, text=text) if text else None
-    path = path or file_at(tmp_path / name, MTIME, copy_of=DATA / name)
-    return ingest_paths([path], IngestOptions(**options))  # type: ignore[arg-type]
-
-
-def _rows(trace: Trace, metric: str) -> list[tuple[object, ...]]:
-    frame = trace.samples.filter(pl.col("metric") == metric).sort("ts", "device", "pid")
-    return frame.select("ts", "device", "pid", "value").rows()
-
-
 def test_four_gpus_under_a_prompt_in_mb_that_are_mib(tmp_path: Path) -> None:
-    trace = _ingest(tmp_path, "gpustat-515-four-gpus.txt")
+    trace = ingest_report(tmp_path, "gpustat-515-four-gpus.txt")
     at = datetime(2022, 8, 22, 15, 23, 57, tzinfo=UTC)
-    assert _rows(trace, "device_used_bytes") == [(at, d, None, 103.0 * MiB) for d in range(4)]
-    assert _rows(trace, "device_total_bytes") == [(at, d, None, 16384.0 * MiB) for d in range(4)]
+    assert metric_rows(trace, "device_used_bytes") == [(at, d, None, 103.0 * MiB) for d in range(4)]
+    assert metric_rows(trace, "device_total_bytes") == [
+        (at, d, None, 16384.0 * MiB) for d in range(4)
+    ]
     (diag,) = trace.manifest.sources
     assert diag.parser == "gpustat"
     assert diag.lines_read == 6 == diag.lines_recognised + diag.lines_skipped
@@ -50,16 +36,16 @@ def test_four_gpus_under_a_prompt_in_mb_that_are_mib(tmp_path: Path) -> None:
 
 
 def test_a_watch_is_a_series_and_processes_with_pids_are_read(tmp_path: Path) -> None:
-    trace = _ingest(tmp_path, "watch.txt", WATCHED, tz="Europe/Berlin")
+    trace = ingest_report(tmp_path, "watch.txt", WATCHED, tz="Europe/Berlin")
     first = datetime(2026, 9, 15, 8, 0, 0, tzinfo=UTC)  # 10:00:00 CEST
     second = datetime(2026, 9, 15, 8, 0, 5, tzinfo=UTC)
-    assert _rows(trace, "device_used_bytes") == [
+    assert metric_rows(trace, "device_used_bytes") == [
         (first, 0, None, 79102.0 * MiB),
         (first, 1, None, 4.0 * MiB),
         (second, 0, None, 4.0 * MiB),
         (second, 1, None, 4.0 * MiB),
     ]
-    assert _rows(trace, "process_used_bytes") == [(first, 0, 48211, 78000.0 * MiB)]
+    assert metric_rows(trace, "process_used_bytes") == [(first, 0, 48211, 78000.0 * MiB)]
     names = trace.events.filter(pl.col("kind") == "process")
     assert names.select("device", "pid", "detail").rows() == [(0, 48211, "python3")]
     (diag,) = trace.manifest.sources
@@ -69,5 +55,5 @@ def test_a_watch_is_a_series_and_processes_with_pids_are_read(tmp_path: Path) ->
 
 def test_a_paste_without_its_header_keeps_its_order(tmp_path: Path) -> None:
     rows = "".join(WATCHED.splitlines(keepends=True)[1:3])
-    trace = _ingest(tmp_path, "rows.txt", rows)
+    trace = ingest_report(tmp_path, "rows.txt", rows)
     assert trace.samples["ts"].null_count() == trace.samples.height == 5

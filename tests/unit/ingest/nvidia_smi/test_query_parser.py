@@ -11,32 +11,17 @@ import polars as pl
 
 from oomtrace.ingest import IngestOptions, ingest_paths, sniff
 from oomtrace.ingest.text.input_file import InputFile
-from oomtrace.trace import Trace
 from tests.factories import file_at
-
-DATA = Path(__file__).resolve().parents[3] / "data" / "nvidia_smi"
-MiB = 1 << 20
-MTIME = datetime(2026, 4, 1, 12, 0, tzinfo=UTC)
-
-
-def _ingest(tmp_path: Path, name: str, text: str | None = None, **options: object) -> Trace:
-    path = file_at(tmp_path / name, MTIME, text=text) if text else None
-    path = path or file_at(tmp_path / name, MTIME, copy_of=DATA / name)
-    return ingest_paths([path], IngestOptions(**options))  # type: ignore[arg-type]
-
-
-def _rows(trace: Trace, metric: str) -> list[tuple[object, ...]]:
-    frame = trace.samples.filter(pl.col("metric") == metric).sort("ts", "device", "pid")
-    return frame.select("ts", "device", "pid", "value").rows()
+from tests.unit.ingest.nvidia_smi.report_files import DATA, MTIME, MiB, ingest_report, metric_rows
 
 
 def test_a_driver_375_report_pasted_after_a_remark(tmp_path: Path) -> None:
     # https://github.com/paradoxxxzero/gnome-shell-system-monitor-applet/issues/356
-    trace = _ingest(tmp_path, "query-375-one-gpu.txt")
+    trace = ingest_report(tmp_path, "query-375-one-gpu.txt")
     at = datetime(2017, 8, 15, 16, 0, 35, tzinfo=UTC)
-    assert _rows(trace, "device_total_bytes") == [(at, 0, None, 1995.0 * MiB)]
-    assert _rows(trace, "device_used_bytes") == [(at, 0, None, 1934.0 * MiB)]
-    assert _rows(trace, "device_free_bytes") == [(at, 0, None, 61.0 * MiB)]
+    assert metric_rows(trace, "device_total_bytes") == [(at, 0, None, 1995.0 * MiB)]
+    assert metric_rows(trace, "device_used_bytes") == [(at, 0, None, 1934.0 * MiB)]
+    assert metric_rows(trace, "device_free_bytes") == [(at, 0, None, 61.0 * MiB)]
     # BAR1's Total/Used/Free are no device memory
     assert trace.samples.height == 3
     (diag,) = trace.manifest.sources
@@ -46,18 +31,18 @@ def test_a_driver_375_report_pasted_after_a_remark(tmp_path: Path) -> None:
 
 
 def test_a_loop_of_two_reports_on_two_gpus_with_processes(tmp_path: Path) -> None:
-    trace = _ingest(tmp_path, "query-535-loop-two-gpus.txt", tz="Europe/Berlin")
+    trace = ingest_report(tmp_path, "query-535-loop-two-gpus.txt", tz="Europe/Berlin")
     first = datetime(2026, 3, 30, 12, 2, 11, tzinfo=UTC)  # 14:02:11 CEST
     second = datetime(2026, 3, 30, 12, 2, 16, tzinfo=UTC)
-    assert _rows(trace, "device_used_bytes") == [
+    assert metric_rows(trace, "device_used_bytes") == [
         (first, 0, None, 72310.0 * MiB),
         (first, 1, None, 4.0 * MiB),
         (second, 0, None, 4.0 * MiB),
         (second, 1, None, 4.0 * MiB),
     ]
-    assert {r[3] for r in _rows(trace, "device_reserved_bytes")} == {527.0 * MiB}
+    assert {r[3] for r in metric_rows(trace, "device_reserved_bytes")} == {527.0 * MiB}
     # Xorg's memory is N/A: no sample, but its name is kept
-    assert _rows(trace, "process_used_bytes") == [(first, 0, 48211, 72290.0 * MiB)]
+    assert metric_rows(trace, "process_used_bytes") == [(first, 0, 48211, 72290.0 * MiB)]
     names = trace.events.filter(pl.col("kind") == "process").sort("ts")
     assert names.select("device", "pid", "detail").rows() == [
         (0, 48211, "VLLM::EngineCore"),
@@ -88,7 +73,7 @@ def test_a_report_without_its_timestamp_keeps_file_order_without_a_time(
         "GPU 00000000:01:00.0\n    FB Memory Usage\n        Total : 24576 MiB\n"
         "        Used : 23001 MiB\n        Free : 1575 MiB\n"
     )
-    trace = _ingest(tmp_path, "bare.txt", text)
+    trace = ingest_report(tmp_path, "bare.txt", text)
     used = trace.samples.filter(pl.col("metric") == "device_used_bytes")
     assert used["value"].to_list() == [23001.0 * MiB]
     assert used["ts"].to_list() == [None]
@@ -131,9 +116,9 @@ GPU 0:2:0
 
 
 def test_driver_270s_memory_usage_in_mb_is_device_memory(tmp_path: Path) -> None:
-    trace = _ingest(tmp_path, "q270.txt", DRIVER_270)
+    trace = ingest_report(tmp_path, "q270.txt", DRIVER_270)
     at = datetime(2011, 12, 5, 22, 32, tzinfo=UTC)
-    assert _rows(trace, "device_total_bytes") == [(at, 0, None, 5375.0 * MiB)]
-    assert _rows(trace, "device_used_bytes") == [(at, 0, None, 1904.0 * MiB)]
-    assert _rows(trace, "device_free_bytes") == [(at, 0, None, 3470.0 * MiB)]
+    assert metric_rows(trace, "device_total_bytes") == [(at, 0, None, 5375.0 * MiB)]
+    assert metric_rows(trace, "device_used_bytes") == [(at, 0, None, 1904.0 * MiB)]
+    assert metric_rows(trace, "device_free_bytes") == [(at, 0, None, 3470.0 * MiB)]
     assert "device memory figure that states no size" not in trace.manifest.sources[0].skipped

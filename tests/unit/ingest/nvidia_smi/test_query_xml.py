@@ -11,33 +11,18 @@ from pathlib import Path
 import polars as pl
 
 from oomtrace.ingest import IngestOptions, ingest_paths
-from oomtrace.trace import Trace
 from tests.factories import file_at
-
-DATA = Path(__file__).resolve().parents[3] / "data" / "nvidia_smi"
-MiB = 1 << 20
-MTIME = datetime(2026, 4, 1, 12, 0, tzinfo=UTC)
-
-
-def _ingest(tmp_path: Path, name: str, text: str | None = None, **options: object) -> Trace:
-    path = file_at(tmp_path / name, MTIME, text=text) if text else None
-    path = path or file_at(tmp_path / name, MTIME, copy_of=DATA / name)
-    return ingest_paths([path], IngestOptions(**options))  # type: ignore[arg-type]
-
-
-def _rows(trace: Trace, metric: str) -> list[tuple[object, ...]]:
-    frame = trace.samples.filter(pl.col("metric") == metric).sort("ts", "device", "pid")
-    return frame.select("ts", "device", "pid", "value").rows()
+from tests.unit.ingest.nvidia_smi.report_files import DATA, MTIME, MiB, ingest_report, metric_rows
 
 
 def test_a_driver_515_report_of_a_t4_with_two_processes(tmp_path: Path) -> None:
-    trace = _ingest(tmp_path, "query-xml-515-t4.xml")
+    trace = ingest_report(tmp_path, "query-xml-515-t4.xml")
     at = datetime(2023, 4, 24, 16, 22, 39, tzinfo=UTC)
-    assert _rows(trace, "device_total_bytes") == [(at, 0, None, 15360.0 * MiB)]
-    assert _rows(trace, "device_reserved_bytes") == [(at, 0, None, 388.0 * MiB)]
-    assert _rows(trace, "device_used_bytes") == [(at, 0, None, 1032.0 * MiB)]
-    assert _rows(trace, "device_free_bytes") == [(at, 0, None, 13939.0 * MiB)]
-    assert _rows(trace, "process_used_bytes") == [
+    assert metric_rows(trace, "device_total_bytes") == [(at, 0, None, 15360.0 * MiB)]
+    assert metric_rows(trace, "device_reserved_bytes") == [(at, 0, None, 388.0 * MiB)]
+    assert metric_rows(trace, "device_used_bytes") == [(at, 0, None, 1032.0 * MiB)]
+    assert metric_rows(trace, "device_free_bytes") == [(at, 0, None, 13939.0 * MiB)]
+    assert metric_rows(trace, "process_used_bytes") == [
         (at, 0, 675, 22.0 * MiB),
         (at, 0, 5762, 1005.0 * MiB),
     ]
@@ -53,25 +38,25 @@ def test_a_driver_515_report_of_a_t4_with_two_processes(tmp_path: Path) -> None:
 
 
 def test_the_time_is_local_time_read_in_the_zone_given(tmp_path: Path) -> None:
-    trace = _ingest(tmp_path, "query-xml-515-t4.xml", tz="America/New_York")
-    (ts,) = {r[0] for r in _rows(trace, "device_used_bytes")}
+    trace = ingest_report(tmp_path, "query-xml-515-t4.xml", tz="America/New_York")
+    (ts,) = {r[0] for r in metric_rows(trace, "device_used_bytes")}
     assert ts == datetime(2023, 4, 24, 20, 22, 39, tzinfo=UTC)  # 16:22:39 EDT
 
 
 def test_a_paste_cut_short_keeps_what_came_before_the_cut(tmp_path: Path) -> None:
     # cut after the fourth of five processes, inside the GPU's element
-    trace = _ingest(tmp_path, "query-xml-536-wddm-cut.xml")
-    assert [r[3] for r in _rows(trace, "device_used_bytes")] == [1128.0 * MiB]
-    assert [r[2] for r in _rows(trace, "process_used_bytes")] == [835, 1481, 2214, 4044]
+    trace = ingest_report(tmp_path, "query-xml-536-wddm-cut.xml")
+    assert [r[3] for r in metric_rows(trace, "device_used_bytes")] == [1128.0 * MiB]
+    assert [r[2] for r in metric_rows(trace, "process_used_bytes")] == [835, 1481, 2214, 4044]
     (diag,) = trace.manifest.sources
     assert any("cut short" in note for note in diag.lost)
     assert diag.lines_read == diag.lines_recognised + diag.lines_skipped
 
 
 def test_mig_instances_memory_is_set_aside_for_the_gpus_own(tmp_path: Path) -> None:
-    trace = _ingest(tmp_path, "query-xml-535-a100-mig.xml")
-    assert [r[3] for r in _rows(trace, "device_total_bytes")] == [81920.0 * MiB]
-    assert [r[3] for r in _rows(trace, "device_used_bytes")] == [50.0 * MiB]
+    trace = ingest_report(tmp_path, "query-xml-535-a100-mig.xml")
+    assert [r[3] for r in metric_rows(trace, "device_total_bytes")] == [81920.0 * MiB]
+    assert [r[3] for r in metric_rows(trace, "device_used_bytes")] == [50.0 * MiB]
     (diag,) = trace.manifest.sources
     assert diag.skipped["MIG instance's own memory (the GPU's is read)"].count == 4
 
@@ -81,9 +66,9 @@ def test_a_loop_of_reports_behind_a_prompt_is_a_series(tmp_path: Path) -> None:
     two = one.replace("Mon Apr 24 16:22:39 2023", "Mon Apr 24 16:22:44 2023").replace(
         "<used>1032 MiB</used>", "<used>4 MiB</used>"
     )
-    trace = _ingest(tmp_path, "smi.xml", text="$ nvidia-smi -q -x -l 5\n" + one + two)
+    trace = ingest_report(tmp_path, "smi.xml", text="$ nvidia-smi -q -x -l 5\n" + one + two)
     at = datetime(2023, 4, 24, 16, 22, 39, tzinfo=UTC)
-    assert _rows(trace, "device_used_bytes") == [
+    assert metric_rows(trace, "device_used_bytes") == [
         (at, 0, None, 1032.0 * MiB),
         (at.replace(second=44), 0, None, 4.0 * MiB),
     ]
