@@ -4,6 +4,7 @@ of a setting, and the constructors (:mod:`oomtrace.analysis.remedies` says what 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,6 +12,7 @@ from oomtrace.analysis.evidence import Scalar
 from oomtrace.analysis.findings import ClassCheck, Incident, Remedy
 from oomtrace.analysis.kvmodel import KVModel
 from oomtrace.analysis.limits import LimitReplay
+from oomtrace.units import format_bytes
 
 # vLLM refuses a --gpu-memory-utilization above 1; one this close to it leaves nothing for the
 # CUDA context and other processes, so a remedy never proposes more.
@@ -148,4 +150,32 @@ def set_utilisation(
         basis="budget",
         detail=detail,
         figures={"gpu_memory_utilization": share, **(figures or {})},
+    )
+
+
+def lower_share_by(
+    incident: Incident, check: ClassCheck, facts: RemedyFacts, short: int, total: int, what: str
+) -> Remedy | None:
+    """Where the log does not state the engine's share of the device: by how much to lower it so
+    that ``what``, which lacked ``short`` bytes of the ``total`` device, finds room (that share of
+    the device and 1 % for the allocator, rounded up to the hundredth the flag takes); None
+    where that is the whole device."""
+    by = math.ceil((short / total + 0.01) * 100) / 100
+    if by >= 1:
+        return None
+    name = facts.flag("--gpu-memory-utilization")
+    return remedy(
+        incident,
+        check,
+        f"lower {name} by {by:.2f} or more{facts.elsewhere('--gpu-memory-utilization')}",
+        setting=name,
+        value=None,
+        basis="budget",
+        detail=(
+            f"{what} lacked {format_bytes(short)}, {short / total:.1%} of the "
+            f"{format_bytes(total)} device (and 1 % for the allocator): a share that much "
+            "smaller leaves it room, at the cost of as much KV cache; the log does not state the "
+            "current share, so no value is computed"
+        ),
+        figures={"lacked_bytes": short, "share_decrease": by},
     )

@@ -39,7 +39,14 @@ import math
 import re
 
 from oomtrace.analysis.findings import ClassCheck, Incident, Remedy
-from oomtrace.analysis.remedy_base import RemedyFacts, as_float, as_int, remedy, set_utilisation
+from oomtrace.analysis.remedy_base import (
+    RemedyFacts,
+    as_float,
+    as_int,
+    lower_share_by,
+    remedy,
+    set_utilisation,
+)
 from oomtrace.units import format_bytes
 
 # TGI's warm-up refusal, as the TGI reader words it (oomtrace/ingest/torch/tgi_log.py):
@@ -253,26 +260,9 @@ def _share(
                 )
             ]
     if not share and total and wanted is not None and free is not None and wanted > free:
-        # the share is not stated: lower it by what the allocation lacked of the device and 1 %
-        # for the allocator, rounded up to the hundredth the flag takes
-        by = math.ceil(((wanted - free) / total + 0.01) * 100) / 100
-        if by < 1:
-            return [
-                remedy(
-                    incident,
-                    check,
-                    f"lower {name} by {by:.2f} or more"
-                    f"{facts.elsewhere('--gpu-memory-utilization')}",
-                    setting=name,
-                    value=None,
-                    basis="budget",
-                    detail=f"{what} lacked {format_bytes(wanted - free)} of the "
-                    f"{format_bytes(total)} device; a share that much smaller leaves it that "
-                    "room, at the cost of as much KV cache; the log does not state the current "
-                    "share, so no value is computed",
-                    figures={"lacked_bytes": wanted - free, "share_decrease": by},
-                )
-            ]
+        lowered = lower_share_by(incident, check, facts, wanted - free, total, what)
+        if lowered is not None:
+            return [lowered]
     stated = f" from {share:.2f}" if share else ""
     missing = (
         "the log states no figure to compute a value from"

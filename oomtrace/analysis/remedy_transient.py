@@ -12,6 +12,7 @@ from oomtrace.analysis.remedy_base import (
     RemedyFacts,
     as_float,
     as_int,
+    lower_share_by,
     remedy,
     set_flag,
     set_utilisation,
@@ -144,31 +145,13 @@ def _lacked(incident: Incident, check: ClassCheck) -> tuple[int, int, int] | Non
 
 def _headroom(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> Remedy | None:
     """Where the log does not state the engine's share of the device: by how much to lower it
-    so that the allocation that failed finds room (what it lacked as a share of the device, and
-    1 % for the allocator), rounded up to the hundredth the flag takes."""
+    so that the allocation that failed finds room."""
     lacked = _lacked(incident, check)
     if lacked is None:
         return None
     wanted, short, total = lacked
-    by = math.ceil((short / total + 0.01) * 100) / 100
-    if by >= 1:
-        return None
-    name = facts.flag("--gpu-memory-utilization")
-    others = facts.elsewhere("--gpu-memory-utilization")
-    return remedy(
-        incident,
-        check,
-        f"lower {name} by {by:.2f} or more{others}",
-        setting=name,
-        value=None,
-        basis="budget",
-        detail=(
-            f"the allocation of {format_bytes(wanted)} lacked {format_bytes(short)}, "
-            f"{short / total:.1%} of the {format_bytes(total)} device (and 1 % for the "
-            "allocator): a share that much smaller leaves the step room, at the cost of as "
-            "much KV cache; the log does not state the current share, so no value is computed"
-        ),
-        figures={"lacked_bytes": short, "share_decrease": by},
+    return lower_share_by(
+        incident, check, facts, short, total, f"the allocation of {format_bytes(wanted)}"
     )
 
 
