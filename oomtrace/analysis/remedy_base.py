@@ -23,7 +23,8 @@ COSTLY_QUEUE_S = 60.0
 
 
 # Each engine's spelling of the settings a remedy changes (vLLM's ``vllm serve --help``,
-# SGLang's ``python -m sglang.launch_server --help``); vLLM's where an engine is not known.
+# SGLang's ``python -m sglang.launch_server --help``, TGI's ``text-generation-launcher --help``,
+# ``trtllm-serve --help``, ``llama-server --help``); vLLM's where an engine is not known.
 FLAGS: dict[str, dict[str, str]] = {
     "vllm": {},
     "sglang": {
@@ -32,6 +33,43 @@ FLAGS: dict[str, dict[str, str]] = {
         "--max-model-len": "--context-length",
         "--gpu-memory-utilization": "--mem-fraction-static",
     },
+    "tgi": {
+        "--max-num-seqs": "--max-batch-size",
+        "--max-num-batched-tokens": "--max-batch-prefill-tokens",
+        "--max-model-len": "--max-total-tokens",
+        "--gpu-memory-utilization": "--cuda-memory-fraction",
+        "--tensor-parallel-size": "--num-shard",
+    },
+    "tensorrt-llm": {
+        "--max-num-seqs": "--max_batch_size",
+        "--max-num-batched-tokens": "--max_num_tokens",
+        "--max-model-len": "--max_seq_len",
+        "--gpu-memory-utilization": "--kv_cache_free_gpu_memory_fraction",
+        "--tensor-parallel-size": "--tp_size",
+    },
+    "llama.cpp": {
+        "--max-num-seqs": "-np",
+        "--max-num-batched-tokens": "-b",
+        "--max-model-len": "-c",
+        "--gpu-memory-utilization": "-ngl",
+    },
+    # Ollama takes its server's settings from the environment (``ollama serve --help``), a
+    # model's from its parameters (``num_gpu``: the layers on the device)
+    "ollama": {
+        "--max-num-seqs": "OLLAMA_NUM_PARALLEL",
+        "--max-model-len": "OLLAMA_CONTEXT_LENGTH",
+        "-c": "OLLAMA_CONTEXT_LENGTH",
+        "--gpu-memory-utilization": "num_gpu",
+    },
+}
+# Engines whose setting in place of ``--gpu-memory-utilization`` is no share of the whole device:
+# TensorRT-LLM's ``free_gpu_memory_fraction`` is a share of what the weights and buffers leave,
+# llama.cpp's ``-ngl`` a count of layers. A share computed for the device is not theirs to take.
+NO_DEVICE_SHARE: dict[str, str] = {
+    "tensorrt-llm": "its fraction is of the memory the weights and buffers leave free, not of "
+    "the device, so no value is computed from the device's figures",
+    "llama.cpp": "it counts the layers kept on the device; fewer keep the rest in host memory",
+    "ollama": "it counts the layers kept on the device; fewer keep the rest in host memory",
 }
 
 
@@ -56,6 +94,12 @@ class RemedyFacts:
     def flag(self, name: str) -> str:
         """The engine's own spelling of a vLLM flag."""
         return FLAGS.get(self.engine or "vllm", {}).get(name, name)
+
+    @property
+    def no_share(self) -> str | None:
+        """Why the engine's setting for its share of the device takes no share of the device
+        (None where it does)."""
+        return NO_DEVICE_SHARE.get(self.engine or "vllm")
 
     def elsewhere(self, name: str) -> str:
         """The other engines' spelling of a vLLM flag, in parentheses after it, where the inputs
@@ -138,7 +182,10 @@ def set_utilisation(
     suffix: str = "",
     figures: dict[str, Any] | None = None,
 ) -> Remedy:
-    """A remedy that sets the engine's share of the device (to two decimals, as vLLM takes it)."""
+    """A remedy that sets the engine's share of the device (to two decimals, as vLLM takes it);
+    one that lowers its setting, with no value, where that setting is no share of the device."""
+    if facts.no_share:
+        return _lower_no_share(incident, check, facts, detail)
     return set_flag(
         incident,
         check,
@@ -163,6 +210,9 @@ def lower_share_by(
     by = math.ceil((short / total + 0.01) * 100) / 100
     if by >= 1:
         return None
+    if facts.no_share:
+        what_lacked = f"{what} lacked {format_bytes(short)} of the {format_bytes(total)} device"
+        return _lower_no_share(incident, check, facts, what_lacked)
     name = facts.flag("--gpu-memory-utilization")
     return remedy(
         incident,
@@ -178,4 +228,19 @@ def lower_share_by(
             "current share, so no value is computed"
         ),
         figures={"lacked_bytes": short, "share_decrease": by},
+    )
+
+
+def _lower_no_share(incident: Incident, check: ClassCheck, facts: RemedyFacts, why: str) -> Remedy:
+    """Lower the engine's setting in place of vLLM's share of the device, with no value: that
+    setting takes no share of the device (:data:`NO_DEVICE_SHARE` says why)."""
+    name = facts.flag("--gpu-memory-utilization")
+    return remedy(
+        incident,
+        check,
+        f"lower {name}",
+        setting=name,
+        value=None,
+        basis="budget",
+        detail=f"{why}; {name}: {facts.no_share}",
     )

@@ -55,6 +55,8 @@ _OLLAMA_LINES: Final = (
     r"GPUs|evaluating|new model will fit|loaded runners|waiting for llama runner|llama runner "
     r"started)"
 )
+# What marks Ollama's log (its runner's llama.cpp lines aside): the engine a remedy names.
+OLLAMA_MARKERS: Final = _OLLAMA_LINES + r'|\bmsg="?offload(?: to \w+"| library=\w+) '
 # Lines only llama.cpp prints (model loading, the server's start), for sniffing a log whose
 # allocation failure is beyond the head.
 MARKERS: Final = re.compile(

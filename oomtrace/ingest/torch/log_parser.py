@@ -90,6 +90,21 @@ _ENGINE_SHAPES = re.compile(
     r"|\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d{3})?(?: [A-Z][A-Z_]*\d+)*\] "  # SGLang
     r"(?:Decode batch|Prefill batch|server_args=|Load weight|KV Cache is allocated)"
 )
+# The engines whose own lines this parser recognises, each by what only it prints: the trace's
+# engine is the one with the most such lines (Ollama's wherever it has any: its runner prints
+# llama.cpp's), so that a remedy names that engine's own settings.
+_ENGINES: Final = (
+    ("ollama", llamacpp_log.OLLAMA_MARKERS),
+    ("tgi", rf"{tgi_log.LINES}|text_generation_(?:launcher|router)\b"),
+    ("tensorrt-llm", trtllm_log.MARKERS),
+    (
+        "llama.cpp",
+        (
+            f"{llamacpp_log.MARKERS.pattern}|{llamacpp_slots.MARKERS}|{llamacpp_log.KV_SNIFF}|"
+            f"{llamacpp_log.STARTUP}|ggml_(?:backend_cuda_buffer_type_alloc_buffer|gallocr)"
+        ),
+    ),
+)
 _NOT_RELEVANT = "no out-of-memory message (not relevant)"
 # A record's first line: a log's, or the kernel's (``kernel: NVRM: ...``, journald's ``-o cat``),
 # whose lines of one width are no folded record.
@@ -143,6 +158,7 @@ class _Acc:
         self.untimed = False
         self.durations = False
         self.tables: list[ParseResult] = []
+        self.engine_lines = dict.fromkeys((name for name, _ in _ENGINES), 0)
 
     def add(self, lines: pl.Series, arrival: pl.Series | None = None) -> None:
         raw = lines
@@ -163,6 +179,8 @@ class _Acc:
         if known.len():
             self.first_ts = self.first_ts or known[0]
             self.last_ts = known[-1]
+        for name, marks in _ENGINES:
+            self.engine_lines[name] += int(lines.str.contains(marks).sum())
         self.durations = self.durations or bool(lines.str.contains(llamacpp_log.RELATIVE).any())
         if raw.str.contains(_TABLE_HEAD, literal=True).any():
             # an nvidia-smi table printed inside the log (TGI's `--env` report): its lines are
@@ -221,6 +239,7 @@ class _Acc:
             events=pl.concat(found, how="diagonal_relaxed") if found else None,
             samples=samples if samples.height else None,
             clock=self._clock(),
+            engine=self._engine(),
             engine_config=config,
         )
         if self.untimed:
@@ -260,6 +279,14 @@ class _Acc:
             first_line(kept["text"]),
         )
         return kept.filter(pl.col("ts").is_not_null())
+
+    def _engine(self) -> dict[str, object]:
+        """The engine whose own lines the log holds (:data:`_ENGINES`); none where it holds
+        none (a script's stdout, a PyTorch message pasted alone)."""
+        if self.engine_lines["ollama"]:
+            return {"name": "ollama"}
+        lines, name = max((n, name) for name, n in self.engine_lines.items())
+        return {"name": name} if lines else {}
 
     def _clock(self) -> dict[str, object]:
         clock: dict[str, object] = {}

@@ -91,20 +91,18 @@ def test_an_allocation_on_a_full_device_is_the_last_straw_not_the_cause(tmp_path
     assert "lacked 520.06 MiB" in fix.detail
 
 
-def test_the_headroom_fix_names_each_engines_share_where_no_engine_is_named(
+def test_the_headroom_fix_names_tgis_own_share_where_its_lines_name_tgi(
     tmp_path: Path,
 ) -> None:
-    # GIVEN TGI's warm-up OOM read by the PyTorch-log reader, which names no engine
+    # GIVEN TGI's warm-up OOM read by the PyTorch-log reader, which names the engine from
+    # TGI's own lines (its shard's and launcher's)
     findings = _findings(tmp_path, "tgi-2301.log", TGI_2301)
     primary = findings.primary
     assert primary is not None
     assert primary.reason.startswith("the device was full: 46.35 GiB of 47.53 GiB in use")
-    # THEN the share is named in every engine's spelling: 2.75 GiB lacked of 47.53 GiB
+    # THEN the share is named in TGI's spelling alone: 2.75 GiB lacked of 47.53 GiB
     (fix,) = findings.remedies
-    assert fix.action == (
-        "lower --gpu-memory-utilization by 0.07 or more "
-        "(SGLang: --mem-fraction-static; TGI: --cuda-memory-fraction)"
-    )
+    assert fix.action == "lower --cuda-memory-fraction by 0.07 or more"
 
 
 def test_an_allocation_larger_than_the_device_asks_what_made_it(tmp_path: Path) -> None:
