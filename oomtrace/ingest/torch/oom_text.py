@@ -30,6 +30,8 @@ process the message lists. The message layouts (``docs/formats/pytorch.md``):
   memory``, the 2.14 ``preemptively rejected`` form, and PyTorch 0.x's ``cuda runtime error (2) :
   out of memory`` (``THCudaCheck FAIL ... error=2``): an ``oom`` event whose sizes are null,
   never 0;
+* ``headless``: a message of either layout whose head ("CUDA out of memory. ") a paste or a
+  wrapped record lost, from ``Tried to allocate`` on, read as its layout;
 * ``cut``: a message of either layout cut short where it was pasted (a title, a truncated
   excerpt: ``... Tried to allocate 616.00 MiB. GPU 0 has a total capaci``): the requested size
   and the device it states, the rest null.
@@ -94,8 +96,10 @@ _OLD_NAMES: Final = [
     "allowed_n", "allowed_u", "reserved_n", "reserved_u",
 ]  # fmt: skip
 
+# A paste or a wrapped record may begin mid-message, at "Tried to allocate": the sentence that
+# follows ("GPU d has a total capacity of T") is PyTorch's alone, so the head is not required.
 _NEW: Final = (
-    r"out of memory\. Tried to allocate "
+    r"(?:out of memory\. )?Tried to allocate "
     + SIZE
     + r"\. "
     + _DEVICE_WORD
@@ -148,7 +152,7 @@ _XLA: Final = (
 # Cheap test that a line may hold an OOM (or a line of a multi-line one); parsers use it to pick
 # the lines worth keeping.
 PREFILTER: Final = (
-    r"out of memory|ALLOC_FAILED|preemptively rejected|total capacity; |"
+    r"out of memory|ALLOC_FAILED|preemptively rejected|total capacity; |has a total capac|"
     r"Out of memory while trying|buffer of size \d|NVML_SUCCESS == r|"
     + oom_backends.PREFILTER
     + "|"

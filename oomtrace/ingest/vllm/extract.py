@@ -45,6 +45,9 @@ L = TypeVar("L", ConfigLine, EventLine)
 
 OOM_LITERALS: Final = (
     "out of memory", "ALLOC_FAILED", "preemptively rejected", "NVML_SUCCESS == r",
+    # PyTorch's message without its head (a paste or a wrapped record that begins at "Tried to
+    # allocate"): its layouts' own words (oomtrace/ingest/torch/oom_text.py)
+    "has a total capac", "total capacity; ",
     # the lines after PyTorch's memory-fraction refusal (oomtrace/ingest/torch/oom_fraction.py),
     # each with a figure the refusal is read from
     "Currently allocated", "Requested      ", "Device limit", "Free (according to CUDA)",
