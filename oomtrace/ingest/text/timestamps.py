@@ -9,7 +9,10 @@ PyTorch-log parser. Forms, in order of preference when a line carries several:
    ``ClockOptions.tz`` (UTC unless told), an assumption the parser records;
 3. syslog ``Mon DD HH:MM:SS`` (journald, no year): the year is ``ClockOptions.year`` or that of
    the file's modification time, one year earlier for dates after it (a New Year inside the
-   file).
+   file);
+4. glog's ``LMMDD HH:MM:SS.ffffff`` (Triton's ``E0306 16:40:07.708802``) and PyTorch's c10
+   logging, which leaves the month unpadded (``[W812 16:00:28.643448608 ...]``: August 12): no
+   year, completed as syslog's is, in ``ClockOptions.tz``.
 
 Only the start of a line is searched (:data:`SEARCH_CHARS` characters, ANSI colour codes removed)
 so that a date quoted inside a message is not taken for the line's time.
@@ -39,6 +42,11 @@ SLASHED: Final = r"\[(?<um>\d{2})/(?<ud>\d{2})/(?<uy>\d{4})-(?<utime>\d{2}:\d{2}
 SYSLOG: Final = (
     r"(?:^|[^A-Za-z])(?<mon>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) {1,2}(?<day>\d{1,2}) "
     r"(?<stime>\d{2}:\d{2}:\d{2})(?:[^0-9]|$)"
+)
+# glog's and c10's level letter, month and day (the month unpadded in c10's), time, fraction.
+GLOG: Final = (
+    r"(?:^|[\[\s:])[IWEF](?<gm>0?[1-9]|1[0-2])(?<gd>0[1-9]|[12]\d|3[01]) "
+    r"(?<gtime>\d{2}:\d{2}:\d{2})(?:\.(?<gfrac>\d{1,9}))?\s"
 )
 _MONTHS: Final = {
     m: f"{i:02d}"
@@ -120,15 +128,25 @@ def line_stamps(
     iso = naive(pl.col("date"), pl.col("time"), pl.col("frac"))
     zoned = with_offset(iso, pl.col("zone"))
     zoneless = localize(iso, tz)
+    glog = frame.select(pl.col("h").str.extract_groups(GLOG)).unnest("h")
+    if glog.select(pl.col("gm").is_not_null().any()).item():
+        frame = pl.concat([frame, glog], how="horizontal").with_columns(
+            mon=pl.coalesce("mon", pl.col("gm").str.zfill(2)),
+            day=pl.coalesce("day", "gd"),
+            stime=pl.coalesce("stime", "gtime"),
+            sfrac=pl.when(pl.col("stime").is_null()).then(pl.col("gfrac")),
+        )
+    else:
+        frame = frame.with_columns(sfrac=pl.lit(None, pl.String))
     syslog_year = year if year is not None else (anchor.year if anchor is not None else None)
     if syslog_year is None:
         syslog = pl.lit(None, dtype=TS)
     else:
-        month = pl.col("mon").replace_strict(_MONTHS, default=None, return_dtype=pl.String)
+        month = pl.col("mon").replace(_MONTHS)
         date = pl.concat_str(
             [pl.lit(f"{syslog_year}-"), month, pl.lit("-"), pl.col("day").str.zfill(2)]
         )
-        syslog = localize(naive(date, pl.col("stime")), tz)
+        syslog = localize(naive(date, pl.col("stime"), pl.col("sfrac")), tz)
         if year is None and anchor is not None:
             late = syslog > pl.lit(anchor).dt.cast_time_unit("ns") + pl.duration(days=1)
             syslog = pl.when(late).then(syslog.dt.offset_by("-1y")).otherwise(syslog)

@@ -301,7 +301,8 @@ class _Acc:
             clock.update(year_assumed=not year_given)
             if not year_given:
                 self.diag.note(
-                    "syslog timestamps carry no year: taken from the file's modification time "
+                    "year-less timestamps (syslog's, glog's) carry no year: taken from the file's "
+                    "modification time "
                     "(a date after it belongs to the year before); pass --year to set it"
                 )
         return clock

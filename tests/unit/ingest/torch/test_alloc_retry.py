@@ -54,12 +54,27 @@ def test_a_streak_per_device_and_the_oom_that_follows_stays_one(tmp_path: Path) 
         "allocated by PyTorch, and 1.20 GiB is reserved by PyTorch but unallocated.\n"
     )
     trace = _ingest(tmp_path, "".join(lines))
-    assert _kinds(trace) == [
-        ("warning", 1, 41943040, 9437184),
-        ("warning", 0, 2097152, 1048576),
+    # (all at the warnings' one printed time: the order among them is no statement)
+    assert sorted(_kinds(trace)) == [
         ("oom", 0, 2 * MiB, 1 * MiB),
+        ("warning", 0, 2097152, 1048576),
+        ("warning", 1, 41943040, 9437184),
     ]
-    assert "3 times" in trace.events["detail"][0]
+    streak = trace.events.filter(pl.col("device") == 1)
+    assert "3 times" in streak["detail"][0]
+
+
+def test_the_warnings_own_time_is_read_without_a_year(tmp_path: Path) -> None:
+    # c10's logging prints "[W812 16:00:28.643448608 ...]": August 12, no year, the month
+    # unpadded; the year is the file's (its modification time, MTIME), the zone UTC unless told
+    lines = WARNING.format(device=1, size=20971520, free=15794176) + WARNING.replace(
+        "16:00:28.643448608", "16:00:31.000000001"
+    ).format(device=1, size=41943040, free=9437184)
+    trace = _ingest(tmp_path, lines)
+    assert trace.events["ts"].to_list() == [datetime(2026, 8, 12, 16, 0, 28, 643448, tzinfo=UTC)]
+    (diag,) = trace.manifest.sources
+    assert any("year-less timestamps" in note for note in diag.notes)
+    assert trace.manifest.clock["year_assumed"] is True
 
 
 def test_tensorflows_retries_are_one_warning(tmp_path: Path) -> None:
