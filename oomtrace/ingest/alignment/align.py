@@ -34,6 +34,7 @@ from oomtrace.ingest.alignment.moments import Moments, concat, moments_of
 from oomtrace.ingest.alignment.shift import record_alignment, shift_result
 from oomtrace.ingest.parser_api import ClockOptions, ParseResult
 from oomtrace.ingest.text.input_file import InputFile
+from oomtrace.ingest.text.timestamps import tz_hint
 from oomtrace.ingest.trace_merge import Parsed, source_clock
 from oomtrace.isotime import iso_time
 
@@ -180,11 +181,16 @@ def _unaligned(item: _Input, inference: Inference, joined: list[_Input]) -> None
     remedy = [
         o for o, free in (("--year YEAR", item.year_free), ("--tz ZONE", item.zone_free)) if free
     ]
+    # another input that states the host's offset in its zoned lines names the zone to pass
+    offsets = {i.result.clock.get("stated_offset") for i in joined} - {None}
+    hint = ""
+    if item.zone_free and len(offsets) == 1:
+        hint = tz_hint(next(iter(offsets)), f"the zoned lines of {', '.join(names)}")
     item.set(
         status="unaligned",
         aligned_with=names,
         reason=_reason(item, inference, joined),
-        remedy=f"pass {' and/or '.join(remedy)} to place it",
+        remedy=f"pass {' and/or '.join(remedy)} to place it{hint}",
         score=round(inference.score, 2),
         evidence=list(inference.evidence) or None,
     )

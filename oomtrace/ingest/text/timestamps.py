@@ -63,10 +63,15 @@ class StampForms:
     zoned: int = 0
     zoneless: int = 0
     syslog: int = 0
+    # the UTC offsets the zoned times state other than UTC's own (``+01:00``), as printed
+    offsets: frozenset[str] = frozenset()
 
     def __add__(self, other: StampForms) -> StampForms:
         return StampForms(
-            self.zoned + other.zoned, self.zoneless + other.zoneless, self.syslog + other.syslog
+            self.zoned + other.zoned,
+            self.zoneless + other.zoneless,
+            self.syslog + other.syslog,
+            self.offsets | other.offsets,
         )
 
 
@@ -165,7 +170,32 @@ def line_stamps(
         .then(pl.lit("syslog")),
     )
     counts = dict(out.group_by("_form").len().drop_nulls("_form").iter_rows())
+    zones = frame.get_column("zone").drop_nulls().unique()
     forms = StampForms(
-        int(counts.get("zoned", 0)), int(counts.get("zoneless", 0)), int(counts.get("syslog", 0))
+        int(counts.get("zoned", 0)),
+        int(counts.get("zoneless", 0)),
+        int(counts.get("syslog", 0)),
+        frozenset(_offset_text(z) for z in zones if z != "Z" and _offset_text(z) != "+00:00"),
     )
     return out["ts"], forms
+
+
+def _offset_text(zone: str) -> str:
+    """``+0100`` or ``+01:00`` as ``+01:00``."""
+    digits = zone.replace(":", "")
+    return f"{digits[:3]}:{digits[3:5]}"
+
+
+def tz_hint(offset: object, whose: str = "the zoned lines") -> str:
+    """What to pass as ``--tz`` where another line or input states the host's UTC offset
+    (``+01:00``): ``"; its zoned lines state UTC+01:00: --tz Etc/GMT-1 where the host kept that
+    offset"``; "" where none is stated. IANA's ``Etc/GMT`` zones invert the sign, and exist for
+    whole hours only (a half-hour offset is named, with no zone to pass)."""
+    if not isinstance(offset, str) or len(offset) != 6:
+        return ""
+    said = f"; {whose} state UTC{offset}"
+    hours, minutes = int(offset[1:3]), int(offset[4:6])
+    if minutes:
+        return f"{said}: pass the IANA zone the host ran in"
+    inverted = "-" if offset[0] == "+" else "+"
+    return f"{said}: --tz Etc/GMT{inverted}{hours} where the host kept that offset"

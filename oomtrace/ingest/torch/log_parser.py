@@ -40,7 +40,7 @@ from oomtrace.ingest.nvidia_smi import table_parser
 from oomtrace.ingest.parser_api import ParseContext, ParseResult
 from oomtrace.ingest.text.input_file import InputFile, first_line
 from oomtrace.ingest.text.split_records import LOG_RECORD_START, find_split_records
-from oomtrace.ingest.text.timestamps import StampForms, line_stamps
+from oomtrace.ingest.text.timestamps import StampForms, line_stamps, tz_hint
 from oomtrace.ingest.torch import (
     alloc_retry,
     gpu_xid,
@@ -159,11 +159,14 @@ class _Acc:
         self.durations = False
         self.tables: list[ParseResult] = []
         self.engine_lines = dict.fromkeys((name for name, _ in _ENGINES), 0)
+        self.own_offset: str | None = None
 
     def add(self, lines: pl.Series, arrival: pl.Series | None = None) -> None:
         raw = lines
         lines = find_split_records(lines, starts=_RECORD_START, opens=OOM_SHAPES).lines
         stamps, forms = line_stamps(lines, self.tz, self.ctx.clock.year, self.ctx.mtime)
+        if self._own_zone(forms):
+            stamps, forms = line_stamps(lines, self.tz, self.ctx.clock.year, self.ctx.mtime)
         self.forms += forms
         first = self.lines_seen + 1
         self.lines_seen += lines.len()
@@ -280,6 +283,21 @@ class _Acc:
         )
         return kept.filter(pl.col("ts").is_not_null())
 
+    def _own_zone(self, forms: StampForms) -> bool:
+        """Where no ``--tz`` was given and the log's first chunk holds times without a zone
+        beside zoned ones that all state one whole-hour offset (journald's prefix over Ollama's
+        ``time=...+01:00``), the zone-less ones are the same host's clock: read at that offset."""
+        if self.ctx.clock.tz is not None or self.lines_seen or self.own_offset is not None:
+            return False
+        if not (forms.syslog or forms.zoneless) or len(forms.offsets) != 1:
+            return False
+        offset = next(iter(forms.offsets))
+        if offset[4:] != "00":
+            return False
+        self.own_offset = offset
+        self.tz = f"Etc/GMT{'-' if offset[0] == '+' else '+'}{int(offset[1:3])}"
+        return True
+
     def _engine(self) -> dict[str, object]:
         """The engine whose own lines the log holds (:data:`_ENGINES`); none where it holds
         none (a script's stdout, a PyTorch message pasted alone)."""
@@ -290,11 +308,26 @@ class _Acc:
 
     def _clock(self) -> dict[str, object]:
         clock: dict[str, object] = {}
-        if self.forms.zoneless or self.forms.syslog:
+        if len(self.forms.offsets) == 1:
+            # the host's offset as the log's own zoned times state it (Ollama's "+01:00"): the
+            # zone a year-less kernel or journald time of the same host was printed in
+            clock["stated_offset"] = next(iter(self.forms.offsets))
+        if self.own_offset is not None and (self.forms.zoneless or self.forms.syslog):
+            clock.update(
+                tz=self.tz,
+                tz_assumed=False,
+                tz_source=f"the log's zoned lines (UTC{self.own_offset})",
+            )
+            self.diag.note(
+                f"timestamps without a zone are read at UTC{self.own_offset}, the offset this "
+                "log's zoned lines state (pass --tz with the host's zone if it differed)"
+            )
+        elif self.forms.zoneless or self.forms.syslog:
             clock.update(tz=self.tz, tz_assumed=self.ctx.clock.tz is None)
             if self.ctx.clock.tz is None:
                 self.diag.note(
-                    "timestamps without a zone are read as UTC (pass --tz with the host's zone)"
+                    "timestamps without a zone are read as UTC (pass --tz with the host's zone"
+                    f"{tz_hint(clock.get('stated_offset'))})"
                 )
         if self.forms.syslog:
             year_given = self.ctx.clock.year is not None
