@@ -67,7 +67,8 @@ CONFIDENCE: Final = 0.55
 _USED: Final = (
     f"{OOM_SHAPES}|{BUFFER_FAILURE}|{oom_phase.LINES}|{tgi_log.LINES}|{llamacpp_log.STARTUP}|"
     f"{GGML_DEVICE}|{host_kill.LINE}|{llamacpp_log.KV_FULL}|{oom_backends.NCCL_CALLOC}|"
-    f"{gpu_xid.LINE}|{alloc_retry.LINE}|{trtllm_log.LINES}|{llamacpp_slots.LINES}"
+    f"{gpu_xid.LINE}|{alloc_retry.LINE}|{trtllm_log.LINES}|{llamacpp_slots.LINES}|"
+    f"{oom_backends.GGML_LOAD}"
 )
 _KEEP: Final = (
     f"{PREFILTER}|{oom_phase.LINES}|Not enough memory to handle|{tgi_log.LINES}|"
@@ -76,7 +77,7 @@ _KEEP: Final = (
 )
 _SNIFF_OOM = re.compile(
     f"{OOM_SHAPES}|{BUFFER_FAILURE}|{tgi_log.WARMUP}|{host_kill.LINE}|{gpu_xid.LINE}|"
-    f"{alloc_retry.SNIFF}"
+    f"{alloc_retry.SNIFF}|{oom_backends.GGML_LOAD}"
 )
 # A server log this parser reads even when its head holds no failure.
 _SNIFF_SERVER = re.compile(

@@ -11,6 +11,8 @@ allocator of their own (``docs/formats/pytorch.md``, "Other allocation failures"
 * cudaMalloc's error 2 as Caffe2 (``CAFFE_ENFORCE``), TensorRT (its default allocator) and
   torch_memory_saver (SGLang's and verl's memory saver, ``cudaError error: 2 (out of memory)
   file=csrc/core.cpp func=resume``, fzyzcjy/torch_memory_saver issue 99) report it, with no size.
+* TensorRT's error-code form (``Error Code 2: OutOfMemory (...)``) and llama.cpp's loader
+  (``unable to allocate CUDA2 buffer``: the device from the backend's name), with no size.
 * NCCL (``src/include/alloc.h``, ``checks.h``): ``NCCL WARN Cuda failure 'out of memory'``
   (``Cuda failure 2 'out of memory'`` in later releases; the sentence is ``oom_text.NCCL_OOM``)
   behind NCCL's prefix ``host:pid:tid [cudaDev]``, whose bracket is the failing device; where the
@@ -37,10 +39,20 @@ CUDA_ERROR_2: Final = (
     r"error == cudaSuccess\. 2 vs 0\b|Cuda Error in [\w:]+: 2 \(out of memory\)|"
     r"\bcudaError error: 2 \(out of memory\)"
 )
+# TensorRT's builder and runtime logging a failed device allocation in their error-code form
+# ("[TRT] [E] 2: [virtualMemoryBuffer.cpp::resizePhysical::161] Error Code 2: OutOfMemory (no
+# further information)", ELS-RD/transformer-deploy issue 60).
+TENSORRT: Final = r"Error Code \d+: OutOfMemory \("
+# llama.cpp's model loader failing a backend buffer for the weights ("unable to allocate CUDA2
+# buffer", ``src/llama-model.cpp``; relayed by Ollama as the runner's last words, ollama issue
+# 9170): the device is the backend's index; a host buffer (``CUDA_Host``) is no device's.
+GGML_LOAD: Final = r"unable to allocate (?:CUDA|ROCm|Vulkan|SYCL)(\d+) buffer"
 # The failures without a stated size this module adds to the sizeless ones.
-SIZELESS: Final = f"{METAL}|{CUDA_ERROR_2}"
+# (GGML_LOAD is not among them: it repeats the failure of the allocating lines above it, where
+# they were printed; oom_text reads it only where they were not.)
+SIZELESS: Final = f"{METAL}|{CUDA_ERROR_2}|{TENSORRT}"
 # What a line must hold to be worth a closer look.
-PREFILTER: Final = f"{VULKAN}|{METAL}|Failed to CUDA calloc"
+PREFILTER: Final = f"{VULKAN}|{METAL}|Failed to CUDA calloc|{TENSORRT}|{GGML_LOAD}"
 
 
 def nccl_request(hits: pl.Expr) -> pl.Expr:

@@ -201,6 +201,11 @@ def extract_ooms(
         pl.col(text).alias("_t"),
         pl.col(text).shift(-1).alias("_next"),
         (told | pl.col(text).str.contains(_GGML)).alias("_told"),
+        # the loader's "unable to allocate CUDA0 buffer" after the buffer's own account
+        pl.any_horizontal(
+            pl.col(text).shift(n).str.contains(f"{_GGML}|{BUFFER_FAILURE}").fill_null(value=False)
+            for n in range(1, 4)
+        ).alias("_buffer_told"),
     ]
     if "pid" in lines.columns:
         keep.append(pl.col("pid").cast(pl.Int64, strict=False))
@@ -227,13 +232,17 @@ def extract_ooms(
     sized = pl.concat([f for f in found if f is not None] or [hits.clear()], how="diagonal_relaxed")
     sizeless = (
         anonymous.join(sized.select("_t").unique(), on="_t", how="anti")
-        .filter(pl.col("_t").str.contains(SIZELESS))
+        .filter(
+            pl.col("_t").str.contains(SIZELESS)
+            | (pl.col("_t").str.contains(oom_backends.GGML_LOAD) & ~pl.col("_buffer_told"))
+        )
         .with_columns(
-            _what=pl.col("_t").str.extract("(" + SIZELESS + ")", 1),
+            _what=pl.col("_t").str.extract(f"({SIZELESS}|{oom_backends.GGML_LOAD})", 1),
             device=pl.coalesce(
                 pl.col("_t").str.extract(r"(?:GPU|NPU|XPU|HPU|device):? (\d+)", 1),
                 pl.col("_next").str.extract(GGML_DEVICE, 1),
                 pl.col("_t").str.extract(oom_backends.NCCL_DEVICE, 1),
+                pl.col("_t").str.extract(oom_backends.GGML_LOAD, 1),
             ).cast(pl.Int32, strict=False),
             requested_bytes=bytes_expr(
                 pl.col("_t").str.extract(_CUT, 1), pl.col("_t").str.extract(_CUT, 2)
