@@ -24,13 +24,15 @@ cross-checks the two on whole commands, and a machine where numba misbehaves can
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
 import hashlib
 import logging
 import os
 import sys
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -102,8 +104,26 @@ def _engine_from_environment() -> Engine:
 def compiled_simulate() -> Callable[..., Any]:
     """:func:`oomtrace.replay.kernel.simulate` compiled (numba imported on the first call)."""
     if not _compiled:
-        _compiled.update(_compile())
+        with _collector_paused():
+            _compiled.update(_compile())
     return _compiled["simulate"]
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector paused, and what was made meanwhile frozen out of its
+    later passes. Importing numba and loading the kernel make about a hundred thousand objects
+    that live as long as the process: without the pause, the collector's full passes over them
+    (and over Polars' and NumPy's modules) cost a replay of a day about 0.2 CPU s and find
+    nothing (``gc.callbacks``, 2026-12)."""
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        if paused:
+            gc.enable()
 
 
 def grouper(
@@ -122,13 +142,14 @@ def warm_up() -> None:
     """Load the compiled functions (compile them into an empty cache) by running each once on a
     tiny input of the types a replay gives them: numba loads a function's code at its first
     call. A replay of a large trace does this in a thread while Polars reads the trace."""
-    simulate = compiled_simulate()
-    one = np.ones(1, dtype=np.int64)
-    limits = np.array([16, 0, 0, 0, -1, 0, 1], dtype=np.int64)  # see runner.limits_array
-    simulate(one - 1, one, one, one, one, one, 10, limits, one)
-    key = np.zeros(1, dtype=np.uint64)
-    ids, groups = _compiled["group_ids"](key, key)
-    _compiled["group_rows"](ids, groups, np.zeros(1, dtype=np.int8))
+    with _collector_paused():
+        simulate = compiled_simulate()
+        one = np.ones(1, dtype=np.int64)
+        limits = np.array([16, 0, 0, 0, -1, 0, 1], dtype=np.int64)  # see runner.limits_array
+        simulate(one - 1, one, one, one, one, one, 10, limits, one)
+        key = np.zeros(1, dtype=np.uint64)
+        ids, groups = _compiled["group_ids"](key, key)
+        _compiled["group_rows"](ids, groups, np.zeros(1, dtype=np.int8))
 
 
 @functools.cache

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 from typing import Any
 
@@ -61,3 +62,28 @@ def test_the_environment_overrides_the_choice_by_size(monkeypatch: pytest.Monkey
     monkeypatch.setenv("OOMTRACE_REPLAY_ENGINE", "fast")
     with pytest.raises(UsageError, match="OOMTRACE_REPLAY_ENGINE='fast'"):
         compiled.simulator(1)
+
+
+def test_loading_the_kernel_pauses_the_collector_and_freezes_what_it_made() -> None:
+    # GIVEN the cyclic collector running
+    assert gc.isenabled()
+    frozen = gc.get_freeze_count()
+    # WHEN objects are made while the kernel loads
+    with compiled._collector_paused():
+        assert not gc.isenabled()  # THEN no collection runs meanwhile
+        made = [[index] for index in range(100)]
+    # THEN it runs again afterwards, and leaves what was made (and all before) out of its passes
+    assert gc.isenabled()
+    assert gc.get_freeze_count() >= frozen + len(made)
+    gc.unfreeze()
+
+
+def test_a_collector_paused_by_the_caller_stays_paused() -> None:
+    gc.disable()
+    try:
+        with compiled._collector_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+        gc.unfreeze()
