@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import importlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import polars as pl
+import pytest
 from click.testing import CliRunner, Result
 
+import oomtrace.cli.replay
 from oomtrace.cli import cli
 from tests.factories import at
 from tests.unit.replay.helpers import lifecycle, trace_dir, trace_of
@@ -217,3 +221,17 @@ def test_the_commands_choices_are_the_librarys() -> None:
 
     assert POLICY_CHOICES == POLICIES
     assert TARGET_CHOICES == SEARCH_TARGETS
+
+
+def test_polars_allocator_is_asked_for_huge_pages_unless_the_user_configured_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # GIVEN no allocator setting: WHEN the command's module loads (before Polars is imported)
+    monkeypatch.delenv("_RJEM_MALLOC_CONF", raising=False)
+    importlib.reload(oomtrace.cli.replay)
+    # THEN Polars' jemalloc is told to back its buffers with transparent huge pages
+    assert os.environ["_RJEM_MALLOC_CONF"] == "thp:always"
+    # GIVEN a user's own setting: THEN it is left as it is
+    monkeypatch.setenv("_RJEM_MALLOC_CONF", "narenas:1")
+    importlib.reload(oomtrace.cli.replay)
+    assert os.environ["_RJEM_MALLOC_CONF"] == "narenas:1"
