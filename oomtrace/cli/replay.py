@@ -22,22 +22,52 @@ from oomtrace.cli._options import (
 if TYPE_CHECKING:
     from oomtrace.ingest import IngestOptions
 
-# Polars' allocator (jemalloc, configured by _RJEM_MALLOC_CONF when Polars loads: no command
-# module has loaded it yet) backs its large buffers with transparent huge pages where the kernel
-# offers them on request ("madvise", as NumPy already asks for its arrays): a replay of a day
-# first touches about 1.9 GB, and in 4 KiB pages that was about 500,000 page faults, a fifth of
-# its CPU time (kernel time 1.4-1.7 s, `/usr/bin/time -v`); with huge pages about 160,000. A
-# user's setting wins.
-os.environ.setdefault("_RJEM_MALLOC_CONF", "thp:always")
-
 # oomtrace.replay's POLICIES and SEARCH_TARGETS, repeated so that --help does not load the compiled
 # simulator (tests/unit/cli/test_replay.py checks they are the same).
 POLICY_CHOICES: Final = ("on-demand", "reserve")
 TARGET_CHOICES: Final = ("max-num-seqs", "max-num-batched-tokens", "kv-blocks")
+# Inputs of this many bytes or more are read with Polars' buffers in huge pages (see
+# huge_pages_for_large_inputs); a sample incident's few kilobytes are not.
+HUGE_PAGES_FROM: Final = 64 * 2**20
+
+
+def huge_pages_for_large_inputs(
+    ctx: click.Context, param: click.Parameter, inputs: tuple[Path, ...]
+) -> tuple[Path, ...]:
+    """Where the inputs hold :data:`HUGE_PAGES_FROM` bytes or more, Polars' allocator backs its
+    large buffers with transparent huge pages where the kernel offers them on request
+    ("madvise", as NumPy already asks for its arrays): Polars' own switch, ``POLARS_THP=1``, read
+    when Polars loads (no option read before this one loads it). A replay of a day first touches
+    about 1.9 GB: in 4 KiB pages that was about 515,000 page faults and 1.4-1.7 s of kernel time;
+    with huge pages about 160,000 faults and about 0.2 s less (`/usr/bin/time`, side by side on a
+    loaded 2-core machine, 2026-12). Small inputs keep the default: there huge pages only raised
+    the peak memory (a sample incident 140 -> 165 MiB). A user's setting wins."""
+    if _input_bytes(inputs) >= HUGE_PAGES_FROM:
+        os.environ.setdefault("POLARS_THP", "1")
+    return inputs
+
+
+def _input_bytes(paths: tuple[Path, ...]) -> int:
+    """The bytes of the files given, and of the files directly in the folders given (a trace
+    directory's tables); a path that cannot be read counts nothing (reading it says why)."""
+    total = 0
+    for path in paths:
+        try:
+            files = [f for f in path.iterdir() if f.is_file()] if path.is_dir() else [path]
+            total += sum(f.stat().st_size for f in files)
+        except OSError:
+            continue
+    return total
 
 
 @click.command("replay")
-@click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument(
+    "inputs",
+    nargs=-1,
+    required=True,
+    type=click.Path(path_type=Path),
+    callback=huge_pages_for_large_inputs,
+)
 @click.option(
     "--policy",
     type=click.Choice(POLICY_CHOICES),

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 from pathlib import Path
 from typing import Any
 
+import click
 import polars as pl
 import pytest
 from click.testing import CliRunner, Result
@@ -223,15 +223,23 @@ def test_the_commands_choices_are_the_librarys() -> None:
     assert TARGET_CHOICES == SEARCH_TARGETS
 
 
-def test_polars_allocator_is_asked_for_huge_pages_unless_the_user_configured_it(
-    monkeypatch: pytest.MonkeyPatch,
+def test_polars_allocator_is_asked_for_huge_pages_for_large_inputs_only(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    # GIVEN no allocator setting: WHEN the command's module loads (before Polars is imported)
-    monkeypatch.delenv("_RJEM_MALLOC_CONF", raising=False)
-    importlib.reload(oomtrace.cli.replay)
-    # THEN Polars' jemalloc is told to back its buffers with transparent huge pages
-    assert os.environ["_RJEM_MALLOC_CONF"] == "thp:always"
+    # GIVEN a trace directory whose tables hold 3,000 bytes, and no allocator setting
+    (tmp_path / "requests.parquet").write_bytes(b"x" * 2000)
+    (tmp_path / "samples.parquet").write_bytes(b"x" * 1000)
+    monkeypatch.delenv("POLARS_THP", raising=False)
+    huge_pages = oomtrace.cli.replay.huge_pages_for_large_inputs
+    # WHEN the command reads its inputs: THEN below the size the allocator is left as it is
+    monkeypatch.setattr(oomtrace.cli.replay, "HUGE_PAGES_FROM", 3001)
+    assert huge_pages(click.Context(cli), cli, (tmp_path,)) == (tmp_path,)
+    assert "POLARS_THP" not in os.environ
+    # and from the size on, Polars is asked to back its buffers with transparent huge pages
+    monkeypatch.setattr(oomtrace.cli.replay, "HUGE_PAGES_FROM", 3000)
+    huge_pages(click.Context(cli), cli, (tmp_path, tmp_path / "missing.log"))
+    assert os.environ["POLARS_THP"] == "1"
     # GIVEN a user's own setting: THEN it is left as it is
-    monkeypatch.setenv("_RJEM_MALLOC_CONF", "narenas:1")
-    importlib.reload(oomtrace.cli.replay)
-    assert os.environ["_RJEM_MALLOC_CONF"] == "narenas:1"
+    monkeypatch.setenv("POLARS_THP", "0")
+    huge_pages(click.Context(cli), cli, (tmp_path,))
+    assert os.environ["POLARS_THP"] == "0"
