@@ -56,8 +56,10 @@ COMPRESSION: Final = 8
 PIECES: Final = 4
 PIECE_BYTES: Final = CHUNK_BYTES
 # Scanned pieces that make up one chunk of the vectorised reader at most, where the lines they
-# leave it were copied out of them (scanned_chunk._lines). Measured (`oomtrace ingest` of
-# benchmarks/ingest_log.py's 1 GB log, 40 pieces): see CHANGELOG.
+# leave it were copied out of them (scanned_chunk._lines). Its work on a chunk costs per call far
+# more than per line (benchmarks/ingest_log.py's 1 GB log in 10 chunks: about 0.6 s of CPU in
+# build_records and extract, for 3,369 lines); more pieces to a chunk hold more request rows
+# until it is read (10: peak 494-525 MiB, 40: about 700).
 GROUP_PIECES: Final = 10
 
 
