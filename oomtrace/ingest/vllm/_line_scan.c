@@ -41,6 +41,9 @@
 
 #include <stdint.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 typedef int64_t i64;
 typedef const unsigned char *text_t;
@@ -290,24 +293,6 @@ static int header_at_colon(text_t b, i64 body, i64 c)
     return 0;
 }
 
-/* What line_records.UNUSUAL finds in b[body:stop]: an escape byte, Ray's `x across cluster]`,
- * or a vLLM header (`LEVEL MM-DD HH:MM:SS `), found at its first colon. */
-static int unusual(text_t b, i64 body, i64 stop)
-{
-    static const char across[] = "x across cluster]";
-    const i64 n = (i64)sizeof(across) - 1;
-    if (find_byte(b, body, stop, 27) >= 0)
-        return 1;
-    /* found at its "]" (a byte search: a few "]" in a line, most lines) */
-    for (i64 c = find_byte(b, body + n - 1, stop, 93); c >= 0; c = find_byte(b, c + 1, stop, 93))
-        if (b[c - 1] == 114 && is_at(b, c - n + 1, across, n))
-            return 1;
-    for (i64 c = find_byte(b, body, stop, 58); c >= 0; c = find_byte(b, c + 1, stop, 58))
-        if (c - body >= 14 && c + 7 <= stop && header_at_colon(b, body, c))
-            return 1;
-    return 0;
-}
-
 /* b[first:stop] is an id as the table's patterns take it whole, with nothing that could be
  * told apart another way: printable ASCII, no space or comma, no "ALLOC_FAILED". */
 static int plain_id(text_t b, i64 first, i64 stop)
@@ -349,58 +334,43 @@ static const i64 KEY_LENGTHS[] = {10, 1, 7, 8, 15};
 static const int KEY_ROWS[] = {R_MAX_TOKENS, R_N, R_BEST_OF, R_LOGPROBS, R_PROMPT_LOGPROBS};
 #define N_KEYS 5
 
-/* The values of the KEYS (`name=`, a word of its own, then digits or "None") in b[body:stop]
- * into their rows of `row`: the first where the params come first, else the last; -1 for null
- * (and where a key is not there). One pass: each "=" is looked at once. */
-static void read_params(text_t b, i64 body, i64 stop, int params_first, i64 *row)
+/* The "=" at k in b[body:stop] (the body's "="s come in order): where it ends one of the KEYS
+ * (`name=`, a word of its own, then digits or "None"), its value into the key's row of `row`:
+ * the first where the params come first, else the last; -1 for null. `found` holds a bit per
+ * key whose value was taken. */
+static void param_at(text_t b, i64 body, i64 stop, i64 k, int params_first, unsigned *found,
+                     i64 *row)
 {
-    for (int f = 0; f < N_KEYS; f++)
-        row[KEY_ROWS[f]] = -1;
-    unsigned found = 0; /* a bit per key: a value taken (where the first counts) */
-    for (i64 k = find_byte(b, body, stop, 61); k >= 0; k = find_byte(b, k + 1, stop, 61)) {
-        /* Only the keys that end in the two bytes before the "=" can be there (most words
-         * before an "=" end in none of them: ns, bs, n, f). */
-        int last = b[k - 1], first_key = 0, end_key = 0;
-        if (last == 115 && k - 2 >= body) {
-            if (b[k - 2] == 110) /* max_tokens */
-                first_key = 0, end_key = 1;
-            else if (b[k - 2] == 98) /* logprobs, prompt_logprobs */
-                first_key = 3, end_key = 5;
-        } else if (last == 110) { /* n */
-            first_key = 1, end_key = 2;
-        } else if (last == 102) { /* best_of */
-            first_key = 2, end_key = 3;
-        }
-        for (int f = first_key; f < end_key; f++) {
-            i64 start = k - KEY_LENGTHS[f];
-            if (start < body || (params_first && (found & (1u << f))))
-                continue;
-            /* the first byte before the call: most words before an "=" are none of these */
-            if (b[start] != KEYS[f][0] || !is_at(b, start, KEYS[f], KEY_LENGTHS[f]))
-                continue;
-            int c = b[start - 1];
-            if (start != body && (ALNUM(c) || c == 95))
-                continue;
-            i64 value = integer_at(b, k + 1, stop);
-            if (value != -2 || (k + 5 <= stop && IS_AT(b, k + 1, "None"))) {
-                row[KEY_ROWS[f]] = value != -2 ? value : -1;
-                found |= 1u << f;
-            }
-            break; /* the word before an "=" is one key at most */
-        }
+    /* Only the keys that end in the two bytes before the "=" can be there (most words before
+     * an "=" end in none of them: ns, bs, n, f). */
+    int last = b[k - 1], first_key = 0, end_key = 0;
+    if (last == 115 && k - 2 >= body) {
+        if (b[k - 2] == 110) /* max_tokens */
+            first_key = 0, end_key = 1;
+        else if (b[k - 2] == 98) /* logprobs, prompt_logprobs */
+            first_key = 3, end_key = 5;
+    } else if (last == 110) { /* n */
+        first_key = 1, end_key = 2;
+    } else if (last == 102) { /* best_of */
+        first_key = 2, end_key = 3;
     }
-}
-
-/* Where the first `prompt_token_ids: ` in b[start:stop] starts, -1 when there is none. Found
- * at its colon, a byte search (most records hold a few colons). */
-static i64 token_ids_key(text_t b, i64 start, i64 stop)
-{
-    static const char key[] = "prompt_token_ids";
-    const i64 n = (i64)sizeof(key) - 1;
-    for (i64 c = find_byte(b, start + n, stop, 58); c >= 0; c = find_byte(b, c + 1, stop, 58))
-        if (c + 2 <= stop && b[c + 1] == 32 && is_at(b, c - n, key, n))
-            return c - n;
-    return -1;
+    for (int f = first_key; f < end_key; f++) {
+        i64 start = k - KEY_LENGTHS[f];
+        if (start < body || (params_first && (*found & (1u << f))))
+            continue;
+        /* the first byte before the call: most words before an "=" are none of these */
+        if (b[start] != KEYS[f][0] || !is_at(b, start, KEYS[f], KEY_LENGTHS[f]))
+            continue;
+        int c = b[start - 1];
+        if (start != body && (ALNUM(c) || c == 95))
+            continue;
+        i64 value = integer_at(b, k + 1, stop);
+        if (value != -2 || (k + 5 <= stop && IS_AT(b, k + 1, "None"))) {
+            row[KEY_ROWS[f]] = value != -2 ? value : -1;
+            *found |= 1u << f;
+        }
+        return; /* the word before an "=" is one key at most */
+    }
 }
 
 /* `<digits> token ids>` at v: the count (-1 when it overflows), -2 when not there. */
@@ -414,33 +384,97 @@ static i64 stated_count(text_t b, i64 v, i64 stop)
     return integer_at(b, v, stop);
 }
 
+/* The bytes the body of a Received record is read at: "=" (a SamplingParams value), ":" (a
+ * glued vLLM header, `prompt_token_ids: `), "]" (Ray's repeat suffix) and ESC (a colour code). */
+#define INTERESTING(c) ((c) == 61 || (c) == 58 || (c) == 93 || (c) == 27)
+
+typedef struct {
+    i64 body, stop, listed, stated;
+    int params_first, unusual;
+    unsigned found;
+} body_pass;
+
+/* One byte of interest at k (see INTERESTING) in a Received record's body. What
+ * line_records.UNUSUAL finds (an escape byte, Ray's `x across cluster]`, a vLLM header
+ * `LEVEL MM-DD HH:MM:SS ` found at its first colon) sets `unusual`. */
+static void body_byte(text_t b, i64 k, body_pass *s, i64 *row)
+{
+    static const char across[] = "x across cluster]";
+    static const char key[] = "prompt_token_ids";
+    const i64 n_across = (i64)sizeof(across) - 1, n_key = (i64)sizeof(key) - 1;
+    const i64 body = s->body, stop = s->stop;
+    switch (b[k]) {
+    case 61:
+        param_at(b, body, stop, k, s->params_first, &s->found, row);
+        break;
+    case 58:
+        if (k - body >= 14 && k + 7 <= stop && header_at_colon(b, body, k)) {
+            s->unusual = 1;
+        } else if (k - body >= n_key && k + 2 < stop && b[k + 1] == 32
+                   && is_at(b, k - n_key, key, n_key)) {
+            /* "prompt_token_ids: " then "[" (a list: the last one counts) or "<" (a stated
+             * count: the first one counts, where no list does) */
+            i64 at = k - n_key;
+            if (b[at + 18] == 91)
+                s->listed = at;
+            else if (b[at + 18] == 60 && s->stated < 0 && stated_count(b, at + 19, stop) != -2)
+                s->stated = at;
+        }
+        break;
+    case 93:
+        if (k - body >= n_across - 1 && b[k - 1] == 114 && is_at(b, k - n_across + 1, across,
+                                                                  n_across))
+            s->unusual = 1;
+        break;
+    default: /* ESC */
+        s->unusual = 1;
+    }
+}
+
 /* A Received record's id, max_tokens and prompt token count into `row`, as request_lines.py
  * reads them: the id without one final "."; the first `max_tokens=` (a word of its own, then
  * digits or "None") where the params come first, else the last; the ids listed after the last
  * `prompt_token_ids: [` (to the first "]", digits, commas and spaces only), else the count a
- * collector stated (`prompt_token_ids: <N token ids>`). -1 stands for null. */
-static void request_fields(text_t b, i64 body, i64 stop, i64 id_start, i64 colon,
-                           int params_first, i64 *row)
+ * collector stated (`prompt_token_ids: <N token ids>`). -1 stands for null. Returns 0 where the
+ * body holds colour codes, Ray's repeat suffix or a record glued on (the vectorised reader's).
+ *
+ * One pass over the body finds every byte of interest (INTERESTING): sixteen bytes a step with
+ * SSE2 where the compiler has it (every x86-64), a byte a step otherwise. */
+static int received_body(text_t b, i64 body, i64 stop, i64 id_start, i64 colon,
+                         int params_first, i64 *row)
 {
     row[R_ID_START] = id_start;
     row[R_ID_STOP] = b[colon - 1] == 46 ? colon - 1 : colon;
     row[R_PARAMS_FIRST] = params_first ? 1 : 0;
     row[R_PROMPT_TOKENS] = -1;
-    read_params(b, body, stop, params_first, row);
-    /* "prompt_token_ids: " then "[" (a list: the last one counts) or "<" (a stated count: the
-     * first one counts, where no list does). */
-    i64 listed = -1, stated = -1;
-    for (i64 k = token_ids_key(b, body, stop); k >= 0 && k + 18 < stop;
-         k = token_ids_key(b, k + 1, stop)) {
-        if (b[k + 18] == 91)
-            listed = k;
-        else if (b[k + 18] == 60 && stated < 0 && stated_count(b, k + 19, stop) != -2)
-            stated = k;
+    for (int f = 0; f < N_KEYS; f++)
+        row[KEY_ROWS[f]] = -1;
+    body_pass s = {body, stop, -1, -1, params_first, 0, 0};
+    i64 k = body;
+#if defined(__SSE2__) && (defined(__GNUC__) || defined(__clang__))
+    const __m128i eq = _mm_set1_epi8(61), colon_ = _mm_set1_epi8(58);
+    const __m128i bracket = _mm_set1_epi8(93), esc = _mm_set1_epi8(27);
+    for (; k + 16 <= stop && !s.unusual; k += 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(b + k));
+        __m128i hit = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, eq), _mm_cmpeq_epi8(v, colon_)),
+                                   _mm_or_si128(_mm_cmpeq_epi8(v, bracket),
+                                                _mm_cmpeq_epi8(v, esc)));
+        unsigned mask = (unsigned)_mm_movemask_epi8(hit);
+        while (mask && !s.unusual) {
+            body_byte(b, k + __builtin_ctz(mask), &s, row);
+            mask &= mask - 1;
+        }
     }
-    if (listed >= 0) {
+#endif
+    for (; k < stop && !s.unusual; k++)
+        if (INTERESTING(b[k]))
+            body_byte(b, k, &s, row);
+    if (s.unusual)
+        return 0;
+    if (s.listed >= 0) {
         i64 commas = 0, chars = 0;
         int valid = 1;
-        for (i64 r = listed + 19; r < stop; r++) {
+        for (i64 r = s.listed + 19; r < stop; r++) {
             int c = b[r];
             if (c == 93)
                 break;
@@ -452,11 +486,12 @@ static void request_fields(text_t b, i64 body, i64 stop, i64 id_start, i64 colon
         }
         if (valid) {
             row[R_PROMPT_TOKENS] = chars ? commas + 1 : 0;
-            return;
+            return 1;
         }
     }
-    if (stated >= 0)
-        row[R_PROMPT_TOKENS] = stated_count(b, stated + 19, stop);
+    if (s.stated >= 0)
+        row[R_PROMPT_TOKENS] = stated_count(b, s.stated + 19, stop);
+    return 1;
 }
 
 /* Uvicorn's access line, strictly, at p: `INFO:` (or `WARNING:`, `ERROR:`), spaces, the client,
@@ -599,9 +634,8 @@ static int read_line(text_t b, i64 p, i64 e, i64 *row, prefix_cache *cache)
         if (!params_first && !IS_AT(b, r, ": prompt: "))
             return GENERAL;
         /* Colour codes, Ray's repeat suffix or a record glued on: the vectorised reader's. */
-        if (unusual(b, end, e))
+        if (!received_body(b, end, e, end + 17, r, params_first, row))
             return GENERAL;
-        request_fields(b, end, e, end + 17, r, params_first, row);
         return RECEIVED;
     }
     if (e - end > 14 && b[end] == 65 && b[end + 5] == 32 && IS_AT(b, end, "Added request ")) {

@@ -389,11 +389,17 @@ def before_first_time(
     that printed a time no calendar has (a daylight-saving gap, February 29 of a common year)
     stays unplaced wherever it is."""
     tables = {n: f for n, f in frames.items() if n != "config" and f.height and "ts" in f.columns}
-    timed = [f.filter(pl.col("ts").is_not_null()) for f in tables.values()]
-    timed = [f.select("record_seq", "ts") for f in timed if f.height]
-    if not timed:
+    if not tables:
         return frames
-    first = pl.concat(timed).sort("record_seq").row(0, named=True)
+    # each table's first timed record (its two columns only: the request rows are many)
+    timed = [
+        f.lazy().select("record_seq", "ts").filter(pl.col("ts").is_not_null()).sort("record_seq")
+        for f in tables.values()
+    ]
+    firsts = pl.concat([f.head(1) for f in timed]).collect()
+    if not firsts.height:
+        return frames
+    first = firsts.sort("record_seq").row(0, named=True)
     out = dict(frames)
     early = 0
     for name, frame in tables.items():

@@ -37,10 +37,8 @@ lines; see ``benchmarks/ingest_bench.py``.
 
 from __future__ import annotations
 
-import os
 import re
-from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from typing import Final
 
 import polars as pl
@@ -56,10 +54,11 @@ from oomtrace.ingest.text.yearless_clock import (
     report_disagreement,
 )
 from oomtrace.ingest.vllm.chunk_reading import (
+    WORKERS,
     ReadChunk,
-    chunks,
     input_size,
     read_chunk,
+    read_chunks,
     reading_for,
 )
 from oomtrace.ingest.vllm.extract import Extracted
@@ -105,18 +104,6 @@ ARRIVAL: Final = "collector arrival times"
 REJOINED: Final = "piece of a record folded at a fixed width (read with the line before)"
 
 
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
-# Chunks read side by side: one per core, at most two (each chunk in flight holds its memory,
-# and Polars already spreads the work of one call over its own pool of threads).
-WORKERS: Final = min(2, _cores())
-
-
 class VllmLogParser:
     """``vllm-log``: a vLLM server's log file, or lines tailed from it."""
 
@@ -135,17 +122,11 @@ class VllmLogParser:
         run = _Run(ctx, diag, "kubectl/docker timestamps")
         run.untimed_allowed = True
         reading = reading_for(input_size(source))
-        # Chunks share no state until finish(): WORKERS of them are read side by side (Polars
-        # and the scanner release the GIL while they work), and their results are added in file
-        # order. Memory stays bounded by the chunks in flight plus the rows they yield.
+        # Chunks share no state until finish(): they are read side by side (WORKERS of them)
+        # and their results are added in file order.
         with ThreadPoolExecutor(WORKERS) as pool:
-            pending: deque[Future[ReadChunk]] = deque()
-            for index, work in enumerate(chunks(source, diag, run.tz, reading)):
-                pending.append(pool.submit(work, index))
-                if len(pending) >= WORKERS:
-                    run.add(pending.popleft().result())
-            while pending:
-                run.add(pending.popleft().result())
+            for chunk in read_chunks(source, diag, run.tz, reading, pool):
+                run.add(chunk)
         note_invalid_utf8(diag, run.invalid_lines)
         return run.finish()
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Final
 
 import numpy as np
@@ -29,6 +30,9 @@ from oomtrace.ingest.vllm.skipped_lines import EXAMPLE_HEAD, PRIVATE, example_ro
 from oomtrace.schema import TS
 
 NO_TIME: Final = scanner.NO_TIME
+# The lines a piece leaves to the vectorised reader are copied out of it where they hold at most
+# this share of its bytes (see _lines).
+OWN_SHARE: Final = 8
 
 
 @dataclass(frozen=True)
@@ -59,21 +63,23 @@ class ScannedChunk:
     invalid_lines: int = 0
 
 
-def scan_pieces(pieces: list[tuple[TextChunk, int]]) -> ScannedChunk:
-    """Consecutive pieces of a file (each with its number in the file) read as one chunk: the
-    vectorised reader's work on the lines the scanner leaves costs per call, not per line, so a
-    chunk is several of the pieces the file is read in. A piece with invalid UTF-8 is left to
-    the vectorised reader whole, its bytes replaced and counted."""
-    parts: list[ScannedChunk] = []
-    for piece, number in pieces:
-        first_line = piece_first_line(number)
-        scanned = scan_chunk(piece, first_line)
-        if scanned is None:
-            general, bad = numbered_lines(piece, number)
-            scanned = ScannedChunk(
-                general, _NO_RUNS, 0, _NO_REQUESTS, 0, 0, _NO_ACCESS, general.height, bad
-            )
-        parts.append(scanned)
+def scan_piece(piece: TextChunk, number: int) -> tuple[ScannedChunk, bool]:
+    """The file's piece ``number`` read by the scanner, and whether the result still holds the
+    piece's bytes (not where the lines it left were copied out: the piece can go). A piece with
+    invalid UTF-8 is left to the vectorised reader whole, its bytes replaced and counted."""
+    scanned = scan_chunk(piece, piece_first_line(number))
+    if scanned is not None:
+        return scanned
+    general, bad = numbered_lines(piece, number)
+    return ScannedChunk(
+        general, _NO_RUNS, 0, _NO_REQUESTS, 0, 0, _NO_ACCESS, general.height, bad
+    ), True
+
+
+def joined(parts: list[ScannedChunk]) -> ScannedChunk:
+    """Consecutive pieces of a file read as one chunk: the vectorised reader's work on the
+    lines the scanner leaves costs per call, not per line, so a chunk is several of the pieces
+    the file is read in."""
     if len(parts) == 1:
         return parts[0]
     # Runs are numbered within each piece: from the piece's first run on in the whole.
@@ -94,9 +100,10 @@ def scan_pieces(pieces: list[tuple[TextChunk, int]]) -> ScannedChunk:
     )
 
 
-def scan_chunk(piece: TextChunk, first_line: int) -> ScannedChunk | None:
-    """``piece`` read by the scanner, its lines numbered from ``first_line``; None when it holds
-    invalid UTF-8 (the vectorised reader then reads it all, replacing and counting the bytes)."""
+def scan_chunk(piece: TextChunk, first_line: int) -> tuple[ScannedChunk, bool] | None:
+    """``piece`` read by the scanner, its lines numbered from ``first_line``, and whether the
+    result holds its bytes (see :func:`scan_piece`); None when it holds invalid UTF-8 (the
+    vectorised reader then reads it all, replacing and counting the bytes)."""
     buf = np.frombuffer(piece.data, np.uint8, count=piece.size)
     general, access, records, runs, ids = outputs = _outputs(buf)
     scanned = scanner.scan_lines(buf, *outputs)
@@ -115,12 +122,11 @@ def scan_chunk(piece: TextChunk, first_line: int) -> ScannedChunk | None:
     if n_access > EXAMPLE_HEAD and head_lines.head(EXAMPLE_HEAD).str.contains(PRIVATE).all():
         head = access
         head_lines = _views(piece.data, buf, head[scanner.L_START], head[scanner.L_STOP])
+    head = head[:, example_rows(head_lines).to_numpy()]
+    (general_lines, head_lines), held = _lines(piece, buf, [general, head])
     return ScannedChunk(
         general=pl.DataFrame(
-            {
-                "record_seq": _seq(general[scanner.L_LINE], first_line),
-                "line": _views(piece.data, buf, general[scanner.L_START], general[scanner.L_STOP]),
-            }
+            {"record_seq": _seq(general[scanner.L_LINE], first_line), "line": general_lines}
         ),
         runs=_runs(records, runs, first_line),
         bracketed=int(records[scanner.R_BRACKETED].sum()),
@@ -129,9 +135,31 @@ def scan_chunk(piece: TextChunk, first_line: int) -> ScannedChunk | None:
         access=n_access,
         access_head=pl.DataFrame(
             {"record_seq": _seq(head[scanner.L_LINE], first_line), "line": head_lines}
-        )[example_rows(head_lines)].with_columns(has_header=pl.lit(value=False)),
+        ).with_columns(has_header=pl.lit(value=False)),
         lines=n,
-    )
+    ), held
+
+
+def _lines(
+    piece: TextChunk, buf: np.ndarray, parts: list[np.ndarray]
+) -> tuple[list[pl.Series], bool]:
+    """The lines of each of ``parts`` (rows :data:`_line_scan.L_START`, ``L_STOP``) as strings,
+    and whether they hold the piece's bytes. Few (at most 1/:data:`OWN_SHARE` of the piece's
+    bytes: a busy server's log, whose lines the scanner reads nearly all), they are copied into
+    a buffer of their own, and the piece can go; else they are views into the piece."""
+    starts = [np.ascontiguousarray(part[scanner.L_START]) for part in parts]
+    stops = [np.ascontiguousarray(part[scanner.L_STOP]) for part in parts]
+    sizes = [stop - start for start, stop in zip(starts, stops, strict=True)]
+    total = sum(int(size.sum()) for size in sizes)
+    if total * OWN_SHARE > piece.size:
+        views = [_views(piece.data, buf, *span) for span in zip(starts, stops, strict=True)]
+        return views, True
+    size = np.concatenate(sizes)
+    new_stop = np.cumsum(size)
+    new_start = new_stop - size
+    own = buf[np.repeat(np.concatenate(starts) - new_start, size) + np.arange(total)]
+    bounds = np.cumsum([0, *(len(part) for part in sizes)])
+    return [_views(own, own, new_start[a:b], new_stop[a:b]) for a, b in pairwise(bounds)], False
 
 
 class _Outputs(threading.local):

@@ -51,14 +51,21 @@ def compiled() -> None:
 
 
 def _parse(
-    path: Path, *, scan: bool | None, piece_bytes: int = 1 << 20, pieces: int = 4
+    path: Path,
+    *,
+    scan: bool | None,
+    piece_bytes: int = 1 << 20,
+    pieces: int = 4,
+    group: int | None = None,
 ) -> tuple[ParseResult, SourceDiagnostics]:
     """``path`` read in pieces, with the scanner (``scan``) or without it, or (None) in lines
-    as a small input is read."""
+    as a small input is read; ``pieces`` to a chunk (scanned pieces whose lines were copied out:
+    ``group``, else as many)."""
     patch = pytest.MonkeyPatch()
     patch.setattr(chunk_reading, "SCAN_MIN_BYTES", 1 << 62 if scan is None else 0)
     patch.setattr(chunk_reading, "PIECE_BYTES", piece_bytes)
     patch.setattr(chunk_reading, "PIECES", pieces)
+    patch.setattr(chunk_reading, "GROUP_PIECES", group or pieces)
     if scan is False:  # the same pieces, every line read the vectorised way
         patch.setattr(log_parser, "reading_for", lambda size: Reading(pieces=True, scan=False))
     try:
@@ -273,6 +280,14 @@ def test_a_piece_with_invalid_utf8_is_read_whole_by_the_vectorised_reader(
     )
 
 
+def _scanned(piece: TextChunk) -> Any:
+    from oomtrace.ingest.vllm.scanned_chunk import scan_chunk
+
+    scanned = scan_chunk(piece, 1)
+    assert scanned is not None
+    return scanned[0]
+
+
 def _in_a_new_thread(work: Callable[[], Any]) -> Any:
     """``work`` done in a thread of its own: the scanner's outputs are each thread's, kept from
     piece to piece (``scanned_chunk._Outputs``)."""
@@ -292,12 +307,12 @@ def test_a_piece_with_more_lines_than_the_outputs_hold_is_counted_and_read_again
 
     def one_line_then_all() -> Any:
         assert scan_chunk(TextChunk(first, len(first)), 1) is not None
-        return scan_chunk(TextChunk(data, len(data)), 1)
+        return _scanned(TextChunk(data, len(data)))
 
     # WHEN the whole log is then scanned in that thread
     got = _in_a_new_thread(one_line_then_all)
     # THEN every line is read, as by a thread whose outputs had room from the start
-    want = _in_a_new_thread(lambda: scan_chunk(TextChunk(data, len(data)), 1))
+    want = _in_a_new_thread(lambda: _scanned(TextChunk(data, len(data))))
     assert got.lines == want.lines == data.count(b"\n") == 33
     assert got.records == want.records > 0
     for name in ("general", "runs", "requests", "access_head"):
@@ -305,15 +320,13 @@ def test_a_piece_with_more_lines_than_the_outputs_hold_is_counted_and_read_again
 
 
 def test_a_piece_of_valid_utf8_beyond_ascii_stays_with_the_scanner(compiled: None) -> None:
-    from oomtrace.ingest.vllm.scanned_chunk import scan_chunk
 
     # GIVEN a real log whose start-up banner is drawn in block characters (vLLM 0.32 on CPU)
     data = (DATA / "v1_0.32_cpu.log").read_bytes()
     assert max(data) >= 0x80
     # WHEN the scanner reads it THEN it keeps the piece (the bytes are UTF-8): the banner's
     # lines go to the vectorised reader as they were written, the request records are read
-    scanned = scan_chunk(TextChunk(data, len(data)), 1)
-    assert scanned is not None
+    scanned = _scanned(TextChunk(data, len(data)))
     banner = [line for line in scanned.general["line"].to_list() if "█" in line]
     assert banner == [line for line in data.decode().splitlines() if "█" in line]
     assert scanned.records > 0
@@ -459,3 +472,75 @@ def test_the_scanner_refuses_outputs_of_the_wrong_shape_type_or_size(compiled: N
         scan.write_views(buf, starts, stops.astype(np.int32), views)
     scan.write_views(buf, starts, stops - 1, views)
     assert int.from_bytes(views[0, :4].tobytes(), "little") == len(text)
+
+
+# --- chunks of scanned pieces -------------------------------------------------------------------
+
+
+def _busy_log(requests: int) -> str:
+    """A busy vLLM 0.12 server's log (the shapes of benchmarks/ingest_log.py, from vLLM's
+    logger.py, async_llm.py, loggers.py and uvicorn): per request its "Received request" and
+    "Added request" records and its access line, an abort each 7 requests and a stats line each
+    25, under `kubectl logs --timestamps` and vLLM's coloured process prefix."""
+    api = "\x1b[1;36m(APIServer pid=1)\x1b[0;0m "
+    params = (
+        "params: SamplingParams(n=1, presence_penalty=0.0, temperature=0.7, top_p=1.0, "
+        "seed=None, stop=[], max_tokens={}, min_tokens=0, logprobs=None, prompt_logprobs=None, "
+        "skip_special_tokens=True), lora_request: None."
+    )
+    lines = []
+    for k in range(requests):
+        second = k // 10
+        outer = f"2025-06-02T08:{second // 60:02d}:{second % 60:02d}.{k % 10}00000000Z {api}"
+        head = f"{outer}INFO 06-02 08:{second // 60:02d}:{second % 60:02d} "
+        rid = f"chatcmpl-{k:032x}"
+        lines += [
+            f"{head}[logger.py:43] Received request {rid}: {params.format(16 + k)}",
+            f"{head}[async_llm.py:269] Added request {rid}.",
+            f'{outer}INFO:     10.0.0.{k % 250}:4{k:04d} - "POST /v1/completions HTTP/1.1" 200',
+        ]
+        if k % 7 == 3:
+            lines.append(f"{head}[async_llm.py:437] Aborted request {rid}.")
+        if k % 25 == 0:
+            lines.append(
+                f"{head}[loggers.py:123] Engine 000: Avg prompt throughput: {k}.5 tokens/s, "
+                "Avg generation throughput: 11.0 tokens/s, Running: 3 reqs, Waiting: 1 reqs, "
+                "GPU KV cache usage: 4.5%, Prefix cache hit rate: 49.7%"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def test_a_busy_servers_piece_is_let_go_once_scanned(compiled: None) -> None:
+    from oomtrace.ingest.vllm.scanned_chunk import scan_piece
+
+    # GIVEN a piece of a busy server's log: its few stats lines are the vectorised reader's
+    data = _busy_log(200).encode()
+    stats = [line for line in data.decode().splitlines() if "Engine 000" in line]
+    # WHEN the scanner reads it
+    scanned, held = scan_piece(TextChunk(data, len(data)), 0)
+    del data
+    # THEN those lines were copied out of the piece (which is held no longer) and read alike
+    assert not held
+    assert scanned.general["line"].to_list() == stats
+    assert scanned.records == 200 + 200 + 29
+    assert scanned.access == 200
+    # AND a piece of start-up lines, nearly all the vectorised reader's, stays held (no copy)
+    startup = (DATA / "v1_0.11_tp2_oom.log").read_bytes()
+    assert scan_piece(TextChunk(startup, len(startup)), 0)[1]
+
+
+def test_chunks_of_many_scanned_pieces_read_what_lines_read(compiled: None, tmp_path: Path) -> None:
+    # GIVEN a busy server's log cut into some 40 pieces of 3,000 bytes
+    path = tmp_path / "vllm.log"
+    path.write_text(_busy_log(300), encoding="utf-8")
+    # WHEN the scanner reads it, up to 8 pieces a chunk (their other lines copied out), and
+    # when it is read in lines
+    got, got_diag = _parse(path, scan=True, piece_bytes=3000, pieces=2, group=8)
+    want, want_diag = _parse(path, scan=None)
+    # THEN the tables are the same, and every line is counted alike
+    _same_tables(got, want)
+    assert got.requests is not None
+    assert got.requests.height == 300 + 43
+    assert (got_diag.lines_read, got_diag.lines_recognised) == (
+        want_diag.lines_read, want_diag.lines_recognised
+    )  # fmt: skip
