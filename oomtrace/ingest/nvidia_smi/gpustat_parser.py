@@ -58,12 +58,8 @@ class GpustatParser:
         return CONFIDENCE if _SNIFF.search(head) else 0.0
 
     def parse(self, source: InputFile, ctx: ParseContext, diag: SourceDiagnostics) -> ParseResult:
-        parts = [
-            pl.DataFrame({"line": c.lines}).with_row_index("n", offset=c.first_line)
-            for c in source.line_chunks(diag)
-        ]
-        lines = pl.concat(parts) if parts else pl.DataFrame({"n": [], "line": []})
-        return _read(lines.with_columns(pl.col("n").cast(pl.Int64)), ctx, diag)
+        lines = source.numbered_lines(diag)
+        return _read(lines, ctx, diag)
 
 
 def _read(lines: pl.DataFrame, ctx: ParseContext, diag: SourceDiagnostics) -> ParseResult:

@@ -77,12 +77,8 @@ class NvidiaSmiMonitorParser:
         return CONFIDENCE if other <= _AROUND else _INSIDE_OTHER_TEXT
 
     def parse(self, source: InputFile, ctx: ParseContext, diag: SourceDiagnostics) -> ParseResult:
-        parts = [
-            pl.DataFrame({"line": c.lines}).with_row_index("n", offset=c.first_line)
-            for c in source.line_chunks(diag)
-        ]
-        lines = pl.concat(parts) if parts else pl.DataFrame({"n": [], "line": []})
-        lines = lines.with_columns(pl.col("n").cast(pl.Int64), _unquoted(pl.col("line")))
+        lines = source.numbered_lines(diag)
+        lines = lines.with_columns(_unquoted(pl.col("line")))
         lines = lines.with_columns(
             layout=pl.col("line").str.contains(HEADER).cast(pl.Int64).cum_sum(),
         )

@@ -216,6 +216,20 @@ class InputFile:
         diag.skip(LONG_LINE, long_lines, None)
         note_invalid_utf8(diag, invalid_lines)
 
+    def numbered_lines(self, diag: SourceDiagnostics) -> pl.DataFrame:
+        """All the file's lines as one table: ``n`` (Int64, the line's number from 1) and
+        ``line`` (String), for formats small enough to read whole (nvidia-smi's monitor output,
+        gpustat). An empty file gives an empty table of the same schema."""
+        parts = [
+            pl.DataFrame({"line": c.lines}, schema={"line": pl.String}).with_row_index(
+                "n", offset=c.first_line
+            )
+            for c in self.line_chunks(diag)
+        ]
+        if not parts:
+            return pl.DataFrame(schema={"n": pl.Int64, "line": pl.String})
+        return pl.concat(parts).with_columns(pl.col("n").cast(pl.Int64))
+
 
 @dataclass(frozen=True)
 class TextChunk:

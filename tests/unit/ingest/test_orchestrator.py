@@ -10,8 +10,8 @@ import polars as pl
 import pytest
 
 from oomtrace.diagnostics import SourceDiagnostics
-from oomtrace.errors import InputError, UsageError
-from oomtrace.ingest import IngestOptions, ingest_paths, inspect_path, load_any
+from oomtrace.errors import InputError, OomtraceError, UsageError
+from oomtrace.ingest import IngestOptions, ingest_paths, inspect_path, load_any, registry
 from oomtrace.ingest.parser_api import ParseContext, Parser, ParseResult
 from oomtrace.ingest.text.input_file import InputFile
 from oomtrace.trace import write_trace
@@ -142,6 +142,24 @@ def test_binary_and_empty_files_say_so(tmp_path: Path) -> None:
     empty.write_text("")
     with pytest.raises(InputError, match=r"^e.log: the file is empty"):
         ingest_paths([empty], IngestOptions(), PARSERS)
+
+
+@pytest.mark.parametrize("content", [b"", b"\n \n"], ids=["empty", "blank-lines"])
+@pytest.mark.parametrize("name", sorted(registry()))
+def test_every_forced_format_reads_an_empty_file_or_refuses_it(
+    tmp_path: Path, name: str, content: bytes
+) -> None:
+    # GIVEN a file with no content, forced to one format (sniffing refuses it as empty)
+    path = tmp_path / "x.txt"
+    path.write_bytes(content)
+    # WHEN it is ingested, THEN an empty trace or a typed refusal, never a crash (nvidia-smi's
+    # monitor and gpustat readers built an untyped empty table and failed in Polars)
+    try:
+        trace = ingest_paths([path], IngestOptions(format=name))
+    except OomtraceError:
+        return
+    assert trace.events.height == 0
+    assert trace.samples.height == 0
 
 
 def test_a_gzip_file_cut_before_its_first_block_says_so(tmp_path: Path) -> None:
