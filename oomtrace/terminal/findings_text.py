@@ -262,6 +262,8 @@ def _gap_line(source: str | None, detail: str) -> str:
         return escape.terminal(detail, 120)
     # Series name their source ``parser:path``: the file name is enough to read it by.
     short = PurePath(source.split(":", 1)[-1].replace("\\", "/")).name or source
+    # a detail that begins with its source's name already (untimed inputs') names it once
+    detail = detail.replace(f" ({source})", "").removeprefix(f"{source}: ")
     return (
-        f"{escape.terminal(short, 40)}: {escape.terminal(detail.replace(f' ({source})', ''), 120)}"
+        f"{escape.terminal(short, 40)}: {escape.terminal(detail.removeprefix(f'{short}: '), 120)}"
     )
