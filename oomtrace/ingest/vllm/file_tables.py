@@ -50,6 +50,12 @@ UNTIMED_NOTE: Final = (
     "events keep their order and are placed only where another input of the incident saw the "
     "same failure; the others stay without a time"
 )
+UNTIMED_BESIDE_TIMED_NOTE: Final = (
+    "no record read from this log carries a time (its timed lines are of kinds not used, the "
+    "records read were pasted without their logger prefix): its events keep their order and are "
+    "placed only where another input of the incident saw the same failure; the others stay "
+    "without a time"
+)
 _GAUGES: Final = ("running", "waiting", "swapped", "deferred", "kv_pct", "prefix_pct")
 _DETAILS: Final = {e.name: e.detail for e in EVENT_LINES}
 _OPTIONAL: Final = re.compile(r"\[([^\]]*)\]")
@@ -324,6 +330,14 @@ def interval_preemptions(stats: pl.DataFrame) -> pl.DataFrame:
             pl.col("preemptions").cast(pl.Float64).cast(pl.Int64),
         ),
     )
+
+
+def oom_records() -> pl.Expr:
+    """The rows of the OOM table that are records (failures, the allocator's retry warnings),
+    not the traceback frames read beside them for their phase: a frame is no record, so one left
+    without a time is no record lost."""
+    body = pl.col("body")
+    return body.str.contains(PREFILTER) | body.str.contains(alloc_retry.SNIFF)
 
 
 def oom_rows(ooms: pl.DataFrame, ledger: Ledger) -> tuple[pl.DataFrame, pl.DataFrame]:

@@ -63,11 +63,13 @@ from oomtrace.ingest.vllm.chunk_reading import (
 )
 from oomtrace.ingest.vllm.extract import Extracted
 from oomtrace.ingest.vllm.file_tables import (
+    UNTIMED_BESIDE_TIMED_NOTE,
     UNTIMED_NOTE,
     Ledger,
     before_first_time,
     event_rows,
     interval_preemptions,
+    oom_records,
     oom_rows,
     stats_samples,
     untimed_instant,
@@ -214,26 +216,35 @@ class _Run:
                 ("ooms", out.ooms),
             )
         }
-        # Untimed: a file none of whose lines has vLLM's header, or any time of its own.
-        untimed = (
-            self.untimed_allowed
-            and not any(info.header_lines for info in self.infos)
-            and not any(
-                f.height and f.get_column("ts").is_not_null().any() for f in frames.values()
+        # Untimed: no record this reader keeps has or states a time of its own. Usually a file
+        # none of whose lines has vLLM's header; also one whose timed lines are all of kinds not
+        # kept (a worker's death lines below a bare OOM record), where before_first_time has no
+        # record's time to lend and the bare records would be dropped.
+        untimed = self.untimed_allowed and not any(
+            f.height
+            and (
+                f.get_column("ts").is_not_null().any()
+                or ("printed_month_day" in f.columns
+                    and f.get_column("printed_month_day").is_not_null().any())
             )
-        )
+            for f in frames.values()
+        )  # fmt: skip
         if untimed:
             # Records pasted without their logger prefix (an issue, a wrapper's error): nothing
             # places them in time, but their order is the file's (see _untimed).
-            self.diag.note(UNTIMED_NOTE)
+            headers = any(info.header_lines for info in self.infos)
+            self.diag.note(UNTIMED_BESIDE_TIMED_NOTE if headers else UNTIMED_NOTE)
             frames = {name: f.with_columns(ts=untimed_instant()) if f.height else f
                       for name, f in frames.items()}  # fmt: skip
         else:
             frames = before_first_time(frames, self.diag)
         # What the engine states about itself needs no time: a start-up line quoted without its
         # header (a blog's two lines above the log) still says what the engine had.
-        frames = {name: f if name == "config" else _placed(f, ledger)
-                  for name, f in frames.items()}  # fmt: skip
+        frames = {
+            name: f if name == "config"
+            else _placed(f, ledger, oom_records() if name == "ooms" else None)
+            for name, f in frames.items()
+        }  # fmt: skip
         config, version = (
             engine_config(frames["config"], ledger) if frames["config"].height else ({}, None)
         )
@@ -355,11 +366,15 @@ class _Run:
             )
 
 
-def _placed(frame: pl.DataFrame, ledger: Ledger) -> pl.DataFrame:
-    """``frame`` without the rows no time places (dropped, counted)."""
+def _placed(frame: pl.DataFrame, ledger: Ledger, records: pl.Expr | None = None) -> pl.DataFrame:
+    """``frame`` without the rows no time places (dropped; those ``records`` selects, default
+    all, counted as records lost)."""
     if frame.height == 0 or not frame.select(pl.col("ts").is_null().any()).item():
         return frame
-    ledger.lose(NO_TIME, frame.filter(pl.col("ts").is_null()).get_column("record_seq"))
+    lost = frame.filter(pl.col("ts").is_null())
+    if records is not None:
+        lost = lost.filter(records)
+    ledger.lose(NO_TIME, lost.get_column("record_seq"))
     return frame.filter(pl.col("ts").is_not_null())
 
 

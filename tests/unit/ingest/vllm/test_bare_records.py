@@ -175,3 +175,30 @@ def test_a_traceback_folded_by_the_terminal_is_joined_and_recognised() -> None:
     assert events.item(0, "free_bytes") == parse_bytes("4.25 GiB")
     source_facts = trace.manifest.sources[0]
     assert source_facts.skipped[REJOINED].count == 3
+
+
+def test_a_bare_oom_above_timed_lines_of_kinds_not_used_is_kept_untimed(tmp_path: Path) -> None:
+    # GIVEN an issue's paste: the worker's OOM without its logger prefix, then the only timed
+    # lines, the executor's worker-death lines (a kind this reader does not keep). Composite of
+    # https://github.com/rhymes-ai/Aria/issues/24 (the OOM, its prefix lost in the paste) and
+    # https://github.com/vllm-project/vllm/issues/15295 (the death lines)
+    path = tmp_path / "paste.log"
+    path.write_text(
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.88 GiB. GPU 3 has a "
+        "total capacity of 21.96 GiB of which 1.29 GiB is free. Including non-PyTorch memory, "
+        "this process has 0 bytes memory in use. Of the allocated memory 19.02 GiB is allocated "
+        "by PyTorch, and 1.32 GiB is reserved by PyTorch but unallocated.\n"
+        "ERROR 03-21 10:02:11 multiproc_worker_utils.py:120] Worker VllmWorkerProcess pid 2421 "
+        "died, exit code: -15\n"
+        "INFO 03-21 10:02:11 multiproc_worker_utils.py:123] Killing local vLLM worker processes\n"
+    )
+    # WHEN it is ingested
+    trace = ingest_paths([path], IngestOptions(format="vllm-log"))
+    # THEN the OOM is kept, with its sizes, in the file's order and without a time (no record it
+    # keeps has a time to lend), and the note says why; before, it was dropped as unplaceable
+    (oom,) = trace.events.filter(pl.col("kind") == "oom").to_dicts()
+    assert oom["clock"] == "untimed"
+    assert oom["requested_bytes"] == parse_bytes("1.88 GiB")
+    source = trace.manifest.sources[0]
+    assert any("its timed lines are of kinds not used" in note for note in source.notes)
+    assert "no timestamp could be placed" not in source.skipped

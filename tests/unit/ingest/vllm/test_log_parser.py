@@ -17,7 +17,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 from click.testing import CliRunner
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
@@ -602,6 +602,8 @@ def _check(result: ParseResult, diag: SourceDiagnostics) -> None:
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.text(max_size=300), min_size=1, max_size=30))
+# a lone traceback frame is read for an OOM's phase, not as a record: untimed, it is no record lost
+@example(["in warmup"])
 def test_parse_lines_never_raises_on_arbitrary_text(lines: list[str]) -> None:
     frame = pl.DataFrame({"line": [line.replace("\n", " ") for line in lines]})
     diag = SourceDiagnostics("t", "vllm-log", "n")
