@@ -19,7 +19,10 @@ the trace (never a rule of thumb), with what it costs.
 * ``fragmentation``: the allocator setting that returns reserved-but-unallocated memory
   (``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``);
 * ``foreign_memory``: which process to move, and the utilisation that leaves it room;
-* ``leak``: the restart interval the trend allows before the headroom is gone.
+* ``leak``: the restart interval the trend allows before the headroom is gone;
+* ``gpu_fault``: what NVIDIA's Xid catalogue gives for the Xid's number (reset or drain the GPU,
+  check its ECC, power or driver; :mod:`oomtrace.analysis.check_gpu_fault`), never a memory
+  setting.
 
 The checks of :mod:`oomtrace.analysis.classify` compute the figures (``ClassCheck.figures``);
 this module only turns them into settings.
@@ -31,6 +34,7 @@ import math
 from collections.abc import Callable
 
 from oomtrace.analysis.check_allocation import NCCL_WORDS
+from oomtrace.analysis.check_gpu_fault import CATALOGUE, what_failed
 from oomtrace.analysis.findings import ClassCheck, Incident, Remedy
 from oomtrace.analysis.remedy_base import (
     MAX_UTILISATION,
@@ -327,11 +331,39 @@ def _leak(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> list[Rem
     ]
 
 
+# -- GPU fault -----------------------------------------------------------------------------------
+
+
+def _gpu_fault(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> list[Remedy]:
+    del facts  # the Xid's number decides; nothing of the engine's settings would have helped
+    number = as_int(check.figure("xid"))
+    what, action = what_failed(number)
+    bus = check.figure("pci_bus")
+    gpu = f"the GPU at {bus}" if isinstance(bus, str) and bus else "the GPU"
+    label = f"Xid {number}" if number is not None else "the Xid"
+    return [
+        remedy(
+            incident,
+            check,
+            action,
+            setting=None,
+            value=None,
+            basis="driver",
+            detail=(
+                f"{label} on {gpu}: {what}; no memory setting prevents it (NVIDIA's Xid "
+                f"catalogue, {CATALOGUE})"
+            ),
+            figures={"xid": number},
+        )
+    ]
+
+
 _MAKERS: dict[str, Callable[[Incident, ClassCheck, RemedyFacts], list[Remedy]]] = {
     "startup_misfit": _misfit,
     "foreign_memory": _foreign,
     "fragmentation": _fragmentation,
     "leak": _leak,
+    "gpu_fault": _gpu_fault,
     "kv_exhaustion": kv_remedies,
     "transient_peak": transient_remedies,
 }

@@ -1,0 +1,134 @@
+"""Incidents from public threads (an eighth set) whose cause a person reads at once and the rules
+misread, each rewritten from the thread named beside it in its real format (prefixes, figures and
+the order of the lines kept; unrelated lines left out): a GPU fault in the kernel log with no
+engine death, a log that names no request.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from oomtrace.analysis import analyze
+from oomtrace.analysis.findings import Findings
+from oomtrace.ingest import IngestOptions, load_any
+from oomtrace.terminal.findings_text import render_summary
+
+# https://github.com/NVIDIA/open-gpu-kernel-modules/issues/1151: "Key log - Xid 79 with zero
+# precursor" (journalctl -k, the host name cut by the reporter), the driver's three lines.
+XID79_1151 = (
+    "May 18 19:02:39 kernel: NVRM: GPU at PCI:0000:2b:00: "
+    "GPU-0b11d014-1685-04bd-26ed-5fc0bc1c44ae\n"
+    "May 18 19:02:39 kernel: NVRM: Xid (PCI:0000:2b:00): 79, GPU has fallen off the bus.\n"
+    "May 18 19:02:39 kernel: NVRM: GPU 0000:2b:00.0: GPU has fallen off the bus.\n"
+)
+# nvidia-smi's CSV of the same GPU beside it (its bus id as nvidia-smi prints it): the memory the
+# GPU held up to the fault.
+SMI_2B = (
+    "timestamp, index, pci.bus_id, memory.used [MiB], memory.total [MiB]\n"
+    "2026/05/18 19:02:30.000, 0, 00000000:2B:00.0, 15210 MiB, 16303 MiB\n"
+    "2026/05/18 19:02:35.000, 0, 00000000:2B:00.0, 15236 MiB, 16303 MiB\n"
+)
+# https://pastebin.com/fTNHmgzB (a kernel log of an MMU fault): the driver's Xid 31 line.
+XID31 = (
+    "May 13 17:19:01 hyperion kernel: NVRM: Xid (PCI:0000:08:00): 31, Ch 0000003b, intr "
+    "10000000. MMU Fault: ENGINE GRAPHICS HUBCLIENT_SCC faulted @ 0x0_04687000. Fault is of type "
+    "FAULT_PDE ACCESS_TYPE_READ\n"
+)
+
+
+def _findings(tmp_path: Path, files: dict[str, str]) -> Findings:
+    node = tmp_path / "gpu-node"
+    node.mkdir()
+    for name, text in files.items():
+        (node / name).write_text(text, encoding="utf-8")
+    return analyze(load_any([node], IngestOptions(year=2026, tz="UTC")))
+
+
+def test_an_xid_79_with_no_engine_death_is_a_gpu_fault(tmp_path: Path) -> None:
+    # GIVEN the kernel's Xid 79 and nvidia-smi's memory figures, and no engine log at all
+    findings = _findings(tmp_path, {"kern.log": XID79_1151, "gpu.csv": SMI_2B})
+    primary = findings.primary
+    # THEN an incident of its own kind, not "no incident" and not an OOM
+    assert primary is not None
+    assert primary.cls == "gpu_fault"
+    assert primary.anchor == "xid"
+    assert primary.reason.startswith(
+        "the driver reported Xid 79 on the GPU at 0000:2b:00: the GPU fell off the bus"
+    )
+    assert "not a lack of memory" in primary.reason
+    assert "device memory in use was 14.88 GiB of 15.92 GiB just before it" in primary.reason
+    assert primary.culprits == ()
+    # AND the fix is the one a person gives for Xid 79: drain, reset, check power and the slot
+    (fix,) = findings.remedies
+    assert fix.action.startswith("drain the node and reset the GPU or reboot")
+    assert "power supply" in fix.action
+    assert fix.setting is None
+    assert "analyzing-xid-catalog" in fix.detail
+
+
+def test_an_xid_31_is_the_work_on_the_gpu_faulting(tmp_path: Path) -> None:
+    findings = _findings(tmp_path, {"kern.log": XID31})
+    primary = findings.primary
+    assert primary is not None
+    assert primary.cls == "gpu_fault"
+    assert "Xid 31 on the GPU at 0000:08:00: a GPU memory page fault (MMU fault)" in primary.reason
+    (fix,) = findings.remedies
+    assert fix.action.startswith("restart the engine; if the same Xid comes back on this GPU")
+
+
+def test_the_terminal_says_the_log_names_no_request_instead_of_a_zero_coverage(
+    tmp_path: Path,
+) -> None:
+    # GIVEN an incident whose inputs name no request (a kernel log and nvidia-smi)
+    findings = _findings(tmp_path, {"kern.log": XID79_1151, "gpu.csv": SMI_2B})
+    text = render_summary(findings)
+    # THEN no 0 % coverage, but what is missing and what names requests
+    assert "coverage:" not in text
+    assert "0.0%" not in text
+    assert "the inputs name no request" in text
+    assert "--enable-log-requests" in text
+
+
+# https://github.com/vllm-project/vllm/issues/42362: Kimi-K2.6 on vLLM 0.20.2; the stats lines
+# before the EngineDeadError (the engine core's own traceback is not in the excerpt).
+DEAD_42362 = (
+    "(APIServer pid=1) INFO 05-12 01:47:42 [loggers.py:271] Engine 000: Avg prompt throughput: "
+    "68.4 tokens/s, Avg generation throughput: 58.6 tokens/s, Running: 1 reqs, Waiting: 0 reqs, "
+    "GPU KV cache usage: 33.5%, Prefix cache hit rate: 96.4%, MM cache hit rate: 98.1%\n"
+    '(APIServer pid=1) INFO:     10.1.6.81:39662 - "GET /metrics HTTP/1.1" 200 OK\n'
+    "(APIServer pid=1) INFO 05-12 01:47:52 [loggers.py:271] Engine 000: Avg prompt throughput: "
+    "0.0 tokens/s, Avg generation throughput: 92.3 tokens/s, Running: 1 reqs, Waiting: 0 reqs, "
+    "GPU KV cache usage: 33.7%, Prefix cache hit rate: 96.4%, MM cache hit rate: 98.1%\n"
+    "(APIServer pid=1) ERROR 05-12 01:47:58 [async_llm.py:480] AsyncLLM output_handler failed.\n"
+    "(APIServer pid=1) ERROR 05-12 01:47:58 [async_llm.py:480] vllm.v1.engine.exceptions."
+    "EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root "
+    "cause.\n"
+)
+
+
+def test_a_death_with_no_oom_text_states_the_memory_last_seen(tmp_path: Path) -> None:
+    # GIVEN the engine's stats lines, then its death, and no OOM text; nvidia-smi beside it
+    smi = (
+        "timestamp, index, pci.bus_id, memory.used [MiB], memory.total [MiB]\n"
+        "2026/05/12 01:47:40.000, 0, 00000000:3B:00.0, 76000 MiB, 81559 MiB\n"
+        "2026/05/12 01:47:55.000, 0, 00000000:3B:00.0, 76010 MiB, 81559 MiB\n"
+    )
+    findings = _findings(tmp_path, {"vllm.log": DEAD_42362, "gpu.csv": smi})
+    # THEN the death, what is missing, and the memory and KV cache last seen before it
+    (death,) = findings.trace.deaths
+    assert death.startswith("the engine on gpu-node died at 2026-05-12 01:47:58.000 UTC")
+    assert "the log does not say why" in death
+    assert "device memory in use was 74.23 GiB of 79.65 GiB at 01:47:55" in death
+    assert "the KV cache was 33.7% full at 01:47:52" in death
+    text = render_summary(findings)
+    assert "No incident" not in text
+    assert "the engine died" in text
+
+
+def test_a_death_with_only_the_engines_own_figures(tmp_path: Path) -> None:
+    findings = _findings(tmp_path, {"vllm.log": DEAD_42362})
+    (death,) = findings.trace.deaths
+    assert "device memory" not in death
+    assert death.endswith(
+        "the KV cache was 33.7% full at 01:47:52 (the last figures the inputs hold)"
+    )
