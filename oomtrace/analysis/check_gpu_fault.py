@@ -96,6 +96,15 @@ FAULTS: Final[dict[int, tuple[str, str]]] = {
     120: _GSP,
 }
 
+# The numbers by how grave a fault they tell, least grave first (see _severity in
+# oomtrace.analysis.incidents): the work's faults, links and firmware, memory, the bus.
+GRAVEST_LAST: Final[tuple[frozenset[int], ...]] = (
+    frozenset({13, 31, 43, 45}),
+    frozenset({74, 119, 120}),
+    frozenset({48, 63, 64, 92, 94, 95}),
+    frozenset({79}),
+)
+
 
 def xid_number(detail: object) -> tuple[int | None, str | None]:
     """The Xid's number and the GPU's PCI address in an ``xid`` event's detail (``Xid 79 on the

@@ -70,6 +70,10 @@ def startup(ctx: Context) -> ClassCheck:
         why = "its KV cache cannot hold one request with the configured limits"
         if first["kind"] == "startup_no_kv_memory":  # nothing was left for the cache at all
             why = str(first.get("detail") or "nothing was left for its KV cache")
+        elif "warm-up" in str(first.get("detail") or ""):
+            # TGI's warm-up refusal is of one prefill's memory, not of the cache's size
+            # (flash_causal_lm.py's "Not enough memory to handle N prefill tokens"; TGI#1067)
+            why = str(first["detail"])
         return ClassCheck(
             "startup_misfit",
             True,

@@ -38,7 +38,7 @@ XID31 = (
 
 def _findings(tmp_path: Path, files: dict[str, str]) -> Findings:
     node = tmp_path / "gpu-node"
-    node.mkdir()
+    node.mkdir(parents=True)
     for name, text in files.items():
         (node / name).write_text(text, encoding="utf-8")
     return analyze(load_any([node], IngestOptions(year=2026, tz="UTC")))
@@ -132,3 +132,56 @@ def test_a_death_with_only_the_engines_own_figures(tmp_path: Path) -> None:
     assert death.endswith(
         "the KV cache was 33.7% full at 01:47:52 (the last figures the inputs hold)"
     )
+
+
+# https://pastebin.com/xJaypMZt: an older driver's fall off the bus, then an Xid 3 the fall causes.
+FALLEN_OLD = (
+    "Jan 18 11:38:05 localhost kernel: [ 269.516977] NVRM: GPU at 0000:01:00.0 has fallen off "
+    "the bus.\n"
+    "Jan 18 11:38:05 localhost kernel: [ 269.516986] NVRM: os_pci_init_handle: invalid context!\n"
+    "Jan 18 11:38:05 localhost kernel: [ 269.517039] NVRM: Xid (0000:01:00): 3, C 00000005 SC "
+    "00000007 M 00001ffc Data ffffffff\n"
+)
+
+
+def test_a_chain_of_xids_is_told_by_its_gravest(tmp_path: Path) -> None:
+    # GIVEN the fall off the bus and an Xid 3 in the same second; and Xid 69s before an Xid 31
+    fallen = _findings(tmp_path / "a", {"kern.log": FALLEN_OLD})
+    faults = _findings(tmp_path / "b", {"kern.log": XID69_31})
+    # THEN one incident each, told by the fall and by the MMU fault, not by the first line
+    assert [i.cls for i in fallen.incidents] == ["gpu_fault"]
+    assert fallen.incidents[0].reason.startswith("the driver reported Xid 79 on the GPU at 0000:01")
+    assert fallen.remedies[0].action.startswith("drain the node")
+    assert [i.cls for i in faults.incidents] == ["gpu_fault"]
+    assert "Xid 31" in faults.incidents[0].reason
+
+
+# https://pastebin.com/fTNHmgzB: Xid 69 class errors for a dozen seconds, then the MMU fault.
+XID69_31 = (
+    "May 13 17:18:47 hyperion kernel: NVRM: Xid (PCI:0000:08:00): 69, Class Error: ChId 003b, "
+    "Class 0000c197, Offset 00002040, Data 00004b30, ErrorCode 0000000c\n"
+    "May 13 17:18:57 hyperion kernel: NVRM: Xid (PCI:0000:08:00): 69, Class Error: ChId 003b, "
+    "Class 0000c197, Offset 00001618, Data 00000004, ErrorCode 0000000d\n" + XID31
+)
+
+# https://github.com/huggingface/text-generation-inference/issues/1067: TGI's warm-up refusal.
+TGI_1067 = (
+    '  File "/opt/conda/lib/python3.9/site-packages/text_generation_server/models/'
+    'flash_causal_lm.py", line 755, in warmup\n'
+    "    raise RuntimeError(\n"
+    "RuntimeError: Not enough memory to handle 4096 prefill tokens. You need to decrease "
+    "`--max-batch-prefill-tokens`\n"
+    "\n"
+    "2023-09-26T21:48:00.969072Z ERROR text_generation_launcher: Method Warmup encountered an "
+    "error.\n"
+)
+
+
+def test_tgis_warm_up_refusal_is_told_as_the_prefill_not_the_cache(tmp_path: Path) -> None:
+    findings = _findings(tmp_path, {"tgi.log": TGI_1067})
+    primary = findings.primary
+    assert primary is not None
+    assert primary.cls == "startup_misfit"
+    assert "KV cache cannot hold one request" not in primary.reason
+    assert "not enough memory to handle 4096 prefill tokens" in primary.reason
+    assert findings.remedies[0].action.startswith("lower --max-batch-prefill-tokens")
