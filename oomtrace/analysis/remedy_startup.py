@@ -298,14 +298,33 @@ def _weights(
             detail=f"{need}{room} on one device; fewer layers on it keep the rest in host "
             "memory (the log does not state the layers' sizes, so no count is computed)",
         )
+    whole = as_int(check.figure("extrapolated_weights_bytes"))
+    loaded, shards = as_int(check.figure("shards_loaded")), as_int(check.figure("shards_total"))
+    if whole is not None:
+        # the device was full with few shards loaded: not the weights' size (vllm#31273)
+        return remedy(
+            incident,
+            check,
+            "find what held the device before the weights loaded: other processes on it "
+            "(nvidia-smi), and this release against the one before it with the same settings",
+            setting=None,
+            value=None,
+            basis="budget",
+            detail=f"the device was full with {loaded} of {shards} checkpoint shards loaded; "
+            f"weights that filled it so soon would weigh {format_bytes(whole)} in all, so more "
+            "GPUs or a smaller model would not be the fix",
+        )
+    at = f" at checkpoint shard {loaded + 1} of {shards}" if loaded is not None else ""
     return remedy(
         incident,
         check,
-        "spread the weights over more GPUs (--tensor-parallel-size) or load a quantized model",
+        "spread the weights over more GPUs (--tensor-parallel-size), load a quantized model, "
+        "or serve a smaller one",
         setting="--tensor-parallel-size",
         value=None,
         basis="budget",
-        detail=f"{need}{room}: the model does not fit this device's share",
+        detail=f"{need}{room}{at}: the model's weights do not fit this device's share (not the "
+        "KV cache: it is allocated after them)",
     )
 
 

@@ -24,6 +24,7 @@ from oomtrace.analysis.check_startup import (
     phase_reason,
     refusal_figures,
     serving_phase,
+    shard_figures,
     stated_start,
 )
 from oomtrace.analysis.findings import ClassCheck, IncidentClass, ProcessUse
@@ -134,7 +135,12 @@ def _startup(event: dict[str, Any], config: dict[str, Any], *, served: bool) -> 
     oom = event["kind"] == "oom"
     # the phase the failure's own lines state wins over what else the input shows
     if oom and (stated := phase_reason(event)) is not None:
-        phased = (*figures, ("phase", event.get("phase")), ("engine", phase_engine(event)))
+        phased = (
+            *figures,
+            ("phase", event.get("phase")),
+            ("engine", phase_engine(event)),
+            *shard_figures(event),
+        )
         return ClassCheck("startup_misfit", True, stated, (ev.event(event),), phased)
     if oom and (serving := serving_phase(event)) is not None:
         return ClassCheck(

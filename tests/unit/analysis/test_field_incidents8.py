@@ -1,14 +1,18 @@
 """Incidents from public threads (an eighth set) whose cause a person reads at once and the rules
 misread, each rewritten from the thread named beside it in its real format (prefixes, figures and
 the order of the lines kept; unrelated lines left out): a GPU fault in the kernel log with no
-engine death, a log that names no request.
+engine death, a log that names no request, a death with no OOM text, a failure while loading the
+weights with tqdm's shard progress beside it.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import polars as pl
+
 from oomtrace.analysis import analyze
+from oomtrace.analysis.check_startup import phase_reason, shard_figures
 from oomtrace.analysis.findings import Findings
 from oomtrace.ingest import IngestOptions, load_any
 from oomtrace.terminal.findings_text import render_summary
@@ -185,3 +189,58 @@ def test_tgis_warm_up_refusal_is_told_as_the_prefill_not_the_cache(tmp_path: Pat
     assert "KV cache cannot hold one request" not in primary.reason
     assert "not enough memory to handle 4096 prefill tokens" in primary.reason
     assert findings.remedies[0].action.startswith("lower --max-batch-prefill-tokens")
+
+
+# https://github.com/vllm-project/vllm/issues/31273: the same failure as vLLM prints it (v0.13.0,
+# the engine core's prefix and time), tqdm's progress printed after it without any prefix.
+H20_31273_LOG = (
+    "(EngineCore_DP0 pid=556790) INFO 12-24 08:50:30 [gpu_model_runner.py:3559] Starting to load "
+    "model /models/Qwen2.5-72B-Instruct-FP8...\n"
+    "(EngineCore_DP0 pid=556790) ERROR 12-24 08:50:35 [core.py:866]     output = torch.empty("
+    "shape, device=input.device, dtype=out_dtype)\n"
+    "(EngineCore_DP0 pid=556790) ERROR 12-24 08:50:35 [core.py:866] torch.OutOfMemoryError: CUDA "
+    "out of memory. Tried to allocate 80.00 MiB. GPU 0 has a total capacity of 139.72 GiB of "
+    "which 60.69 MiB is free. Process 691170 has 139.65 GiB memory in use. Of the allocated "
+    "memory 139.21 GiB is allocated by PyTorch, and 12.81 MiB is reserved by PyTorch but "
+    "unallocated.\n"
+    "\n"
+    "Loading safetensors checkpoint shards:   3% Completed | 1/37 [00:02<01:39,  2.77s/it]\n"
+    "\n"
+    "(EngineCore_DP0 pid=556790) Process EngineCore_DP0:\n"
+)
+
+
+def test_the_shard_progress_is_kept_on_a_vllm_logs_failure(tmp_path: Path) -> None:
+    # GIVEN vLLM's own log: the failure in the engine core's lines, tqdm's progress in none
+    (tmp_path / "vllm.log").write_text(H20_31273_LOG, encoding="utf-8")
+    trace = load_any([tmp_path / "vllm.log"], IngestOptions(year=2025, tz="UTC"))
+    # THEN the event keeps how far the loading had come, and the verdict says where it stopped
+    (detail,) = trace.events.filter(pl.col("kind") == "oom")["detail"].to_list()
+    assert detail.endswith(
+        "during the loading of the model's weights; with 1 of 37 checkpoint shards loaded"
+    )
+    primary = analyze(trace).primary
+    assert primary is not None
+    assert primary.cls == "startup_misfit"
+    assert "at checkpoint shard 2 of 37 (1 loaded)" in primary.reason
+    assert "the model would need 5.05 TiB" in primary.reason
+
+
+def test_a_device_filled_by_the_shards_is_told_to_spread_the_weights() -> None:
+    # GIVEN (the rule alone) a failure at shard 20 of 37 with the device full: the weights so
+    # far are what filled it
+    event = {
+        "phase": "load_weights",
+        "device": 0,
+        "requested_bytes": 2 * 2**30,
+        "free_bytes": 2**30,
+        "total_bytes": 80 * 2**30,
+        "detail": "PyTorch OOM message; with 19 of 37 checkpoint shards loaded",
+    }
+    reason = phase_reason(event)
+    assert reason is not None
+    assert reason.startswith(
+        "out of memory while loading the model's weights on device 0, at checkpoint shard 20 of 37"
+    )
+    assert "something other" not in reason
+    assert dict(shard_figures(event))["extrapolated_weights_bytes"] is None
