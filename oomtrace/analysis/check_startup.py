@@ -47,7 +47,12 @@ _HOLDS = re.compile(r"(\d+) tokens the KV cache can hold|stored in KV cache \((\
 # the shard progress ingest keeps on a failure (oomtrace/ingest/torch/oom_text.py)
 _SHARDS = re.compile(r"with (\d+) of (\d+) checkpoint shards loaded")
 _FULL = 0.9  # a device this full after a few shards: the weights so far cannot have filled it
-_STARTING = re.compile(r"warm-?up|profile|start-?up|determine_available_memory", re.IGNORECASE)
+# TensorRT-LLM's executor is created once, at start-up (TensorRT-LLM#5950)
+_STARTING = re.compile(
+    r"warm-?up|profile|start-?up|determine_available_memory|executor could not be created",
+    re.IGNORECASE,
+)
+_COMPONENT = re.compile(r"\(component: ([^)]+)\)")
 # A death that says the engine never started, and how soon after the failure it counts.
 _FAILED_WORDS = r"(?i)failed to start|initialization failed|failed to initiali[sz]e"
 _FAILED_START = timedelta(seconds=30)
@@ -118,7 +123,11 @@ def startup(ctx: Context) -> ClassCheck:
             "request, no KV in use in any source)"
             + ("" if library else ": weights, cache and reserve did not fit"),
             (ev.event(ctx.oom),),
-            (*_oom_figures(ctx), ("library", "nccl" if nccl else None)),
+            (
+                *_oom_figures(ctx),
+                ("library", "nccl" if nccl else None),
+                *engine_figures(ctx.oom),
+            ),
         )
     if ctx.anchor == "oom" and served is None:
         return ClassCheck(
@@ -150,12 +159,24 @@ def shard_figures(event: dict[str, Any]) -> tuple[tuple[str, int | None], ...]:
     )
 
 
+def engine_figures(event: dict[str, Any]) -> tuple[tuple[str, str | None], ...]:
+    """The engine the failure's words name, and the component TensorRT-LLM's executor could not
+    create ("Additional executor resources", "KV cache"): what a start-up remedy is sized by."""
+    engine = phase_engine(event)
+    if engine is None:
+        return ()
+    component = _COMPONENT.search(str(event.get("detail") or ""))
+    return (("engine", engine), ("component", component.group(1) if component else None))
+
+
 def phase_engine(event: dict[str, Any]) -> str | None:
     """The engine whose settings size the failed phase, where the event's own words or its
     reader name one: llama.cpp's account of a failed buffer is read by the PyTorch-log reader,
     vLLM's and SGLang's failures by their own readers."""
     if str(event.get("detail") or "").startswith("llama.cpp"):
         return "llama.cpp"
+    if str(event.get("detail") or "").startswith("TensorRT-LLM"):
+        return "tensorrt-llm"
     reader = str(event.get("source") or "").partition(":")[0]
     return {"vllm-log": "vllm", "sglang-log": "sglang"}.get(reader)
 

@@ -186,6 +186,8 @@ def _foreign(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> list[
     where = f"GPU {device}" if device is not None else "the engine's GPU"
     if held and check.figure("holder") == "unnamed":
         out.append(_find_holder(incident, check, held, where))
+    elif held and check.figure("holder") == "outside_pytorch":
+        out.append(_outside_pytorch(incident, check, held, where))
     elif held and check.figure("holder") == "siblings":
         # the engine's own workers: they stay; the engine's share leaves them room
         out.append(
@@ -252,6 +254,26 @@ def _foreign(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> list[
                 )
             )
     return out
+
+
+def _outside_pytorch(incident: Incident, check: ClassCheck, held: int, where: str) -> Remedy:
+    """The failing process's own allocations outside PyTorch filled the device: the setting that
+    sizes them, not another process, is what to lower."""
+    return remedy(
+        incident,
+        check,
+        f"lower what the engine allocates outside PyTorch on {where}: TensorRT-LLM's "
+        "kv_cache_free_gpu_mem_fraction (its KV cache takes that share of the free memory), or "
+        "the engine's memory share (--gpu-memory-utilization, --mem-fraction-static)",
+        setting=None,
+        value=None,
+        basis="process",
+        detail=(
+            f"the failing process held {format_bytes(held)} outside PyTorch's allocator; the "
+            "allocation that failed was PyTorch's, and it had nothing left beside them"
+        ),
+        figures={"pid": as_int(check.figure("pid")), "foreign_bytes": held},
+    )
 
 
 def _find_holder(incident: Incident, check: ClassCheck, held: int, where: str) -> Remedy:

@@ -103,11 +103,7 @@ def phase_remedies(incident: Incident, check: ClassCheck, facts: RemedyFacts) ->
     wanted = as_int(check.figure("requested_bytes"))
     free = as_int(check.figure("free_bytes"))
     if not isinstance(phase, str):
-        # an OOM before the engine served, in no phase its lines state: what its share of the
-        # device left outside it was too little, where the log states that share
-        if wanted is None or free is None or facts.config.get("gpu_memory_utilization") is None:
-            return []
-        return _share(incident, check, facts, wanted, free, "the start-up's failed allocation")
+        return _phaseless(incident, check, facts, wanted, free)
     engine = check.figure("engine")
     llama = engine == "llama.cpp"
     if (what := _within_share(phase, engine)) is not None:
@@ -325,6 +321,43 @@ def _weights(
         basis="budget",
         detail=f"{need}{room}{at}: the model's weights do not fit this device's share (not the "
         "KV cache: it is allocated after them)",
+    )
+
+
+def _phaseless(
+    incident: Incident, check: ClassCheck, facts: RemedyFacts, wanted: int | None, free: int | None
+) -> list[Remedy]:
+    """An OOM before the engine served, in no phase its lines state: TensorRT-LLM's executor by
+    the component it could not create; else what the engine's share of the device left outside
+    it was too little, where the log states that share."""
+    if check.figure("engine") == "tensorrt-llm":
+        return [_trtllm_executor(incident, check, free)]
+    if wanted is None or free is None or facts.config.get("gpu_memory_utilization") is None:
+        return []
+    return _share(incident, check, facts, wanted, free, "the start-up's failed allocation")
+
+
+def _trtllm_executor(incident: Incident, check: ClassCheck, free: int | None) -> Remedy:
+    """TensorRT-LLM's executor could not create a component after the model and the KV cache's
+    estimate: its own buffers are sized by max_num_tokens and max_batch_size (and the CUDA
+    graphs' batch sizes), and the KV cache takes kv_cache_config.free_gpu_memory_fraction of
+    what the model leaves (TensorRT-LLM#5950: "Additional executor resources" with 16.95 GiB
+    free)."""
+    component = check.figure("component")
+    what = f"its {component}" if isinstance(component, str) and component else "a component"
+    room = f" in the {format_bytes(free)} left" if free is not None else ""
+    return remedy(
+        incident,
+        check,
+        "lower max_num_tokens or max_batch_size (and cuda_graph_config's max_batch_size), or "
+        "leave room with a lower kv_cache_config.free_gpu_memory_fraction",
+        setting=None,
+        value=None,
+        basis="budget",
+        detail=f"TensorRT-LLM's executor could not create {what}{room} after the model and the "
+        "KV cache's estimate; its buffers grow with max_num_tokens and max_batch_size, and the "
+        "KV cache takes its fraction of what the model leaves (the log states none of them, so "
+        "no value is computed)",
     )
 
 

@@ -244,3 +244,52 @@ def test_a_device_filled_by_the_shards_is_told_to_spread_the_weights() -> None:
     )
     assert "something other" not in reason
     assert dict(shard_figures(event))["extrapolated_weights_bytes"] is None
+
+
+# https://github.com/NVIDIA/TensorRT-LLM/issues/5950: DS-V3 W4FP8, TP 8 on H20 96 GB; 1.0.0rc2
+# cannot create the executor's additional resources (rc1 can).
+TRTLLM_5950 = (
+    "RuntimeError: Executor creation failed due to insufficient GPU memory.\n"
+    "\n"
+    "The following component could not be created: Additional executor resources\n"
+    "Total GPU memory (GiB): 95.00\n"
+    "Free GPU memory before component creation attempt (GiB): 16.95\n"
+    "\n"
+    "Previously created components and free GPU memory before/after creation (GiB):\n"
+    "Model: 94.30 / 47.83\n"
+    "Sampler: 47.83 / 47.83\n"
+    "Initial KV cache (temporary for KV cache size estimation): 47.83 / 45.67\n"
+)
+# https://github.com/NVIDIA/TensorRT-LLM/issues/2398: T5 on a 24 GB GPU; the process holds the
+# device, PyTorch none of it.
+TRTLLM_2398 = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 MiB. GPU 0 has a total "
+    "capacity of 22.19 GiB of which 1.50 MiB is free. Process 885415 has 22.18 GiB memory in use. "
+    "Of the allocated memory 0 bytes is allocated by PyTorch, and 0 bytes is reserved by PyTorch "
+    "but unallocated. If reserved but unallocated memory is large try setting "
+    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.\n"
+)
+
+
+def test_tensorrt_llms_executor_creation_is_a_start_up_misfit(tmp_path: Path) -> None:
+    findings = _findings(tmp_path, {"trtllm.log": TRTLLM_5950})
+    primary = findings.primary
+    assert primary is not None
+    # THEN the start-up (the executor is created once), not "unknown"
+    assert primary.cls == "startup_misfit"
+    (fix,) = findings.remedies
+    assert fix.action.startswith("lower max_num_tokens or max_batch_size")
+    assert "could not create its Additional executor resources in the 16.95 GiB left" in fix.detail
+
+
+def test_a_process_whose_memory_pytorch_does_not_hold_filled_the_device(tmp_path: Path) -> None:
+    findings = _findings(tmp_path, {"trtllm.log": TRTLLM_2398})
+    primary = findings.primary
+    assert primary is not None
+    # THEN not a transient step's last straw alone: the process's memory outside PyTorch
+    assert primary.cls == "foreign_memory"
+    assert primary.reason.startswith(
+        "22.18 GiB of the 22.18 GiB process 885415 held on the 22.19 GiB device was outside "
+        "PyTorch's allocator (PyTorch held 0 B)"
+    )
+    assert "kv_cache_free_gpu_mem_fraction" in findings.remedies[0].action
