@@ -111,6 +111,8 @@ def phase_remedies(incident: Incident, check: ClassCheck, facts: RemedyFacts) ->
     scaled = (_LLAMA_SCALES if llama else _SCALES).get(phase)
     if scaled is not None:
         out = [_scaled(incident, check, facts, scaled, wanted, free)]
+        if llama and incident.device:
+            out.insert(0, _split(incident, check, incident.device, wanted))
         if phase == "profile_run":
             # vLLM V1's profiling run ends in the sampler's pass over --max-num-seqs sequences,
             # whose default V1 raised to 1024: the first suspect (vllm#12529's 1.16 GiB is the
@@ -321,6 +323,25 @@ def _weights(
         basis="budget",
         detail=f"{need}{room}{at}: the model's weights do not fit this device's share (not the "
         "KV cache: it is allocated after them)",
+    )
+
+
+def _split(incident: Incident, check: ClassCheck, device: int, wanted: int | None) -> Remedy:
+    """llama.cpp failed on a device other than the first: the model is split over several GPUs
+    and each holds its share of the weights and its own KV cache and compute buffers, so the one
+    that failed, often the smallest, takes less (ollama#6860: the fifth GPU, of 4 GiB, beside
+    four of 12 GiB)."""
+    asked = f" ({format_bytes(wanted)} more)" if wanted is not None else ""
+    return remedy(
+        incident,
+        check,
+        f"give CUDA{device} a smaller share of the model (-ts/--tensor-split), or leave it out "
+        "(CUDA_VISIBLE_DEVICES)",
+        setting="--tensor-split",
+        value=None,
+        basis="budget",
+        detail=f"the failure is on CUDA{device} of several: each GPU holds its layers and its own "
+        f"buffers, and this one had no room for its part{asked}; the others may have had",
     )
 
 

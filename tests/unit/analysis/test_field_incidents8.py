@@ -293,3 +293,29 @@ def test_a_process_whose_memory_pytorch_does_not_hold_filled_the_device(tmp_path
         "PyTorch's allocator (PyTorch held 0 B)"
     )
     assert "kv_cache_free_gpu_mem_fraction" in findings.remedies[0].action
+
+
+# https://github.com/ollama/ollama/issues/6860: four 12 GiB GPUs and a small fifth one; the
+# compute buffers of the pipeline-parallel context do not fit on the fifth (device 4).
+OLLAMA_6860 = (
+    "llama_new_context_with_model: KV self size  = 5120.00 MiB, K (f16): 2560.00 MiB, V (f16): "
+    "2560.00 MiB\n"
+    "llama_new_context_with_model:  CUDA_Host  output buffer size =     0.49 MiB\n"
+    "llama_new_context_with_model: pipeline parallelism enabled (n_copies=4)\n"
+    "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 144.00 MiB on device 4: cudaMalloc "
+    "failed: out of memory\n"
+    "ggml_gallocr_reserve_n: failed to allocate CUDA4 buffer of size 150995968\n"
+    "llama_new_context_with_model: failed to allocate compute buffers\n"
+)
+
+
+def test_llama_cpp_failing_on_one_gpu_of_several_is_told_to_rebalance(tmp_path: Path) -> None:
+    findings = _findings(tmp_path, {"ollama.log": OLLAMA_6860})
+    primary = findings.primary
+    assert primary is not None
+    assert primary.cls == "startup_misfit"
+    assert primary.reason.startswith("the reservation of the compute buffers")
+    # THEN the first fix is the failing GPU's share, then the micro-batch
+    actions = [r.action for r in findings.remedies]
+    assert actions[0].startswith("give CUDA4 a smaller share of the model (-ts/--tensor-split)")
+    assert actions[1].startswith("lower -ub")
