@@ -282,7 +282,13 @@ def _paragraph(cls: str, incident: Mapping[str, Any]) -> str:
     if cls == "unknown":
         parts.append(_undecided(reason)[1])
     peak_ts = parse_time(incident.get("peak_ts"))
-    if incident.get("peak_bytes") is not None and peak_ts is not None:
+    if incident.get("peak_bytes") is not None and peak_ts is not None and cls == "gpu_fault":
+        # the fault's moment is the driver's report, not a peak of memory
+        parts.append(
+            f"Device memory in use when the driver reported it: "
+            f"{value_text(incident['peak_bytes'], 'bytes')} ({iso_time(peak_ts)} UTC)."
+        )
+    elif incident.get("peak_bytes") is not None and peak_ts is not None:
         parts.append(
             f"Memory peaked at {value_text(incident['peak_bytes'], 'bytes')} "
             f"at {iso_time(peak_ts)} (UTC)."

@@ -15,6 +15,7 @@ from oomtrace.analysis import analyze
 from oomtrace.analysis.check_startup import phase_reason, shard_figures
 from oomtrace.analysis.findings import Findings
 from oomtrace.ingest import IngestOptions, load_any
+from oomtrace.report.verdict import build_verdict
 from oomtrace.terminal.findings_text import render_summary
 
 # https://github.com/NVIDIA/open-gpu-kernel-modules/issues/1151: "Key log - Xid 79 with zero
@@ -68,6 +69,12 @@ def test_an_xid_79_with_no_engine_death_is_a_gpu_fault(tmp_path: Path) -> None:
     assert "power supply" in fix.action
     assert fix.setting is None
     assert "analyzing-xid-catalog" in fix.detail
+    # AND the report says the GPU failed, with the memory at the fault, and no coverage figure
+    verdict = build_verdict(findings.to_json()["incidents"][0], ())
+    assert verdict.label == "GPU fault (Xid)"
+    assert verdict.paragraph.startswith("The GPU itself failed")
+    assert "Device memory in use when the driver reported it: 14.88 GiB" in verdict.paragraph
+    assert "coverage" not in [f.key for f in verdict.figures]
 
 
 def test_an_xid_31_is_the_work_on_the_gpu_faulting(tmp_path: Path) -> None:
