@@ -29,12 +29,13 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Final
+from typing import Any, Final
 
 import polars as pl
 
 from oomtrace.analysis import evidence as ev
 from oomtrace.analysis.check_context import Context
+from oomtrace.analysis.evidence import Evidence
 from oomtrace.analysis.findings import ClassCheck
 from oomtrace.analysis.timeline import lit_ts
 from oomtrace.units import format_bytes
@@ -96,8 +97,8 @@ FAULTS: Final[dict[int, tuple[str, str]]] = {
     120: _GSP,
 }
 
-# The numbers by how grave a fault they tell, least grave first (see _severity in
-# oomtrace.analysis.incidents): the work's faults, links and firmware, memory, the bus.
+# The numbers by how grave a fault they tell, least grave first (:func:`severity`): the work's
+# faults, links and firmware, memory, the bus.
 GRAVEST_LAST: Final[tuple[frozenset[int], ...]] = (
     frozenset({13, 31, 43, 45}),
     frozenset({74, 119, 120}),
@@ -126,17 +127,42 @@ def what_failed(number: int | None) -> tuple[str, str]:
     )
 
 
+def severity(event: dict[str, Any] | None) -> int:
+    """How grave an Xid report is, for choosing the one that tells a chain's fault: the GPU lost
+    from the bus, then its memory's errors, its firmware and links, then the work's faults, then
+    any other number (:data:`GRAVEST_LAST`)."""
+    number, _ = xid_number((event or {}).get("detail"))
+    for grade, numbers in enumerate(GRAVEST_LAST):
+        if number in numbers:
+            return grade + 1
+    return 0
+
+
+def fault_check(
+    event: dict[str, Any], more: tuple[str, ...] = (), rows: tuple[Evidence, ...] = ()
+) -> ClassCheck:
+    """The ``gpu_fault`` an Xid report tells by itself (its number, its GPU, what failed), with
+    ``more`` said and ``rows`` cited beside it (a death, the memory in use)."""
+    number, bus = xid_number(event.get("detail"))
+    what, _ = what_failed(number)
+    label = f"Xid {number}" if number is not None else "an Xid"
+    where = f" on the GPU at {bus}" if bus else ""
+    return ClassCheck(
+        "gpu_fault",
+        True,
+        "; ".join((f"the driver reported {label}{where}: {what}, not a lack of memory", *more)),
+        (ev.event(event), *rows),
+        (("xid", number), ("pci_bus", bus)),
+    )
+
+
 def gpu_fault(ctx: Context) -> ClassCheck:
     """The incident is the driver's Xid report it is anchored on (``ctx.anchor == "xid"``)."""
     event = ctx.event
     if ctx.anchor != "xid" or event is None:
         return ClassCheck("gpu_fault", False, "no Xid report of the driver anchors the incident")
-    number, bus = xid_number(event.get("detail"))
-    what, _ = what_failed(number)
-    label = f"Xid {number}" if number is not None else "an Xid"
-    where = f" on the GPU at {bus}" if bus else ""
-    parts = [f"the driver reported {label}{where}: {what}, not a lack of memory"]
-    rows = [ev.event(event)]
+    parts: list[str] = []
+    rows: list[Evidence] = []
     died = _death_after(ctx, event["ts"])
     if died is not None:
         gap = (died["ts"] - event["ts"]).total_seconds()
@@ -152,16 +178,10 @@ def gpu_fault(ctx: Context) -> ClassCheck:
         of = f" of {format_bytes(ctx.capacity)}" if ctx.capacity else ""
         parts.append(f"device memory in use was {format_bytes(value)}{of} just before it")
         rows.append(ev.sample(row))
-    return ClassCheck(
-        "gpu_fault",
-        True,
-        "; ".join(parts),
-        tuple(rows),
-        (("xid", number), ("pci_bus", bus)),
-    )
+    return fault_check(event, tuple(parts), tuple(rows))
 
 
-def _death_after(ctx: Context, ts: datetime) -> dict[str, object] | None:
+def _death_after(ctx: Context, ts: datetime) -> dict[str, Any] | None:
     """The engine's death nearest the fault within the window."""
     near = ctx.events.filter(
         (pl.col("kind") == "engine_dead")

@@ -47,7 +47,7 @@ from typing import Any
 
 import polars as pl
 
-from oomtrace.analysis.check_gpu_fault import GRAVEST_LAST, xid_number
+from oomtrace.analysis.check_gpu_fault import severity
 from oomtrace.analysis.findings import Anchor
 from oomtrace.analysis.options import AnalyzeOptions
 from oomtrace.analysis.spikes import Spike
@@ -217,22 +217,11 @@ def _fault_anchors(
         if held is not None:
             if held.kind == "xid":  # the chain grows; a failure's incident keeps its own end
                 held.last_event_ts = ts
-                if _severity(row) > _severity(held.event):
+                if severity(row) > severity(held.event):
                     held.event = row  # the gravest report of the chain tells the fault
             continue
         found.append(Anchoring("xid", node, row["device"], ts, event=row))
     return found
-
-
-def _severity(event: dict[str, Any] | None) -> int:
-    """How grave an Xid report is, for choosing the one that tells a chain's fault: the GPU lost
-    from the bus, then its memory's errors, its firmware and links, then the work's faults, then
-    any other number (NVIDIA's Xid catalogue; :mod:`oomtrace.analysis.check_gpu_fault`)."""
-    number, _ = xid_number((event or {}).get("detail"))
-    for grade, numbers in enumerate(GRAVEST_LAST):
-        if number in numbers:
-            return grade + 1
-    return 0
 
 
 def _preemption_anchors(

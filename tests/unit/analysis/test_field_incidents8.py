@@ -326,3 +326,24 @@ def test_llama_cpp_failing_on_one_gpu_of_several_is_told_to_rebalance(tmp_path: 
     actions = [r.action for r in findings.remedies]
     assert actions[0].startswith("give CUDA4 a smaller share of the model (-ts/--tensor-split)")
     assert actions[1].startswith("lower -ub")
+
+
+# https://github.com/NVIDIA/NVSentinel/issues/155: dmesg (seconds since boot, no time of day) of a
+# 570 driver's fall off the bus, over three lines and without an Xid.
+DMESG_155 = (
+    "[ 1843.308145] NVRM: The NVIDIA GPU 0000:b3:00.0\n"
+    "               NVRM: (PCI ID: 10de:26b5) installed in this system has\n"
+    "               NVRM: fallen off the bus and is not responding to commands.\n"
+    "[ 1843.439662] NVRM: The NVIDIA probe routine failed for 1 device(s).\n"
+)
+
+
+def test_a_kernel_log_without_times_still_tells_the_fault(tmp_path: Path) -> None:
+    findings = _findings(tmp_path, {"dmesg.txt": DMESG_155})
+    primary = findings.primary
+    # THEN a GPU fault, not "no incident": the log's order is enough
+    assert primary is not None
+    assert primary.cls == "gpu_fault"
+    assert primary.peak_ts is None
+    assert primary.reason.startswith("the driver reported Xid 79 on the GPU at 0000:b3:00.0")
+    assert findings.remedies[0].action.startswith("drain the node")
