@@ -206,8 +206,9 @@ def _outside_growth(ctx: Context) -> tuple[str, list[Evidence]] | None:
     return None
 
 
-# PyTorch's share of a process's use under which the process's memory is not PyTorch's
-_TORCH_SHARE = 0.1
+# PyTorch's share of a process's use under which the process's memory is not PyTorch's: almost
+# none (a TensorRT-LLM process whose PyTorch held a few GiB is read as a transient beside its pool)
+_TORCH_SHARE = 0.01
 
 
 def outside_allocator(event: dict[str, Any]) -> ClassCheck | None:
@@ -253,7 +254,7 @@ def outside_allocator(event: dict[str, Any]) -> ClassCheck | None:
 
 def outside_pytorch(event: dict[str, Any]) -> ClassCheck | None:
     """``foreign_memory`` from an OOM message whose failing process held the device but PyTorch
-    held almost none of it (allocated and reserved under a tenth of the process's use, the use a
+    held almost none of it (allocated and reserved under a hundredth of the process's use, the use a
     tenth of the device or more): the process's own allocations outside PyTorch's allocator (a
     runtime's engine and KV cache, as TensorRT-LLM's, NCCL's buffers, CUDA graphs' pools) filled
     the device, and the allocation that failed was only the last straw (TensorRT-LLM#2398: 0 bytes
