@@ -91,6 +91,12 @@ def foreign(ctx: Context) -> ClassCheck:
         unnamed = outside_allocator(ctx.oom)
         if unnamed is not None:
             return unnamed
+    others = sum(p.bytes for p in ctx.processes)
+    if others < ctx.threshold and ctx.anchor == "oom" and ctx.oom is not None:
+        # the rest of the device beside the failing process is crumbs: its own use filled it
+        own = outside_pytorch(ctx.oom)
+        if own is not None:
+            return own
     return ClassCheck(
         "foreign_memory",
         False,
@@ -200,6 +206,11 @@ def _outside_growth(ctx: Context) -> tuple[str, list[Evidence]] | None:
     return None
 
 
+# PyTorch's share of a process's use under which the process's memory is not PyTorch's: almost
+# none (a TensorRT-LLM process whose PyTorch held a few GiB is read as a transient beside its pool)
+_TORCH_SHARE = 0.01
+
+
 def outside_allocator(event: dict[str, Any]) -> ClassCheck | None:
     """``foreign_memory`` from an OOM message that names no process but states the device's
     size, what was free and what PyTorch held (allocated and reserved): the rest, held outside
@@ -237,5 +248,43 @@ def outside_allocator(event: dict[str, Any]) -> ClassCheck | None:
         ("shortfall_bytes", shortfall),
         ("left_for_others_bytes", None),
         ("holder", "unnamed"),
+    )
+    return ClassCheck("foreign_memory", True, reason, (ev.event(event),), figures)
+
+
+def outside_pytorch(event: dict[str, Any]) -> ClassCheck | None:
+    """``foreign_memory`` from an OOM message whose failing process held the device but PyTorch
+    held almost none of it (allocated and reserved under a hundredth of the process's use, the use a
+    tenth of the device or more): the process's own allocations outside PyTorch's allocator (a
+    runtime's engine and KV cache, as TensorRT-LLM's, NCCL's buffers, CUDA graphs' pools) filled
+    the device, and the allocation that failed was only the last straw (TensorRT-LLM#2398: 0 bytes
+    allocated by PyTorch of the process's 22.18 GiB). None where the rule does not hold."""
+    keys = ("process_bytes", "requested_bytes", "allocated_bytes", "reserved_unallocated_bytes")
+    stated = {k: event.get(k) for k in (*keys, "total_bytes")}
+    if event.get("kind") != "oom" or any(v is None for v in stated.values()):
+        return None
+    n = {k: int(v) for k, v in stated.items() if v is not None}
+    used, wanted, total = n["process_bytes"], n["requested_bytes"], n["total_bytes"]
+    torch = n["allocated_bytes"] + n["reserved_unallocated_bytes"]
+    if used < UNNAMED_SHARE * total or torch >= _TORCH_SHARE * used:
+        return None
+    outside = used - torch
+    pid = event.get("pid")
+    who = f"process {pid}" if pid is not None else "the failing process"
+    reason = (
+        f"{format_bytes(outside)} of the {format_bytes(used)} {who} held on the "
+        f"{format_bytes(total)} device was outside PyTorch's allocator (PyTorch held "
+        f"{format_bytes(torch)}): the process's own allocations outside PyTorch (a runtime's "
+        "engine and KV cache, NCCL, CUDA graphs) filled the device, and the "
+        f"{format_bytes(wanted)} that failed was only the last straw"
+    )
+    figures: tuple[tuple[str, Any], ...] = (
+        ("pid", pid),
+        ("process_name", None),
+        ("foreign_bytes", outside),
+        ("growth_bytes", None),
+        ("shortfall_bytes", None),
+        ("left_for_others_bytes", None),
+        ("holder", "outside_pytorch"),
     )
     return ClassCheck("foreign_memory", True, reason, (ev.event(event),), figures)

@@ -44,7 +44,15 @@ _ESTIMATE = re.compile(r"estimated maximum model length (?:is )?(\d+)")
 _HOLDS = re.compile(r"(\d+) tokens the KV cache can hold|stored in KV cache \((\d+)\)")
 # An OOM's own account of the phase it failed in: TGI's "Unable to warmup model", vLLM's
 # profile run (``profile_run``, "determine_available_memory").
-_STARTING = re.compile(r"warm-?up|profile|start-?up|determine_available_memory", re.IGNORECASE)
+# the shard progress ingest keeps on a failure (oomtrace/ingest/torch/oom_text.py)
+_SHARDS = re.compile(r"with (\d+) of (\d+) checkpoint shards loaded")
+_FULL = 0.9  # a device this full after a few shards: the weights so far cannot have filled it
+# TensorRT-LLM's executor is created once, at start-up (TensorRT-LLM#5950)
+_STARTING = re.compile(
+    r"warm-?up|profile|start-?up|determine_available_memory|executor could not be created",
+    re.IGNORECASE,
+)
+_COMPONENT = re.compile(r"\(component: ([^)]+)\)")
 # A death that says the engine never started, and how soon after the failure it counts.
 _FAILED_WORDS = r"(?i)failed to start|initialization failed|failed to initiali[sz]e"
 _FAILED_START = timedelta(seconds=30)
@@ -70,6 +78,10 @@ def startup(ctx: Context) -> ClassCheck:
         why = "its KV cache cannot hold one request with the configured limits"
         if first["kind"] == "startup_no_kv_memory":  # nothing was left for the cache at all
             why = str(first.get("detail") or "nothing was left for its KV cache")
+        elif "warm-up" in str(first.get("detail") or ""):
+            # TGI's warm-up refusal is of one prefill's memory, not of the cache's size
+            # (flash_causal_lm.py's "Not enough memory to handle N prefill tokens"; TGI#1067)
+            why = str(first["detail"])
         return ClassCheck(
             "startup_misfit",
             True,
@@ -89,6 +101,7 @@ def startup(ctx: Context) -> ClassCheck:
                     *_oom_figures(ctx),
                     ("phase", ctx.oom.get("phase")),
                     ("engine", phase_engine(ctx.oom)),
+                    *shard_figures(ctx.oom),
                 ),
             )
         if serving := serving_phase(ctx.oom):
@@ -110,7 +123,11 @@ def startup(ctx: Context) -> ClassCheck:
             "request, no KV in use in any source)"
             + ("" if library else ": weights, cache and reserve did not fit"),
             (ev.event(ctx.oom),),
-            (*_oom_figures(ctx), ("library", "nccl" if nccl else None)),
+            (
+                *_oom_figures(ctx),
+                ("library", "nccl" if nccl else None),
+                *engine_figures(ctx.oom),
+            ),
         )
     if ctx.anchor == "oom" and served is None:
         return ClassCheck(
@@ -129,12 +146,37 @@ def startup(ctx: Context) -> ClassCheck:
     return ClassCheck("startup_misfit", False, why, (served,) if served is not None else ())
 
 
+def shard_figures(event: dict[str, Any]) -> tuple[tuple[str, int | None], ...]:
+    """The shards loaded at a failure while loading the weights, and where the device was
+    already full with few of them, the model's weight that would take (the remedy's cue)."""
+    shards = shards_loaded(event)
+    if shards is None:
+        return ()
+    return (
+        ("shards_loaded", shards[0]),
+        ("shards_total", shards[1]),
+        ("extrapolated_weights_bytes", _extrapolated(event, shards)),
+    )
+
+
+def engine_figures(event: dict[str, Any]) -> tuple[tuple[str, str | None], ...]:
+    """The engine the failure's words name, and the component TensorRT-LLM's executor could not
+    create ("Additional executor resources", "KV cache"): what a start-up remedy is sized by."""
+    engine = phase_engine(event)
+    if engine is None:
+        return ()
+    component = _COMPONENT.search(str(event.get("detail") or ""))
+    return (("engine", engine), ("component", component.group(1) if component else None))
+
+
 def phase_engine(event: dict[str, Any]) -> str | None:
     """The engine whose settings size the failed phase, where the event's own words or its
     reader name one: llama.cpp's account of a failed buffer is read by the PyTorch-log reader,
     vLLM's and SGLang's failures by their own readers."""
     if str(event.get("detail") or "").startswith("llama.cpp"):
         return "llama.cpp"
+    if str(event.get("detail") or "").startswith("TensorRT-LLM"):
+        return "tensorrt-llm"
     reader = str(event.get("source") or "").partition(":")[0]
     return {"vllm-log": "vllm", "sglang-log": "sglang"}.get(reader)
 
@@ -194,10 +236,67 @@ def phase_reason(event: dict[str, Any]) -> str | None:
         where = f"device {device}" if device is not None else "the device"
         # the failed allocation is one buffer of the weights (llama.cpp: all of a device's)
         asked = f": loading them asked for {format_bytes(wanted)}" if wanted is not None else ""
-        return f"the model's weights did not fit {where}{asked}{room}"
+        shards = shards_loaded(event)
+        if shards is None:
+            return f"the model's weights did not fit {where}{asked}{room}"
+        return _shard_reason(shards, where, asked, room, event)
     what = EVENT_PHASES[str(phase)]
     needed = f" needed {format_bytes(wanted)}{room}" if wanted is not None else " failed"
     return f"{what}{needed}: what the engine loads and reserves at start-up did not fit"
+
+
+def shards_loaded(event: dict[str, Any]) -> tuple[int, int] | None:
+    """The checkpoint shards loaded and their number where tqdm's progress stood beside the
+    failure (the event's detail: "with 1 of 37 checkpoint shards loaded"; vllm#31273)."""
+    found = _SHARDS.search(str(event.get("detail") or ""))
+    if found is None or int(found.group(2)) == 0:
+        return None
+    return int(found.group(1)), int(found.group(2))
+
+
+def _shard_reason(
+    shards: tuple[int, int], where: str, asked: str, room: str, event: dict[str, Any]
+) -> str:
+    """Out of memory while loading the weights, at which shard; and where the device was already
+    full with few shards loaded, that the weights so far cannot have filled it."""
+    done, total = shards
+    at = (
+        f"at checkpoint shard {done + 1} of {total} ({done} loaded)"
+        if done < total
+        else f"after all {total} checkpoint shards were read (placing or converting them)"
+    )
+    text = f"out of memory while loading the model's weights on {where}, {at}{asked}{room}"
+    whole = _extrapolated(event, shards)
+    if whole is None:
+        return text
+    used, capacity = _in_use(event) or 0, int(event["total_bytes"])
+    return (
+        f"{text}; yet {format_bytes(used)} of {format_bytes(capacity)} was already in use "
+        f"with {done} of {total} shards loaded: at that rate the model would need "
+        f"{format_bytes(whole)}, so something other than these weights held the memory "
+        "(another process, an earlier allocation of this version, a second copy)"
+    )
+
+
+def _extrapolated(event: dict[str, Any], shards: tuple[int, int]) -> int | None:
+    """What the whole model would weigh if the memory in use at the failure were its shards
+    loaded so far (``used x total / loaded``), where the device was full (:data:`_FULL`) with at
+    most half of them loaded: the weights load shard by shard, so a device full after a small
+    part of them says the memory went elsewhere, unless the model is many devices large."""
+    done, total = shards
+    used, capacity = _in_use(event), event.get("total_bytes")
+    if used is None or not capacity or done == 0 or done * 2 > total:
+        return None
+    if used < _FULL * int(capacity):
+        return None
+    return used * total // done
+
+
+def _in_use(event: dict[str, Any]) -> int | None:
+    total, free = event.get("total_bytes"), event.get("free_bytes")
+    if total is None or free is None:
+        return None
+    return int(total) - int(free)
 
 
 def serving_phase(event: dict[str, Any]) -> str | None:

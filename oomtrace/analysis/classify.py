@@ -24,6 +24,9 @@ findings so a reader sees what else was considered and why it was ruled out:
    room, with the requests of that step ranked by the memory their step needs
    (:mod:`oomtrace.analysis.step_bytes`);
 7. ``unknown`` — with the reasons every check gave.
+
+An incident anchored on the driver's Xid report is a ``gpu_fault`` and no other check runs on it
+(:mod:`oomtrace.analysis.check_gpu_fault`): a fault of the GPU is no lack of memory.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from oomtrace.analysis.check_allocation import (
 )
 from oomtrace.analysis.check_context import Context
 from oomtrace.analysis.check_foreign import foreign
+from oomtrace.analysis.check_gpu_fault import gpu_fault
 from oomtrace.analysis.check_leak import leak
 from oomtrace.analysis.check_startup import startup
 from oomtrace.analysis.evidence import Evidence
@@ -58,6 +62,10 @@ STORM = 10  # preemptions in one window that make a storm rather than an episode
 
 def classify(ctx: Context) -> tuple[IncidentClass, str, tuple[ClassCheck, ...]]:
     """The class, its reason, and every check in order."""
+    if ctx.anchor == "xid":
+        # the driver's fault report: no memory class is tested against it (none would explain it)
+        fault = gpu_fault(ctx)
+        return fault.cls, fault.reason, (fault,)
     checks = tuple(check(ctx) for check in CHECKS)
     # a library's own allocation (NCCL, cuBLAS) says whose memory it was before any class does
     library = library_failure(ctx.oom) if ctx.anchor == "oom" else None

@@ -9,7 +9,7 @@ from datetime import timedelta
 import polars as pl
 
 from oomtrace.analysis.assemble import Prepared, build_incident
-from oomtrace.analysis.deaths import unexplained_deaths
+from oomtrace.analysis.deaths import MemorySeen, unexplained_deaths
 from oomtrace.analysis.findings import Findings, Incident, Remedy, TraceSummary
 from oomtrace.analysis.gaps import hole_gaps, manifest_gaps, request_gaps, table_gaps
 from oomtrace.analysis.incident_traffic import incident_requests
@@ -55,8 +55,9 @@ def findings_of(
     incidents = tuple(build_incident(prep, a, options, i) for i, a in enumerate(anchors, start=1))
     remedies = _remedies(prep, incidents, options)
     summary = _summary(facts, tables.manifest.engine.get("name"))
+    seen = MemorySeen(prep.memory, prep.kv_index, prep.capacities)
     summary = replace(
-        summary, deaths=unexplained_deaths(tables.events, incidents, options.window_s)
+        summary, deaths=unexplained_deaths(tables.events, incidents, options.window_s, seen)
     )
     rate, from_requests = asdict(timeline.rate), request_gaps(timeline)
     requests_seen = not timeline.points.is_empty()

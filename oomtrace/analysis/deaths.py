@@ -6,20 +6,26 @@ a start-up refusal on its node came within a window of it (the failure that kill
 loop fails and dies at every attempt), or an incident peaked within a window of it. Otherwise the
 findings say that the engine died, when (or where in the log's order, for a log without times)
 and why where the driver's Xid report of a GPU fault came within the window (the kernel log read
-beside the engine's), else that the log does not say why; the statements of one death (several
-ranks, the API server and the engine core) within a window of each other are one death.
+beside the engine's), else that the log does not say why, with the device memory in use and the
+KV cache's fill the inputs last saw within a window before it (what can be said: an engine that
+died beside a full device reads otherwise than one that died at a third of its cache); the
+statements of one death (several ranks, the API server and the engine core) within a window of
+each other are one death.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Final
 
 import polars as pl
 
 from oomtrace.analysis.findings import Incident
+from oomtrace.analysis.index import SeriesIndex
 from oomtrace.ingest.torch.host_kill import SHELL_KILL, host_killed
 from oomtrace.isotime import iso_time
+from oomtrace.units import format_bytes
 
 FAILURES: Final = (
     "oom",
@@ -38,10 +44,24 @@ HOST_KILLED: Final = (
 )
 
 
+@dataclass(frozen=True)
+class MemorySeen:
+    """What the inputs observed of memory: the device series, the KV pool's, and each device's
+    capacity (``(node, device)``; ``analysis.prepare``'s capacities)."""
+
+    memory: SeriesIndex
+    kv: SeriesIndex
+    capacities: dict[tuple[str, int | None], int]
+
+
 def unexplained_deaths(
-    events: pl.DataFrame, incidents: list[Incident] | tuple[Incident, ...], window_s: float
+    events: pl.DataFrame,
+    incidents: list[Incident] | tuple[Incident, ...],
+    window_s: float,
+    seen: MemorySeen | None = None,
 ) -> tuple[str, ...]:
-    """One line per death no incident explains, in time (else log) order."""
+    """One line per death no incident explains, in time (else log) order, with the memory the
+    inputs last saw before it (``seen``) where they saw any within a window."""
     window = timedelta(seconds=window_s)
     dead = events.with_row_index("order").filter(pl.col("kind") == "engine_dead")
     xid_rows = events.filter((pl.col("kind") == "xid") & pl.col("ts").is_not_null())
@@ -75,7 +95,11 @@ def unexplained_deaths(
             continue
         what = f" ({row['detail']})" if row.get("detail") else ""
         fault = _gpu_fault(ts, xids, window)
-        out.append(f"the engine on {node} died {when}{what}; {fault or NOT_SAID}")
+        figures = _last_figures(seen, node, row.get("device"), ts, window) if seen else None
+        said = fault or NOT_SAID
+        if figures:
+            said += f"; {figures}"
+        out.append(f"the engine on {node} died {when}{what}; {said}")
     return tuple(out)
 
 
@@ -96,6 +120,30 @@ def _gpu_fault(
         f"the driver reported a GPU fault {side}: {detail} (a fault of the GPU, its driver or a "
         "kernel's memory access, not a lack of memory: the Xid's number says which)"
     )
+
+
+def _last_figures(
+    seen: MemorySeen, node: str, device: int | None, ts: datetime | None, window: timedelta
+) -> str | None:
+    """The device memory in use and the KV pool's fill the inputs last saw within a window
+    before the death, in words (what can be said where no line says why it died)."""
+    if ts is None:
+        return None
+    parts: list[str] = []
+    used = seen.memory.at(seen.memory.find("device_used_bytes", node, device), ts, window)
+    if used is not None:
+        capacity = seen.capacities.get((node, used.get("device")))
+        of = f" of {format_bytes(capacity)}" if capacity else ""
+        parts.append(
+            f"device memory in use was {format_bytes(round(float(used['value'])))}{of} at "
+            f"{used['ts']:%H:%M:%S}"
+        )
+    kv = seen.kv.at(seen.kv.find("kv_used", node), ts, window)
+    if kv is not None and kv.get("ratio") is not None:
+        parts.append(f"the KV cache was {float(kv['ratio']):.1%} full at {kv['ts']:%H:%M:%S}")
+    if not parts:
+        return None
+    return "before it " + " and ".join(parts) + " (the last figures the inputs hold)"
 
 
 def _explained(

@@ -32,14 +32,15 @@ IncidentClass = Literal[
     "fragmentation",
     "foreign_memory",
     "leak",
+    "gpu_fault",
     "unknown",
 ]
 CLASSES: Final[tuple[IncidentClass, ...]] = get_args(IncidentClass)
 # Classes whose cause is not a request: they name no culprits (the class names the cause).
 NOT_REQUESTS: Final[frozenset[IncidentClass]] = frozenset(
-    {"startup_misfit", "foreign_memory", "fragmentation", "leak"}
+    {"startup_misfit", "foreign_memory", "fragmentation", "leak", "gpu_fault"}
 )
-Anchor = Literal["oom", "startup", "spike", "preemption"]
+Anchor = Literal["oom", "startup", "spike", "preemption", "xid"]
 
 
 @dataclass(frozen=True)

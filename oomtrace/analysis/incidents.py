@@ -31,6 +31,12 @@ that the incident's window holds the moment the pool ran out. So is one on a nod
 source observed below full but that has no other incident: the pool ran full between two of the
 engine's stats lines, which come every few seconds (vllm#546: 86.1 % two seconds before the
 preemption). They come deduplicated across tensor-parallel ranks from ingest: each counts once.
+
+The driver's Xid reports (a GPU fault: the kernel log read beside the engine's, DCGM's gauge) on
+a node are an incident of their own, a chain of them within a window of each other one incident
+on its first (told by its gravest report: a GPU fallen off the bus before the faults it
+causes), unless an OOM or a refusal's incident on that node holds them: the fault is told
+as a fault, not as a lack of memory, and spikes around it belong to it.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from typing import Any
 
 import polars as pl
 
+from oomtrace.analysis.check_gpu_fault import severity
 from oomtrace.analysis.findings import Anchor
 from oomtrace.analysis.options import AnalyzeOptions
 from oomtrace.analysis.spikes import Spike
@@ -150,6 +157,7 @@ def anchor_incidents(
         chain = Anchoring(kind, row["node"], row["device"], row["ts"], event=row)
         anchors.append(chain)
         latest[(row["node"], kind)] = chain
+    anchors += _fault_anchors(events, anchors, window)
     for spike in spikes:  # worst first
         owner = next(
             (
@@ -183,6 +191,37 @@ def anchor_incidents(
         )
         anchors += _preemption_anchors(unseen, anchors, window)
     return anchors[: options.max_incidents]
+
+
+def _fault_anchors(
+    events: pl.DataFrame, anchors: list[Anchoring], window: timedelta
+) -> list[Anchoring]:
+    """One anchor per chain of the driver's Xid reports on a node (each within a window of the
+    one before) that no failure's incident holds, on the chain's first report: a GPU fault is
+    an incident of its own (:mod:`oomtrace.analysis.check_gpu_fault`), with or without a death."""
+    found: list[Anchoring] = []
+    if "kind" not in events.columns:
+        return found
+    rows = events.filter((pl.col("kind") == "xid") & pl.col("ts").is_not_null()).sort("ts")
+    for row in rows.iter_rows(named=True):  # Xid reports are few: a handful per fault
+        node, ts = row["node"], row["ts"]
+        held = next(
+            (
+                a
+                for a in [*anchors, *found]
+                if a.node == node
+                and a.peak_ts - window <= ts <= (a.last_event_ts or a.peak_ts) + window
+            ),
+            None,
+        )
+        if held is not None:
+            if held.kind == "xid":  # the chain grows; a failure's incident keeps its own end
+                held.last_event_ts = ts
+                if severity(row) > severity(held.event):
+                    held.event = row  # the gravest report of the chain tells the fault
+            continue
+        found.append(Anchoring("xid", node, row["device"], ts, event=row))
+    return found
 
 
 def _preemption_anchors(

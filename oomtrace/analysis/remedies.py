@@ -19,7 +19,10 @@ the trace (never a rule of thumb), with what it costs.
 * ``fragmentation``: the allocator setting that returns reserved-but-unallocated memory
   (``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``);
 * ``foreign_memory``: which process to move, and the utilisation that leaves it room;
-* ``leak``: the restart interval the trend allows before the headroom is gone.
+* ``leak``: the restart interval the trend allows before the headroom is gone;
+* ``gpu_fault``: what NVIDIA's Xid catalogue gives for the Xid's number (reset or drain the GPU,
+  check its ECC, power or driver; :mod:`oomtrace.analysis.check_gpu_fault`), never a memory
+  setting.
 
 The checks of :mod:`oomtrace.analysis.classify` compute the figures (``ClassCheck.figures``);
 this module only turns them into settings.
@@ -31,6 +34,7 @@ import math
 from collections.abc import Callable
 
 from oomtrace.analysis.check_allocation import NCCL_WORDS
+from oomtrace.analysis.check_gpu_fault import CATALOGUE, what_failed
 from oomtrace.analysis.findings import ClassCheck, Incident, Remedy
 from oomtrace.analysis.remedy_base import (
     MAX_UTILISATION,
@@ -182,6 +186,8 @@ def _foreign(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> list[
     where = f"GPU {device}" if device is not None else "the engine's GPU"
     if held and check.figure("holder") == "unnamed":
         out.append(_find_holder(incident, check, held, where))
+    elif held and check.figure("holder") == "outside_pytorch":
+        out.append(_outside_pytorch(incident, check, held, where))
     elif held and check.figure("holder") == "siblings":
         # the engine's own workers: they stay; the engine's share leaves them room
         out.append(
@@ -248,6 +254,26 @@ def _foreign(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> list[
                 )
             )
     return out
+
+
+def _outside_pytorch(incident: Incident, check: ClassCheck, held: int, where: str) -> Remedy:
+    """The failing process's own allocations outside PyTorch filled the device: the setting that
+    sizes them, not another process, is what to lower."""
+    return remedy(
+        incident,
+        check,
+        f"lower what the engine allocates outside PyTorch on {where}: TensorRT-LLM's "
+        "kv_cache_free_gpu_mem_fraction (its KV cache takes that share of the free memory), or "
+        "the engine's memory share (--gpu-memory-utilization, --mem-fraction-static)",
+        setting=None,
+        value=None,
+        basis="process",
+        detail=(
+            f"the failing process held {format_bytes(held)} outside PyTorch's allocator; the "
+            "allocation that failed was PyTorch's, and it had nothing left beside them"
+        ),
+        figures={"pid": as_int(check.figure("pid")), "foreign_bytes": held},
+    )
 
 
 def _find_holder(incident: Incident, check: ClassCheck, held: int, where: str) -> Remedy:
@@ -327,11 +353,39 @@ def _leak(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> list[Rem
     ]
 
 
+# -- GPU fault -----------------------------------------------------------------------------------
+
+
+def _gpu_fault(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> list[Remedy]:
+    del facts  # the Xid's number decides; nothing of the engine's settings would have helped
+    number = as_int(check.figure("xid"))
+    what, action = what_failed(number)
+    bus = check.figure("pci_bus")
+    gpu = f"the GPU at {bus}" if isinstance(bus, str) and bus else "the GPU"
+    label = f"Xid {number}" if number is not None else "the Xid"
+    return [
+        remedy(
+            incident,
+            check,
+            action,
+            setting=None,
+            value=None,
+            basis="driver",
+            detail=(
+                f"{label} on {gpu}: {what}; no memory setting prevents it (NVIDIA's Xid "
+                f"catalogue, {CATALOGUE})"
+            ),
+            figures={"xid": number},
+        )
+    ]
+
+
 _MAKERS: dict[str, Callable[[Incident, ClassCheck, RemedyFacts], list[Remedy]]] = {
     "startup_misfit": _misfit,
     "foreign_memory": _foreign,
     "fragmentation": _fragmentation,
     "leak": _leak,
+    "gpu_fault": _gpu_fault,
     "kv_exhaustion": kv_remedies,
     "transient_peak": transient_remedies,
 }

@@ -103,11 +103,7 @@ def phase_remedies(incident: Incident, check: ClassCheck, facts: RemedyFacts) ->
     wanted = as_int(check.figure("requested_bytes"))
     free = as_int(check.figure("free_bytes"))
     if not isinstance(phase, str):
-        # an OOM before the engine served, in no phase its lines state: what its share of the
-        # device left outside it was too little, where the log states that share
-        if wanted is None or free is None or facts.config.get("gpu_memory_utilization") is None:
-            return []
-        return _share(incident, check, facts, wanted, free, "the start-up's failed allocation")
+        return _phaseless(incident, check, facts, wanted, free)
     engine = check.figure("engine")
     llama = engine == "llama.cpp"
     if (what := _within_share(phase, engine)) is not None:
@@ -115,6 +111,8 @@ def phase_remedies(incident: Incident, check: ClassCheck, facts: RemedyFacts) ->
     scaled = (_LLAMA_SCALES if llama else _SCALES).get(phase)
     if scaled is not None:
         out = [_scaled(incident, check, facts, scaled, wanted, free)]
+        if llama and incident.device:
+            out.insert(0, _split(incident, check, incident.device, wanted))
         if phase == "profile_run":
             # vLLM V1's profiling run ends in the sampler's pass over --max-num-seqs sequences,
             # whose default V1 raised to 1024: the first suspect (vllm#12529's 1.16 GiB is the
@@ -298,14 +296,89 @@ def _weights(
             detail=f"{need}{room} on one device; fewer layers on it keep the rest in host "
             "memory (the log does not state the layers' sizes, so no count is computed)",
         )
+    whole = as_int(check.figure("extrapolated_weights_bytes"))
+    loaded, shards = as_int(check.figure("shards_loaded")), as_int(check.figure("shards_total"))
+    if whole is not None:
+        # the device was full with few shards loaded: not the weights' size (vllm#31273)
+        return remedy(
+            incident,
+            check,
+            "find what held the device before the weights loaded: other processes on it "
+            "(nvidia-smi), and this release against the one before it with the same settings",
+            setting=None,
+            value=None,
+            basis="budget",
+            detail=f"the device was full with {loaded} of {shards} checkpoint shards loaded; "
+            f"weights that filled it so soon would weigh {format_bytes(whole)} in all, so more "
+            "GPUs or a smaller model would not be the fix",
+        )
+    at = f" at checkpoint shard {loaded + 1} of {shards}" if loaded is not None else ""
     return remedy(
         incident,
         check,
-        "spread the weights over more GPUs (--tensor-parallel-size) or load a quantized model",
+        "spread the weights over more GPUs (--tensor-parallel-size), load a quantized model, "
+        "or serve a smaller one",
         setting="--tensor-parallel-size",
         value=None,
         basis="budget",
-        detail=f"{need}{room}: the model does not fit this device's share",
+        detail=f"{need}{room}{at}: the model's weights do not fit this device's share (not the "
+        "KV cache: it is allocated after them)",
+    )
+
+
+def _split(incident: Incident, check: ClassCheck, device: int, wanted: int | None) -> Remedy:
+    """llama.cpp failed on a device other than the first: the model is split over several GPUs
+    and each holds its share of the weights and its own KV cache and compute buffers, so the one
+    that failed, often the smallest, takes less (ollama#6860: the fifth GPU, of 4 GiB, beside
+    four of 12 GiB)."""
+    asked = f" ({format_bytes(wanted)} more)" if wanted is not None else ""
+    return remedy(
+        incident,
+        check,
+        f"give CUDA{device} a smaller share of the model (-ts/--tensor-split), or leave it out "
+        "(CUDA_VISIBLE_DEVICES)",
+        setting="--tensor-split",
+        value=None,
+        basis="budget",
+        detail=f"the failure is on CUDA{device} of several: each GPU holds its layers and its own "
+        f"buffers, and this one had no room for its part{asked}; the others may have had",
+    )
+
+
+def _phaseless(
+    incident: Incident, check: ClassCheck, facts: RemedyFacts, wanted: int | None, free: int | None
+) -> list[Remedy]:
+    """An OOM before the engine served, in no phase its lines state: TensorRT-LLM's executor by
+    the component it could not create; else what the engine's share of the device left outside
+    it was too little, where the log states that share."""
+    if check.figure("engine") == "tensorrt-llm":
+        return [_trtllm_executor(incident, check, free)]
+    if wanted is None or free is None or facts.config.get("gpu_memory_utilization") is None:
+        return []
+    return _share(incident, check, facts, wanted, free, "the start-up's failed allocation")
+
+
+def _trtllm_executor(incident: Incident, check: ClassCheck, free: int | None) -> Remedy:
+    """TensorRT-LLM's executor could not create a component after the model and the KV cache's
+    estimate: its own buffers are sized by max_num_tokens and max_batch_size (and the CUDA
+    graphs' batch sizes), and the KV cache takes kv_cache_config.free_gpu_memory_fraction of
+    what the model leaves (TensorRT-LLM#5950: "Additional executor resources" with 16.95 GiB
+    free)."""
+    component = check.figure("component")
+    what = f"its {component}" if isinstance(component, str) and component else "a component"
+    room = f" in the {format_bytes(free)} left" if free is not None else ""
+    return remedy(
+        incident,
+        check,
+        "lower max_num_tokens or max_batch_size (and cuda_graph_config's max_batch_size), or "
+        "leave room with a lower kv_cache_config.free_gpu_memory_fraction",
+        setting=None,
+        value=None,
+        basis="budget",
+        detail=f"TensorRT-LLM's executor could not create {what}{room} after the model and the "
+        "KV cache's estimate; its buffers grow with max_num_tokens and max_batch_size, and the "
+        "KV cache takes its fraction of what the model leaves (the log states none of them, so "
+        "no value is computed)",
     )
 
 

@@ -18,7 +18,9 @@ needs no timeline still comes out, from the failure's own figures:
   its own count, had the tokens asked), retractions;
 * ``transient_peak`` — one allocation asked for more than was free (an activation, a logits
   buffer): the figures say by how much;
-* ``unknown`` — the failure states no size, with each check's reason.
+* ``unknown`` — the failure states no size, with each check's reason;
+* ``gpu_fault`` — no failure of the engine, but the driver's Xid report of a GPU fault (a kernel
+  log pasted without times): told by its gravest report.
 
 The checks themselves are :mod:`oomtrace.analysis.untimed_checks`.
 
@@ -36,6 +38,7 @@ import polars as pl
 
 from oomtrace.analysis.breakdown import REFUSED_FREE
 from oomtrace.analysis.check_allocation import not_short
+from oomtrace.analysis.check_gpu_fault import fault_check, severity
 from oomtrace.analysis.check_startup import MISFIT_KINDS
 from oomtrace.analysis.deaths import unexplained_deaths
 from oomtrace.analysis.findings import (
@@ -187,7 +190,7 @@ def _incident(
     failures = events.filter(pl.col("kind").is_in(FAILURES))
     retractions = events.filter(pl.col("kind") == "preemption")
     if failures.is_empty() and retractions.is_empty():
-        return None
+        return _fault(node, events)
     if failures.is_empty():
         anchor = retractions.row(0, named=True)
     else:
@@ -241,6 +244,47 @@ def _incident(
         spikes=(),
         window_segments=_EMPTY_WINDOW,
         time_note=note,
+    )
+
+
+def _fault(node: str, events: pl.DataFrame) -> Incident | None:
+    """The driver's Xid reports where the node shows no failure of the engine: a GPU fault, told
+    by its gravest report (:mod:`oomtrace.analysis.check_gpu_fault`)."""
+    xids = events.filter(pl.col("kind") == "xid")
+    if xids.is_empty():
+        return None
+    anchor = max(xids.iter_rows(named=True), key=severity)  # Xid reports are few
+    check = fault_check(anchor)
+    place = events["order"].to_list().index(anchor["order"]) + 1
+    return Incident(
+        id="I0",
+        primary=False,
+        cls="gpu_fault",
+        reason=check.reason,
+        anchor="xid",
+        anchor_series=None,
+        node=node,
+        device=anchor.get("device"),
+        start=None,
+        peak_ts=None,
+        window_start=None,
+        peak_bytes=None,
+        capacity_bytes=None,
+        coverage=None,
+        coverage_basis="the input prints no time, so no request is placed at the fault",
+        observed_bytes=None,
+        explained_bytes=None,
+        unexplained_bytes=None,
+        modelled_bytes=None,
+        model_note=None,
+        breakdown=(),
+        culprits=(),
+        processes=(),
+        checks=(check,),
+        ledger=Ledger(None, (), 0, 0, None, None, None, 0, None, None, None, None, None, None),
+        spikes=(),
+        window_segments=_EMPTY_WINDOW,
+        time_note=f"{NO_TIME}; its row is {place} of {events.height} in the log's order",
     )
 
 

@@ -17,13 +17,15 @@ from oomtrace.analysis.check_allocation import (
     pool_not_short,
     stated_fragmentation,
 )
-from oomtrace.analysis.check_foreign import outside_allocator, siblings
+from oomtrace.analysis.check_foreign import outside_allocator, outside_pytorch, siblings
 from oomtrace.analysis.check_startup import (
     MISFIT_KINDS,
+    engine_figures,
     phase_engine,
     phase_reason,
     refusal_figures,
     serving_phase,
+    shard_figures,
     stated_start,
 )
 from oomtrace.analysis.findings import ClassCheck, IncidentClass, ProcessUse
@@ -80,6 +82,9 @@ def _foreign(
     floor = max(float(options.min_rise_bytes), 0.1 * (total or 0))
     if not processes and (unnamed := outside_allocator(event)) is not None:
         return unnamed
+    # the rest of the device beside the failing process is crumbs: its own use is what filled it
+    if held < floor and (inside := outside_pytorch(event)) is not None:
+        return inside
     if not processes or held < floor or (shortfall is not None and held < shortfall):
         seen = f"other processes held {format_bytes(held)}" if processes else "no other process"
         return ClassCheck(
@@ -134,7 +139,12 @@ def _startup(event: dict[str, Any], config: dict[str, Any], *, served: bool) -> 
     oom = event["kind"] == "oom"
     # the phase the failure's own lines state wins over what else the input shows
     if oom and (stated := phase_reason(event)) is not None:
-        phased = (*figures, ("phase", event.get("phase")), ("engine", phase_engine(event)))
+        phased = (
+            *figures,
+            ("phase", event.get("phase")),
+            ("engine", phase_engine(event)),
+            *shard_figures(event),
+        )
         return ClassCheck("startup_misfit", True, stated, (ev.event(event),), phased)
     if oom and (serving := serving_phase(event)) is not None:
         return ClassCheck(
@@ -148,7 +158,7 @@ def _startup(event: dict[str, Any], config: dict[str, Any], *, served: bool) -> 
             f"the OOM came while the engine was starting ({evidence}; nothing served): what it "
             "loads and reserves did not fit",
             (ev.event(event),),
-            figures,
+            (*figures, *engine_figures(event)),
         )
     return ClassCheck(
         "startup_misfit",

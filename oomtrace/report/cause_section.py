@@ -37,6 +37,7 @@ TITLES: Final[dict[str, str]] = {
     "foreign_memory": "What ran out: memory another process took",
     "leak": "What ran out: memory that never came back",
     "startup_misfit": "What ran out: the configuration does not fit the device",
+    "gpu_fault": "What failed: the GPU, not its memory",
 }
 
 
@@ -55,6 +56,14 @@ def cause_section(
         "leak": _leak,
         "startup_misfit": _misfit,
     }.get(cls)
+    if build is None and cls == "gpu_fault":
+        return Section(
+            KEY,
+            title,
+            empty="The driver reported a fault of the GPU (its Xid, in the verdict): nothing ran "
+            "out of memory, so no chart of what ran out is drawn; the memory chart below shows "
+            "what the device held.",
+        )
     if build is None:
         return Section(
             KEY,

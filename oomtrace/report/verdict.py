@@ -23,6 +23,7 @@ CLASS_LABELS: Final[dict[str, str]] = {
     "fragmentation": "Allocator fragmentation",
     "foreign_memory": "Another process on the GPU",
     "leak": "Slow growth (leak)",
+    "gpu_fault": "GPU fault (Xid)",
     "unknown": "Cause undetermined",
     "none": "No incident found",
 }
@@ -67,6 +68,11 @@ CLASS_EXPLANATIONS: Final[dict[str, str]] = {
     ),
     "leak": (
         "Memory grew steadily, also across idle periods, instead of returning to its baseline."
+    ),
+    "gpu_fault": (
+        "The GPU itself failed: the NVIDIA driver reported an Xid error (a fault of the GPU, its "
+        "memory, its link or the work running on it), which no memory setting prevents. The Xid's "
+        "number says what failed and what to do (NVIDIA's Xid catalogue)."
     ),
     "unknown": "The evidence in this trace does not decide the cause.",
     "none": "The trace shows no out-of-memory event and no memory spike worth reporting.",
@@ -234,13 +240,18 @@ def build_verdict(
         Figure("start", "rise began", parse_time(incident.get("start")), "time"),
         Figure("peak_ts", "peak", peak_ts, "time"),
         Figure("peak_bytes", "peak memory", peak_bytes, "bytes"),
-        Figure("coverage", "attribution coverage", coverage, "share"),
     ]
+    unnamed = _none_named(incident)
+    if unnamed:
+        # no request to attribute to: a 0 % coverage would read as requests that explain none
+        figures.append(Figure("requests", "requests", "none named at the peak", "text"))
+    else:
+        figures.append(Figure("coverage", "attribution coverage", coverage, "share"))
     if incident.get("time_note") and peak_ts is None:
         # a log that prints no time: say so, beside the n/a of the times
         figures.append(Figure("time_note", "time", str(incident["time_note"]), "text"))
     for key, label in (("explained_bytes", "explained"), ("unexplained_bytes", "unexplained")):
-        if incident.get(key) is not None:
+        if incident.get(key) is not None and not unnamed:
             figures.append(Figure(key, label, incident[key], "bytes"))
     # a figure the analysis does not state is left out, not shown as n/a
     figures = [f for f in figures if f.value is not None]
@@ -271,13 +282,19 @@ def _paragraph(cls: str, incident: Mapping[str, Any]) -> str:
     if cls == "unknown":
         parts.append(_undecided(reason)[1])
     peak_ts = parse_time(incident.get("peak_ts"))
-    if incident.get("peak_bytes") is not None and peak_ts is not None:
+    if incident.get("peak_bytes") is not None and peak_ts is not None and cls == "gpu_fault":
+        # the fault's moment is the driver's report, not a peak of memory
+        parts.append(
+            f"Device memory in use when the driver reported it: "
+            f"{value_text(incident['peak_bytes'], 'bytes')} ({iso_time(peak_ts)} UTC)."
+        )
+    elif incident.get("peak_bytes") is not None and peak_ts is not None:
         parts.append(
             f"Memory peaked at {value_text(incident['peak_bytes'], 'bytes')} "
             f"at {iso_time(peak_ts)} (UTC)."
         )
     coverage = incident.get("coverage")
-    if coverage is not None and not coverage and not incident.get("requests_in_window"):
+    if _none_named(incident):
         # nothing to attribute: "0.0% explained" would read as requests that failed to explain
         parts.append("The inputs name no request at the peak: no memory is attributed to one.")
     elif coverage is not None:
@@ -288,6 +305,12 @@ def _paragraph(cls: str, incident: Mapping[str, Any]) -> str:
         )
     parts.append(_over_observed(incident))
     return " ".join(p for p in parts if p)
+
+
+def _none_named(incident: Mapping[str, Any]) -> bool:
+    """Whether the inputs name no request at the peak (nothing explained, no resident shown)."""
+    coverage = incident.get("coverage")
+    return coverage is not None and not coverage and not incident.get("requests_in_window")
 
 
 def _over_observed(incident: Mapping[str, Any]) -> str:

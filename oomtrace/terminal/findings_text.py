@@ -48,7 +48,7 @@ def render_summary(findings: Findings) -> str:
     if findings.remedies:
         lines += [*_remedies(findings.remedies), ""]
     for incident in findings.incidents[:1]:
-        lines += _incident(incident)
+        lines += _incident(incident, named_any=findings.trace.requests > 0)
     if findings.incidents and deaths:
         lines += ["", "Deaths no incident explains:", *deaths]
     others = findings.incidents[1:]
@@ -104,7 +104,7 @@ def _set_apart(findings: Findings) -> list[str]:
     ]
 
 
-def _incident(incident: Incident) -> list[str]:
+def _incident(incident: Incident, *, named_any: bool = True) -> list[str]:
     where = escape.terminal(incident.node) + (
         f" GPU {incident.device}" if incident.device is not None else ""
     )
@@ -113,6 +113,7 @@ def _incident(incident: Incident) -> list[str]:
         "startup": "a startup refusal",
         "preemption": "the engine's preemptions or retractions",
         "spike": f"a spike of {escape.terminal(incident.anchor_series or '')}",
+        "xid": "the driver's Xid report of a GPU fault",
     }[incident.anchor]
     lines = [
         f"PRIMARY  {incident.cls} at {_when(incident)} on {where} (anchored on {anchor})",
@@ -131,7 +132,7 @@ def _incident(incident: Incident) -> list[str]:
     if incident.start is not None:
         peak += f"; the rise began at {when(incident.start)}"
     lines.append(peak)
-    lines.append(_coverage(incident))
+    lines.append(_coverage(incident) if named_any else NO_REQUESTS_NAMED)
     # Another process is worth a line when it matters: the class says so, or it holds 1 %.
     shown = [p for p in incident.processes if incident.cls == "foreign_memory" or p.share >= 0.01]
     for process in shown[:3]:
@@ -166,6 +167,15 @@ def _incident(incident: Incident) -> list[str]:
         text += f"; {ledger.waiting_requests} waiting"
     lines.append(text)
     return lines
+
+
+# Where the inputs name no request at all, a coverage of 0 % would read as requests that failed
+# to explain the memory: say what is missing and what names them.
+NO_REQUESTS_NAMED: Final = (
+    "  requests:  the inputs name no request, so no memory is attributed to one: turn on "
+    "vLLM's --enable-log-requests (SGLang's --log-requests), or run `oomtrace collect` beside "
+    "the server"
+)
 
 
 def _coverage(incident: Incident) -> str:

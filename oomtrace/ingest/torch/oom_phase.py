@@ -155,6 +155,10 @@ MARKERS: Final[tuple[Marker, ...]] = (
         before=_TRACEBACK,
     ),
 )
+# tqdm's "Loading safetensors checkpoint shards:   3% Completed | 1/37 [...]": the shards loaded of
+# all, kept on a failure within _SHARDS_NEAR lines of it (the ``shards`` column, "1/37").
+SHARD_PROGRESS: Final = r"checkpoint shards:\s+\d{1,3}% Completed \| (\d+/\d+)"
+_SHARDS_NEAR: Final = 3
 # Any line that may state a phase: what a parser keeps beside the failures.
 LINES: Final = "|".join(f"(?:{m.pattern})" for m in MARKERS)
 # Literal text one of the traceback markers holds, for a parser that picks its candidate lines
@@ -180,8 +184,10 @@ FRAME_LITERALS: Final = (
 def failure_phases(lines: pl.DataFrame, failure: str, by: str | None = None) -> pl.DataFrame:
     """``lines`` (``line``: the line number, in file order; ``text``) with a ``phase`` column:
     on each line where ``failure`` (a pattern) matches, the phase the markers around it state,
-    else null. ``by`` names a column whose groups are read apart (the process that printed each
-    line: ranks interleave their tracebacks). Linear in the lines: each marker is offered to the
+    else null; and a ``shards`` column, the checkpoint shards loaded of all (``"1/37"``) where
+    tqdm's progress stands beside the failure (in any process's lines: tqdm prints no prefix).
+    ``by`` names a column whose groups are read apart (the process that printed each line:
+    ranks interleave their tracebacks). Linear in the lines: each marker is offered to the
     one failure before it and the one after it."""
     text = pl.col("text")
     rank = pl.coalesce(
@@ -196,7 +202,14 @@ def failure_phases(lines: pl.DataFrame, failure: str, by: str | None = None) -> 
     following, preceding = failed.backward_fill(), failed.forward_fill()
     if by is not None:
         following, preceding = following.over(by), preceding.over(by)
-    frame = frame.with_columns(_next=following, _prev=preceding)
+    # tqdm prints its progress without the process's prefix: it counts for the nearest failure
+    # of any process (vllm#31273)
+    frame = frame.with_columns(
+        _next=following,
+        _prev=preceding,
+        _next_any=failed.backward_fill(),
+        _prev_any=failed.forward_fill(),
+    )
     marked = frame.filter(pl.col("_rank").is_not_null())
     before = pl.col("_rank").replace_strict({i: m.before for i, m in enumerate(MARKERS)})
     after = pl.col("_rank").replace_strict({i: m.after for i, m in enumerate(MARKERS)})
@@ -211,13 +224,28 @@ def failure_phases(lines: pl.DataFrame, failure: str, by: str | None = None) -> 
         ]
     )
     best = offered.group_by("_at").agg(pl.col("_best").min())
+    # tqdm's shard progress beside the failure: how far the loading of the weights had come
+    shards = marked.select(
+        "line", "_next_any", "_prev_any", _shards=text.str.extract(SHARD_PROGRESS, 1)
+    ).drop_nulls("_shards")
+    near = pl.concat(
+        [
+            shards.filter(pl.col("_next_any") - pl.col("line") <= _SHARDS_NEAR).select(
+                _at="_next_any", shards="_shards"
+            ),
+            shards.filter(pl.col("line") - pl.col("_prev_any") <= _SHARDS_NEAR).select(
+                _at="_prev_any", shards="_shards"
+            ),
+        ]
+    ).unique("_at", keep="first", maintain_order=True)
     phases = {i: m.phase for i, m in enumerate(MARKERS)}
     return (
         frame.join(best, left_on="line", right_on="_at", how="left", maintain_order="left")
+        .join(near, left_on="line", right_on="_at", how="left", maintain_order="left")
         .with_columns(
             phase=pl.when("_fail").then(
                 pl.col("_best").replace_strict(phases, default=None, return_dtype=pl.String)
             )
         )
-        .drop("_fail", "_rank", "_next", "_prev", "_best")
+        .drop("_fail", "_rank", "_next", "_prev", "_next_any", "_prev_any", "_best")
     )

@@ -211,6 +211,8 @@ def extract_ooms(
         keep.append(pl.col("pid").cast(pl.Int64, strict=False))
     if "phase" in lines.columns:
         keep.append(pl.col("phase"))
+    if "shards" in lines.columns:
+        keep.append(pl.col("shards"))
     hits = lines.select(keep).filter(pl.col("_t").str.contains(PREFILTER))
     # NCCL's size is on its own line after the failure, itself a hit (blank lines between are not)
     hits = hits.with_columns(oom_backends.nccl_request(pl.col("_t")).alias("_nccl_bytes"))
@@ -317,6 +319,13 @@ def _detail(events: pl.DataFrame) -> pl.Expr:
             )
     phase = pl.col("phase").replace_strict(EVENT_PHASES, default=None, return_dtype=pl.String)
     parts.append(pl.format("; during {}", phase))
+    if "shards" in events.columns:
+        loaded = pl.col("shards").str.split("/")
+        parts.append(
+            pl.format(
+                "; with {} of {} checkpoint shards loaded", loaded.list.get(0), loaded.list.get(1)
+            )
+        )
     return pl.concat_str(parts, ignore_nulls=True)
 
 

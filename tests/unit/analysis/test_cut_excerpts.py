@@ -223,9 +223,12 @@ def test_an_engine_death_beside_an_xid_is_told_as_a_gpu_fault(tmp_path: Path) ->
         encoding="utf-8",
     )
     findings = analyze(load_any([node], IngestOptions(year=2026, tz="UTC")))
-    # THEN the death names the fault instead of "the log does not say why"
-    (death,) = findings.trace.deaths
-    assert death.startswith("the engine on club58 died at 2026-05-05 12:36:59.000 UTC")
-    assert "the driver reported a GPU fault 4 s before it: Xid 79 on the GPU at 0000:01:00" in death
-    assert "not a lack of memory" in death
-    assert "the log does not say why" not in death
+    # THEN the fault is the incident, and the death is told as its consequence, not as a death
+    # the log does not explain
+    primary = findings.primary
+    assert primary is not None
+    assert primary.cls == "gpu_fault"
+    assert primary.reason.startswith("the driver reported Xid 79 on the GPU at 0000:01:00")
+    assert "not a lack of memory" in primary.reason
+    assert "the engine died 4 s after it" in primary.reason
+    assert findings.trace.deaths == ()
