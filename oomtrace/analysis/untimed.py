@@ -43,10 +43,12 @@ from oomtrace.analysis.check_startup import MISFIT_KINDS
 from oomtrace.analysis.deaths import unexplained_deaths
 from oomtrace.analysis.findings import (
     Anchor,
+    ClassCheck,
     Component,
     Findings,
     Gap,
     Incident,
+    IncidentClass,
     Ledger,
     ProcessUse,
     TraceSummary,
@@ -215,35 +217,20 @@ def _incident(
     rows = events["order"].to_list()
     place = rows.index(anchor["order"]) + 1
     note = f"{NO_TIME}; its row is {place} of {len(rows)} in the log's order"
-    return Incident(
-        id="I0",
-        primary=False,
+    return _untimed_incident(
+        node,
+        anchor,
         cls=cls,
         reason=reason,
-        anchor=_anchor_kind(anchor["kind"]),
-        anchor_series=None,
-        node=node,
-        device=anchor.get("device"),
-        start=None,
-        peak_ts=None,
-        window_start=None,
+        kind=_anchor_kind(anchor["kind"]),
+        checks=checks,
+        time_note=note,
+        coverage_basis="the input prints no time, so no request is placed at the failure",
         peak_bytes=in_use,
         capacity_bytes=total,
-        coverage=None,
-        coverage_basis="the input prints no time, so no request is placed at the failure",
         observed_bytes=in_use,
-        explained_bytes=None,
-        unexplained_bytes=None,
-        modelled_bytes=None,
-        model_note=None,
         breakdown=_breakdown(anchor, processes),
-        culprits=(),
         processes=tuple(processes),
-        checks=checks,
-        ledger=Ledger(None, (), 0, 0, None, None, None, 0, None, None, None, None, None, None),
-        spikes=(),
-        window_segments=_EMPTY_WINDOW,
-        time_note=note,
     )
 
 
@@ -256,35 +243,65 @@ def _fault(node: str, events: pl.DataFrame) -> Incident | None:
     anchor = max(xids.iter_rows(named=True), key=severity)  # Xid reports are few
     check = fault_check(anchor)
     place = events["order"].to_list().index(anchor["order"]) + 1
+    return _untimed_incident(
+        node,
+        anchor,
+        cls="gpu_fault",
+        reason=check.reason,
+        kind="xid",
+        checks=(check,),
+        time_note=f"{NO_TIME}; its row is {place} of {events.height} in the log's order",
+        coverage_basis="the input prints no time, so no request is placed at the fault",
+    )
+
+
+def _untimed_incident(
+    node: str,
+    anchor: dict[str, Any],
+    *,
+    cls: IncidentClass,
+    reason: str,
+    kind: Anchor,
+    checks: tuple[ClassCheck, ...],
+    time_note: str,
+    coverage_basis: str,
+    peak_bytes: int | None = None,
+    capacity_bytes: int | None = None,
+    observed_bytes: int | None = None,
+    breakdown: tuple[Component, ...] = (),
+    processes: tuple[ProcessUse, ...] = (),
+) -> Incident:
+    """An incident of an input without times: no window, timeline, spikes, culprits or ledger,
+    only what its anchor row and the rows in its order state."""
     return Incident(
         id="I0",
         primary=False,
-        cls="gpu_fault",
-        reason=check.reason,
-        anchor="xid",
+        cls=cls,
+        reason=reason,
+        anchor=kind,
         anchor_series=None,
         node=node,
         device=anchor.get("device"),
         start=None,
         peak_ts=None,
         window_start=None,
-        peak_bytes=None,
-        capacity_bytes=None,
+        peak_bytes=peak_bytes,
+        capacity_bytes=capacity_bytes,
         coverage=None,
-        coverage_basis="the input prints no time, so no request is placed at the fault",
-        observed_bytes=None,
+        coverage_basis=coverage_basis,
+        observed_bytes=observed_bytes,
         explained_bytes=None,
         unexplained_bytes=None,
         modelled_bytes=None,
         model_note=None,
-        breakdown=(),
+        breakdown=breakdown,
         culprits=(),
-        processes=(),
-        checks=(check,),
+        processes=processes,
+        checks=checks,
         ledger=Ledger(None, (), 0, 0, None, None, None, 0, None, None, None, None, None, None),
         spikes=(),
         window_segments=_EMPTY_WINDOW,
-        time_note=f"{NO_TIME}; its row is {place} of {events.height} in the log's order",
+        time_note=time_note,
     )
 
 
