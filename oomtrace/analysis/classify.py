@@ -4,6 +4,8 @@ the figures it computed.
 Checks run in this order and the first that matches names the class; the others stay in the
 findings so a reader sees what else was considered and why it was ruled out:
 
+0. ``workspace_overflow`` — the failure is FlashInfer's attention workspace, a fixed buffer,
+   too small for a prefill batch (:mod:`oomtrace.analysis.workspace`): no memory class applies;
 1. ``foreign_memory`` — another process held the memory the failure lacked and more than the
    engine left for others, or took it in the window (:mod:`oomtrace.analysis.check_foreign`);
    memory outside PyTorch's cache grew while the cache did not; an OOM message naming no
@@ -53,6 +55,7 @@ from oomtrace.analysis.evidence import Evidence
 from oomtrace.analysis.findings import ClassCheck, IncidentClass
 from oomtrace.analysis.spikes import POOL_METRICS
 from oomtrace.analysis.timeline import lit_ts
+from oomtrace.analysis.workspace import workspace
 from oomtrace.units import format_bytes
 
 __all__ = ["CHECKS", "Context", "classify"]
@@ -316,6 +319,7 @@ def _fell_back(ctx: Context) -> bool:
 
 
 CHECKS: tuple[Callable[[Context], ClassCheck], ...] = (
+    workspace,
     foreign,
     startup,
     _fragmentation,
