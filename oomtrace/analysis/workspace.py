@@ -83,7 +83,7 @@ def workspace_remedies(incident: Incident, check: ClassCheck, facts: RemedyFacts
     out = []
     for engine in engines:
         knob, default, backend = KNOBS[engine]
-        size = _size(default, asked, left)
+        size = _size(default, asked)
         value = str(size) if size is not None else None
         action = f"raise FlashInfer's workspace: {knob}={value}" if value else f"raise {knob}"
         if len(engines) > 1:
@@ -91,10 +91,8 @@ def workspace_remedies(incident: Incident, check: ClassCheck, facts: RemedyFacts
         detail = (
             f"the workspace is a fixed buffer ({format_bytes(default)} by default on {engine}); "
             + (
-                f"the default less what was left ({format_bytes(left)}) plus the "
-                f"{format_bytes(asked)} asked, rounded up to {format_bytes(STEP)}"
-                if asked is not None and left is not None
-                else f"the default plus the {format_bytes(asked)} asked, rounded up"
+                f"the default plus the whole {format_bytes(asked)} asked (what the plan carved "
+                f"before it fit in the default), rounded up to {format_bytes(STEP)}"
                 if asked is not None
                 else "the message states no size"
             )
@@ -116,11 +114,12 @@ def workspace_remedies(incident: Incident, check: ClassCheck, facts: RemedyFacts
     return out
 
 
-def _size(default: int, asked: int | None, left: int | None) -> int | None:
+def _size(default: int, asked: int | None) -> int | None:
+    """A workspace that holds what the plan carved before (at most the default, unless it was
+    raised already) and the whole ask."""
     if asked is None:
         return None
-    needed = default - (left or 0) + asked if left is not None else default + asked
-    return math.ceil(needed / STEP) * STEP
+    return math.ceil((default + asked) / STEP) * STEP
 
 
 def _chunk(
@@ -142,7 +141,7 @@ def _chunk(
         remedy(
             incident,
             check,
-            f"or lower the prefill chunk: set {flag} {value}",
+            f"lower the prefill chunk: set {flag} {value}",
             setting=flag,
             value=str(value),
             basis="stated",

@@ -158,7 +158,7 @@ PREFILTER: Final = (
     + "|"
     + oom_fraction.PARTS
     + "|"
-    + workspace.PREFILTER
+    + workspace.PARTS
 )
 # Any line that extract_ooms reads matches this (used to count recognised lines).
 OOM_SHAPES: Final = "|".join(
@@ -174,6 +174,7 @@ OOM_SHAPES: Final = "|".join(
         oom_backends.VULKAN,
         SIZELESS,
         workspace.LINE,
+        workspace.PARTS,
     )
 )
 
@@ -203,6 +204,12 @@ def extract_ooms(
         "ts",
         pl.col(text).alias("_t"),
         pl.col(text).shift(-1).alias("_next"),
+        # a FlashInfer workspace message wrapped over the lines after its head
+        pl.concat_str(
+            [pl.col(text).shift(-n) for n in range(workspace.WRAPPED + 1)],
+            separator="\n",
+            ignore_nulls=True,
+        ).alias("_ahead"),
         (told | pl.col(text).str.contains(_GGML)).alias("_told"),
         # the loader's "unable to allocate CUDA0 buffer" after the buffer's own account
         pl.any_horizontal(

@@ -11,7 +11,11 @@ when a prefill batch's split-KV temporaries do not fit, it raises, whatever the 
   AlignedAllocator`` (sglang#1405, sglang#2102, flashinfer#362);
 * from flashinfer#1357 on: ``Buffer overflow when allocating memory for NAME with size N and
   alignment A, but only M bytes available in AlignedAllocator. Increase the workspace buffer
-  size.`` (pie-project/pie#414, vllm#40381).
+  size.`` (pie-project/pie#414, vllm#25342, vllm#40381), after FlashInfer's own head
+  (``Error in function 'aligned_alloc' at .../allocator.h:49:``) and, as pasted, wrapped over
+  four lines (vllm#40023).
+
+A wrapped message is read from its head and the lines after it (:data:`PARTS` keeps them).
 
 :func:`overflows` reads either into the rows :func:`oomtrace.ingest.torch.oom_text.extract_ooms`
 makes, which give them the event kind ``workspace_overflow`` (never ``oom``): the buffer's name
@@ -30,19 +34,29 @@ from oomtrace.units import MAX_BYTES
 LAYOUT: Final = "workspace"
 # The whole message; the buffer's name is a C++ string FlashInfer chose (letters, digits, _).
 LINE: Final = (
-    r"(?:Failed to allocate memory|Buffer overflow when allocating memory) for (\w{1,64}) "
-    r"with size (\d{1,20}) and alignment (\d{1,6})(?:, but only (\d{1,20}) bytes available)? "
+    r"(?:Failed to allocate memory|Buffer overflow when allocating memory) for (\w{1,64})\s+"
+    r"with size (\d{1,20}) and alignment (\d{1,6})(?:,\s+but only (\d{1,20}) bytes available)?"
+    r"\s+in AlignedAllocator"
+)
+# The lines of the message, wrapped or not (none holds the out-of-memory words): what a reader
+# keeps; the whole message is read from the head and the lines after it.
+PARTS: Final = (
+    r"Buffer overflow when allocating memory for \w+\s*$|with size \d+ and alignment \d+,\s*$|"
     r"in AlignedAllocator"
 )
-# Enough to keep a line worth reading (it holds none of the out-of-memory words).
-PREFILTER: Final = "in AlignedAllocator"
+# How many lines after its head a wrapped message may take.
+WRAPPED: Final = 3
 
 
 def overflows(hits: pl.DataFrame) -> pl.DataFrame | None:
-    """The workspace overflows among ``hits`` (columns ``ts`` and ``_t``, the line), as rows of
-    ``extract_ooms``' layouts (``_layout`` ``workspace``); None where there is none."""
+    """The workspace overflows among ``hits`` (columns ``ts``, ``_t``, the line, and ``_ahead``,
+    the line and the :data:`WRAPPED` after it), as rows of ``extract_ooms``' layouts
+    (``_layout`` ``workspace``); None where there is none."""
     names = ["_buffer", "_asked", "_alignment", "_left"]
-    groups = pl.col("_t").str.extract_groups(LINE).struct.rename_fields(names)
+    head = pl.col("_t").str.contains(r"allocat(?:e|ing) memory for \w")
+    groups = (
+        pl.when(head).then(pl.col("_ahead").str.extract_groups(LINE)).struct.rename_fields(names)
+    )
     found = hits.with_columns(_g=groups).unnest("_g").filter(pl.col("_asked").is_not_null())
     if found.height == 0:
         return None

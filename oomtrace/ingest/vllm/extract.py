@@ -56,7 +56,7 @@ OOM_LITERALS: Final = (
     # one a paste wrapped): memory pressure, read by oomtrace/ingest/torch/alloc_retry.py
     "failed with OOM on device", "bytes (free: ",
     # FlashInfer's attention workspace overflowing (oomtrace/ingest/torch/workspace.py)
-    "in AlignedAllocator",
+    "in AlignedAllocator", "Buffer overflow when allocating memory for", " and alignment ",
 )  # fmt: skip
 # The request lines that carry prompt or output text.
 USER_TEXT_LEADS: Final = r"^(?:Received request |Generated response |Request \S+ details: )"
