@@ -17,7 +17,7 @@ with the batch's tokens), or another attention backend:
 from __future__ import annotations
 
 import math
-from typing import Final
+from typing import Any, Final
 
 from oomtrace.analysis import evidence as ev
 from oomtrace.analysis.check_context import Context
@@ -41,12 +41,17 @@ def workspace(ctx: Context) -> ClassCheck:
     """``workspace_overflow`` when the incident's failure is FlashInfer's workspace overflowing,
     with the figures its remedies read (``requested_bytes``, ``available_bytes``,
     ``batch_tokens``, ``buffer``)."""
-    event = ctx.event
+    tokens = sum(s.step_tokens for s in ctx.steps if s.in_prefill) or None
+    return overflow(ctx.event, tokens)
+
+
+def overflow(event: dict[str, Any] | None, tokens: int | None = None) -> ClassCheck:
+    """The check on the failure's event alone (a log without times), ``tokens`` those of the
+    prefill batch where known."""
     if event is None or event.get("kind") != KIND:
         return ClassCheck(KIND, False, "no FlashInfer workspace overflow at the failure")
     asked, left = event.get("requested_bytes"), event.get("free_bytes")
     buffer = _buffer(event)
-    tokens = sum(s.step_tokens for s in ctx.steps if s.in_prefill) or None
     batch = f" for a prefill batch of {tokens:,} tokens" if tokens else " for a prefill batch"
     reason = f"FlashInfer's attention workspace (fixed size) was too small{batch}: "
     reason += f"{buffer} asked {format_bytes(asked)}" if asked is not None else f"{buffer} failed"
@@ -67,7 +72,7 @@ def workspace(ctx: Context) -> ClassCheck:
     )
 
 
-def _buffer(event: dict[str, object]) -> str:
+def _buffer(event: dict[str, Any]) -> str:
     """The buffer's name as ingest wrote it in ``detail`` (``...: NAME (alignment``)."""
     detail = str(event.get("detail") or "")
     head, _, rest = detail.partition(": ")

@@ -99,3 +99,18 @@ def test_the_report_tells_it_in_every_format(tmp_path: Path) -> None:
     assert document["verdict"]["class"] == "workspace_overflow"
     assert "Attention workspace too small" in texts["html"]
     assert "SGLANG_FLASHINFER_WORKSPACE_SIZE=939524096" in texts["html"]
+
+
+def test_a_paste_without_times_is_read_in_its_order_with_both_engines_knobs(
+    tmp_path: Path,
+) -> None:
+    # https://github.com/vllm-project/vllm/issues/40023, the message alone: no engine named
+    trace = _trace(tmp_path, VLLM_40023)
+    out = _invoke("analyze", str(trace))
+    assert "PRIMARY  workspace_overflow at no time (the input prints none)" in out
+    assert "batch_prefill_tmp_v asked 511.50 MiB with only 394.00 MiB of the workspace left" in out
+    assert (
+        "vllm: raise FlashInfer's workspace: VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE=1073741824"
+        in out
+    )
+    assert "sglang: raise FlashInfer's workspace: SGLANG_FLASHINFER_WORKSPACE_SIZE=939524096" in out
