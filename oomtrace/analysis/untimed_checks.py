@@ -43,8 +43,10 @@ def untimed_checks(
     *,
     served: bool,
 ) -> tuple[ClassCheck, ...]:
+    overflowed = overflow(anchor)
+    lead = (overflowed,) if overflowed.matched else ()
     return (
-        overflow(anchor),
+        *lead,
         _foreign(anchor, processes, options),
         _startup(anchor, config, served=served),
         _fragmentation(anchor),
