@@ -114,3 +114,21 @@ def test_a_paste_without_times_is_read_in_its_order_with_both_engines_knobs(
         in out
     )
     assert "sglang: raise FlashInfer's workspace: SGLANG_FLASHINFER_WORKSPACE_SIZE=939524096" in out
+
+
+def test_the_request_in_the_batch_is_named_and_its_tokens_size_the_chunk(tmp_path: Path) -> None:
+    # the sample vLLM log of sample_logs/vllm-foreign-process up to its failure, which here is
+    # the one-line overflow of https://github.com/vllm-project/vllm/issues/40023 instead
+    sample = Path(__file__).parents[3] / "sample_logs" / "vllm-foreign-process" / "vllm.log"
+    lines = sample.read_text(encoding="utf-8").splitlines(keepends=True)
+    failed = next(i for i, line in enumerate(lines) if "torch.OutOfMemoryError" in line)
+    prefix = lines[failed].split("torch.OutOfMemoryError")[0]
+    message = " ".join(line.strip() for line in VLLM_40023.splitlines()[:4])
+    trace = _trace(tmp_path, "".join(lines[:failed]) + prefix + message + "\n")
+    out = _invoke("analyze", str(trace))
+    assert "too small for a prefill batch of 7,912 tokens" in out
+    assert "1  cmpl-daad1f86ab955efae5aa5669eb5d6fca-0    7,912" in out
+    # 7,912 tokens x 413138944 / 536346624, in multiples of 16
+    assert "lower the prefill chunk: set --max-num-batched-tokens 6080" in out
+    assert "VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE=1073741824" in out
+    assert "sglang" not in out.lower()
