@@ -23,6 +23,7 @@ from oomtrace.analysis import evidence as ev
 from oomtrace.analysis.check_context import Context
 from oomtrace.analysis.findings import ClassCheck, Incident, Remedy
 from oomtrace.analysis.remedy_base import RemedyFacts, as_int, remedy
+from oomtrace.schema import EVENT_PHASES
 from oomtrace.units import format_bytes
 
 KIND: Final = "workspace_overflow"
@@ -58,6 +59,9 @@ def overflow(event: dict[str, Any] | None, tokens: int | None = None) -> ClassCh
     if left is not None:
         reason += f" with only {format_bytes(left)} of the workspace left"
     reason += "; a fixed buffer ran out, not the device's memory"
+    phase = event.get("phase")
+    if phase in EVENT_PHASES:
+        reason += f" (during {EVENT_PHASES[phase]})"
     return ClassCheck(
         KIND,
         True,

@@ -97,6 +97,8 @@ def test_vllms_prefixed_records_keep_the_process(tmp_path: Path) -> None:
     assert rows.select("pid", "requested_bytes", "free_bytes").rows() == [
         (269, 283_115_520, 268_435_456)
     ]
+    # the frame above it (determine_available_memory) places it in the start-up's profiling run
+    assert rows["phase"].to_list() == ["profile_run"]
     assert trace.events.filter(pl.col("kind") == "oom").height == 0
 
 
