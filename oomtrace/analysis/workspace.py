@@ -59,7 +59,7 @@ def overflow(event: dict[str, Any] | None, tokens: int | None = None) -> ClassCh
     if left is not None:
         reason += f" with only {format_bytes(left)} of the workspace left"
     reason += "; a fixed buffer ran out, not the device's memory"
-    phase = event.get("phase")
+    phase = str(event.get("phase") or "")
     if phase in EVENT_PHASES:
         reason += f" (during {EVENT_PHASES[phase]})"
     return ClassCheck(
