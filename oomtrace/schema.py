@@ -40,6 +40,8 @@ Versions. A trace of an older version is read as a current one:
   nullable column: ``events.phase``, what the engine was doing when the failure came
   (:data:`EVENT_PHASES`, as the lines around it state it: llama.cpp's account of the failed
   buffer, a traceback's frames); a trace written before it reads with it null ("not stated").
+  Later, a word: event kind ``workspace_overflow`` (FlashInfer's attention workspace, a fixed
+  buffer, too small for a batch: ``oomtrace/ingest/torch/workspace.py``).
 
 Validation happens at stage boundaries through :func:`conform`, which fails in one place with a
 column-level message. A value no measurement can hold (:data:`LIMITS`) is left out where rows
@@ -252,6 +254,11 @@ EVENT_KINDS: Final[Mapping[str, str]] = {
     "warning": "a warning worth showing beside the timeline",
     "source_gap": "a source could not be read for a while (collector health)",
     "process": "a process seen holding device memory (pid, device; detail: its name)",
+    "workspace_overflow": (
+        "FlashInfer's fixed attention workspace could not hold a batch's temporaries (not device "
+        "memory: requested_bytes asked, free_bytes the workspace had left where stated; detail: "
+        "the buffer's name)"
+    ),
 }
 
 # What the engine was doing when a failure came, as the lines around it state it

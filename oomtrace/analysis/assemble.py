@@ -242,7 +242,8 @@ def build_incident(
         if cls in NOT_REQUESTS
         else cul.culprits(
             shares,
-            transient=cls == "transient_peak",
+            # a workspace overflow, like a transient peak, is one step: its requests rank by it
+            transient=cls in ("transient_peak", "workspace_overflow"),
             peak_ts=peak,
             window_start=m.window_start,
             top=options.top_culprits,

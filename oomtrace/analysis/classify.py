@@ -4,6 +4,9 @@ the figures it computed.
 Checks run in this order and the first that matches names the class; the others stay in the
 findings so a reader sees what else was considered and why it was ruled out:
 
+0. ``workspace_overflow`` — the failure is FlashInfer's attention workspace, a fixed buffer,
+   too small for a prefill batch (:mod:`oomtrace.analysis.workspace`): no memory class applies
+   (the check stands among the others only where it matched);
 1. ``foreign_memory`` — another process held the memory the failure lacked and more than the
    engine left for others, or took it in the window (:mod:`oomtrace.analysis.check_foreign`);
    memory outside PyTorch's cache grew while the cache did not; an OOM message naming no
@@ -53,6 +56,7 @@ from oomtrace.analysis.evidence import Evidence
 from oomtrace.analysis.findings import ClassCheck, IncidentClass
 from oomtrace.analysis.spikes import POOL_METRICS
 from oomtrace.analysis.timeline import lit_ts
+from oomtrace.analysis.workspace import workspace
 from oomtrace.units import format_bytes
 
 __all__ = ["CHECKS", "Context", "classify"]
@@ -66,7 +70,11 @@ def classify(ctx: Context) -> tuple[IncidentClass, str, tuple[ClassCheck, ...]]:
         # the driver's fault report: no memory class is tested against it (none would explain it)
         fault = gpu_fault(ctx)
         return fault.cls, fault.reason, (fault,)
-    checks = tuple(check(ctx) for check in CHECKS)
+    # FlashInfer's workspace overflowing is no memory failure: it is tested first, and only
+    # where it is the failure stands among the checks (the others stay, for what they say)
+    overflowed = workspace(ctx)
+    lead = (overflowed,) if overflowed.matched else ()
+    checks = lead + tuple(check(ctx) for check in CHECKS)
     # a library's own allocation (NCCL, cuBLAS) says whose memory it was before any class does
     library = library_failure(ctx.oom) if ctx.anchor == "oom" else None
     for check in checks:

@@ -33,6 +33,7 @@ IncidentClass = Literal[
     "foreign_memory",
     "leak",
     "gpu_fault",
+    "workspace_overflow",
     "unknown",
 ]
 CLASSES: Final[tuple[IncidentClass, ...]] = get_args(IncidentClass)

@@ -57,6 +57,7 @@ from oomtrace.analysis.timeline import lit_ts
 # the weights takes longer).
 SAME_FAILURE = timedelta(seconds=5)
 STARTUP_KINDS = ("startup_kv_insufficient", "startup_no_kv_memory", "startup_memory_insufficient")
+WORKSPACE = "workspace_overflow"  # oomtrace/analysis/workspace.py
 NO_ROOM = 0.99  # device memory this full leaves nothing for a step: pressure
 _POOLS = ("kv_used", "modelled_kv_bytes", "modelled_stored_tokens")
 
@@ -136,11 +137,12 @@ def anchor_incidents(
     # event that starts a new chain is more than a window after every earlier one's last event.
     latest: dict[tuple[str, Anchor], Anchoring] = {}
     for row in (
-        events.filter(pl.col("kind").is_in(["oom", *STARTUP_KINDS]))
+        events.filter(pl.col("kind").is_in(["oom", WORKSPACE, *STARTUP_KINDS]))
         .sort("ts")
         .iter_rows(named=True)
     ):
-        kind: Anchor = "oom" if row["kind"] == "oom" else "startup"
+        # FlashInfer's workspace overflowing fails a step as an OOM does (its own class)
+        kind: Anchor = "oom" if row["kind"] in ("oom", WORKSPACE) else "startup"
         chain = latest.get((row["node"], kind))
         oom = latest.get((row["node"], "oom"))
         if (

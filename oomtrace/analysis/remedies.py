@@ -48,6 +48,7 @@ from oomtrace.analysis.remedy_base import (
 from oomtrace.analysis.remedy_kv import kv_remedies
 from oomtrace.analysis.remedy_startup import phase_remedies
 from oomtrace.analysis.remedy_transient import transient_remedies
+from oomtrace.analysis.workspace import workspace_remedies
 from oomtrace.units import format_bytes
 
 __all__ = ["RemedyFacts", "remedies_for"]
@@ -388,4 +389,5 @@ _MAKERS: dict[str, Callable[[Incident, ClassCheck, RemedyFacts], list[Remedy]]] 
     "gpu_fault": _gpu_fault,
     "kv_exhaustion": kv_remedies,
     "transient_peak": transient_remedies,
+    "workspace_overflow": workspace_remedies,
 }

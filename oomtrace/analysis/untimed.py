@@ -66,6 +66,8 @@ from oomtrace.trace import Trace
 
 NO_TIME: Final = "no time (the input prints none)"
 FAILURES: Final = ("oom", *MISFIT_KINDS, "startup_memory_insufficient")
+# FlashInfer's fixed workspace overflowing fails a step as an OOM does (its own class)
+WORKSPACE: Final = "workspace_overflow"
 # PyTorch prints sizes to two decimals of their unit: a "Process N has X" clause and "this
 # process has X" about one process agree within half a unit of the last digit.
 _SAME_PROCESS: Final = 0.005
@@ -189,14 +191,14 @@ def _incident(
 ) -> Incident | None:
     """The node's failure: a start-up refusal where the log states one, else its most
     informative OOM; failing both, its retractions (the KV pool ran out)."""
-    failures = events.filter(pl.col("kind").is_in(FAILURES))
+    failures = events.filter(pl.col("kind").is_in([*FAILURES, WORKSPACE]))
     retractions = events.filter(pl.col("kind") == "preemption")
     if failures.is_empty() and retractions.is_empty():
         return _fault(node, events)
     if failures.is_empty():
         anchor = retractions.row(0, named=True)
     else:
-        refused = failures.filter(pl.col("kind") != "oom")
+        refused = failures.filter(~pl.col("kind").is_in(["oom", WORKSPACE]))
         pool = refused if refused.height else failures
         stated = pool.with_columns(
             stated=pl.sum_horizontal(

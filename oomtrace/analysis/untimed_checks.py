@@ -30,6 +30,7 @@ from oomtrace.analysis.check_startup import (
 )
 from oomtrace.analysis.findings import ClassCheck, IncidentClass, ProcessUse
 from oomtrace.analysis.options import AnalyzeOptions
+from oomtrace.analysis.workspace import overflow
 from oomtrace.units import format_bytes
 
 
@@ -42,7 +43,10 @@ def untimed_checks(
     *,
     served: bool,
 ) -> tuple[ClassCheck, ...]:
+    overflowed = overflow(anchor)
+    lead = (overflowed,) if overflowed.matched else ()
     return (
+        *lead,
         _foreign(anchor, processes, options),
         _startup(anchor, config, served=served),
         _fragmentation(anchor),

@@ -38,6 +38,7 @@ TITLES: Final[dict[str, str]] = {
     "leak": "What ran out: memory that never came back",
     "startup_misfit": "What ran out: the configuration does not fit the device",
     "gpu_fault": "What failed: the GPU, not its memory",
+    "workspace_overflow": "What ran out: FlashInfer's fixed attention workspace",
 }
 
 
@@ -55,6 +56,7 @@ def cause_section(
         "foreign_memory": _foreign,
         "leak": _leak,
         "startup_misfit": _misfit,
+        "workspace_overflow": _workspace,
     }.get(cls)
     if build is None and cls == "gpu_fault":
         return Section(
@@ -415,3 +417,30 @@ def _misfit(
     caption = "From the engine's start-up statements and its refusal."
     chart = Chart(KEY, title, caption, draw, bars)
     return Section(KEY, title, paragraphs=(text,), charts=(chart,))
+
+
+# -- FlashInfer's workspace ----------------------------------------------------------------------
+
+
+def _workspace(
+    incident: Mapping[str, Any], findings: Mapping[str, Any], drawn: Drawn, title: str
+) -> Section:
+    """No chart: the buffer is not device memory, so no memory series shows it."""
+    figures_of = cause_data.check_figures(incident)
+    asked = cause_data.number(figures_of.get("requested_bytes"))
+    left = cause_data.number(figures_of.get("available_bytes"))
+    tokens = cause_data.number(figures_of.get("batch_tokens"))
+    buffer = str(figures_of.get("buffer") or "a temporary buffer")
+    text = (
+        f"FlashInfer planned a prefill batch's attention into its workspace and {buffer} did not "
+        "fit: the workspace is a buffer of fixed size, set aside once, so the device's free "
+        "memory did not help."
+    )
+    figures = [
+        Figure("asked", f"{buffer} asked", asked, "bytes"),
+        Figure("left", "workspace left", left, "bytes"),
+        Figure("batch", "prefill batch", tokens, "tokens"),
+    ]
+    return Section(
+        KEY, title, paragraphs=(text,), figures=tuple(f for f in figures if f.value is not None)
+    )

@@ -24,6 +24,7 @@ CLASS_LABELS: Final[dict[str, str]] = {
     "foreign_memory": "Another process on the GPU",
     "leak": "Slow growth (leak)",
     "gpu_fault": "GPU fault (Xid)",
+    "workspace_overflow": "Attention workspace too small",
     "unknown": "Cause undetermined",
     "none": "No incident found",
 }
@@ -73,6 +74,12 @@ CLASS_EXPLANATIONS: Final[dict[str, str]] = {
         "The GPU itself failed: the NVIDIA driver reported an Xid error (a fault of the GPU, its "
         "memory, its link or the work running on it), which no memory setting prevents. The Xid's "
         "number says what failed and what to do (NVIDIA's Xid catalogue)."
+    ),
+    "workspace_overflow": (
+        "FlashInfer's attention workspace, a buffer of fixed size the engine set aside at "
+        "start-up, was too small for the temporaries of one prefill batch. The device's memory "
+        "did not run out: a larger workspace, a smaller prefill chunk or another attention "
+        "backend prevents it; a larger memory share or more GPUs would not."
     ),
     "unknown": "The evidence in this trace does not decide the cause.",
     "none": "The trace shows no out-of-memory event and no memory spike worth reporting.",

@@ -104,17 +104,25 @@ def _set_apart(findings: Findings) -> list[str]:
     ]
 
 
-def _incident(incident: Incident, *, named_any: bool = True) -> list[str]:
-    where = escape.terminal(incident.node) + (
-        f" GPU {incident.device}" if incident.device is not None else ""
-    )
-    anchor = {
+def _anchor(incident: Incident) -> str:
+    """What the incident is anchored on, in words."""
+    if incident.cls == "workspace_overflow":
+        # not device memory: FlashInfer's fixed workspace (oomtrace/analysis/workspace.py)
+        return "FlashInfer's attention workspace overflowing"
+    return {
         "oom": "an out-of-memory error",
         "startup": "a startup refusal",
         "preemption": "the engine's preemptions or retractions",
         "spike": f"a spike of {escape.terminal(incident.anchor_series or '')}",
         "xid": "the driver's Xid report of a GPU fault",
     }[incident.anchor]
+
+
+def _incident(incident: Incident, *, named_any: bool = True) -> list[str]:
+    where = escape.terminal(incident.node) + (
+        f" GPU {incident.device}" if incident.device is not None else ""
+    )
+    anchor = _anchor(incident)
     lines = [
         f"PRIMARY  {incident.cls} at {_when(incident)} on {where} (anchored on {anchor})",
         f"  why:       {escape.terminal(incident.reason)}",

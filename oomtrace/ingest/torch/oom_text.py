@@ -53,7 +53,7 @@ import polars as pl
 
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.ingest.text.input_file import first_line
-from oomtrace.ingest.torch import oom_backends, oom_fraction, oom_mps
+from oomtrace.ingest.torch import oom_backends, oom_fraction, oom_mps, workspace
 from oomtrace.ingest.torch.oom_processes import (
     SIZE,
     empty_samples,
@@ -157,6 +157,8 @@ PREFILTER: Final = (
     + oom_backends.PREFILTER
     + "|"
     + oom_fraction.PARTS
+    + "|"
+    + workspace.PARTS
 )
 # Any line that extract_ooms reads matches this (used to count recognised lines).
 OOM_SHAPES: Final = "|".join(
@@ -171,6 +173,8 @@ OOM_SHAPES: Final = "|".join(
         _XLA,
         oom_backends.VULKAN,
         SIZELESS,
+        workspace.LINE,
+        workspace.PARTS,
     )
 )
 
@@ -200,6 +204,12 @@ def extract_ooms(
         "ts",
         pl.col(text).alias("_t"),
         pl.col(text).shift(-1).alias("_next"),
+        # a FlashInfer workspace message wrapped over the lines after its head
+        pl.concat_str(
+            [pl.col(text).shift(-n) for n in range(workspace.WRAPPED + 1)],
+            separator="\n",
+            ignore_nulls=True,
+        ).alias("_ahead"),
         (told | pl.col(text).str.contains(_GGML)).alias("_told"),
         # the loader's "unable to allocate CUDA0 buffer" after the buffer's own account
         pl.any_horizontal(
@@ -230,6 +240,8 @@ def extract_ooms(
         _one_size(anonymous.filter(~pl.col("_told")), BUFFER_FAILURE, "ggml", bytes_first=False),
         _one_size(anonymous, _XLA, "xla"),
         _one_size(anonymous, oom_backends.VULKAN, "vulkan"),
+        # not an OOM: FlashInfer's fixed workspace ran out (kind workspace_overflow, below)
+        workspace.overflows(hits),
     ]
     sized = pl.concat([f for f in found if f is not None] or [hits.clear()], how="diagonal_relaxed")
     sizeless = (
@@ -277,7 +289,13 @@ def extract_ooms(
     events = events.with_columns(
         phase=pl.coalesce("phase", pl.when(warmup).then(pl.lit("warmup"))),
     )
-    events = events.with_columns(kind=pl.lit("oom"), detail=_detail(events))
+    overflow = pl.col("_layout") == workspace.LAYOUT
+    events = events.with_columns(
+        kind=pl.when(overflow).then(pl.lit("workspace_overflow")).otherwise(pl.lit("oom")),
+        detail=pl.when(overflow).then(workspace.detail()).otherwise(_detail(events))
+        if "_buffer" in events.columns
+        else _detail(events),
+    )
     events = events.with_columns(
         pl.lit(None).alias(column) for column in EVENT_COLUMNS if column not in events.columns
     )

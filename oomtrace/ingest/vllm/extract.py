@@ -55,6 +55,8 @@ OOM_LITERALS: Final = (
     # PyTorch 2.13's caching allocator retrying a failed cudaMalloc (its warning, and the rest of
     # one a paste wrapped): memory pressure, read by oomtrace/ingest/torch/alloc_retry.py
     "failed with OOM on device", "bytes (free: ",
+    # FlashInfer's attention workspace overflowing (oomtrace/ingest/torch/workspace.py)
+    "in AlignedAllocator", "Buffer overflow when allocating memory for", " and alignment ",
 )  # fmt: skip
 # The request lines that carry prompt or output text.
 USER_TEXT_LEADS: Final = r"^(?:Received request |Generated response |Request \S+ details: )"
