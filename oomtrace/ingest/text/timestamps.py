@@ -180,6 +180,21 @@ def line_stamps(
     return out["ts"], forms
 
 
+def glog_clock(text: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
+    """The year-less glog / c10 time at the start of ``text`` (:data:`GLOG`, searched in its
+    first :data:`SEARCH_CHARS` characters) as ``(month * 100 + day, second of the day)``, both
+    ``Int32`` and null where there is none: how vLLM's reader keeps a printed time, for the
+    PyTorch lines (``[rank1]:[W812 16:00:28.643448608 CUDACachingAllocator.cpp:3933] ...``)
+    inside its log."""
+    found = text.str.slice(0, SEARCH_CHARS).str.extract_groups(GLOG)
+    hms = found.struct.field("gtime").str.split(":").list.eval(pl.element().cast(pl.Int32))
+    month_day = found.struct.field("gm").cast(pl.Int32) * 100 + found.struct.field("gd").cast(
+        pl.Int32
+    )
+    second = hms.list.get(0) * 3600 + hms.list.get(1) * 60 + hms.list.get(2)
+    return month_day, second
+
+
 def _offset_text(zone: str) -> str:
     """``+0100`` or ``+01:00`` as ``+01:00``."""
     digits = zone.replace(":", "")
