@@ -65,6 +65,8 @@ class StampForms:
     syslog: int = 0
     # the UTC offsets the zoned times state other than UTC's own (``+01:00``), as printed
     offsets: frozenset[str] = frozenset()
+    # the first time a line states with its year (forms 1 and 2), read as it was read
+    first_dated: datetime | None = None
 
     def __add__(self, other: StampForms) -> StampForms:
         return StampForms(
@@ -72,6 +74,7 @@ class StampForms:
             self.zoneless + other.zoneless,
             self.syslog + other.syslog,
             self.offsets | other.offsets,
+            self.first_dated or other.first_dated,
         )
 
 
@@ -109,13 +112,20 @@ def with_offset(naive_ts: pl.Expr, zone: pl.Expr) -> pl.Expr:
 
 
 def line_stamps(
-    lines: pl.Series, tz: str, year: int | None, anchor: datetime | None
+    lines: pl.Series,
+    tz: str,
+    year: int | None,
+    anchor: datetime | None,
+    *,
+    dated_anchor: bool = False,
 ) -> tuple[pl.Series, StampForms]:
     """Each line's own time (``Datetime("ns", "UTC")``, null where the line has none).
 
     ``tz`` places zone-less times; ``year`` (else ``anchor``'s year) completes syslog times,
     which ``anchor`` (the file's modification time) also bounds: a syslog date more than a day
-    after it belongs to the year before.
+    after it belongs to the year before. With ``dated_anchor``, ``anchor`` is a time the log
+    itself states with its year (:attr:`StampForms.first_dated`): a syslog date takes the year
+    that puts it within half a year of it (a New Year either side).
     """
     head = (
         lines.str.slice(0, SEARCH_CHARS + 60).str.replace_all(ANSI, "").str.slice(0, SEARCH_CHARS)
@@ -152,7 +162,16 @@ def line_stamps(
             [pl.lit(f"{syslog_year}-"), month, pl.lit("-"), pl.col("day").str.zfill(2)]
         )
         syslog = localize(naive(date, pl.col("stime"), pl.col("sfrac")), tz)
-        if year is None and anchor is not None:
+        if year is None and anchor is not None and dated_anchor:
+            near = pl.lit(anchor).dt.cast_time_unit("ns")
+            syslog = (
+                pl.when(syslog > near + pl.duration(days=183))
+                .then(syslog.dt.offset_by("-1y"))
+                .when(syslog < near - pl.duration(days=183))
+                .then(syslog.dt.offset_by("1y"))
+                .otherwise(syslog)
+            )
+        elif year is None and anchor is not None:
             late = syslog > pl.lit(anchor).dt.cast_time_unit("ns") + pl.duration(days=1)
             syslog = pl.when(late).then(syslog.dt.offset_by("-1y")).otherwise(syslog)
     out = frame.select(
@@ -171,11 +190,13 @@ def line_stamps(
     )
     counts = dict(out.group_by("_form").len().drop_nulls("_form").iter_rows())
     zones = frame.get_column("zone").drop_nulls().unique()
+    dated = out.filter(pl.col("_form").is_in(["zoned", "zoneless"])).get_column("ts").drop_nulls()
     forms = StampForms(
         int(counts.get("zoned", 0)),
         int(counts.get("zoneless", 0)),
         int(counts.get("syslog", 0)),
         frozenset(_offset_text(z) for z in zones if z != "Z" and _offset_text(z) != "+00:00"),
+        dated[0] if dated.len() else None,
     )
     return out["ts"], forms
 
