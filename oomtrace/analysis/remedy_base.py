@@ -59,6 +59,8 @@ FLAGS: dict[str, dict[str, str]] = {
         "--max-num-seqs": "OLLAMA_NUM_PARALLEL",
         "--max-model-len": "OLLAMA_CONTEXT_LENGTH",
         "-c": "OLLAMA_CONTEXT_LENGTH",
+        "-ub": "num_batch",
+        "-np": "OLLAMA_NUM_PARALLEL",
         "--gpu-memory-utilization": "num_gpu",
     },
 }

@@ -53,10 +53,18 @@ _SUPERVISOR: Final = r"(?:[A-Z][a-z]{2} [ 0-9]\d [\d:.]+ \S+ [^\s\[\]:]+\[\d+\]:
 _OLLAMA_LINES: Final = (
     r'\bsource=\w+\.go:\d+ msg="?(?:system memory|inference compute|looking for compatible '
     r"GPUs|evaluating|new model will fit|loaded runners|waiting for llama runner|llama runner "
-    r"started)"
+    r"started|starting llama server|error loading llama server)"
 )
-# What marks Ollama's log (its runner's llama.cpp lines aside): the engine a remedy names.
-OLLAMA_MARKERS: Final = _OLLAMA_LINES + r'|\bmsg="?offload(?: to \w+"| library=\w+) '
+# What marks Ollama's log (its runner's llama.cpp lines aside): the engine a remedy names; also
+# journald's prefix naming Ollama's unit (``Apr 17 01:25:09 ai-pc ollama[56169]: ``, ollama
+# issue 3683; ``ollama.listener[2840147]``, issue 3711) and the runner's death as ``ollama run``
+# prints it (``Error: llama runner process has terminated: ...``, issue 9170).
+OLLAMA_MARKERS: Final = (
+    _OLLAMA_LINES
+    + r'|\bmsg="?offload(?: to \w+"| library=\w+) '
+    + r"|^[A-Z][a-z]{2} [ 0-9]\d [\d:.]+ \S+ ollama(?:\.[\w-]+)?\[\d+\]: "
+    + r"|^Error: llama runner process has terminated"
+)
 # Lines only llama.cpp prints (model loading, the server's start), for sniffing a log whose
 # allocation failure is beyond the head.
 MARKERS: Final = re.compile(
