@@ -35,6 +35,13 @@ ISO: Final = (
     r"(?<date>\d{4}-\d{2}-\d{2})[T ](?<time>\d{2}:\d{2}:\d{2})(?:[.,](?<frac>\d{1,9}))?"
     r"(?<zone>Z|[+-]\d{2}:?\d{2})?"
 )
+# A zone-less time that a zoned one follows on the line (Docker Desktop's local time before
+# Ollama's ``time=2025-03-07T05:33:40.329Z``, https://github.com/ollama/ollama/issues/9562):
+# the zoned one is read, as form 1 wins over form 2.
+_ZONED_LATER: Final = (
+    r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d\S*\s.*?\b(?<date>\d{4}-\d{2}-\d{2})T"
+    r"(?<time>\d{2}:\d{2}:\d{2})(?:[.,](?<frac>\d{1,9}))?(?<zone>Z|[+-]\d{2}:?\d{2})"
+)
 # ``[MM/DD/YYYY-HH:MM:SS]``: TensorRT-LLM's Python logger (``trtllm-serve``'s
 # ``[07/08/2025-19:47:15] [TRT-LLM] [I] ...``, https://github.com/NVIDIA/TensorRT-LLM/issues/5872),
 # read as form 2.
@@ -134,6 +141,14 @@ def line_stamps(
         _i=pl.col("h").str.extract_groups(ISO), _s=pl.col("h").str.extract_groups(SYSLOG)
     )
     frame = frame.unnest("_i", "_s")
+    later = pl.col("zone").is_null() & pl.col("h").str.contains(_ZONED_LATER)
+    if frame.select(later.any()).item():
+        zoned_later = frame.select(pl.col("h").str.extract_groups(_ZONED_LATER)).unnest("h")
+        use = frame.select(later.alias("use")).to_series()
+        frame = frame.with_columns(
+            pl.when(use).then(zoned_later.get_column(name)).otherwise(pl.col(name)).alias(name)
+            for name in ("date", "time", "frac", "zone")
+        )
     slashed = frame.select(pl.col("h").str.extract_groups(SLASHED)).unnest("h")
     if slashed.select(pl.col("uy").is_not_null().any()).item():
         us_date = pl.concat_str([pl.col("uy"), pl.col("um"), pl.col("ud")], separator="-")

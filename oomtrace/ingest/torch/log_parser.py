@@ -58,6 +58,7 @@ from oomtrace.ingest.torch.oom_text import (
     OOM_SHAPES,
     PREFILTER,
     extract_ooms,
+    fold_wrappers,
 )
 from oomtrace.schema import TS
 
@@ -237,6 +238,7 @@ class _Acc:
         )
         timed = oom_phase.failure_phases(kept.drop_nulls("ts"), OOM_SHAPES)
         events, samples = extract_ooms(timed, diag=self.diag)
+        events = fold_wrappers(events) if events.height else events
         texts = timed.select("ts", "text")
         found = [
             f

@@ -432,3 +432,30 @@ def _dedupe(events: pl.DataFrame) -> pl.DataFrame:
 
 def _empty_events() -> pl.DataFrame:
     return empty("events").select(EVENT_COLUMNS)
+
+
+def fold_wrappers(events: pl.DataFrame) -> pl.DataFrame:
+    """An engine wraps an allocator OOM in its own text (vLLM's "CUDA out of memory occurred when
+    warming up sampler ...", "Worker failed with error '...'"; Ollama's "unable to allocate CUDA0
+    buffer" after ggml's failed cudaMalloc): a size-less OOM within :data:`REPEAT_WINDOW_S` of a
+    sized one on the same (or an unnamed) device is that failure told again, not another one."""
+    sized = events.filter(pl.col("requested_bytes").is_not_null())
+    sizeless = events.filter(pl.col("requested_bytes").is_null()).with_row_index("_n")
+    if sized.height == 0 or sizeless.height == 0:
+        return events
+    near = (
+        sizeless.select("_n", "ts", "device")
+        .sort("ts")
+        .join_asof(
+            sized.select("ts", _sized_device="device", _sized_ts="ts").sort("ts"),
+            on="ts",
+            strategy="nearest",
+            tolerance=f"{REPEAT_WINDOW_S}s",
+        )
+    )
+    told = near.filter(
+        pl.col("_sized_ts").is_not_null()
+        & (pl.col("device").is_null() | (pl.col("device") == pl.col("_sized_device")))
+    ).get_column("_n")
+    kept = sizeless.filter(~pl.col("_n").is_in(told.implode())).drop("_n")
+    return pl.concat([sized, kept]).sort("ts")
