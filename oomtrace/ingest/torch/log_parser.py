@@ -57,6 +57,7 @@ from oomtrace.ingest.torch.oom_text import (
     GGML_DEVICE,
     OOM_SHAPES,
     PREFILTER,
+    TOLD_AGAIN,
     extract_ooms,
     fold_wrappers,
 )
@@ -238,7 +239,7 @@ class _Acc:
         )
         timed = oom_phase.failure_phases(kept.drop_nulls("ts"), OOM_SHAPES)
         events, samples = extract_ooms(timed, diag=self.diag)
-        events = fold_wrappers(events) if events.height else events
+        events = fold_wrappers(events, TOLD_AGAIN) if events.height else events
         texts = timed.select("ts", "text")
         found = [
             f
