@@ -243,8 +243,8 @@ def _capture(
         remedy(
             incident,
             check,
-            "or start with --enforce-eager" + facts.elsewhere("--enforce-eager"),
-            setting="--enforce-eager",
+            f"or start with {facts.flag('--enforce-eager')}" + facts.elsewhere("--enforce-eager"),
+            setting=facts.flag("--enforce-eager"),
             value=None,
             basis="budget",
             detail="no CUDA graphs are captured, so none of their memory is needed; decoding "

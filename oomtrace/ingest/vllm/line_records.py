@@ -58,8 +58,6 @@ _TS_ONLY: Final = frozenset({"timestamp", "process", "nested"})
 # record glued on.
 UNUSUAL: Final = "\x1b|" + re.escape(REPEATED_LITERAL) + "|" + _LEVEL_TS
 _SAMPLE: Final = 256
-# A glog / c10 time near a line's start (the full form is read by glog_clock).
-_GLOG_HINT: Final = r"^.{0,40}?[\[\s:]?[IWEF]\d{3,4} \d\d:\d\d:\d\d"
 # What begins a record, so never goes on the one before: vLLM's header anywhere on the line, a
 # supervisor's date at its start, or the prefix vLLM puts on every line a worker process prints
 # ("(EngineCore pid=316) ", a traceback's lines included), so a folded traceback is joined too.
@@ -188,8 +186,8 @@ def _own_glog_times(records: pl.DataFrame, bare: pl.Expr) -> pl.DataFrame:
     ``[rank1]:[W812 16:00:28.643448608 CUDACachingAllocator.cpp:3933] ...``, glog's ``E0306
     16:40:07.708802 ...``) given that time as their printed one, on the clock vLLM's headers
     print (the host's), rather than the time of the header line before them."""
-    stamped = bare & pl.col("body").str.contains(_GLOG_HINT).fill_null(value=False)
-    rows = records.select(stamped.arg_true()).to_series()
+    # (the headerless candidates are few: only they are searched)
+    rows = records.select(bare.arg_true()).to_series()
     if rows.len() == 0:
         return records
     month_day, second = glog_clock(pl.col("body"))
