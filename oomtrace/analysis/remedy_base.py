@@ -32,6 +32,7 @@ FLAGS: dict[str, dict[str, str]] = {
         "--max-num-batched-tokens": "--chunked-prefill-size",
         "--max-model-len": "--context-length",
         "--gpu-memory-utilization": "--mem-fraction-static",
+        "--enforce-eager": "--disable-cuda-graph",
     },
     "tgi": {
         "--max-num-seqs": "--max-batch-size",
@@ -39,6 +40,7 @@ FLAGS: dict[str, dict[str, str]] = {
         "--max-model-len": "--max-total-tokens",
         "--gpu-memory-utilization": "--cuda-memory-fraction",
         "--tensor-parallel-size": "--num-shard",
+        "--enforce-eager": "--cuda-graphs 0",
     },
     "tensorrt-llm": {
         "--max-num-seqs": "--max_batch_size",
@@ -59,6 +61,8 @@ FLAGS: dict[str, dict[str, str]] = {
         "--max-num-seqs": "OLLAMA_NUM_PARALLEL",
         "--max-model-len": "OLLAMA_CONTEXT_LENGTH",
         "-c": "OLLAMA_CONTEXT_LENGTH",
+        "-ub": "num_batch",
+        "-np": "OLLAMA_NUM_PARALLEL",
         "--gpu-memory-utilization": "num_gpu",
     },
 }

@@ -108,11 +108,14 @@ def phase_remedies(incident: Incident, check: ClassCheck, facts: RemedyFacts) ->
     llama = engine == "llama.cpp"
     if (what := _within_share(phase, engine)) is not None:
         return _share(incident, check, facts, wanted, free, what)
-    scaled = (_LLAMA_SCALES if llama else _SCALES).get(phase)
+    scales = _SCALES
+    if llama:
+        scales = _OLLAMA_SCALES if facts.engine == "ollama" else _LLAMA_SCALES
+    scaled = scales.get(phase)
     if scaled is not None:
         out = [_scaled(incident, check, facts, scaled, wanted, free)]
         if llama and incident.device:
-            out.insert(0, _split(incident, check, incident.device, wanted))
+            out.insert(0, _split(incident, check, facts, incident.device, wanted))
         if phase == "profile_run":
             # vLLM V1's profiling run ends in the sampler's pass over --max-num-seqs sequences,
             # whose default V1 raised to 1024: the first suspect (vllm#12529's 1.16 GiB is the
@@ -123,8 +126,31 @@ def phase_remedies(incident: Incident, check: ClassCheck, facts: RemedyFacts) ->
     if phase == "graph_capture":
         return _capture(incident, check, facts, wanted, free)
     if phase == "load_weights":
-        return [_weights(incident, check, llama, wanted, free)]
+        return [_weights(incident, check, facts if llama else None, wanted, free)]
     return []
+
+
+# Ollama runs llama.cpp but takes its own settings (docs/faq.mdx: OLLAMA_CONTEXT_LENGTH, or a
+# model's num_ctx; OLLAMA_NUM_PARALLEL; the API's options: num_batch, num_gpu), and its context
+# is allocated once for each parallel request.
+_OLLAMA_SCALES: dict[str, tuple[str, str, str]] = {
+    "kv_cache_init": (
+        "-c",
+        (
+            "the KV cache grows linearly with the context (OLLAMA_CONTEXT_LENGTH, or the model's "
+            "num_ctx) times the parallel requests it is kept for (OLLAMA_NUM_PARALLEL)"
+        ),
+        "n_ctx",
+    ),
+    "compute_reserve": (
+        "-ub",
+        (
+            "the compute buffers are reserved for one batch (num_batch, 512 by default) and grow "
+            "with it and with the context (OLLAMA_CONTEXT_LENGTH or num_ctx)"
+        ),
+        "n_ubatch",
+    ),
+}
 
 
 def _within_share(phase: str, engine: object) -> str | None:
@@ -217,8 +243,8 @@ def _capture(
         remedy(
             incident,
             check,
-            "or start with --enforce-eager" + facts.elsewhere("--enforce-eager"),
-            setting="--enforce-eager",
+            f"or start with {facts.flag('--enforce-eager')}" + facts.elsewhere("--enforce-eager"),
+            setting=facts.flag("--enforce-eager"),
             value=None,
             basis="budget",
             detail="no CUDA graphs are captured, so none of their memory is needed; decoding "
@@ -281,11 +307,29 @@ def _share(
 
 
 def _weights(
-    incident: Incident, check: ClassCheck, llama: bool, wanted: int | None, free: int | None
+    incident: Incident,
+    check: ClassCheck,
+    llama: RemedyFacts | None,
+    wanted: int | None,
+    free: int | None,
 ) -> Remedy:
+    """What the weights' load that failed asks: llama.cpp's (``llama``, its facts) fewer layers
+    on the device, Ollama's as its own settings say it; another engine's more GPUs."""
     need = f"the weights asked {format_bytes(wanted)}" if wanted is not None else "the weights"
     room = f" with {format_bytes(free)} free" if free is not None else ""
-    if llama:
+    if llama is not None and llama.engine == "ollama":
+        return remedy(
+            incident,
+            check,
+            "lower num_gpu (the layers Ollama puts on the GPU), or reserve room with "
+            "OLLAMA_GPU_OVERHEAD (bytes on each GPU) so that its own estimate offloads fewer",
+            setting="num_gpu",
+            value=None,
+            basis="budget",
+            detail=f"{need}{room} on one device; fewer layers on it keep the rest in host "
+            "memory (the log does not state the layers' sizes, so no count is computed)",
+        )
+    if llama is not None:
         return remedy(
             incident,
             check,
@@ -326,18 +370,37 @@ def _weights(
     )
 
 
-def _split(incident: Incident, check: ClassCheck, device: int, wanted: int | None) -> Remedy:
+def _split(
+    incident: Incident, check: ClassCheck, facts: RemedyFacts, device: int, wanted: int | None
+) -> Remedy:
     """llama.cpp failed on a device other than the first: the model is split over several GPUs
     and each holds its share of the weights and its own KV cache and compute buffers, so the one
     that failed, often the smallest, takes less (ollama#6860: the fifth GPU, of 4 GiB, beside
-    four of 12 GiB)."""
+    four of 12 GiB). Ollama splits the layers by its own estimate of each GPU's room, which
+    ``OLLAMA_GPU_OVERHEAD`` lowers (``ollama serve --help``: "Reserve a portion of VRAM per GPU
+    (bytes)"); it has no tensor split of its own."""
     asked = f" ({format_bytes(wanted)} more)" if wanted is not None else ""
+    action, setting = (
+        (
+            f"give CUDA{device} a smaller share of the model (-ts/--tensor-split), or leave it out "
+            "(CUDA_VISIBLE_DEVICES)"
+        ),
+        "--tensor-split",
+    )
+    if facts.engine == "ollama":
+        action, setting = (
+            (
+                "reserve room on each GPU with OLLAMA_GPU_OVERHEAD (bytes) so that Ollama's split "
+                f"gives CUDA{device} less, lower num_gpu, or leave CUDA{device} out "
+                "(CUDA_VISIBLE_DEVICES)"
+            ),
+            "OLLAMA_GPU_OVERHEAD",
+        )
     return remedy(
         incident,
         check,
-        f"give CUDA{device} a smaller share of the model (-ts/--tensor-split), or leave it out "
-        "(CUDA_VISIBLE_DEVICES)",
-        setting="--tensor-split",
+        action,
+        setting=setting,
         value=None,
         basis="budget",
         detail=f"the failure is on CUDA{device} of several: each GPU holds its layers and its own "

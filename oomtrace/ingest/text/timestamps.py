@@ -35,6 +35,13 @@ ISO: Final = (
     r"(?<date>\d{4}-\d{2}-\d{2})[T ](?<time>\d{2}:\d{2}:\d{2})(?:[.,](?<frac>\d{1,9}))?"
     r"(?<zone>Z|[+-]\d{2}:?\d{2})?"
 )
+# A zone-less time that a zoned one follows on the line (Docker Desktop's local time before
+# Ollama's ``time=2025-03-07T05:33:40.329Z``, https://github.com/ollama/ollama/issues/9562):
+# the zoned one is read, as form 1 wins over form 2.
+_ZONED_LATER: Final = (
+    r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d\S*\s.*?\b(?<date>\d{4}-\d{2}-\d{2})T"
+    r"(?<time>\d{2}:\d{2}:\d{2})(?:[.,](?<frac>\d{1,9}))?(?<zone>Z|[+-]\d{2}:?\d{2})"
+)
 # ``[MM/DD/YYYY-HH:MM:SS]``: TensorRT-LLM's Python logger (``trtllm-serve``'s
 # ``[07/08/2025-19:47:15] [TRT-LLM] [I] ...``, https://github.com/NVIDIA/TensorRT-LLM/issues/5872),
 # read as form 2.
@@ -65,6 +72,8 @@ class StampForms:
     syslog: int = 0
     # the UTC offsets the zoned times state other than UTC's own (``+01:00``), as printed
     offsets: frozenset[str] = frozenset()
+    # the first time a line states with its year (forms 1 and 2), read as it was read
+    first_dated: datetime | None = None
 
     def __add__(self, other: StampForms) -> StampForms:
         return StampForms(
@@ -72,6 +81,7 @@ class StampForms:
             self.zoneless + other.zoneless,
             self.syslog + other.syslog,
             self.offsets | other.offsets,
+            self.first_dated or other.first_dated,
         )
 
 
@@ -109,13 +119,20 @@ def with_offset(naive_ts: pl.Expr, zone: pl.Expr) -> pl.Expr:
 
 
 def line_stamps(
-    lines: pl.Series, tz: str, year: int | None, anchor: datetime | None
+    lines: pl.Series,
+    tz: str,
+    year: int | None,
+    anchor: datetime | None,
+    *,
+    dated_anchor: bool = False,
 ) -> tuple[pl.Series, StampForms]:
     """Each line's own time (``Datetime("ns", "UTC")``, null where the line has none).
 
     ``tz`` places zone-less times; ``year`` (else ``anchor``'s year) completes syslog times,
     which ``anchor`` (the file's modification time) also bounds: a syslog date more than a day
-    after it belongs to the year before.
+    after it belongs to the year before. With ``dated_anchor``, ``anchor`` is a time the log
+    itself states with its year (:attr:`StampForms.first_dated`): a syslog date takes the year
+    that puts it within half a year of it (a New Year either side).
     """
     head = (
         lines.str.slice(0, SEARCH_CHARS + 60).str.replace_all(ANSI, "").str.slice(0, SEARCH_CHARS)
@@ -124,6 +141,14 @@ def line_stamps(
         _i=pl.col("h").str.extract_groups(ISO), _s=pl.col("h").str.extract_groups(SYSLOG)
     )
     frame = frame.unnest("_i", "_s")
+    later = pl.col("zone").is_null() & pl.col("h").str.contains(_ZONED_LATER)
+    if frame.select(later.any()).item():
+        zoned_later = frame.select(pl.col("h").str.extract_groups(_ZONED_LATER)).unnest("h")
+        use = frame.select(later.alias("use")).to_series()
+        frame = frame.with_columns(
+            pl.when(use).then(zoned_later.get_column(name)).otherwise(pl.col(name)).alias(name)
+            for name in ("date", "time", "frac", "zone")
+        )
     slashed = frame.select(pl.col("h").str.extract_groups(SLASHED)).unnest("h")
     if slashed.select(pl.col("uy").is_not_null().any()).item():
         us_date = pl.concat_str([pl.col("uy"), pl.col("um"), pl.col("ud")], separator="-")
@@ -152,7 +177,16 @@ def line_stamps(
             [pl.lit(f"{syslog_year}-"), month, pl.lit("-"), pl.col("day").str.zfill(2)]
         )
         syslog = localize(naive(date, pl.col("stime"), pl.col("sfrac")), tz)
-        if year is None and anchor is not None:
+        if year is None and anchor is not None and dated_anchor:
+            near = pl.lit(anchor).dt.cast_time_unit("ns")
+            syslog = (
+                pl.when(syslog > near + pl.duration(days=183))
+                .then(syslog.dt.offset_by("-1y"))
+                .when(syslog < near - pl.duration(days=183))
+                .then(syslog.dt.offset_by("1y"))
+                .otherwise(syslog)
+            )
+        elif year is None and anchor is not None:
             late = syslog > pl.lit(anchor).dt.cast_time_unit("ns") + pl.duration(days=1)
             syslog = pl.when(late).then(syslog.dt.offset_by("-1y")).otherwise(syslog)
     out = frame.select(
@@ -171,13 +205,30 @@ def line_stamps(
     )
     counts = dict(out.group_by("_form").len().drop_nulls("_form").iter_rows())
     zones = frame.get_column("zone").drop_nulls().unique()
+    dated = out.filter(pl.col("_form").is_in(["zoned", "zoneless"])).get_column("ts").drop_nulls()
     forms = StampForms(
         int(counts.get("zoned", 0)),
         int(counts.get("zoneless", 0)),
         int(counts.get("syslog", 0)),
         frozenset(_offset_text(z) for z in zones if z != "Z" and _offset_text(z) != "+00:00"),
+        dated[0] if dated.len() else None,
     )
     return out["ts"], forms
+
+
+def glog_clock(text: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
+    """The year-less glog / c10 time at the start of ``text`` (:data:`GLOG`, searched in its
+    first :data:`SEARCH_CHARS` characters) as ``(month * 100 + day, second of the day)``, both
+    ``Int32`` and null where there is none: how vLLM's reader keeps a printed time, for the
+    PyTorch lines (``[rank1]:[W812 16:00:28.643448608 CUDACachingAllocator.cpp:3933] ...``)
+    inside its log."""
+    found = text.str.slice(0, SEARCH_CHARS).str.extract_groups(GLOG)
+    hms = found.struct.field("gtime").str.split(":").list.eval(pl.element().cast(pl.Int32))
+    month_day = found.struct.field("gm").cast(pl.Int32) * 100 + found.struct.field("gd").cast(
+        pl.Int32
+    )
+    second = hms.list.get(0) * 3600 + hms.list.get(1) * 60 + hms.list.get(2)
+    return month_day, second
 
 
 def _offset_text(zone: str) -> str:

@@ -53,10 +53,18 @@ _SUPERVISOR: Final = r"(?:[A-Z][a-z]{2} [ 0-9]\d [\d:.]+ \S+ [^\s\[\]:]+\[\d+\]:
 _OLLAMA_LINES: Final = (
     r'\bsource=\w+\.go:\d+ msg="?(?:system memory|inference compute|looking for compatible '
     r"GPUs|evaluating|new model will fit|loaded runners|waiting for llama runner|llama runner "
-    r"started)"
+    r"started|starting llama server|error loading llama server)"
 )
-# What marks Ollama's log (its runner's llama.cpp lines aside): the engine a remedy names.
-OLLAMA_MARKERS: Final = _OLLAMA_LINES + r'|\bmsg="?offload(?: to \w+"| library=\w+) '
+# What marks Ollama's log (its runner's llama.cpp lines aside): the engine a remedy names; also
+# journald's prefix naming Ollama's unit (``Apr 17 01:25:09 ai-pc ollama[56169]: ``, ollama
+# issue 3683; ``ollama.listener[2840147]``, issue 3711) and the runner's death as ``ollama run``
+# prints it (``Error: llama runner process has terminated: ...``, issue 9170).
+OLLAMA_MARKERS: Final = (
+    _OLLAMA_LINES
+    + r'|\bmsg="?offload(?: to \w+"| library=\w+) '
+    + r"|^[A-Z][a-z]{2} [ 0-9]\d [\d:.]+ \S+ ollama(?:\.[\w-]+)?\[\d+\]: "
+    + r"|^Error: llama runner process has terminated"
+)
 # Lines only llama.cpp prints (model loading, the server's start), for sniffing a log whose
 # allocation failure is beyond the head.
 MARKERS: Final = re.compile(
@@ -65,7 +73,8 @@ MARKERS: Final = re.compile(
     + r"(?:\d+\.\d{2}\.\d{3}\.\d{3} [IWED] )?(?:llama_model_loader: |load_tensors: |"
     r"llm_load_tensors: |ggml_cuda_init: found \d+ |llama_context: |llama_init_from_model: |"
     r"llama_new_context_with_model: |llama_kv_cache(?:_init|_unified)?: |"
-    r"llama_memory_recurrent: |srv +load_model: |main: server is listening)"
+    r"llama_memory_recurrent: |srv +load_model: |main: server is listening|"
+    r"llama_model_load_internal: |llama_init_from_file: )"
     r'|\bmsg="?offload(?: to \w+"| library=\w+) |\bmsg="kv cache" device=|' + _OLLAMA_LINES
 )
 DURATIONS_NOTE: Final = (
@@ -75,7 +84,9 @@ DURATIONS_NOTE: Final = (
 
 _KV_SIZE: Final = r"llama_kv_cache(?:_unified)?: size = +([0-9.]+) MiB \( *\d+ cells,[^)]*\), K \("
 _KV_CELLS: Final = r"llama_kv_cache(?:_unified)?: size = +[0-9.]+ MiB \( *(\d+) cells,[^)]*\), K \("
-_KV_SELF: Final = r"KV self size += +([0-9.]+) MiB"
+# (2023 builds print it "llama_init_from_file: kv self size  =  400.00 MB": MiB, divided by
+# 1024 * 1024, https://github.com/ggml-org/llama.cpp/issues/1230)
+_KV_SELF: Final = r"(?i:KV self size) += +([0-9.]+) Mi?B"
 _KV_SIZE_OLD: Final = r"llama_kv_cache_init: kv_size = (\d+),"
 _SEQ_MAX: Final = r"\bn_seq_max += (\d+)"
 # The cache line's "q/n seqs" is n_seq_max over n_stream (its sequences, then the streams that
@@ -84,7 +95,8 @@ _KV_SEQS: Final = r"llama_kv_cache(?:_unified)?: size = .* layers, +(\d+)/ *\d+ 
 # The context's size, which is the KV cache's in cells where no cache line says so (2024 builds
 # allocate ``kv_size = cparams.n_ctx``); never ``n_ctx_per_seq`` or ``n_ctx_train``.
 _N_CTX: Final = (
-    r"\b(?:llama_new_context_with_model|llama_init_from_model|llama_context): n_ctx += (\d+)"
+    r"\b(?:llama_new_context_with_model|llama_init_from_model|llama_context|"
+    r"llama_model_load_internal): n_ctx += (\d+)"
 )
 # The server's slots share the cache like the context's sequences: its text log says "n_slots =
 # N", its JSON log of 2024 (as Ollama 0.1 embedded it) "n_slots":N.

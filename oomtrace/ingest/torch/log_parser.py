@@ -40,7 +40,7 @@ from oomtrace.ingest.nvidia_smi import table_parser
 from oomtrace.ingest.parser_api import ParseContext, ParseResult
 from oomtrace.ingest.text.input_file import InputFile, first_line
 from oomtrace.ingest.text.split_records import LOG_RECORD_START, find_split_records
-from oomtrace.ingest.text.timestamps import StampForms, line_stamps, tz_hint
+from oomtrace.ingest.text.timestamps import SEARCH_CHARS, StampForms, line_stamps, tz_hint
 from oomtrace.ingest.torch import (
     alloc_retry,
     gpu_xid,
@@ -57,7 +57,9 @@ from oomtrace.ingest.torch.oom_text import (
     GGML_DEVICE,
     OOM_SHAPES,
     PREFILTER,
+    TOLD_AGAIN,
     extract_ooms,
+    fold_wrappers,
 )
 from oomtrace.schema import TS
 
@@ -161,28 +163,40 @@ class _Acc:
         self.tables: list[ParseResult] = []
         self.engine_lines = dict.fromkeys((name for name, _ in _ENGINES), 0)
         self.own_offset: str | None = None
+        self.first_src: str | None = None
+        self.last_src: str | None = None
 
     def add(self, lines: pl.Series, arrival: pl.Series | None = None) -> None:
         raw = lines
         lines = find_split_records(lines, starts=_RECORD_START, opens=OOM_SHAPES).lines
         stamps, forms = line_stamps(lines, self.tz, self.ctx.clock.year, self.ctx.mtime)
-        if self._own_zone(forms):
-            stamps, forms = line_stamps(lines, self.tz, self.ctx.clock.year, self.ctx.mtime)
         self.forms += forms
         first = self.lines_seen + 1
         self.lines_seen += lines.len()
         frame = pl.DataFrame({"text": lines, "ts": stamps}).with_columns(
             line=pl.int_range(first, first + lines.len(), dtype=pl.Int64)
         )
+        # the line each time was read from (its head), so that finish() can read it again once
+        # the whole log has said its zone and year ("" where the time came from elsewhere)
+        own = pl.col("ts").is_not_null()
         if arrival is not None:
             frame = frame.with_columns(ts=pl.coalesce("ts", arrival.cast(TS)))
-        frame = frame.with_columns(pl.col("ts").forward_fill())
+        frame = frame.with_columns(
+            src=pl.when(own)
+            .then(pl.col("text").str.slice(0, SEARCH_CHARS + 60))
+            .when(pl.col("ts").is_not_null())
+            .then(pl.lit(""))
+        ).with_columns(pl.col("ts", "src").forward_fill())
         if self.last_ts is not None:
-            frame = frame.with_columns(pl.col("ts").fill_null(pl.lit(self.last_ts, TS)))
-        known = frame["ts"].drop_nulls()
-        if known.len():
-            self.first_ts = self.first_ts or known[0]
-            self.last_ts = known[-1]
+            frame = frame.with_columns(
+                pl.col("ts").fill_null(pl.lit(self.last_ts, TS)),
+                pl.col("src").fill_null(pl.lit(self.last_src, pl.String)),
+            )
+        known = frame.filter(pl.col("ts").is_not_null())
+        if known.height:
+            if self.first_ts is None:
+                self.first_ts, self.first_src = known["ts"][0], known["src"][0]
+            self.last_ts, self.last_src = known["ts"][-1], known["src"][-1]
         for name, marks in _ENGINES:
             self.engine_lines[name] += int(lines.str.contains(marks).sum())
         self.durations = self.durations or bool(lines.str.contains(llamacpp_log.RELATIVE).any())
@@ -203,9 +217,11 @@ class _Acc:
         kept = (
             pl.concat(self.kept)
             if self.kept
-            else pl.DataFrame(schema={"text": pl.String, "ts": TS, "line": pl.Int64})
+            else pl.DataFrame(
+                schema={"text": pl.String, "ts": TS, "line": pl.Int64, "src": pl.String}
+            )
         )
-        kept = self._place(kept, untimed_allowed)
+        kept = self._place(self._restamp(kept), untimed_allowed).drop("src")
         config = {
             **tgi_log.engine_config(kept["text"], self.diag),
             **llamacpp_log.engine_config(kept["text"], self.diag),
@@ -223,6 +239,7 @@ class _Acc:
         )
         timed = oom_phase.failure_phases(kept.drop_nulls("ts"), OOM_SHAPES)
         events, samples = extract_ooms(timed, diag=self.diag)
+        events = fold_wrappers(events, TOLD_AGAIN) if events.height else events
         texts = timed.select("ts", "text")
         found = [
             f
@@ -284,11 +301,34 @@ class _Acc:
         )
         return kept.filter(pl.col("ts").is_not_null())
 
+    def _restamp(self, kept: pl.DataFrame) -> pl.DataFrame:
+        """``kept`` with its times read again where the whole log says more than each chunk
+        knew: the host's zone (:meth:`_own_zone`), and the year of a year-less time where a
+        line states one (an Ollama line's ``time=2025-01-10T...`` beside journald's ``Jan 10
+        16:31:40``: that year, not the file's modification time's)."""
+        zone = self._own_zone(self.forms)
+        dated = (
+            self.forms.first_dated if self.ctx.clock.year is None and self.forms.syslog else None
+        )
+        if not zone and dated is None:
+            return kept
+        anchor = dated or self.ctx.mtime
+        year = self.ctx.clock.year
+
+        def again(heads: pl.Series) -> pl.Series:
+            return line_stamps(heads, self.tz, year, anchor, dated_anchor=dated is not None)[0]
+
+        if self.first_src:
+            self.first_ts = again(pl.Series([self.first_src]))[0] or self.first_ts
+        heads = kept.get_column("src")
+        return kept.with_columns(ts=pl.coalesce(again(heads.fill_null("")), pl.col("ts")))
+
     def _own_zone(self, forms: StampForms) -> bool:
-        """Where no ``--tz`` was given and the log's first chunk holds times without a zone
-        beside zoned ones that all state one whole-hour offset (journald's prefix over Ollama's
-        ``time=...+01:00``), the zone-less ones are the same host's clock: read at that offset."""
-        if self.ctx.clock.tz is not None or self.lines_seen or self.own_offset is not None:
+        """Where no ``--tz`` was given and the log holds times without a zone beside zoned ones
+        that all state one whole-hour offset (journald's prefix over Ollama's
+        ``time=...+01:00``), the zone-less ones are the same host's clock: read at that offset
+        (wherever in the log the zoned lines are)."""
+        if self.ctx.clock.tz is not None or self.own_offset is not None:
             return False
         if not (forms.syslog or forms.zoneless) or len(forms.offsets) != 1:
             return False
@@ -333,7 +373,13 @@ class _Acc:
         if self.forms.syslog:
             year_given = self.ctx.clock.year is not None
             clock.update(year_assumed=not year_given)
-            if not year_given:
+            if not year_given and self.forms.first_dated is not None:
+                self.diag.note(
+                    "year-less timestamps (syslog's, glog's) carry no year: taken from the year "
+                    f"this log's dated lines state ({self.forms.first_dated:%Y-%m-%d}; the one "
+                    "within half a year of it); pass --year to set it"
+                )
+            elif not year_given:
                 self.diag.note(
                     "year-less timestamps (syslog's, glog's) carry no year: taken from the file's "
                     "modification time "

@@ -432,3 +432,41 @@ def _dedupe(events: pl.DataFrame) -> pl.DataFrame:
 
 def _empty_events() -> pl.DataFrame:
     return empty("events").select(EVENT_COLUMNS)
+
+
+# The size-less OOMs the PyTorch-log reader takes for a wrapper of a sized one (the messages that
+# restate an allocator's failure), rather than a failure of their own: a raw "CUDA error: out of
+# memory" is another failure (a kernel's or a library's), kept.
+TOLD_AGAIN: Final = r"^(?:CUDA out of memory|unable to allocate \w+ buffer) \(no size stated\)"
+
+
+def fold_wrappers(events: pl.DataFrame, told_again: str | None = None) -> pl.DataFrame:
+    """An engine wraps an allocator OOM in its own text (vLLM's "CUDA out of memory occurred when
+    warming up sampler ...", "Worker failed with error '...'"; Ollama's "unable to allocate CUDA0
+    buffer" after ggml's failed cudaMalloc): a size-less OOM within :data:`REPEAT_WINDOW_S` of a
+    sized one on the same (or an unnamed) device is that failure told again, not another one.
+    With ``told_again`` (a pattern of ``detail``), only the size-less ones it matches are."""
+    sized = events.filter(pl.col("requested_bytes").is_not_null())
+    wrapper = pl.col("requested_bytes").is_null()
+    if told_again is not None:
+        wrapper = wrapper & pl.col("detail").str.contains(told_again).fill_null(value=False)
+    others = events.filter(~wrapper)
+    sizeless = events.filter(wrapper).with_row_index("_n")
+    if sized.height == 0 or sizeless.height == 0:
+        return events
+    near = (
+        sizeless.select("_n", "ts", "device")
+        .sort("ts")
+        .join_asof(
+            sized.select("ts", _sized_device="device", _sized_ts="ts").sort("ts"),
+            on="ts",
+            strategy="nearest",
+            tolerance=f"{REPEAT_WINDOW_S}s",
+        )
+    )
+    told = near.filter(
+        pl.col("_sized_ts").is_not_null()
+        & (pl.col("device").is_null() | (pl.col("device") == pl.col("_sized_device")))
+    ).get_column("_n")
+    kept = sizeless.filter(~pl.col("_n").is_in(told.implode())).drop("_n")
+    return pl.concat([others, kept]).sort("ts")

@@ -44,9 +44,18 @@ _NOT_AUTOMATIC: Final = r"Model does not support automatic max batch total token
 _PREFILL_DEFAULT: Final = r"Default `max_batch_prefill_tokens` to (\d+)"
 # The launcher's first line prints its arguments (Rust's Debug of ``Args``); a limit left to TGI
 # is ``None`` there (2.x prints set ones as ``Some(N)``, 1.x as ``N``).
-_ARGS: Final = r"\bArgs \{ model_id: "
+# A paste may drop the "Args" (a System Info section of TGI's issue template holds the bare
+# ``{ model_id: ... }``, https://github.com/huggingface/text-generation-inference/issues/710).
+_ARGS: Final = r"(?:\bArgs |^\s*)\{ model_id: "
 _ARGS_TOTAL: Final = _ARGS + r".*?\bmax_total_tokens: (?:Some\()?(\d+)"
 _ARGS_PREFILL: Final = _ARGS + r".*?\bmax_batch_prefill_tokens: (?:Some\()?(\d+)"
+# the share of the device PyTorch may take (``--cuda-memory-fraction``, 1.0 unless set)
+_ARGS_FRACTION: Final = _ARGS + r".*?\bcuda_memory_fraction: ([0-9.]+)"
+# The router's warm-up span names the limits it warms up with (``warmup{max_input_length=64
+# max_prefill_tokens=256}:warmup: text_generation_client: ...``, its tracing span's fields,
+# https://github.com/huggingface/text-generation-inference/issues/1164).
+_SPAN_PREFILL: Final = r"\bwarmup\{[^}]*?\bmax_prefill_tokens=(\d+)"
+_SPAN_TOTAL: Final = r"\bwarmup\{[^}]*?\bmax_total_tokens=(\d+)"
 # Launchers from 2.1 print Args pretty (``{:#?}``), a field a line, a set limit over three:
 # ``max_total_tokens: Some(`` / ``4096,`` / ``),`` (joined by :func:`join_pretty_args`).
 PRETTY_ARGS: Final = r"\bArgs \{\s*$"
@@ -71,6 +80,7 @@ LINES: Final = "|".join(
         _NOT_AUTOMATIC,
         _PREFILL_DEFAULT,
         _ARGS,
+        _SPAN_PREFILL,
         _TOTAL_DEFAULT,
         _LAUNCHER_TOTAL,
         PRETTY_ARGS,
@@ -87,11 +97,20 @@ MARKERS: Final = LINES + r"|(?:\b|(?<=\dm))text_generation_(?:launcher|router)\b
 
 def join_pretty_args(text: pl.Expr) -> pl.Expr:
     """``text`` (lines in file order) with a pretty-printed ``Some(`` limit joined to the number
-    on the line under it, so that the field reads on one line."""
+    on the line under it, so that the field reads on one line; and a one-line ``Args { ... }``
+    a paste wrapped (``max_st`` / ``op_sequences: 4, ...``, no closing brace on the first
+    piece, https://github.com/huggingface/text-generation-inference/issues/832) joined to the
+    piece under it, where that piece starts no record of its own."""
     number = text.shift(-1).str.extract(r"^\s*(\d+),\s*$", 1)
     joined = text + number + pl.lit("),")
     some = text.str.contains(_PRETTY_SOME) & number.is_not_null()
-    return pl.when(some).then(joined).otherwise(text)
+    following = text.shift(-1)
+    wrapped = (
+        text.str.contains(_ARGS)
+        & ~text.str.contains(r"\}\s*$")
+        & following.str.contains(r"^[a-z_]+[:,]").fill_null(value=False)
+    )
+    return pl.when(some).then(joined).when(wrapped).then(text + following).otherwise(text)
 
 
 def events(lines: pl.DataFrame) -> pl.DataFrame:
@@ -132,13 +151,24 @@ def engine_config(lines: pl.Series, diag: SourceDiagnostics) -> dict[str, Any]:
     pretty = bool(lines.str.contains(PRETTY_ARGS).any())
     for key, patterns, wanted in (
         ("kv_cache_tokens", (_POOL,), automatic),
-        ("max_num_batched_tokens", (_ARGS_PREFILL, _PRETTY_PREFILL, _PREFILL_DEFAULT), True),
-        ("max_model_len", (_ARGS_TOTAL, _PRETTY_TOTAL, _LAUNCHER_TOTAL, _TOTAL_DEFAULT), True),
+        (
+            "max_num_batched_tokens",
+            (_ARGS_PREFILL, _PRETTY_PREFILL, _PREFILL_DEFAULT, _SPAN_PREFILL),
+            True,
+        ),
+        (
+            "max_model_len",
+            (_ARGS_TOTAL, _PRETTY_TOTAL, _LAUNCHER_TOTAL, _TOTAL_DEFAULT, _SPAN_TOTAL),
+            True,
+        ),
     ):
         read = tuple(p for p in patterns if pretty or p not in (_PRETTY_TOTAL, _PRETTY_PREFILL))
         value = first_stated(lines, read, key, diag, pl.Int64()) if wanted else None
         if value is not None:
             config[key] = value
+    fraction = first_stated(lines, (_ARGS_FRACTION,), "cuda_memory_fraction", diag, pl.Float64())
+    if fraction is not None:
+        config["gpu_memory_utilization"] = fraction
     if not automatic and lines.str.contains(_POOL).any():
         diag.note(
             "TGI says the model does not support automatic max batch total tokens: its batch "

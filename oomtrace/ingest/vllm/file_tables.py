@@ -15,7 +15,7 @@ from oomtrace.ingest.alignment.anchoring import ORDER
 from oomtrace.ingest.frame_check import check_frame
 from oomtrace.ingest.text.yearless_clock import ClockDecision, placed_utc
 from oomtrace.ingest.torch import alloc_retry, oom_phase
-from oomtrace.ingest.torch.oom_text import OOM_SHAPES, PREFILTER, REPEAT_WINDOW_S, extract_ooms
+from oomtrace.ingest.torch.oom_text import OOM_SHAPES, PREFILTER, extract_ooms, fold_wrappers
 from oomtrace.ingest.vllm.frames import (
     CHUNK_CARRY,
     EVENT_ROWS,
@@ -357,7 +357,7 @@ def oom_rows(ooms: pl.DataFrame, ledger: Ledger) -> tuple[pl.DataFrame, pl.DataF
     events, samples = extract_ooms(
         ooms.select("ts", "phase", "shards", text="body", pid=pid), diag=ledger.diag
     )
-    events = _fold_wrappers(events)
+    events = fold_wrappers(events)
     if retried is not None and retried.height:
         events = pl.concat([events, retried], how="diagonal_relaxed")
     return events, samples
@@ -365,33 +365,6 @@ def oom_rows(ooms: pl.DataFrame, ledger: Ledger) -> tuple[pl.DataFrame, pl.DataF
 
 def _retries(lines: pl.DataFrame) -> bool:
     return bool(lines.select(pl.col("text").str.contains(alloc_retry.SNIFF).any()).item())
-
-
-def _fold_wrappers(events: pl.DataFrame) -> pl.DataFrame:
-    """vLLM wraps an allocator OOM in its own text ("CUDA out of memory occurred when warming up
-    sampler ...", "Worker failed with error '...'"): a size-less OOM within
-    :data:`REPEAT_WINDOW_S` of a sized one on the same (or an unnamed) device is that failure
-    told again, not another one."""
-    sized = events.filter(pl.col("requested_bytes").is_not_null())
-    sizeless = events.filter(pl.col("requested_bytes").is_null()).with_row_index("_n")
-    if sized.height == 0 or sizeless.height == 0:
-        return events
-    near = (
-        sizeless.select("_n", "ts", "device")
-        .sort("ts")
-        .join_asof(
-            sized.select("ts", _sized_device="device", _sized_ts="ts").sort("ts"),
-            on="ts",
-            strategy="nearest",
-            tolerance=f"{REPEAT_WINDOW_S}s",
-        )
-    )
-    told = near.filter(
-        pl.col("_sized_ts").is_not_null()
-        & (pl.col("device").is_null() | (pl.col("device") == pl.col("_sized_device")))
-    ).get_column("_n")
-    kept = sizeless.filter(~pl.col("_n").is_in(told.implode())).drop("_n")
-    return pl.concat([sized, kept]).sort("ts")
 
 
 def before_first_time(

@@ -41,6 +41,7 @@ from oomtrace.ingest.text.outer_prefixes import (
     time_sources,
 )
 from oomtrace.ingest.text.split_records import LOG_RECORD_START, find_split_records
+from oomtrace.ingest.text.timestamps import glog_clock
 from oomtrace.ingest.torch.oom_text import OOM_SHAPES
 from oomtrace.ingest.vllm.frames import RECORD_TIME, RECORDS, SCANNED_RUNS, UNPARSED_LINES
 from oomtrace.ingest.vllm.line_patterns import GLUED
@@ -147,6 +148,7 @@ def build_records(
             .then(pl.col("body").str.replace_all(_BARE_LEAD, ""))
             .otherwise("body")
         )
+        records = _own_glog_times(records, bare)
     records = _split_lead(records, flags, info)
     # Colour codes past the prefix, Ray's repeat suffix and glued records are all rare: one
     # scan of the candidate bodies finds the records that may have any of them, and only those
@@ -176,6 +178,25 @@ def build_records(
         check_frame(rest, UNPARSED_LINES, "vLLM unparsed lines"),
         info,
         scanned,
+    )
+
+
+def _own_glog_times(records: pl.DataFrame, bare: pl.Expr) -> pl.DataFrame:
+    """``records`` with the headerless candidates that print PyTorch's own year-less time (c10's
+    ``[rank1]:[W812 16:00:28.643448608 CUDACachingAllocator.cpp:3933] ...``, glog's ``E0306
+    16:40:07.708802 ...``) given that time as their printed one, on the clock vLLM's headers
+    print (the host's), rather than the time of the header line before them."""
+    # (the headerless candidates are few: only they are searched)
+    rows = records.select(bare.arg_true()).to_series()
+    if rows.len() == 0:
+        return records
+    month_day, second = glog_clock(pl.col("body"))
+    own = records[rows].select(month_day.alias("md"), second.alias("s"))
+    found = own.get_column("md").is_not_null()
+    rows, own = rows.filter(found), own.filter(found)
+    return records.with_columns(
+        records.get_column("printed_month_day").scatter(rows, own.get_column("md")),
+        records.get_column("printed_second_of_day").scatter(rows, own.get_column("s")),
     )
 
 

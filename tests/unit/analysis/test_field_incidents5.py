@@ -120,7 +120,9 @@ def test_an_allocation_larger_than_the_device_asks_what_made_it(tmp_path: Path) 
 
 
 def test_a_capture_fix_names_each_engines_flags_where_no_engine_is_named(tmp_path: Path) -> None:
-    findings = _findings(tmp_path, "tgi-2572.log", TGI_2572)
+    # GIVEN the traceback alone (the router's warm-up line, TGI's own, left out)
+    traceback = TGI_2572.split("2024-09-25T", maxsplit=1)[0]
+    findings = _findings(tmp_path, "tgi-2572.log", traceback)
     primary = findings.primary
     assert primary is not None
     assert primary.cls == "startup_misfit"
@@ -132,6 +134,18 @@ def test_a_capture_fix_names_each_engines_flags_where_no_engine_is_named(tmp_pat
             "--cuda-memory-fraction)"
         ),
         "or start with --enforce-eager (SGLang: --disable-cuda-graph; TGI: --cuda-graphs 0)",
+    ]
+
+
+def test_a_capture_fix_in_tgis_log_names_tgis_flags(tmp_path: Path) -> None:
+    # GIVEN the router's warm-up span after the traceback: the log is TGI's
+    findings = _findings(tmp_path, "tgi-2572.log", TGI_2572)
+    assert findings.primary is not None
+    assert findings.primary.cls == "startup_misfit"
+    # THEN TGI's own flags alone
+    assert [r.action for r in findings.remedies] == [
+        "lower --cuda-memory-fraction",
+        "or start with --cuda-graphs 0",
     ]
 
 

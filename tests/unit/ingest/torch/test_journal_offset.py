@@ -4,12 +4,16 @@ offset; where no line states one, the note says which ``--tz`` to pass."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 import polars as pl
+import pytest
 
+from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.ingest import IngestOptions, ingest_paths
+from oomtrace.ingest.text.input_file import InputFile
 from oomtrace.ingest.text.timestamps import tz_hint
 from tests.factories import file_at
 
@@ -61,3 +65,49 @@ def test_the_zone_to_pass_for_an_offset() -> None:
     assert tz_hint("-05:00").endswith(": --tz Etc/GMT+5 where the host kept that offset")
     assert tz_hint("+05:30").endswith("pass the IANA zone the host ran in")
     assert tz_hint(None) == ""
+
+
+def _small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The file read in chunks of a few lines, as a large journal is."""
+    read = InputFile.line_chunks
+
+    def chunks(self: InputFile, diag: SourceDiagnostics, chunk_bytes: int = 0) -> Iterator[object]:
+        return read(self, diag, 200)
+
+    monkeypatch.setattr(InputFile, "line_chunks", chunks)
+
+
+def test_the_offset_stated_past_the_first_chunk_still_places_the_kernels_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the kernel's line first, then many chunks later the first line that states the offset
+    _small_chunks(monkeypatch)
+    filler = "Jan 10 16:30:50 node1 ollama[119046]: llm_load_tensors: ggml ctx size = 1.10 MiB\n"
+    ts, notes = _ingest(tmp_path, _XID + filler * 20 + _OLLAMA)
+    assert ts.to_list() == [datetime(2025, 1, 10, 15, 31, 40, tzinfo=UTC)]
+    assert any("read at UTC+01:00, the offset this log's zoned lines state" in n for n in notes)
+
+
+def test_the_year_a_dated_line_states_wins_over_the_files_time(tmp_path: Path) -> None:
+    # the journal copied off the host in December 2026: Ollama's own lines say 2025, so the
+    # kernel's "Jan 10" is 2025's, not 2026's as the file's time alone would make it
+    path = file_at(tmp_path / "journal.log", datetime(2026, 12, 1, tzinfo=UTC), text=_OLLAMA + _XID)
+    trace = ingest_paths([path], IngestOptions())
+    assert trace.events["ts"].to_list() == [datetime(2025, 1, 10, 15, 31, 40, tzinfo=UTC)]
+    (diag,) = trace.manifest.sources
+    assert any("the year this log's dated lines state (2025-01-10" in n for n in diag.notes)
+
+
+def test_a_new_year_either_side_of_the_dated_line(tmp_path: Path) -> None:
+    # the dated line on December 31st, the kernel's two days later: the next year's January
+    dated = _OLLAMA.replace("Jan 10", "Dec 31").replace("2025-01-10", "2024-12-31")
+    xid = _XID.replace("Jan 10", "Jan  2")
+    path = file_at(tmp_path / "journal.log", datetime(2026, 12, 1, tzinfo=UTC), text=dated + xid)
+    trace = ingest_paths([path], IngestOptions())
+    assert trace.events["ts"].to_list() == [datetime(2025, 1, 2, 15, 31, 40, tzinfo=UTC)]
+
+
+def test_a_year_given_wins_over_the_dated_lines(tmp_path: Path) -> None:
+    path = file_at(tmp_path / "journal.log", datetime(2026, 12, 1, tzinfo=UTC), text=_OLLAMA + _XID)
+    trace = ingest_paths([path], IngestOptions(year=2023))
+    assert trace.events["ts"][0].year == 2023
