@@ -92,7 +92,21 @@ def not_short(event: dict[str, Any], page_size: int | None = None) -> str | None
 # know whose memory it was and why the engine's share did not cover it. Keyed by what the failure
 # line says (the sizeless event's detail, oomtrace/ingest/torch/oom_text.py).
 NCCL_WORDS: Final = "NCCL could not allocate device memory"
+# TensorRT-LLM's runtime failing a CUDA allocation (``cudaMallocAsync`` in ``BufferManager::gpu``,
+# or the driver's ``cuMemAlloc``): its message states no size and no phase, but what its memory
+# is made of is known (https://github.com/NVIDIA/TensorRT-LLM/issues/401).
+TRTLLM_RUNTIME_WORDS: Final = "TensorRT-LLM's runtime could not allocate a device buffer"
 _LIBRARIES: Final = (
+    (
+        "TensorRT-LLM: a CUDA allocation failed",
+        (
+            TRTLLM_RUNTIME_WORDS + " (the message states no size): its memory is the engine's "
+            "weights, its runtime buffers, sized once for the max_batch_size and max_num_tokens "
+            "the engine was built with, and the KV cache, kv_cache_free_gpu_mem_fraction of what "
+            "those leave free; a buffer that finds no room means these together exceed the "
+            "device"
+        ),
+    ),
     (
         "Cuda failure",
         (

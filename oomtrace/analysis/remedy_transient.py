@@ -12,6 +12,7 @@ from oomtrace.analysis.remedy_base import (
     RemedyFacts,
     as_float,
     as_int,
+    expandable_segments,
     lower_share_by,
     remedy,
     set_flag,
@@ -36,6 +37,9 @@ def transient_remedies(incident: Incident, check: ClassCheck, facts: RemedyFacts
         out.append(whole)
     elif (headroom := _headroom(incident, check, facts)) is not None:
         out.append(headroom)
+    if check.figure("slack_bytes") is not None:
+        # one prompt's prefill beside a fragmented cache: the allocator's setting comes after
+        out.append(expandable_segments(incident, check))
     return out
 
 
@@ -80,12 +84,20 @@ def _chunking(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> list
     if chunk < max(seqs, 16) or (tokens is not None and chunk >= tokens):
         return []
     prompt_logprobs = check.figure("parameter") == "prompt_logprobs"
+    one = check.figure("prefill_request")
     what = "prompt logprobs take" if prompt_logprobs else "a step takes"
     unit = "per prompt token of a prefill chunk" if prompt_logprobs else "per scheduled token"
     detail = (
         f"{what} {format_bytes(round(per_token))} {unit}; {format_bytes(room)} were free at the "
         f"OOM, room for {fits:,} tokens"
         + (f", not the {tokens:,} of the step that failed" if tokens else "")
+        + (
+            f"; {one}'s prompt alone filled the step: with chunked prefill on (vLLM V1's "
+            "default; --enable-chunked-prefill before it) this budget cuts it into chunks, "
+            "and --max-model-len bounds the prompts admitted at all"
+            if isinstance(one, str)
+            else ""
+        )
     )
     return [
         set_flag(
