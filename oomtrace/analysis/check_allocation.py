@@ -96,6 +96,17 @@ NCCL_WORDS: Final = "NCCL could not allocate device memory"
 # or the driver's ``cuMemAlloc``): its message states no size and no phase, but what its memory
 # is made of is known (https://github.com/NVIDIA/TensorRT-LLM/issues/401).
 TRTLLM_RUNTIME_WORDS: Final = "TensorRT-LLM's runtime could not allocate a device buffer"
+# ggml's CUDA backend (llama.cpp, Ollama) failing a call inside an operation: ``CUDA error 2 at
+# .../ggml-cuda.cu:7358: out of memory`` states no size and no buffer, but what shares the device
+# is known (https://github.com/ollama/ollama/issues/1236: deepseek-coder 6.7b on a 6 GB card).
+GGML_WORDS: Final = "the CUDA backend of llama.cpp (ggml) ran out of device memory"
+_GGML: Final = (
+    GGML_WORDS + " inside an operation (the message states no size and no buffer): the device "
+    "holds the layers offloaded to it (-ngl; Ollama's num_gpu), the KV cache of the context (-c; "
+    "Ollama's num_ctx) and the compute buffers (-b, -ub); together they exceeded it"
+)
+# The leads of a sizeless failure whose engine's memory is known: each has its remedy.
+SIZELESS_LEADS: Final = (TRTLLM_RUNTIME_WORDS, GGML_WORDS)
 _LIBRARIES: Final = (
     (
         "TensorRT-LLM: a CUDA allocation failed",
@@ -149,6 +160,8 @@ def library_failure(event: dict[str, Any] | None) -> str | None:
     if not event or event.get("kind") != "oom" or event.get("requested_bytes") is not None:
         return None
     detail = str(event.get("detail") or "")
+    if "ggml-cuda" in detail:
+        return _GGML
     return next((words for key, words in _LIBRARIES if detail.startswith(key)), None)
 
 

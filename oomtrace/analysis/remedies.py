@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from oomtrace.analysis.check_allocation import NCCL_WORDS, TRTLLM_RUNTIME_WORDS
+from oomtrace.analysis.check_allocation import GGML_WORDS, NCCL_WORDS, TRTLLM_RUNTIME_WORDS
 from oomtrace.analysis.check_gpu_fault import CATALOGUE, what_failed
 from oomtrace.analysis.findings import ClassCheck, Incident, Remedy
 from oomtrace.analysis.remedy_base import (
@@ -67,11 +67,32 @@ def remedies_for(incident: Incident, facts: RemedyFacts) -> tuple[Remedy, ...]:
         out += make(incident, check, facts)
     elif incident.cls == "unknown" and incident.reason.startswith(TRTLLM_RUNTIME_WORDS):
         out.append(_trtllm_runtime(incident))
+    elif incident.cls == "unknown" and incident.reason.startswith(GGML_WORDS):
+        out.append(_ggml_sizeless(incident))
     # the driver's fault beside the failure: its own action after the memory's
     beside = next((c for c in incident.checks if c.cls == "gpu_fault" and not c.matched), None)
     if beside is not None and beside.figure("xid") is not None:
         out += _gpu_fault(incident, beside, facts)
     return tuple(out)
+
+
+def _ggml_sizeless(incident: Incident) -> Remedy:
+    """ggml's CUDA backend out of memory inside an operation, no size stated
+    (https://github.com/ollama/ollama/issues/1236): fewer layers on the device or a smaller
+    context; the log states neither, so no value."""
+    check = ClassCheck("unknown", False, incident.reason)
+    return remedy(
+        incident,
+        check,
+        "offload fewer layers to the GPU (-ngl; Ollama: num_gpu) or use a smaller context (-c; "
+        "Ollama: num_ctx) or a smaller quantisation of the model",
+        setting=None,
+        value=None,
+        basis="budget",
+        detail="the layers on the device, the context's KV cache and the compute buffers share "
+        "it; llama.cpp prints each at load (llm_load_tensors, llama_kv_cache_init, compute "
+        "buffer size): the log given states none of them, so no value is computed",
+    )
 
 
 def _trtllm_runtime(incident: Incident) -> Remedy:

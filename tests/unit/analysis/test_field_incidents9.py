@@ -291,3 +291,56 @@ def test_an_undecided_failure_keeps_its_checks_last_with_an_xid_beside_it(
     assert "Xid" not in checks
     verdict = build_verdict(findings.to_json()["incidents"][0], ())
     assert "Xid 31" in verdict.lines[1]
+
+
+# https://github.com/ollama/ollama/issues/1236: deepseek-coder:6.7b on a GTX 1660 Ti (6 GB); the
+# maintainer: the model with its context needs about 8 GB. Ollama's runner lines, as posted.
+GGML_1236 = (
+    "CUDA error 2 at /go/src/github.com/jmorganca/ollama/llm/llama.cpp/gguf/ggml-cuda.cu:7358: "
+    "out of memory\n"
+    "current device: 0\n"
+    "2023/11/22 11:37:21 llama.go:430: 2 at /go/src/github.com/jmorganca/ollama/llm/llama.cpp/"
+    "gguf/ggml-cuda.cu:7358: out of memory\n"
+    "current device: 0\n"
+)
+
+
+def test_ggmls_sizeless_cuda_error_says_what_shares_the_device(tmp_path: Path) -> None:
+    findings = _findings(tmp_path, {"ollama.log": GGML_1236})
+    primary = findings.primary
+    assert primary is not None
+    assert primary.cls == "unknown"
+    assert primary.reason.startswith(
+        "the CUDA backend of llama.cpp (ggml) ran out of device memory inside an operation"
+    )
+    assert "(-ngl; Ollama's num_gpu)" in primary.reason
+    (fix,) = findings.remedies
+    assert fix.action.startswith("offload fewer layers to the GPU (-ngl; Ollama: num_gpu)")
+    verdict = build_verdict(findings.to_json()["incidents"][0], [fix.to_json()])
+    assert verdict.lines[1].startswith("Cause: The CUDA backend of llama.cpp (ggml)")
+
+
+# https://github.com/OpenMOSS/MOSS-TTSD/issues/71: SGLang's error as the client received it on an
+# RTX 4090; another process (5403) held 21.69 GiB, and 20 MiB failed with 20.38 MiB free.
+SGLANG_71 = (
+    '{"error":{"message":"CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total '
+    "capacity of 23.53 GiB of which 20.38 MiB is free. Including non-PyTorch memory, this process "
+    "has 1.81 GiB memory in use. Process 5403 has 21.69 GiB memory in use. Of the allocated memory "
+    "1.34 GiB is allocated by PyTorch, and 94.59 MiB is reserved by PyTorch but unallocated. If "
+    "reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF="
+    'expandable_segments:True to avoid fragmentation."}}\n'
+)
+
+
+def test_another_process_beside_an_allocation_that_lacked_nothing_is_said_plainly(
+    tmp_path: Path,
+) -> None:
+    findings = _findings(tmp_path, {"sglang.log": SGLANG_71})
+    primary = findings.primary
+    assert primary is not None
+    assert primary.cls == "foreign_memory"
+    assert "lacked 0 B" not in primary.reason
+    assert primary.reason.endswith(
+        "the allocation found only 20.38 MiB free: the device was full, most of it theirs"
+    )
+    assert findings.remedies[0].action == "move process 5403 off GPU 0"
