@@ -159,6 +159,17 @@ def _headroom(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> Reme
     """Where the log does not state the engine's share of the device: by how much to lower it
     so that the allocation that failed finds room."""
     lacked = _lacked(incident, check)
+    wanted, room = as_int(check.figure("requested_bytes")), as_int(check.figure("room_bytes"))
+    total = incident.capacity_bytes
+    if lacked is None and wanted and room is not None and total and wanted <= room:
+        # it failed with as much free as it asked: the free memory was in pieces too small for
+        # it (or the driver's), so the whole allocation needs room beyond what was free
+        # (https://github.com/noonghunna/club-3090/issues/58: 50 MiB with 56.88 MiB free)
+        what = (
+            f"the allocation of {format_bytes(wanted)} (it failed with {format_bytes(room)} "
+            "free, in pieces too small for it)"
+        )
+        return lower_share_by(incident, check, facts, wanted, total, what)
     if lacked is None:
         return None
     wanted, short, total = lacked

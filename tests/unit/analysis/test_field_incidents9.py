@@ -344,3 +344,26 @@ def test_another_process_beside_an_allocation_that_lacked_nothing_is_said_plainl
         "the allocation found only 20.38 MiB free: the device was full, most of it theirs"
     )
     assert findings.remedies[0].action == "move process 5403 off GPU 0"
+
+
+# https://github.com/noonghunna/club-3090/issues/58: vLLM on one RTX 3090; the engine core's OOM
+# as the issue's title quotes it (50 MiB failed with 56.88 MiB free), then the API server's death.
+CLUB_58 = (
+    "(EngineCore pid=104) ERROR 05-05 12:36:59 [core.py:1136] torch.OutOfMemoryError: CUDA out of "
+    "memory. Tried to allocate 50.00 MiB. GPU 0 has a total capacity of 23.56 GiB of which 56.88 "
+    "MiB is free.\n"
+    "(APIServer pid=1) ERROR 05-05 12:36:59 [serving.py:1173] vllm.v1.engine.exceptions."
+    "EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root "
+    "cause.\n"
+)
+
+
+def test_an_allocation_that_failed_with_as_much_free_gets_a_headroom_fix(tmp_path: Path) -> None:
+    findings = _findings(tmp_path, {"vllm.log": CLUB_58})
+    primary = findings.primary
+    assert primary is not None
+    assert primary.cls == "transient_peak"
+    # THEN a fix, sized by the whole allocation (the free memory was in pieces too small for it)
+    fix = findings.remedies[0]
+    assert fix.action.startswith("lower --gpu-memory-utilization by 0.02 or more")
+    assert "it failed with 56.88 MiB free, in pieces too small for it" in fix.detail
