@@ -253,8 +253,10 @@ def _full_device(wanted: int, free: int, total: int | None, allocated: int | Non
         held += f" ({format_bytes(allocated)} allocated by PyTorch)"
     return (
         f"the device was full: {held}, {format_bytes(free)} free; a temporary allocation of "
-        f"{format_bytes(wanted)} did not fit in the headroom left, the last straw rather than "
-        "what filled the device"
+        f"{format_bytes(wanted)} did not fit in the headroom left: a step's temporary memory "
+        "(such as a long prompt's prefill activations or logits), the last straw; what filled "
+        "the device is the engine's own share (weights, KV cache) by design, so the fix is more "
+        "headroom or a smaller step"
     )
 
 
