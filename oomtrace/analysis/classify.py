@@ -29,7 +29,14 @@ findings so a reader sees what else was considered and why it was ruled out:
 7. ``unknown`` — with the reasons every check gave.
 
 An incident anchored on the driver's Xid report is a ``gpu_fault`` and no other check runs on it
-(:mod:`oomtrace.analysis.check_gpu_fault`): a fault of the GPU is no lack of memory.
+(:mod:`oomtrace.analysis.check_gpu_fault`): a fault of the GPU is no lack of memory. An Xid report
+within the window of an incident anchored on something else is named in its reason and cited as a
+``gpu_fault`` check that does not decide the class (:func:`_fault_beside`).
+
+One exception to "the first that matches": where the allocator held the failed allocation's size
+reserved but unallocated (``fragmentation``) and one request's prefill chunk dominates the failed
+step (:func:`dominant_prefill`), the class is ``transient_peak`` naming that request, with the
+fragmentation said beside it: the prompt is what a person sees grow.
 """
 
 from __future__ import annotations
