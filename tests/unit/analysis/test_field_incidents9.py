@@ -367,3 +367,28 @@ def test_an_allocation_that_failed_with_as_much_free_gets_a_headroom_fix(tmp_pat
     fix = findings.remedies[0]
     assert fix.action.startswith("lower --gpu-memory-utilization by 0.02 or more")
     assert "it failed with 56.88 MiB free, in pieces too small for it" in fix.detail
+
+
+# https://github.com/ikawrakow/ik_llama.cpp/issues/749: "tried to allocate 280 GB on cuda device 0"
+# (11 GPUs, pipeline parallelism); the excerpt ends at ggml's graph allocator's failure.
+GALLOCR_749 = (
+    "llama_kv_cache_init:      CUDA0 KV buffer size =   379.23 MiB\n"
+    "llama_new_context_with_model: KV self size  = 1005.79 MiB, c^KV (f16): 1005.79 MiB, kv^T "
+    "(f16):    0.00 MiB\n"
+    "llama_new_context_with_model:  CUDA_Host  output buffer size =     0.99 MiB\n"
+    "llama_new_context_with_model: pipeline parallelism enabled (n_copies=4)\n"
+    "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 279356.51 MiB on device 0: cudaMalloc "
+    "failed: out of memory\n"
+    "ggml_gallocr_reserve_n: failed to allocate CUDA0 buffer of size 292926534144\n"
+)
+
+
+def test_ggmls_graph_allocator_failing_is_the_compute_buffers_reservation(tmp_path: Path) -> None:
+    findings = _findings(tmp_path, {"llama.log": GALLOCR_749})
+    primary = findings.primary
+    assert primary is not None
+    assert primary.cls == "startup_misfit"
+    assert primary.reason.startswith(
+        "the reservation of the compute buffers at start-up needed 272.81 GiB"
+    )
+    assert findings.remedies[0].action.startswith("lower -ub")
