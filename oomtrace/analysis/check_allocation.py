@@ -92,7 +92,32 @@ def not_short(event: dict[str, Any], page_size: int | None = None) -> str | None
 # know whose memory it was and why the engine's share did not cover it. Keyed by what the failure
 # line says (the sizeless event's detail, oomtrace/ingest/torch/oom_text.py).
 NCCL_WORDS: Final = "NCCL could not allocate device memory"
+# TensorRT-LLM's runtime failing a CUDA allocation (``cudaMallocAsync`` in ``BufferManager::gpu``,
+# or the driver's ``cuMemAlloc``): its message states no size and no phase, but what its memory
+# is made of is known (https://github.com/NVIDIA/TensorRT-LLM/issues/401).
+TRTLLM_RUNTIME_WORDS: Final = "TensorRT-LLM's runtime could not allocate a device buffer"
+# ggml's CUDA backend (llama.cpp, Ollama) failing a call inside an operation: ``CUDA error 2 at
+# .../ggml-cuda.cu:7358: out of memory`` states no size and no buffer, but what shares the device
+# is known (https://github.com/ollama/ollama/issues/1236: deepseek-coder 6.7b on a 6 GB card).
+GGML_WORDS: Final = "the CUDA backend of llama.cpp (ggml) ran out of device memory"
+_GGML: Final = (
+    GGML_WORDS + " inside an operation (the message states no size and no buffer): the device "
+    "holds the layers offloaded to it (-ngl; Ollama's num_gpu), the KV cache of the context (-c; "
+    "Ollama's num_ctx) and the compute buffers (-b, -ub); together they exceeded it"
+)
+# The leads of a sizeless failure whose engine's memory is known: each has its remedy.
+SIZELESS_LEADS: Final = (TRTLLM_RUNTIME_WORDS, GGML_WORDS)
 _LIBRARIES: Final = (
+    (
+        "TensorRT-LLM: a CUDA allocation failed",
+        (
+            TRTLLM_RUNTIME_WORDS + " (the message states no size): its memory is the engine's "
+            "weights, its runtime buffers, sized once for the max_batch_size and max_num_tokens "
+            "the engine was built with, and the KV cache, kv_cache_free_gpu_mem_fraction of what "
+            "those leave free; a buffer that finds no room means these together exceed the "
+            "device"
+        ),
+    ),
     (
         "Cuda failure",
         (
@@ -135,6 +160,8 @@ def library_failure(event: dict[str, Any] | None) -> str | None:
     if not event or event.get("kind") != "oom" or event.get("requested_bytes") is not None:
         return None
     detail = str(event.get("detail") or "")
+    if "ggml-cuda" in detail:
+        return _GGML
     return next((words for key, words in _LIBRARIES if detail.startswith(key)), None)
 
 
@@ -226,8 +253,10 @@ def _full_device(wanted: int, free: int, total: int | None, allocated: int | Non
         held += f" ({format_bytes(allocated)} allocated by PyTorch)"
     return (
         f"the device was full: {held}, {format_bytes(free)} free; a temporary allocation of "
-        f"{format_bytes(wanted)} did not fit in the headroom left, the last straw rather than "
-        "what filled the device"
+        f"{format_bytes(wanted)} did not fit in the headroom left: a step's temporary memory "
+        "(such as a long prompt's prefill activations or logits), the last straw; what filled "
+        "the device is the engine's own share (weights, KV cache) by design, so the fix is more "
+        "headroom or a smaller step"
     )
 
 

@@ -29,12 +29,20 @@ findings so a reader sees what else was considered and why it was ruled out:
 7. ``unknown`` — with the reasons every check gave.
 
 An incident anchored on the driver's Xid report is a ``gpu_fault`` and no other check runs on it
-(:mod:`oomtrace.analysis.check_gpu_fault`): a fault of the GPU is no lack of memory.
+(:mod:`oomtrace.analysis.check_gpu_fault`): a fault of the GPU is no lack of memory. An Xid report
+within the window of an incident anchored on something else is named in its reason and cited as a
+``gpu_fault`` check that does not decide the class (:func:`_fault_beside`).
+
+One exception to "the first that matches": where the allocator held the failed allocation's size
+reserved but unallocated (``fragmentation``) and one request's prefill chunk dominates the failed
+step (:func:`dominant_prefill`), the class is ``transient_peak`` naming that request, with the
+fragmentation said beside it: the prompt is what a person sees grow.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any, cast
 
@@ -49,12 +57,13 @@ from oomtrace.analysis.check_allocation import (
 )
 from oomtrace.analysis.check_context import Context
 from oomtrace.analysis.check_foreign import foreign
-from oomtrace.analysis.check_gpu_fault import gpu_fault
+from oomtrace.analysis.check_gpu_fault import gpu_fault, severity, what_failed, xid_number
 from oomtrace.analysis.check_leak import leak
 from oomtrace.analysis.check_startup import startup
 from oomtrace.analysis.evidence import Evidence
 from oomtrace.analysis.findings import ClassCheck, IncidentClass
 from oomtrace.analysis.spikes import POOL_METRICS
+from oomtrace.analysis.step_bytes import StepEstimate
 from oomtrace.analysis.timeline import lit_ts
 from oomtrace.analysis.workspace import workspace
 from oomtrace.units import format_bytes
@@ -62,10 +71,57 @@ from oomtrace.units import format_bytes
 __all__ = ["CHECKS", "Context", "classify"]
 
 STORM = 10  # preemptions in one window that make a storm rather than an episode
+# One request's prefill dominates the failing step when its chunk is at least this share of the
+# step's tokens and at least this many tokens: its activations, not the allocator's cache, are
+# what a person sees grow (wtdcode/vllm-backport#94: one 245k-token prompt's 640 MiB activation).
+DOMINANT_SHARE = 0.5
+DOMINANT_TOKENS = 4096
 
 
 def classify(ctx: Context) -> tuple[IncidentClass, str, tuple[ClassCheck, ...]]:
-    """The class, its reason, and every check in order."""
+    """The class, its reason, and every check in order; the driver's Xid report in the window
+    of a failure anchored on something else is named beside its class (:func:`_fault_beside`)."""
+    cls, reason, checks = _classify(ctx)
+    if ctx.anchor == "xid" or (fault := _fault_beside(ctx)) is None:
+        return cls, reason, checks
+    said = fault.reason
+    own, sep, rest = reason.partition(NO_CLASS)
+    # an undecided reason keeps its checks last (the report reads them after "no class fits")
+    reason = f"{own}{said}; {sep}{rest}" if sep else f"{reason}; {said}"
+    return cls, reason, (*checks, fault)
+
+
+NO_CLASS = "no class fits: "
+
+
+def _fault_beside(ctx: Context) -> ClassCheck | None:
+    """The gravest Xid report of the driver on the incident's node within its window (a window
+    before the failure to a window after it): a GPU fault beside the lack of memory, named in
+    the reason and cited as a ``gpu_fault`` check that does not decide the class."""
+    near = pl.col("ts").is_between(
+        lit_ts(ctx.window_start - ctx.window), lit_ts(ctx.peak_ts + ctx.window)
+    )
+    rows = ctx.events.filter((pl.col("kind") == "xid") & (pl.col("node") == ctx.node) & near)
+    if rows.is_empty():
+        return None
+    event = max(rows.iter_rows(named=True), key=severity)  # a handful of reports at most
+    number, bus = xid_number(event.get("detail"))
+    what, _ = what_failed(number)
+    label = f"Xid {number}" if number is not None else "an Xid"
+    where = f" on the GPU at {bus}" if bus else ""
+    gap = (event["ts"] - ctx.peak_ts).total_seconds()
+    when = f"{gap:.0f} s after the failure" if gap >= 0 else f"{-gap:.0f} s before the failure"
+    return ClassCheck(
+        "gpu_fault",
+        False,
+        f"the driver also reported {label}{where} {when}: {what}; a fault of the GPU beside "
+        "the lack of memory, with its own action among the fixes",
+        (ev.event(event),),
+        (("xid", number), ("pci_bus", bus), ("xid_offset_s", round(gap, 3))),
+    )
+
+
+def _classify(ctx: Context) -> tuple[IncidentClass, str, tuple[ClassCheck, ...]]:
     if ctx.anchor == "xid":
         # the driver's fault report: no memory class is tested against it (none would explain it)
         fault = gpu_fault(ctx)
@@ -77,14 +133,59 @@ def classify(ctx: Context) -> tuple[IncidentClass, str, tuple[ClassCheck, ...]]:
     checks = lead + tuple(check(ctx) for check in CHECKS)
     # a library's own allocation (NCCL, cuBLAS) says whose memory it was before any class does
     library = library_failure(ctx.oom) if ctx.anchor == "oom" else None
-    for check in checks:
-        if check.matched:
-            return check.cls, _lead(library, check.reason), checks
+    # one huge prompt's prefill is the cause a person sees, even where the allocator's cache
+    # held the allocation's size reserved: the fragmentation is named beside it, and its fix
+    first = next((c for c in checks if c.matched), None)
+    transient = next((c for c in checks if c.cls == "transient_peak"), None)
+    if (
+        first is not None
+        and first.cls == "fragmentation"
+        and transient is not None
+        and transient.matched
+        and dominant_prefill(ctx) is not None
+    ):
+        moved = _beside_fragmentation(transient, first)
+        checks = tuple(moved if c is transient else c for c in checks)
+        return moved.cls, _lead(library, moved.reason), checks
+    if first is not None:
+        return first.cls, _lead(library, first.reason), checks
     room = _pool_room(ctx)
     # what the engine itself said at the failure comes first, once
     others = [c for c in checks if room is None or c.cls != "kv_exhaustion"]
-    reason = "no class fits: " + "; ".join(f"{c.cls}: {c.reason}" for c in others)
+    reason = NO_CLASS + "; ".join(f"{c.cls}: {c.reason}" for c in others)
     return "unknown", _lead(library, reason if room is None else f"{room}; {reason}"), checks
+
+
+def dominant_prefill(ctx: Context) -> StepEstimate | None:
+    """The request whose prefill chunk dominates the failing step (:data:`DOMINANT_SHARE` of its
+    tokens, :data:`DOMINANT_TOKENS` at least), or None."""
+    if ctx.anchor != "oom" or not ctx.steps:
+        return None
+    top = ctx.steps[0]
+    total = sum(e.step_tokens for e in ctx.steps)
+    if not top.in_prefill or top.parameter is not None or total <= 0:
+        return None
+    if top.step_tokens < DOMINANT_TOKENS or top.step_tokens < DOMINANT_SHARE * total:
+        return None
+    return top
+
+
+def _beside_fragmentation(transient: ClassCheck, fragmented: ClassCheck) -> ClassCheck:
+    """The transient peak of one prompt's prefill, with the allocator's reserved-but-unallocated
+    memory said beside it (and its figure kept: the allocator's setting is its second fix)."""
+    slack = fragmented.figure("slack_bytes")
+    said = (
+        f"; the allocator also held {format_bytes(slack)} reserved but unallocated "
+        "(expandable segments may return it), but what grew was the prompt's step"
+        if isinstance(slack, int)
+        else ""
+    )
+    return replace(
+        transient,
+        reason=transient.reason + said,
+        evidence=transient.evidence + fragmented.evidence[:1],
+        figures=(*transient.figures, ("slack_bytes", slack)),
+    )
 
 
 def _lead(first: str | None, reason: str) -> str:
@@ -234,14 +335,19 @@ def _transient(ctx: Context) -> ClassCheck:
         )
     parts = []
     wanted = (ctx.oom or {}).get("requested_bytes")
-    if ctx.oom is not None and wanted:
+    if (one := dominant_prefill(ctx)) is not None:
+        # one prompt's prefill is the step: the story starts with it
+        parts.append(_prefill_words(ctx, one))
+        if ctx.oom is not None:
+            rows.insert(0, ev.event(ctx.oom))
+    elif ctx.oom is not None and wanted:
         parts.append(f"an allocation of {format_bytes(wanted)} failed")
         rows.insert(0, ev.event(ctx.oom))
     elif ctx.spike is not None:
         parts.append(f"{ctx.spike.metric} peaked and fell back")
     if room and ratio is not None:
         parts.append(f"while the KV pool was {ratio:.1%} full")
-    if ctx.steps:
+    if ctx.steps and one is None:
         parts.append(_step_words(ctx))
     elif prefill.height:
         longest = cast("int | None", prefill["prompt_tokens"].max())
@@ -260,10 +366,33 @@ def _transient(ctx: Context) -> ClassCheck:
         rows += [ev.request(r) for r in admitted.iter_rows(named=True)]
     # the KV pool's share in use where it was observed: what lets a reader say the cache still
     # had room (the report's explanation says so only then)
-    seen = (("kv_usage_ratio", ratio),) if room and ratio is not None else ()
+    seen: tuple[tuple[str, Any], ...] = (
+        (("kv_usage_ratio", ratio),) if room and ratio is not None else ()
+    )
+    if one is not None:
+        seen += (("prefill_request", one.request_id),)
     return ClassCheck(
         "transient_peak", True, ", ".join(parts), tuple(rows), _step_figures(ctx, wanted) + seen
     )
+
+
+def _prefill_words(ctx: Context, one: StepEstimate) -> str:
+    """One request's prefill as the cause: its chunk, its share of the step, what failed."""
+    total = sum(e.step_tokens for e in ctx.steps)
+    text = f"one request's prefill: {one.request_id}'s {one.step_tokens:,}-token prompt chunk"
+    if total > one.step_tokens:
+        share = one.step_tokens / total
+        text += f" was {share:.0%} of the {total:,} tokens of the step that failed"
+    else:
+        text += " was the whole step that failed"
+    if one.bytes is not None:
+        text += f" (about {format_bytes(one.bytes)} of activations estimated)"
+    oom = ctx.oom or {}
+    if wanted := oom.get("requested_bytes"):
+        free = oom.get("free_bytes")
+        room = f" with {format_bytes(free)} free" if free is not None else ""
+        text += f"; its allocation of {format_bytes(wanted)} failed{room}"
+    return text
 
 
 def _step_words(ctx: Context) -> str:

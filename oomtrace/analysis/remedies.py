@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from oomtrace.analysis.check_allocation import NCCL_WORDS
+from oomtrace.analysis.check_allocation import GGML_WORDS, NCCL_WORDS, TRTLLM_RUNTIME_WORDS
 from oomtrace.analysis.check_gpu_fault import CATALOGUE, what_failed
 from oomtrace.analysis.findings import ClassCheck, Incident, Remedy
 from oomtrace.analysis.remedy_base import (
@@ -41,6 +41,7 @@ from oomtrace.analysis.remedy_base import (
     RemedyFacts,
     as_float,
     as_int,
+    expandable_segments,
     remedy,
     set_flag,
     set_utilisation,
@@ -59,13 +60,60 @@ def remedies_for(incident: Incident, facts: RemedyFacts) -> tuple[Remedy, ...]:
     if incident.reason.startswith(NCCL_WORDS):
         # NCCL's own buffers: whatever the class, the engine's share must leave them room
         return (_nccl_room(incident),)
+    out: list[Remedy] = []
     make = _MAKERS.get(incident.cls)
-    if make is None:
-        return ()
     check = next((c for c in incident.checks if c.cls == incident.cls and c.matched), None)
-    if check is None:
-        return ()
-    return tuple(make(incident, check, facts))
+    if make is not None and check is not None:
+        out += make(incident, check, facts)
+    elif incident.cls == "unknown" and incident.reason.startswith(TRTLLM_RUNTIME_WORDS):
+        out.append(_trtllm_runtime(incident))
+    elif incident.cls == "unknown" and incident.reason.startswith(GGML_WORDS):
+        out.append(_ggml_sizeless(incident))
+    # the driver's fault beside the failure: its own action after the memory's
+    beside = next((c for c in incident.checks if c.cls == "gpu_fault" and not c.matched), None)
+    if beside is not None and beside.figure("xid") is not None:
+        out += _gpu_fault(incident, beside, facts)
+    return tuple(out)
+
+
+def _ggml_sizeless(incident: Incident) -> Remedy:
+    """ggml's CUDA backend out of memory inside an operation, no size stated
+    (https://github.com/ollama/ollama/issues/1236): fewer layers on the device or a smaller
+    context; the log states neither, so no value."""
+    check = ClassCheck("unknown", False, incident.reason)
+    return remedy(
+        incident,
+        check,
+        "offload fewer layers to the GPU (-ngl; Ollama: num_gpu) or use a smaller context (-c; "
+        "Ollama: num_ctx) or a smaller quantisation of the model",
+        setting=None,
+        value=None,
+        basis="budget",
+        detail="the layers on the device, the context's KV cache and the compute buffers share "
+        "it; llama.cpp prints each at load (llm_load_tensors, llama_kv_cache_init, compute "
+        "buffer size): the log given states none of them, so no value is computed",
+    )
+
+
+def _trtllm_runtime(incident: Incident) -> Remedy:
+    """TensorRT-LLM's runtime failed to allocate a buffer with no size or phase stated
+    (https://github.com/NVIDIA/TensorRT-LLM/issues/401: ``cudaMallocAsync`` in
+    ``BufferManager::gpu`` for an engine built with max_batch_size 192): what its memory is made
+    of are the settings to lower, the log states none of their values."""
+    check = ClassCheck("unknown", False, incident.reason)
+    return remedy(
+        incident,
+        check,
+        "lower kv_cache_free_gpu_mem_fraction, or build the engine with a smaller "
+        "max_batch_size / max_num_tokens",
+        setting=None,
+        value=None,
+        basis="budget",
+        detail="TensorRT-LLM's runtime buffers grow with the max_batch_size and max_num_tokens "
+        "the engine was built with, and its KV cache takes kv_cache_free_gpu_mem_fraction of "
+        "what the weights and those buffers leave; a buffer that finds no room asks less of "
+        "either (the log states neither, so no value is computed)",
+    )
 
 
 def _nccl_room(incident: Incident) -> Remedy:
@@ -302,28 +350,7 @@ def _find_holder(incident: Incident, check: ClassCheck, held: int, where: str) -
 
 
 def _fragmentation(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> list[Remedy]:
-    slack = as_int(check.figure("slack_bytes"))
-    wanted = as_int(check.figure("requested_bytes"))
-    detail = "expandable segments let the allocator grow and reuse blocks instead of caching them"
-    if slack is not None:
-        detail = (
-            f"{format_bytes(slack)} were reserved but unallocated"
-            + (f", more than the {format_bytes(wanted)} that failed" if wanted else "")
-            + "; "
-            + detail
-        )
-    return [
-        remedy(
-            incident,
-            check,
-            "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True in the engine's environment",
-            setting="PYTORCH_CUDA_ALLOC_CONF",
-            value="expandable_segments:True",
-            basis="allocator",
-            detail=detail,
-            figures={"slack_bytes": slack, "requested_bytes": wanted},
-        )
-    ]
+    return [expandable_segments(incident, check)]
 
 
 # -- leak ----------------------------------------------------------------------------------------

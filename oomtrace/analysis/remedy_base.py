@@ -248,3 +248,27 @@ def _lower_no_share(incident: Incident, check: ClassCheck, facts: RemedyFacts, w
         basis="budget",
         detail=f"{why}; {name}: {facts.no_share}",
     )
+
+
+def expandable_segments(incident: Incident, check: ClassCheck) -> Remedy:
+    """The allocator setting that returns reserved-but-unallocated memory, with the check's
+    ``slack_bytes`` (and ``requested_bytes``) said in its detail."""
+    slack, wanted = as_int(check.figure("slack_bytes")), as_int(check.figure("requested_bytes"))
+    detail = "expandable segments let the allocator grow and reuse blocks instead of caching them"
+    if slack is not None:
+        detail = (
+            f"{format_bytes(slack)} were reserved but unallocated"
+            + (f", more than the {format_bytes(wanted)} that failed" if wanted else "")
+            + "; "
+            + detail
+        )
+    return remedy(
+        incident,
+        check,
+        "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True in the engine's environment",
+        setting="PYTORCH_CUDA_ALLOC_CONF",
+        value="expandable_segments:True",
+        basis="allocator",
+        detail=detail,
+        figures={"slack_bytes": slack, "requested_bytes": wanted},
+    )

@@ -12,6 +12,7 @@ from oomtrace.analysis.remedy_base import (
     RemedyFacts,
     as_float,
     as_int,
+    expandable_segments,
     lower_share_by,
     remedy,
     set_flag,
@@ -36,6 +37,9 @@ def transient_remedies(incident: Incident, check: ClassCheck, facts: RemedyFacts
         out.append(whole)
     elif (headroom := _headroom(incident, check, facts)) is not None:
         out.append(headroom)
+    if check.figure("slack_bytes") is not None:
+        # one prompt's prefill beside a fragmented cache: the allocator's setting comes after
+        out.append(expandable_segments(incident, check))
     return out
 
 
@@ -80,12 +84,20 @@ def _chunking(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> list
     if chunk < max(seqs, 16) or (tokens is not None and chunk >= tokens):
         return []
     prompt_logprobs = check.figure("parameter") == "prompt_logprobs"
+    one = check.figure("prefill_request")
     what = "prompt logprobs take" if prompt_logprobs else "a step takes"
     unit = "per prompt token of a prefill chunk" if prompt_logprobs else "per scheduled token"
     detail = (
         f"{what} {format_bytes(round(per_token))} {unit}; {format_bytes(room)} were free at the "
         f"OOM, room for {fits:,} tokens"
         + (f", not the {tokens:,} of the step that failed" if tokens else "")
+        + (
+            f"; {one}'s prompt alone filled the step: with chunked prefill on (vLLM V1's "
+            "default; --enable-chunked-prefill before it) this budget cuts it into chunks, "
+            "and --max-model-len bounds the prompts admitted at all"
+            if isinstance(one, str)
+            else ""
+        )
     )
     return [
         set_flag(
@@ -147,6 +159,17 @@ def _headroom(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> Reme
     """Where the log does not state the engine's share of the device: by how much to lower it
     so that the allocation that failed finds room."""
     lacked = _lacked(incident, check)
+    wanted, room = as_int(check.figure("requested_bytes")), as_int(check.figure("room_bytes"))
+    total = incident.capacity_bytes
+    if lacked is None and wanted and room is not None and total and wanted <= room:
+        # it failed with as much free as it asked: the free memory was in pieces too small for
+        # it (or the driver's), so the whole allocation needs room beyond what was free
+        # (https://github.com/noonghunna/club-3090/issues/58: 50 MiB with 56.88 MiB free)
+        what = (
+            f"the allocation of {format_bytes(wanted)} (it failed with {format_bytes(room)} "
+            "free, in pieces too small for it)"
+        )
+        return lower_share_by(incident, check, facts, wanted, total, what)
     if lacked is None:
         return None
     wanted, short, total = lacked

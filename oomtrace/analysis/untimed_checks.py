@@ -106,8 +106,15 @@ def _foreign(
     )
     when, failed = ("at start-up", "the start-up") if refused else ("at the OOM", "the allocation")
     reason = f"{when} other processes held {format_bytes(held)} ({who})"
-    if shortfall is not None:
+    if shortfall:
         reason += f"; {failed} lacked {format_bytes(shortfall)}, which they held"
+    elif shortfall == 0 and (free := event.get("free_bytes")) is not None:
+        # as much free as it asked, in pieces it could not use: the device was full of theirs
+        # (https://github.com/OpenMOSS/MOSS-TTSD/issues/71: 20 MiB asked, 20.38 MiB free)
+        reason += (
+            f"; {failed} found only {format_bytes(free)} free: the device was full, most of it "
+            "theirs"
+        )
     own = siblings(processes)
     if own is not None:
         reason += f"; {own}"

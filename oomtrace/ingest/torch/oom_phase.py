@@ -103,7 +103,9 @@ MARKERS: Final[tuple[Marker, ...]] = (
     Marker(
         "compute_reserve",
         r"\b(?:graph_reserve|sched_reserve): |(?:llama_new_context_with_model|llama_init_from_model"
-        r"|llama_context): failed to allocate compute buffers",
+        r"|llama_context): failed to allocate compute buffers"
+        # ggml's graph allocator reserving them (ik_llama.cpp#749: its excerpt ends there)
+        r"|ggml_gallocr_reserve_n: failed to allocate",
         after=_ACCOUNT,
     ),
     Marker(
