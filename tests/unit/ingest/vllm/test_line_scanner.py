@@ -265,6 +265,24 @@ def test_a_log_without_times_read_in_many_pieces_keeps_its_order(
     _same(path, 200)
 
 
+def test_long_ids_with_a_trap_past_their_first_sixteen_bytes_read_the_same(
+    compiled: None, tmp_path: Path
+) -> None:
+    # GIVEN "Added request" and abort lines whose ids run past sixteen bytes (the scanner checks
+    # an id sixteen bytes a step) with what makes an id not plain after them: a comma, a space,
+    # "ALLOC_FAILED", a non-ASCII letter, a DEL, at every offset of a step
+    head = "2025-06-02T08:00:00Z INFO 06-02 08:00:00 [async_llm.py:269] "
+    lines = [head + "Added request chatcmpl-0123456789abcdef0123."]
+    for trap in (",x", " x", "ALLOC_FAILED", "é", "\x7f", "A"):
+        for offset in range(16, 34):
+            rid = "chatcmpl-0123456789abcdef0123456789"[:offset] + trap + "-1"
+            lines += [head + f"Added request {rid}.", head + f"Aborted request {rid}."]
+    path = tmp_path / "vllm.log"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    # WHEN the scanner reads it first THEN it reads what the vectorised reader reads
+    _same(path, piece_bytes=1 << 20)
+
+
 def test_a_piece_with_invalid_utf8_is_read_whole_by_the_vectorised_reader(
     compiled: None, tmp_path: Path
 ) -> None:
