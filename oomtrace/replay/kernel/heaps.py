@@ -40,7 +40,7 @@ def _heap_sift_down(h: Any, size: int, k: int, t: int, i: int, v: int) -> None:
     h[0, k], h[1, k], h[2, k] = t, i, v
 
 
-@_jit
+@_inline
 def _heap_room(h: Any, size: int, st: Any) -> int:
     """The size of the heap with room for one more entry: a full heap drops its stale entries
     and heapifies the rest; otherwise nothing changes (the loops run zero times: no branch
