@@ -68,7 +68,10 @@ def test_the_compiled_grouping_and_polars_agree(frame: pl.DataFrame) -> None:
 
 @pytest.mark.parametrize(
     "step",
-    [2**40 + 7, 16],  # keys differing in their upper bits; keys alike there, in one slot chain
+    # keys differing in their upper bits (found again in the table of recent ids); keys alike
+    # there, in one slot chain; keys that all take one slot of the recent ids (each evicts the
+    # one before, so every key comes back through the large table)
+    [2**40 + 7, 16, grouping.RECENT_SLOTS],
 )
 def test_ids_are_numbered_in_order_of_first_appearance_past_a_full_table(step: int) -> None:
     # GIVEN more distinct keys than the first table holds, each seen twice
