@@ -88,9 +88,11 @@ def _heap_replace_top(h: Any, size: int, t: int, i: int, v: int) -> None:
     _heap_sift_down(h, size, 0, t, i, v)
 
 
-@_jit
+@_inline
 def _heap_top(h: Any, size: int, st: Any) -> tuple[int, int]:
-    """Drop stale entries from the top; returns the new size and the live top's time, or INF."""
+    """Drop stale entries from the top; returns the new size and the live top's time, or INF.
+    Inlined: the event loop calls it three times an event (compiled apart, about 5-10 % of the
+    loop's time went in the calls)."""
     while size > 0 and h[2, 0] != st[h[1, 0], S_VER]:
         size = _heap_pop(h, size)
     top = h[0, 0]  # read whatever the size: a use on one branch only costs refcounting
