@@ -159,7 +159,7 @@ def _compiled_rows(frame: pl.DataFrame, engine: Engine) -> pl.DataFrame | None:
             pl.sum_horizontal(bits).cast(pl.Int8).alias("_code"),
         ).get_columns()
     )  # fmt: skip
-    numbers, groups = group_ids(key, check)
+    numbers, groups = group_ids(key, check, grouping.new_table(frame.height))
     if groups < 0:
         return None
     matrix = group_rows(numbers, groups, code)

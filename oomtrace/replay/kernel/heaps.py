@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from oomtrace.replay.kernel.layout import INF, S_VER, _inline, _jit
+from oomtrace.replay.kernel.layout import INF, S_VER, _inline
 
 
 @_inline
