@@ -146,7 +146,8 @@ def warm_up() -> None:
         simulate = compiled_simulate()
         one = np.ones(1, dtype=np.int64)
         limits = np.array([16, 0, 0, 0, -1, 0, 1], dtype=np.int64)  # see runner.limits_array
-        simulate(one - 1, one, one, one, one, one, 10, limits, one)
+        state = np.zeros((1, kernel.layout.NCOL), dtype=np.int64)
+        simulate(one - 1, one, one, one, one, one, 10, limits, one, state)
         key = np.zeros(1, dtype=np.uint64)
         ids, groups = _compiled["group_ids"](key, key, kernel.grouping.new_table(1))
         _compiled["group_rows"](ids, groups, np.zeros(1, dtype=np.int8))
@@ -269,7 +270,7 @@ def _compile() -> dict[str, Callable[..., Any]]:
     dispatchers.update((name, namespace[name]) for name in compiled_names)
     log.debug("replay kernel compiled with numba, cached in %s", directory)
     return {
-        "simulate": _marking(_read_only_inputs(namespace["simulate"])),
+        "simulate": _marking(_read_only_inputs(namespace["simulate"], writes_last=True)),
         "group_ids": _read_only_inputs(namespace["group_ids"], writes_last=True),
         "group_rows": _read_only_inputs(namespace["group_rows"]),
     }
