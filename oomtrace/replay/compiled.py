@@ -146,9 +146,10 @@ def warm_up() -> None:
         simulate = compiled_simulate()
         one = np.ones(1, dtype=np.int64)
         limits = np.array([16, 0, 0, 0, -1, 0, 1], dtype=np.int64)  # see runner.limits_array
-        simulate(one - 1, one, one, one, one, one, 10, limits, one)
+        state = np.zeros((1, kernel.layout.NCOL), dtype=np.int64)
+        simulate(one - 1, one, one, one, one, one, 10, limits, one, state)
         key = np.zeros(1, dtype=np.uint64)
-        ids, groups = _compiled["group_ids"](key, key)
+        ids, groups = _compiled["group_ids"](key, key, kernel.grouping.new_table(1))
         _compiled["group_rows"](ids, groups, np.zeros(1, dtype=np.int8))
 
 
@@ -269,20 +270,25 @@ def _compile() -> dict[str, Callable[..., Any]]:
     dispatchers.update((name, namespace[name]) for name in compiled_names)
     log.debug("replay kernel compiled with numba, cached in %s", directory)
     return {
-        "simulate": _marking(_read_only_inputs(namespace["simulate"])),
-        "group_ids": _read_only_inputs(namespace["group_ids"]),
+        "simulate": _marking(_read_only_inputs(namespace["simulate"], writes_last=True)),
+        "group_ids": _read_only_inputs(namespace["group_ids"], writes_last=True),
         "group_rows": _read_only_inputs(namespace["group_rows"]),
     }
 
 
-def _read_only_inputs(simulate: Callable[..., Any]) -> Callable[..., Any]:
+def _read_only_inputs(
+    simulate: Callable[..., Any], *, writes_last: bool = False
+) -> Callable[..., Any]:
     """``simulate`` given its arrays as read-only views. numba compiles one version per array
     type, and whether an array is writable is part of its type: a column Polars hands over
     without a copy is read-only, one it had to copy is not; so every array goes in read-only and
-    one compiled version serves them all (the kernel writes only to arrays it made itself)."""
+    one compiled version serves them all (the kernel writes only to arrays it made itself, or,
+    ``writes_last``, to its last argument, which the caller made writable for it)."""
 
     def run(*args: Any) -> Any:
-        return simulate(*(_read_only(a) if isinstance(a, np.ndarray) else a for a in args))
+        given = args[:-1] if writes_last else args
+        views = (_read_only(a) if isinstance(a, np.ndarray) else a for a in given)
+        return simulate(*views, *args[len(given) :])
 
     return run
 

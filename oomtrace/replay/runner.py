@@ -73,6 +73,12 @@ def limits_array(settings: ReplaySettings, *, log_rows: int = 0, peaks: bool = T
     )
 
 
+def state_matrix(requests: int) -> Any:
+    """The kernel's per-request state, zeros (see :func:`kernel.simulate`): made by NumPy,
+    whose large arrays are zeroed lazily and in huge pages where the kernel offers them."""
+    return np.zeros((requests, kernel.layout.NCOL), dtype=np.int64)
+
+
 def log_rows(requests: int, preemptions: int) -> int:
     """Rows the event log can need: each request ends once (finished or rejected) and is admitted
     once more than it is preempted, and each preemption is a row."""
@@ -101,6 +107,7 @@ def simulate(
         state, series, totals, log = run(
             a["arr"], a["p"], a["o"], a["pre"], a["dl"], a["res"], settings.kv_blocks,
             limits_array(settings, log_rows=rows, peaks=peaks), probes,
+            state_matrix(workload.size),
         )  # fmt: skip
         needed = log_rows(workload.size, int(totals[2])) if record else 0
         if needed <= rows:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final
 
+import numpy as np
 import polars as pl
 
 from oomtrace.errors import InputError, UsageError
@@ -158,16 +159,16 @@ def _compiled_rows(frame: pl.DataFrame, engine: Engine) -> pl.DataFrame | None:
             pl.sum_horizontal(bits).cast(pl.Int8).alias("_code"),
         ).get_columns()
     )  # fmt: skip
-    numbers, groups = group_ids(key, check)
+    numbers, groups = group_ids(key, check, grouping.new_table(frame.height))
     if groups < 0:
         return None
     matrix = group_rows(numbers, groups, code)
 
     def rows_of(which: int) -> pl.Series:
-        found = pl.Series(matrix[which])
+        found = pl.Series(np.ascontiguousarray(matrix[:, which]))
         return found.set(found < 0, None)
 
-    first = pl.Series(matrix[grouping.G_FIRST])
+    first = pl.Series(np.ascontiguousarray(matrix[:, grouping.G_FIRST]))
     ts = frame["ts"]
     return pl.DataFrame(
         {
@@ -179,7 +180,7 @@ def _compiled_rows(frame: pl.DataFrame, engine: Engine) -> pl.DataFrame | None:
             "admitted": ts.gather(rows_of(grouping.G_ADMITTED)),
             "first_token": ts.gather(rows_of(grouping.G_FIRST_TOKEN)),
             "ended": ts.gather(rows_of(grouping.G_END)),
-            "server_rejected": pl.Series(matrix[grouping.G_REJECTED] >= 0),
+            "server_rejected": pl.Series(matrix[:, grouping.G_REJECTED] >= 0),
         }
     )
 

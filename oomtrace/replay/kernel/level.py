@@ -36,7 +36,7 @@ from oomtrace.replay.kernel.layout import (
 )
 
 
-@_jit
+@_inline
 def _sync(
     t: int, st: Any, sc: Any, xh: Any, rate: Any, p: Any, o: Any, dl: Any, block: int
 ) -> None:

@@ -42,7 +42,6 @@ from oomtrace.replay.kernel.layout import (
     INF,
     LOG_FINISH,
     LOG_REJECT,
-    NCOL,
     NSC,
     ON_DEMAND,
     RESERVE,
@@ -67,6 +66,7 @@ def simulate(
     pool: int,
     limits: Any,
     probes: Any,
+    st: Any,
 ) -> tuple[Any, Any, Any, Any]:
     """Run the replay.
 
@@ -76,7 +76,10 @@ def simulate(
     (on-demand). ``limits`` = [block_size, policy, max_num_seqs (0: none), prefill token budget
     (0: none), max waiting (-1: none), rows of the event log to keep (0: none; see
     :func:`oomtrace.replay.runner.simulate`), 1 to read the highest level between probes].
-    ``probes``: sorted instants at which to read the pool.
+    ``probes``: sorted instants at which to read the pool. ``st``: zeros, one row of ``NCOL``
+    per request, made by the caller (NumPy's large arrays are zeroed lazily, in huge pages where
+    the kernel offers them: a day's 240 MB matrix made here took about 58,000 page faults and
+    0.15-0.2 s of system time; see :func:`oomtrace.replay.runner.state_matrix`).
 
     Returns ``st`` (per-request state, columns ``S_*``), ``series`` (one row per probe: blocks
     held just before the probe, running, waiting, and the highest level since the previous probe
@@ -89,7 +92,6 @@ def simulate(
     n = arr.shape[0]
     block, policy, max_wait = limits[0], limits[1], limits[4]
     margin = pool // 8  # hysteresis: leave the active mode only well below the pool
-    st = np.zeros((n, NCOL), dtype=np.int64)
     st[:, S_ADMIT] = -1
     st[:, S_FINISH] = -1
     wq = np.empty(max(n, 1), dtype=np.int64)

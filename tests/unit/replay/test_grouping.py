@@ -68,13 +68,16 @@ def test_the_compiled_grouping_and_polars_agree(frame: pl.DataFrame) -> None:
 
 @pytest.mark.parametrize(
     "step",
-    [2**40 + 7, 16],  # keys differing in their upper bits; keys alike there, in one slot chain
+    # keys differing in their upper bits (found again in the table of recent ids); keys alike
+    # there, in one slot chain; keys that all take one slot of the recent ids (each evicts the
+    # one before, so every key comes back through the large table)
+    [2**40 + 7, 16, grouping.RECENT_SLOTS],
 )
 def test_ids_are_numbered_in_order_of_first_appearance_past_a_full_table(step: int) -> None:
     # GIVEN more distinct keys than the first table holds, each seen twice
     keys = np.array([*range(40), *range(40)], dtype=np.uint64) * np.uint64(step)
     # WHEN numbered
-    numbers, groups = grouping.group_ids(keys, keys)
+    numbers, groups = grouping.group_ids(keys, keys, grouping.new_table(keys.size))
     # THEN each key keeps its number when it comes back, after the table has grown
     assert groups == 40
     np.testing.assert_array_equal(numbers, [*range(40), *range(40)])
@@ -85,12 +88,12 @@ def test_two_ids_that_share_a_hash_are_found() -> None:
     key = np.array([7, 7], dtype=np.uint64)
     check = np.array([1, 2], dtype=np.uint64)
     # THEN the numbering reports the collision
-    assert grouping.group_ids(key, check)[1] == -1
+    assert grouping.group_ids(key, check, grouping.new_table(2))[1] == -1
 
 
 def test_a_collision_falls_back_to_polars(monkeypatch: pytest.MonkeyPatch) -> None:
     # GIVEN a grouping whose every key collides
-    def colliding(key: Any, check: Any) -> Any:
+    def colliding(key: Any, check: Any, table: Any) -> Any:
         return np.zeros(len(key), dtype=np.int32), -1
 
     monkeypatch.setattr(workload, "grouper", lambda rows, engine: (colliding, None))

@@ -69,6 +69,7 @@ def test_the_event_log_keeps_every_row_however_many_preemptions(
     *_, log = simulate(
         arrays["arr"], arrays["p"], arrays["o"], arrays["pre"], arrays["dl"], arrays["res"],
         replay_settings.kv_blocks, wide, np.empty(0, dtype=np.int64),
+        runner.state_matrix(workload.size),
     )  # fmt: skip
     # THEN the log the runner sized (rerun when preemptions outgrew it) is the same
     np.testing.assert_array_equal(kept.log, log)
@@ -83,6 +84,7 @@ def test_a_log_too_narrow_drops_rows_and_never_writes_past_its_width() -> None:
     *_, log = simulate(
         arrays["arr"], arrays["p"], arrays["o"], arrays["pre"], arrays["dl"], arrays["res"],
         one.kv_blocks, runner.limits_array(one, log_rows=1), np.empty(0, dtype=np.int64),
+        runner.state_matrix(2),
     )  # fmt: skip
     # THEN it returns only the row it had room for
     assert log.shape == (4, 1)
