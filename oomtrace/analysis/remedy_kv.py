@@ -76,7 +76,7 @@ def _ollama_context(
     incident: Incident, check: ClassCheck, n_ctx: int | None, slots: int | None
 ) -> Remedy:
     """Ollama's runner is llama.cpp's server, its context and slots Ollama's settings
-    (docs/faq.mdx): the context OLLAMA_CONTEXT_LENGTH or a model's num_ctx, the slots
+    (ollama/ollama/docs/faq.mdx): the context OLLAMA_CONTEXT_LENGTH or a model's num_ctx, the slots
     OLLAMA_NUM_PARALLEL."""
     stated = f"a context of {n_ctx:,} tokens" if n_ctx else "a context of unstated size"
     if slots:
