@@ -131,8 +131,8 @@ def phase_remedies(incident: Incident, check: ClassCheck, facts: RemedyFacts) ->
 
 
 # Ollama runs llama.cpp but takes its own settings (ollama/ollama/docs/faq.mdx:
-# OLLAMA_CONTEXT_LENGTH, or a model's num_ctx; OLLAMA_NUM_PARALLEL; the API's options: num_batch, num_gpu), and its context
-# is allocated once for each parallel request.
+# OLLAMA_CONTEXT_LENGTH, or a model's num_ctx; OLLAMA_NUM_PARALLEL; the API's options: num_batch,
+# num_gpu), and its context is allocated once for each parallel request.
 _OLLAMA_SCALES: dict[str, tuple[str, str, str]] = {
     "kv_cache_init": (
         "-c",
