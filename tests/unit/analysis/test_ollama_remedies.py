@@ -1,7 +1,7 @@
 """An Ollama incident's remedies name Ollama's own settings (ollama/ollama/docs/faq.mdx,
 ``ollama serve --help``: OLLAMA_CONTEXT_LENGTH or a model's num_ctx, OLLAMA_NUM_PARALLEL,
-num_gpu, num_batch, OLLAMA_GPU_OVERHEAD), not the flags of the llama.cpp server it runs (``-c``, ``-ngl``, ``-ub``,
-``-ts``)."""
+num_gpu, num_batch, OLLAMA_GPU_OVERHEAD), not the flags of the llama.cpp server it runs (``-c``,
+``-ngl``, ``-ub``, ``-ts``)."""
 
 from __future__ import annotations
 
