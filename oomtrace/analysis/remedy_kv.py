@@ -49,47 +49,31 @@ def _unsized(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> Remed
 def _llama_context(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> Remedy:
     """llama.cpp's server splits its context (``-c``) among its slots (``-np``): a request whose
     tokens outgrow its slot's share finds no free cell (the server's own advice: increase the
-    context size)."""
+    context size). Ollama's runner is that server, its context and slots Ollama's settings
+    (ollama/ollama/docs/faq.mdx): OLLAMA_CONTEXT_LENGTH or num_ctx, OLLAMA_NUM_PARALLEL."""
     n_ctx = as_int(facts.config.get("kv_cache_tokens"))
     slots = as_int(facts.config.get("max_num_seqs"))
     if facts.engine == "ollama":
-        return _ollama_context(incident, check, n_ctx, slots)
-    stated = f"-c {n_ctx:,}" if n_ctx else "-c unstated"
-    if slots:
-        stated += f", {slots} slots"
-        stated += f", {n_ctx // slots:,} tokens a slot" if n_ctx else ""
+        sharers, setting = "requests", "OLLAMA_CONTEXT_LENGTH"
+        action = "raise num_ctx (OLLAMA_CONTEXT_LENGTH) or lower OLLAMA_NUM_PARALLEL"
+        stated = f"a context of {n_ctx:,} tokens" if n_ctx else "a context of unstated size"
+        stated += f" over {slots} parallel requests" if slots else ""
+    else:
+        sharers, setting = "slots", "-c"
+        action = "raise -c (--ctx-size) or lower -np (--parallel)"
+        stated = f"-c {n_ctx:,}" if n_ctx else "-c unstated"
+        if slots:
+            stated += f", {slots} slots"
+            stated += f", {n_ctx // slots:,} tokens a slot" if n_ctx else ""
     return remedy(
         incident,
         check,
-        "raise -c (--ctx-size) or lower -np (--parallel)",
-        setting="-c",
+        action,
+        setting=setting,
         value=None,
         basis="budget",
-        detail=f"the slots' contexts held every cell of the KV cache ({stated}); a larger "
-        "context, or fewer slots sharing it, gives each request room; no request's length is "
-        "stated, so no value is computed",
-        figures={"n_ctx": n_ctx, "slots": slots},
-    )
-
-
-def _ollama_context(
-    incident: Incident, check: ClassCheck, n_ctx: int | None, slots: int | None
-) -> Remedy:
-    """Ollama's runner is llama.cpp's server, its context and slots Ollama's settings
-    (ollama/ollama/docs/faq.mdx): the context OLLAMA_CONTEXT_LENGTH or a model's num_ctx, the slots
-    OLLAMA_NUM_PARALLEL."""
-    stated = f"a context of {n_ctx:,} tokens" if n_ctx else "a context of unstated size"
-    if slots:
-        stated += f" over {slots} parallel requests"
-    return remedy(
-        incident,
-        check,
-        "raise num_ctx (OLLAMA_CONTEXT_LENGTH) or lower OLLAMA_NUM_PARALLEL",
-        setting="OLLAMA_CONTEXT_LENGTH",
-        value=None,
-        basis="budget",
-        detail=f"the requests' contexts held every cell of the KV cache ({stated}); a larger "
-        "context, or fewer requests sharing it, gives each request room; no request's length "
+        detail=f"the {sharers}' contexts held every cell of the KV cache ({stated}); a larger "
+        f"context, or fewer {sharers} sharing it, gives each request room; no request's length "
         "is stated, so no value is computed",
         figures={"n_ctx": n_ctx, "slots": slots},
     )
