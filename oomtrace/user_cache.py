@@ -1,6 +1,5 @@
 """A per-user cache for work that is the same on every run (the report's bundled JavaScript, the
-static SVG of a chart already drawn, the machine code numba compiles for the replay kernel):
-computed once, then read back.
+static SVG of a chart already drawn): computed once, then read back.
 
 The folder is ``$OOMTRACE_CACHE_DIR`` when set, else the platform's user cache folder
 (``~/.cache/oomtrace`` on Linux, ``~/Library/Caches/oomtrace`` on macOS, from ``platformdirs``).
@@ -32,19 +31,6 @@ def cache_dir() -> Path:
     import platformdirs  # noqa: PLC0415 - only when the cache is used
 
     return platformdirs.user_cache_path("oomtrace", appauthor=False)
-
-
-def numba_dir() -> Path:
-    """Where numba keeps the code it compiles for oomtrace: never the installed package's folder
-    (which may be read-only, shared by several users, or wiped by a reinstall)."""
-    return cache_dir() / "numba"
-
-
-def use_for_numba() -> None:
-    """Point numba's cache at :func:`numba_dir` unless the user chose a folder
-    (``NUMBA_CACHE_DIR``). numba reads that variable once, when it is first imported, so the
-    package calls this before any of its modules imports numba."""
-    os.environ.setdefault("NUMBA_CACHE_DIR", str(numba_dir()))
 
 
 def key(*parts: str) -> str:

@@ -29,11 +29,16 @@ from oomtrace.replay.kernel import grouping
 
 log = logging.getLogger(__name__)
 
-_ckernel: ModuleType | None
-try:
-    from oomtrace.replay import _kernel as _ckernel
-except ImportError:  # built without a C compiler: the Python functions run
-    _ckernel = None
+
+def _load() -> ModuleType | None:
+    try:
+        from oomtrace.replay import _kernel  # noqa: PLC0415 - may be missing
+    except ImportError:  # built without a C compiler: the Python functions run
+        return None
+    return _kernel
+
+
+_ckernel = _load()
 
 Engine = Literal["auto", "python", "compiled"]
 ENGINES: Final = ("auto", "python", "compiled")
@@ -114,7 +119,7 @@ def _int64(array: Any) -> Any:
     return np.ascontiguousarray(array, dtype=np.int64)
 
 
-def c_simulate(
+def c_simulate(  # noqa: PLR0917 - kernel.simulate's signature
     arr: Any, p: Any, o: Any, pre: Any, dl: Any, res: Any, pool: int, limits: Any, probes: Any,
     st: Any,
 ) -> tuple[Any, Any, Any, Any]:  # fmt: skip
@@ -124,7 +129,8 @@ def c_simulate(
     probes = _int64(probes)
     series = np.zeros((probes.shape[0], 4), dtype=np.int64)
     totals = np.zeros(5, dtype=np.int64)
-    events = np.empty((4, max(int(limits[5]), 1)), dtype=np.int64)
+    width = int(limits[5]) if limits.shape[0] > 5 else 1  # a short limits: the C code says so
+    events = np.empty((4, max(width, 1)), dtype=np.int64)
     rows = _c().simulate(
         _int64(arr), _int64(p), _int64(o), _int64(pre), _int64(dl), _int64(res), int(pool),
         limits, probes, st, series, totals, events,

@@ -52,15 +52,12 @@ from oomtrace.replay.kernel.layout import (
     S_STATUS,
     S_VER,
     _blocks,
-    _inline,
-    _jit,
     _next_boundary,
     _produced,
 )
 from oomtrace.replay.kernel.level import _sync
 
 
-@_inline
 def _log(lg: Any, sc: Any, t: int, i: int, kind: int, extra: int) -> None:
     """Append (t, i, kind, extra) to the event log. Its width is set by the caller (see
     :func:`oomtrace.replay.kernel.loop.simulate`): rows past it overwrite the last one and are
@@ -70,7 +67,6 @@ def _log(lg: Any, sc: Any, t: int, i: int, kind: int, extra: int) -> None:
     sc[C_LOG] += 1
 
 
-@_inline
 def _link(i: int, st: Any, sc: Any) -> None:
     tail = sc[C_TAIL]
     if tail >= 0:
@@ -82,7 +78,6 @@ def _link(i: int, st: Any, sc: Any) -> None:
     sc[C_NRUN] += 1
 
 
-@_inline
 def _leave(i: int, st: Any, sc: Any) -> None:
     """Take running request ``i`` out of the running list and release all it holds."""
     before, after = st[i, S_PREV], st[i, S_NEXT]
@@ -103,7 +98,6 @@ def _leave(i: int, st: Any, sc: Any) -> None:
     st[i, S_CHUNK] = 0
 
 
-@_inline
 def _start(
     i: int, t: int, st: Any, sc: Any, rate: Any, p: Any, o: Any, pre: Any, dl: Any, res: Any,
     limits: Any,
@@ -144,7 +138,6 @@ def _start(
     return int(finish), int(t + seg_pre), boundary
 
 
-@_jit
 def _admit_pass(
     t: int, pool: int, limits: Any, st: Any, wq: Any, sc: Any, rate: Any,
     p: Any, o: Any, pre: Any, dl: Any, res: Any, fh: Any, ph: Any, xh: Any, lg: Any,
@@ -179,7 +172,6 @@ def _admit_pass(
                 sc[C_XH] = _heap_push(xh, _heap_room(xh, sc[C_XH], st), boundary, i, ver)
 
 
-@_jit
 def _preempt_until_fits(
     t: int, pool: int, st: Any, wq: Any, sc: Any, o: Any, dl: Any, lg: Any, record: bool
 ) -> None:
@@ -201,7 +193,6 @@ def _preempt_until_fits(
         sc[C_WLEN] += 1
 
 
-@_inline
 def _arrive(i: int, pool: int, st: Any, wq: Any, sc: Any, res: Any) -> bool:
     """Queue arrival ``i``; False if it can never fit the pool (rejected)."""
     fits = res[i] <= pool

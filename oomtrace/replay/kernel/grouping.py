@@ -1,5 +1,6 @@
-"""The requests table's rows grouped into requests in one pass: the compiled counterpart of the
-Polars grouping in :mod:`oomtrace.replay.workload`, for traces large enough to replay compiled.
+"""The requests table's rows grouped into requests in one pass: the counterpart, run in C
+(``oomtrace/replay/_kernel.c``; these functions are its reference), of the Polars grouping in
+:mod:`oomtrace.replay.workload`, for traces that replay in C.
 
 On a day (8.2 million lifecycle rows, two million requests) Polars' grouping by request id costs
 about two CPU seconds, most of it building a list of row numbers per group; here each row is
@@ -21,8 +22,6 @@ from __future__ import annotations
 from typing import Any, Final
 
 import numpy as np
-
-from oomtrace.replay.kernel.layout import _jit
 
 # A row's code: its event (the low bits) and which counts it states (a bit each).
 E_OTHER: Final = 0
@@ -52,7 +51,7 @@ RECENT_SLOTS: Final = 1 << 14
 def new_table(rows: int) -> Any:
     """The empty id table of :func:`group_ids` for ``rows`` rows: per slot the key and its
     request number + 1, a power of two of slots, about half full on a day (four rows a request).
-    Made by NumPy, not in compiled code: NumPy's large arrays are zeroed lazily and backed by
+    Made by NumPy, not in the C code: NumPy's large arrays are zeroed lazily and backed by
     huge pages where the kernel offers them on request, so a day's 64 MiB table takes 32 page
     faults instead of 16,384 and its random lookups miss the TLB less (numbering a day's rows
     0.40-0.44 -> 0.31 CPU s, best of 3)."""
@@ -62,7 +61,6 @@ def new_table(rows: int) -> Any:
     return np.zeros((size, 2), dtype=np.uint64)
 
 
-@_jit
 def group_ids(key: Any, check: Any, table: Any) -> Any:
     """Per row, its request's number (from 0, in the order of first appearance), and the number
     of requests; -1 requests where two rows share ``key`` but not ``check`` (a hash collision).
@@ -79,13 +77,11 @@ def group_ids(key: Any, check: Any, table: Any) -> Any:
     return out, -1 if state[2] else state[1]
 
 
-@_jit
 def _fill(key: Any, check: Any, table: Any, recent: Any, checks: Any, out: Any, state: Any) -> None:
     """Number the rows from ``state[0]`` on until the table is half full (``state``: next row,
     requests so far, whether a collision was seen). An id is looked up in ``recent`` first (a
     slot per key's low bits, overwritten by the last id looked up there: every id in it is in
-    ``table``), then in ``table``. No array is bound to a new name here, so the loop runs
-    without numba's reference counting; a slot's key and number share a cache line."""
+    ``table``), then in ``table``. A slot's key and number share a cache line."""
     size = table.shape[0]
     mask = np.uint64(size - 1)
     recent_mask = np.uint64(recent.shape[0] - 1)
@@ -119,7 +115,6 @@ def _fill(key: Any, check: Any, table: Any, recent: Any, checks: Any, out: Any, 
     state[0], state[1], state[2] = i, groups, collided
 
 
-@_jit
 def _rehash(table: Any, size: int) -> Any:
     """The table's entries in a table of ``size`` slots."""
     new = np.zeros((size, 2), dtype=np.uint64)
@@ -133,7 +128,6 @@ def _rehash(table: Any, size: int) -> Any:
     return new
 
 
-@_jit
 def group_rows(ids: Any, groups: int, code: Any) -> Any:
     """The per-request rows (column ``G_*`` of the matrix, a row per request: a request's
     entries share a cache line) of the rows numbered ``ids`` by :func:`group_ids`, from each

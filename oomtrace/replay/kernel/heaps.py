@@ -2,9 +2,8 @@
 
 A heap is an int64 array of 3 rows (time, request, version) whose columns ``0 .. size - 1`` hold
 the entries, ordered by time, then request; its size lives in a slot of the kernel's scalar
-vector. The array is made once, before the event loop, and never replaced: under numba, binding
-a new array to a name (a grown copy, a slice, a returned array) inside the loop costs atomic
-reference counting on every event, which profiles showed taking most of the loop's time.
+vector. The array is made once, before the event loop, and never replaced (the C port allocates each
+heap once, as wide as the workload, and never grows it).
 
 Entries are removed lazily: a request admitted again, preempted or finished bumps its version,
 and an entry whose version is no longer the request's is stale, skipped when it reaches the top.
@@ -19,10 +18,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from oomtrace.replay.kernel.layout import INF, S_VER, _inline
+from oomtrace.replay.kernel.layout import INF, S_VER
 
 
-@_inline
 def _heap_sift_down(h: Any, size: int, k: int, t: int, i: int, v: int) -> None:
     """Place (t, i, v) at position ``k`` (free) and sift it down among the first ``size``."""
     moving = True
@@ -40,7 +38,6 @@ def _heap_sift_down(h: Any, size: int, k: int, t: int, i: int, v: int) -> None:
     h[0, k], h[1, k], h[2, k] = t, i, v
 
 
-@_inline
 def _heap_room(h: Any, size: int, st: Any) -> int:
     """The size of the heap with room for one more entry: a full heap drops its stale entries
     and heapifies the rest; otherwise nothing changes (the loops run zero times: no branch
@@ -56,11 +53,8 @@ def _heap_room(h: Any, size: int, st: Any) -> int:
     return kept
 
 
-@_inline
 def _heap_push(h: Any, size: int, t: int, i: int, v: int) -> int:
-    """Push (t, i, v) onto a heap with room (:func:`_heap_room`); returns the new size. (No
-    call in here: a call may fail, and numba's pruning keeps the counting of an array around
-    one.)"""
+    """Push (t, i, v) onto a heap with room (:func:`_heap_room`); returns the new size."""
     k = size
     size = k + 1
     moving = True
@@ -74,7 +68,6 @@ def _heap_push(h: Any, size: int, t: int, i: int, v: int) -> int:
     return size
 
 
-@_inline
 def _heap_pop(h: Any, size: int) -> int:
     """Remove the top entry; returns the new size. The last entry takes the top's place."""
     size -= 1
@@ -82,17 +75,14 @@ def _heap_pop(h: Any, size: int) -> int:
     return size
 
 
-@_inline
 def _heap_replace_top(h: Any, size: int, t: int, i: int, v: int) -> None:
     """Replace the top entry by (t, i, v): one sift-down instead of a pop and a push."""
     _heap_sift_down(h, size, 0, t, i, v)
 
 
-@_inline
 def _heap_top(h: Any, size: int, st: Any) -> tuple[int, int]:
     """Drop stale entries from the top; returns the new size and the live top's time, or INF.
-    Inlined: the event loop calls it three times an event (compiled apart, about 5-10 % of the
-    loop's time went in the calls)."""
+    The event loop calls it three times an event."""
     while size > 0 and h[2, 0] != st[h[1, 0], S_VER]:
         size = _heap_pop(h, size)
     top = h[0, 0]  # read whatever the size: a use on one branch only costs refcounting

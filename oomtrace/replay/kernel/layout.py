@@ -1,29 +1,11 @@
-"""The kernel's shared vocabulary: how each function is compiled, the codes, the columns of the
-per-request state matrix, the slots of the scalar vector, and the closed forms of one request's
-progress (tokens produced by an instant, its next block boundary)."""
+"""The kernel's shared vocabulary: the codes, the columns of the per-request state matrix, the
+slots of the scalar vector, and the closed forms of one request's progress (tokens produced by an
+instant, its next block boundary). ``oomtrace/replay/_kernel.c`` declares the same names with the
+same values (``tests/unit/replay/test_c_kernel.py`` compares them)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar
-
-F = TypeVar("F", bound=Callable[..., Any])
-COMPILE_AS = "_oomtrace_numba"  # the attribute that marks a function for the compiler
-
-
-def _jit(func: F) -> F:
-    """Compiled on its own (numba's ``njit``): called rarely, or doing a loop of its own."""
-    setattr(func, COMPILE_AS, "jit")
-    return func
-
-
-def _inline(func: F) -> F:
-    """Inlined into its callers when compiled (numba's IR inlining). Such a helper reads every
-    array it takes on every path, last of all (read values into names first, branch on the
-    names; no early ``return``): see :mod:`oomtrace.replay.kernel` for why."""
-    setattr(func, COMPILE_AS, "inline")
-    return func
-
+from typing import Any
 
 INF = 1 << 61  # doubled in comparisons, so well inside int64
 
@@ -77,19 +59,16 @@ LOG_FINISH = 3  # extra: 0
 LOG_REJECT = 4  # extra: the rejection reason (S_REASON)
 
 
-@_inline
 def _blocks(n: int, block: int) -> int:
     return (n + block - 1) // block
 
 
-@_inline
 def _produced(i: int, t: int, st: Any, o: Any, dl: Any) -> int:
     """Output tokens request ``i`` has produced by instant ``t`` (inclusive)."""
     first, g0, o_i, dl_i = st[i, S_FIRST], st[i, S_G0], o[i], dl[i]
     return int(g0) if t < first else int(min(g0 + (t - first) // dl_i + 1, o_i))
 
 
-@_inline
 def _next_boundary(i: int, st: Any, o: Any, dl: Any) -> int:
     """When request ``i`` starts its next block, or INF if it stores no further block.
 

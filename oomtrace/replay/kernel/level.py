@@ -29,14 +29,11 @@ from oomtrace.replay.kernel.layout import (
     S_NEXT,
     S_VER,
     _blocks,
-    _inline,
-    _jit,
     _next_boundary,
     _produced,
 )
 
 
-@_inline
 def _sync(
     t: int, st: Any, sc: Any, xh: Any, rate: Any, p: Any, o: Any, dl: Any, block: int
 ) -> None:
@@ -62,7 +59,6 @@ def _sync(
     sc[C_USED], sc[C_TAU], sc[C_RACC] = total, t, sc[C_NRUN]
 
 
-@_inline
 def _level_at(t: int, st: Any, sc: Any, p: Any, o: Any, dl: Any, block: int) -> int:
     """The level at instant ``t`` while dormant, in closed form as :func:`_sync` computes it,
     changing nothing (a probe that reads only the level leaves the bound as it was)."""
@@ -76,7 +72,6 @@ def _level_at(t: int, st: Any, sc: Any, p: Any, o: Any, dl: Any, block: int) -> 
     return total
 
 
-@_inline
 def _bound(t: int, sc: Any, rate: Any) -> int:
     """An upper bound of the level at ``t`` while dormant: each running request has started at
     most ``(t - tau) / (block * dl) + 1`` blocks since ``tau`` (or since its admission)."""
@@ -84,7 +79,6 @@ def _bound(t: int, sc: Any, rate: Any) -> int:
     return int(used) if active == 1 else int(used + racc + (t - tau) * speed * (1.0 + 1e-9) + 1.0)
 
 
-@_jit
 def _sleep(now: int, st: Any, sc: Any, rate: Any, dl: Any, block: int) -> None:
     """Stop tracking block boundaries: the running requests fit the pool at their final
     lengths, so it cannot run dry until more are admitted."""
@@ -96,7 +90,6 @@ def _sleep(now: int, st: Any, sc: Any, rate: Any, dl: Any, block: int) -> None:
         i = st[i, S_NEXT]
 
 
-@_jit
 def _cross(
     t: int, until: int, pool: int, st: Any, sc: Any, xh: Any, o: Any, dl: Any, block: int
 ) -> int:

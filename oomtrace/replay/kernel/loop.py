@@ -50,12 +50,10 @@ from oomtrace.replay.kernel.layout import (
     S_FINISH,
     S_REASON,
     S_STATUS,
-    _jit,
 )
 from oomtrace.replay.kernel.level import _bound, _cross, _level_at, _sleep, _sync
 
 
-@_jit
 def simulate(
     arr: Any,
     p: Any,
