@@ -1,4 +1,4 @@
-"""Replay speed: the compiled event simulator against the per-token reference, side by side.
+"""Replay speed: the event simulator (in C) against the per-token reference, side by side.
 
 1. A slice of the synthetic day (the first ``--slice`` requests, a pool tight enough to run dry)
    is replayed by both simulators; the run fails unless every request's outcome, every series
@@ -7,21 +7,18 @@
    alone under three settings: an ample pool, a tight pool (preemption storms at the daily
    peak), and ``reserve``.
 
-0. The crossovers: plain Python against compiled by workload size, beside what compiling the
-   kernel and loading it from the cache cost a fresh process
-   (``oomtrace.replay.compiled.CROSSOVER_REQUESTS`` and ``COLD_CROSSOVER_REQUESTS``).
+0. The crossover: the kernel as plain Python against the C kernel by workload size, beside what
+   loading the C kernel costs a fresh process (``oomtrace.replay.compiled.CROSSOVER_REQUESTS``).
 
-Run: ``python benchmarks/replay_bench.py`` (about a minute on two cores; the first run also
-compiles the simulator). Figures are wall-clock seconds on this machine, not a promise.
+Run: ``python benchmarks/replay_bench.py`` (about a minute on two cores). Figures are wall-clock
+seconds on this machine, not a promise.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -56,7 +53,7 @@ def compare_on_slice(size: int, kv_blocks: int) -> None:
     probes = np.linspace(0, end, 500).astype(np.int64)
     tokens = int(arrays["o"].sum())
     print(f"slice: {size:,} requests, {tokens:,} output tokens, pool {kv_blocks:,} blocks")
-    runner.simulate(part, settings, probes, arrays=arrays)  # compile or load the cache first
+    runner.simulate(part, settings, probes, arrays=arrays)  # imports and page faults first
     fast, t_fast = timed("fast event simulator", runner.simulate, part, settings, probes, arrays)
     ref, t_ref = timed(
         "per-token reference simulator",
@@ -98,68 +95,68 @@ def full_day(requests: int) -> None:
         )
 
 
-# A two-request replay in a fresh process, its CPU seconds printed: with
-# OOMTRACE_REPLAY_ENGINE=compiled it compiles the kernel (empty cache) or loads it; with
-# "python" it is the floor subtracted from both (interpreter, imports, the replay itself).
-TINY_REPLAY = """
-import time
+# Loading the C kernel alone (its shared library, found as the package would find it, without
+# importing the package) in a fresh process: the CPU seconds it costs.
+LOAD_KERNEL = """
+import importlib.util, sys, time
+spec = importlib.util.find_spec("oomtrace.replay._kernel")
 c = time.process_time()
-from oomtrace.replay import ReplaySettings, replay, workload_from_arrays
-w = workload_from_arrays([0.0, 0.5], [40, 50], [8, 9])
-replay(w, ReplaySettings(kv_blocks=60, block_size=16), series_points=0)
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
 print(time.process_time() - c)
 """
 
 
-def fresh_process_cpu(code: str, cache: str, engine: str) -> float:
-    """CPU seconds ``code`` reports in a fresh process with ``cache`` as the user's cache."""
-    env = {**os.environ, "OOMTRACE_CACHE_DIR": cache, "OOMTRACE_REPLAY_ENGINE": engine}
-    env.pop("NUMBA_CACHE_DIR", None)
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
-    )
+def fresh_process_cpu(code: str) -> float:
+    """CPU seconds ``code`` reports in a fresh process."""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return float(done.stdout)
 
 
-def crossover(sizes: list[int]) -> None:
-    """Where the compiled kernel starts to pay: plain Python against compiled by workload size,
-    beside what a fresh process pays to compile the kernel (an empty cache) and to load it from
-    the cache (numba's import included). :data:`oomtrace.replay.compiled.CROSSOVER_REQUESTS` is
-    where Python's extra time meets the load, ``COLD_CROSSOVER_REQUESTS`` where it meets
-    compiling; both are printed from the per-request costs of the largest size."""
-    with tempfile.TemporaryDirectory() as cache:
-        plain = fresh_process_cpu(TINY_REPLAY, cache, "python")
-        compile_cpu = fresh_process_cpu(TINY_REPLAY, cache, "compiled") - plain
-        load = fresh_process_cpu(TINY_REPLAY, cache, "compiled") - plain
+def crossover(sizes: list[int], repeats: int = 5) -> None:
+    """Where the C kernel starts to pay: plain Python against C by workload size (CPU seconds,
+    best of ``repeats`` alternating runs), beside what loading the C kernel costs a fresh process
+    (median of ``repeats``). :data:`oomtrace.replay.compiled.CROSSOVER_REQUESTS` is the smallest
+    size from which C, its load included, is cheaper."""
+    load = sorted(fresh_process_cpu(LOAD_KERNEL) for _ in range(repeats))[repeats // 2]
     print(
-        f"crossover: in a fresh process, compiling the kernel costs {compile_cpu:.2f} CPU s and "
-        f"loading it from the cache {load:.2f} CPU s (numba's import included)"
+        f"crossover: in a fresh process, loading the C kernel costs {1e3 * load:.3f} CPU ms "
+        f"(median of {repeats})"
     )
-    runner.simulate(day_of_traffic(100), ReplaySettings(1_000), engine="compiled")  # loaded here
     day = day_of_traffic(max(sizes))
     settings = ReplaySettings(30_000, max_num_seqs=256)
-    per_request = {}
+    smallest_c_wins = None
     for size in sizes:
         part = workload_from_frame(day.requests.head(size).drop("arrival"))
         arrays = runner.request_arrays(part, settings)
-        cpu = {}
-        for engine in ("python", "compiled"):
-            start = time.process_time()
-            runner.simulate(part, settings, arrays=arrays, engine=engine)
-            cpu[engine] = time.process_time() - start
-        per_request = {engine: cpu[engine] / size for engine in cpu}
-        cheaper = "compiled" if cpu["python"] > cpu["compiled"] + load else "python"
-        print(
-            f"  {size:>9,} requests: python {cpu['python']:7.3f} s, compiled "
-            f"{cpu['compiled']:7.3f} s (+{load:.2f} s to load): {cheaper} is cheaper"
+        best = {"python": float("inf"), "compiled": float("inf")}
+        outputs = {}
+        for _ in range(repeats if size <= 20_000 else 1):
+            for engine in ("python", "compiled"):
+                start = time.process_time()
+                raw = runner.simulate(part, settings, arrays=arrays, engine=engine)
+                best[engine] = min(best[engine], time.process_time() - start)
+                outputs[engine] = raw
+        same = all(
+            np.array_equal(getattr(outputs["python"], k), getattr(outputs["compiled"], k))
+            for k in ("state", "series", "totals", "log")
         )
-    saved = per_request["python"] - per_request["compiled"]
+        if not same:
+            raise SystemExit(f"{size:,} requests: the Python and C kernels disagree")
+        cheaper = "C" if best["python"] > best["compiled"] + load else "python"
+        if cheaper == "C" and smallest_c_wins is None:
+            smallest_c_wins = size
+        print(
+            f"  {size:>9,} requests: python {1e3 * best['python']:9.3f} ms, C "
+            f"{1e3 * best['compiled']:8.3f} ms ({best['python'] / best['compiled']:,.0f}x; "
+            f"+{1e3 * load:.3f} ms to load it); "
+            f"identical arrays; {cheaper} is cheaper"
+        )
     print(
-        f"  per request: python {1e6 * per_request['python']:.1f} µs, compiled "
-        f"{1e6 * per_request['compiled']:.2f} µs; compiled pays from about "
-        f"{load / saved:,.0f} requests with the cache warm, {(compile_cpu + load) / saved:,.0f} "
-        f"while nothing is compiled (set: {compiled.CROSSOVER_REQUESTS:,} and "
-        f"{compiled.COLD_CROSSOVER_REQUESTS:,})"
+        f"  C is cheaper from {smallest_c_wins:,} requests on (set: "
+        f"{compiled.CROSSOVER_REQUESTS:,})"
+        if smallest_c_wins is not None
+        else "  python was cheaper at every size"
     )
 
 
@@ -169,7 +166,7 @@ def main() -> None:
     parser.add_argument("--slice-blocks", type=int, default=1_500)
     parser.add_argument("--requests", type=int, default=2_000_000)
     parser.add_argument(
-        "--crossover", type=int, nargs="+", default=[2_000, 10_000, 20_000, 50_000, 200_000]
+        "--crossover", type=int, nargs="+", default=[1, 10, 100, 1_000, 10_000, 100_000]
     )
     parser.add_argument("--crossover-only", action="store_true")
     args = parser.parse_args()

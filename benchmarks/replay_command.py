@@ -3,26 +3,30 @@
 Cases:
 
 1. Each sample incident's raw files (ingest, calibration and the replay in one command), with an
-   empty numba cache every run: what a first use costs. Floors: the interpreter importing numpy
+   empty user cache every run: what a first use costs. Floors: the interpreter importing numpy
    and Polars, and ``oomtrace ingest`` of the same files (the replay ingests them first).
 2. A day of traffic as a trace directory (``analyze_data.py``: two million requests, 26 million
-   memory samples), first with an empty cache (the kernel compiles), then with the cache warm.
-   Floor: reading the request columns and the samples of the metrics the replay reads.
+   memory samples), first with an empty user cache, then with it warm (the C kernel compiles
+   nothing at run time: the two should match). Floor: reading the request columns and the samples
+   of the metrics the replay reads.
 
 Every case repeats (``--repeats``); the figures are medians. Outputs are cross-checked: every run
 of a case prints the same JSON, and the sample incidents print the same JSON with the simulator
-forced to plain Python and to compiled (``OOMTRACE_REPLAY_ENGINE``); the day's cold and warm runs
-agree. Wall seconds depend on the machine's load; CPU seconds (user + system, counted by the
+forced to plain Python and to C (``OOMTRACE_REPLAY_ENGINE``); the day's cold and warm runs
+agree, and with ``--baseline`` this checkout's and the baseline's outputs (the run fails where
+they differ). Wall seconds depend on the machine's load; CPU seconds (user + system, counted by the
 kernel for the process) are the steadier figure on a shared machine.
 
     python benchmarks/replay_command.py                       # generates the day in a temp dir
     python benchmarks/replay_command.py --day /tmp/day        # an existing analyze_data.py trace
     python benchmarks/replay_command.py --skip-day            # the sample incidents only
-    python benchmarks/replay_command.py --day /tmp/day --skip-samples --baseline /work/main
+    python benchmarks/replay_command.py --day /tmp/day --skip-samples --baseline /work/main \
+        --baseline-python /path/to/its/venv/bin/python
 
 ``--baseline CHECKOUT`` also runs that checkout's ``oomtrace`` (another branch, a release) on the
 day, warm, each of its runs right after one of this checkout's, and prints this / baseline: on a
-shared machine only runs made side by side compare.
+shared machine only runs made side by side compare. ``--baseline-python`` runs it with another
+interpreter (a checkout of before the C kernel needs numba installed).
 """
 
 from __future__ import annotations
@@ -106,8 +110,8 @@ def medians(runs: list[dict[str, Any]], what: str = "") -> dict[str, Any]:
     } | {"stdout": runs[0]["stdout"]}
 
 
-def oomtrace(*args: str) -> list[str]:
-    return [sys.executable, "-m", "oomtrace", *args]
+def oomtrace(*args: str, python: str = sys.executable) -> list[str]:
+    return [python, "-m", "oomtrace", *args]
 
 
 def row(label: str, r: dict[str, Any], floor: dict[str, Any] | None) -> str:
@@ -124,7 +128,7 @@ HEADER = f"  {'':<38} {'wall s':>7} {'CPU s':>7} {'peak MiB':>8} {'wall/ CPU/ fl
 
 def samples_case(repeats: int) -> None:
     startup = repeated([sys.executable, "-c", "import numpy, polars"], repeats)
-    print(f"sample incidents: raw files, empty numba cache every run, {repeats} runs each")
+    print(f"sample incidents: raw files, empty user cache every run, {repeats} runs each")
     print(HEADER)
     print(row("floor: python importing numpy, polars", startup, None))
     for name in INCIDENTS:
@@ -144,33 +148,47 @@ def samples_case(repeats: int) -> None:
         print(row("oomtrace replay --json", replay, ingest))
         print(
             f"    replay / start-up floor: wall {replay['wall_s'] / startup['wall_s']:.2f}, CPU "
-            f"{replay['cpu_s'] / startup['cpu_s']:.2f}; python and compiled agree: {agree}"
+            f"{replay['cpu_s'] / startup['cpu_s']:.2f}; python and C agree: {agree}"
         )
         if not agree:
-            raise SystemExit(f"{name}: the plain and compiled simulators disagree")
+            raise SystemExit(f"{name}: the plain Python and C simulators disagree")
 
 
-def day_case(day: Path, repeats: int, baseline: Path | None = None) -> None:
+def day_case(
+    day: Path, repeats: int, baseline: Path | None = None, baseline_python: str = sys.executable
+) -> None:
     floor = repeated([sys.executable, "-c", READ_DAY, str(day)], repeats)
     argv = oomtrace("replay", str(day), "--json")
-    cold = repeated(argv, 1)  # compiling costs half a minute of CPU: once
+    their_argv = oomtrace("replay", str(day), "--json", python=baseline_python)
+    cold = repeated(argv, 1)  # an empty user cache: once
+    loads = []
     with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as other:
         ours_env = {"OOMTRACE_CACHE_DIR": cache}
         theirs_env = {"OOMTRACE_CACHE_DIR": other, "PYTHONPATH": str(baseline)}
         measured(argv, ours_env)  # fills the cache
         if baseline is not None:
-            measured(argv, theirs_env, baseline)  # fills the baseline's own cache
+            measured(their_argv, theirs_env, baseline)  # fills the baseline's own cache
         runs: dict[str, list[dict[str, Any]]] = {"ours": [], "theirs": []}
         for _ in range(repeats):
+            loads.append(os.getloadavg()[0])
             runs["ours"].append(measured(argv, ours_env))
             if baseline is not None:
-                runs["theirs"].append(measured(argv, theirs_env, baseline))
+                runs["theirs"].append(measured(their_argv, theirs_env, baseline))
     warm, theirs = (medians(runs[k]) if runs[k] else None for k in ("ours", "theirs"))
     assert warm is not None
-    print(f"a day: {day} ({repeats} runs warm, one cold)")
+    print(
+        f"a day: {day} ({repeats} runs warm, one cold; load average "
+        f"{min(loads):.1f}-{max(loads):.1f} at the runs)"
+    )
+    for k, run in enumerate(runs["ours"]):
+        pair = f"  run {k + 1}: this {run['wall_s']:.2f} s wall / {run['cpu_s']:.2f} CPU s"
+        if runs["theirs"]:
+            other_run = runs["theirs"][k]
+            pair += f", baseline {other_run['wall_s']:.2f} / {other_run['cpu_s']:.2f}"
+        print(f"{pair} (load {loads[k]:.1f})")
     print(HEADER)
     print(row("floor: read requests and KV samples", floor, None))
-    print(row("replay --json, empty cache (compiles)", cold, floor))
+    print(row("replay --json, empty cache", cold, floor))
     print(row("replay --json, cache warm", warm, floor))
     agree = cold["stdout"] == warm["stdout"]
     print(f"  cold and warm outputs agree: {agree}")
@@ -184,6 +202,8 @@ def day_case(day: Path, repeats: int, baseline: Path | None = None) -> None:
             f"{warm['peak_mib'] / theirs['peak_mib']:.2f}; outputs agree: "
             f"{warm['stdout'] == theirs['stdout']}"
         )
+        if warm["stdout"] != theirs["stdout"]:
+            raise SystemExit(f"the day's replay differs from the baseline's ({baseline})")
 
 
 def main() -> None:
@@ -193,6 +213,9 @@ def main() -> None:
     parser.add_argument("--skip-day", action="store_true")
     parser.add_argument("--skip-samples", action="store_true")
     parser.add_argument("--baseline", type=Path, help="another checkout to run on the day too")
+    parser.add_argument(
+        "--baseline-python", default=sys.executable, help="the interpreter to run the baseline"
+    )
     args = parser.parse_args()
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
     if not args.skip_samples:
@@ -200,14 +223,14 @@ def main() -> None:
     if args.skip_day:
         return
     if args.day is not None:
-        day_case(args.day, args.repeats, args.baseline)
+        day_case(args.day, args.repeats, args.baseline, args.baseline_python)
         return
     with tempfile.TemporaryDirectory() as tmp:
         # generated in its own process: a child forked from a parent holding the generated frames
         # would count them in its peak
         generator = Path(__file__).resolve().parent / "analyze_data.py"
         subprocess.run([sys.executable, str(generator), "--out", f"{tmp}/day"], check=True)
-        day_case(Path(tmp) / "day", args.repeats, args.baseline)
+        day_case(Path(tmp) / "day", args.repeats, args.baseline, args.baseline_python)
 
 
 if __name__ == "__main__":
