@@ -20,6 +20,9 @@ from tests import factories
 from tests.factories import at
 
 counts = st.one_of(st.none(), st.integers(0, 5000))
+needs_c = pytest.mark.skipif(
+    not compiled.available(), reason="the C replay kernel (oomtrace.replay._kernel) is not built"
+)
 
 
 @st.composite
@@ -58,6 +61,7 @@ def test_the_kernels_grouping_and_polars_agree(frame: pl.DataFrame) -> None:
     assert_frame_equal(kernel, polars)
 
 
+@needs_c
 @settings(max_examples=100, deadline=None)
 @given(request_rows())
 def test_the_c_grouping_and_polars_agree(frame: pl.DataFrame) -> None:
@@ -69,7 +73,7 @@ def test_the_c_grouping_and_polars_agree(frame: pl.DataFrame) -> None:
 # (numbering, rows of each request) as plain Python and in C
 GROUPINGS = [
     pytest.param((grouping.group_ids, grouping.group_rows), id="python"),
-    pytest.param((compiled.c_group_ids, compiled.c_group_rows), id="c"),
+    pytest.param((compiled.c_group_ids, compiled.c_group_rows), id="c", marks=needs_c),
 ]
 
 
@@ -102,6 +106,7 @@ def test_two_ids_that_share_a_hash_are_found(functions: Any) -> None:
     assert functions[0](key, check, grouping.new_table(2))[1] == -1
 
 
+@needs_c
 @settings(max_examples=100, deadline=None)
 @given(
     st.lists(st.integers(0, 2**64 - 1), max_size=300),
@@ -148,6 +153,7 @@ def test_a_collision_falls_back_to_polars(monkeypatch: pytest.MonkeyPatch) -> No
     assert per["recorded_output"].to_list() == [3, None]
 
 
+@needs_c
 def test_a_table_is_grouped_in_c_where_its_workload_replays_in_c(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -157,6 +163,7 @@ def test_a_table_is_grouped_in_c_where_its_workload_replays_in_c(
     assert compiled.grouper(rows, "python") is None
 
 
+@needs_c
 def test_bad_arrays_are_refused_with_the_argument_named() -> None:
     key = np.zeros(3, dtype=np.uint64)
     with pytest.raises(ValueError, match="table: expected a C-contiguous writable"):

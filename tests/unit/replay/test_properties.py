@@ -10,16 +10,24 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
-from oomtrace.replay import ReplaySettings, Workload, replay, runner, search
+from oomtrace.replay import ReplaySettings, Workload, compiled, replay, runner, search
 from oomtrace.replay.compiled import Engine
 from oomtrace.replay.reference import simulate_reference
 from tests.unit.replay import strategies
 
-OUTCOME_COLUMNS = [5, 6, 7, 8]  # first admission, finish, preemptions, rejection reason
+OUTCOME_COLUMNS = [5, 6, 7, 8]
+# the kernel as plain Python, and in C ("compiled") where it was built
+ENGINES = [
+    "python",
+    pytest.param(
+        "compiled",
+        marks=pytest.mark.skipif(not compiled.available(), reason="the C kernel is not built"),
+    ),
+]  # first admission, finish, preemptions, rejection reason
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("engine", ["python", "compiled"])
+@pytest.mark.parametrize("engine", ENGINES)
 @settings(max_examples=300, deadline=None)
 @given(strategies.workloads(), strategies.settings(), st.integers(1, 20))
 def test_fast_and_per_token_simulators_agree_exactly(
@@ -28,7 +36,7 @@ def test_fast_and_per_token_simulators_agree_exactly(
     # GIVEN a random small trace, random limits and probes every few quarter-seconds
     arrays = runner.request_arrays(workload, replay_settings)
     probes = np.arange(0, 60 * 10**9, step_quarters * 250_000_000, dtype=np.int64)
-    # WHEN both simulators run (the fast one as plain Python, and compiled)
+    # WHEN both simulators run (the fast one as plain Python, and in C)
     fast = runner.simulate(workload, replay_settings, probes, arrays=arrays, engine=engine)
     state, series, totals = simulate_reference(
         arrays, replay_settings.kv_blocks, runner.limits_array(replay_settings), probes
@@ -40,7 +48,7 @@ def test_fast_and_per_token_simulators_agree_exactly(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("engine", ["python", "compiled"])
+@pytest.mark.parametrize("engine", ENGINES)
 @settings(max_examples=200, deadline=None)
 @given(strategies.workloads(), strategies.settings(), st.integers(1, 20))
 def test_probes_that_read_only_the_level_change_nothing_else(
