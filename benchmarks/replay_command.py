@@ -92,7 +92,7 @@ def measured(
 def repeated(
     argv: Sequence[str], repeats: int, env: dict[str, str] | None = None
 ) -> dict[str, Any]:
-    """Medians of ``repeats`` runs, each with an empty numba cache unless ``env`` names one; fails
+    """Medians of ``repeats`` runs, each with an empty user cache unless ``env`` names one; fails
     unless every run printed the same output."""
     runs = []
     for _ in range(repeats):
