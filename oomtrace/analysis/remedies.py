@@ -46,6 +46,7 @@ from oomtrace.analysis.remedy_base import (
     set_flag,
     set_utilisation,
 )
+from oomtrace.analysis.remedy_context import ENGINES, smaller_context
 from oomtrace.analysis.remedy_kv import kv_remedies
 from oomtrace.analysis.remedy_startup import phase_remedies
 from oomtrace.analysis.remedy_transient import transient_remedies
@@ -147,6 +148,14 @@ def _misfit(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> list[R
     needed = as_int(check.figure("kv_needed_bytes"))
     max_len = as_int(check.figure("max_model_len"))
     length = _fitting_length(check, facts, available, needed, max_len)
+    # llama.cpp's and Ollama's cache is sized for the context in use: a fit at or above it is no
+    # change, and the change is a smaller one (oomtrace.analysis.remedy_context)
+    current = as_int(facts.config.get("kv_cache_tokens")) if facts.engine in ENGINES else max_len
+    smaller = None
+    if length is not None and current and length[0] >= current:
+        length = None
+        if facts.engine in ENGINES:
+            smaller = smaller_context(incident, check, facts, current)
     if length is not None:
         fits, how = length
         out.append(
@@ -187,7 +196,7 @@ def _misfit(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> list[R
                     ),
                 )
             )
-    return out + phase_remedies(incident, check, facts)
+    return out + phase_remedies(incident, check, facts) + ([smaller] if smaller else [])
 
 
 def _fitting_length(

@@ -187,7 +187,10 @@ def build_report(inputs: ReportInputs, options: ReportOptions | None = None) -> 
         title=options.title or title_of(view.manifest),
         subtitle=subtitle_of(header),
         verdict=build_verdict(
-            primary, incident_remedies(findings, primary), all_names(primary, view.events)
+            primary,
+            incident_remedies(findings, primary),
+            all_names(primary, view.events),
+            engine=(findings.get("trace") or {}).get("engine"),
         ),
         sections=sections,
         meta={

@@ -10,6 +10,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from oomtrace.analysis.request_logging import how_to_name_requests
 from oomtrace.isotime import iso_time
 from oomtrace.report.cause_data import check_figures
 from oomtrace.report.document import Figure, Table, Verdict
@@ -222,10 +223,12 @@ def build_verdict(
     incident: Mapping[str, Any] | None,
     remedies: Sequence[Mapping[str, Any]] = (),
     names: Mapping[int, str] | None = None,
+    engine: str | None = None,
 ) -> Verdict:
     """The verdict of the primary incident (``None``: the analysis found none) and the
     remedies the analysis computed for it; ``names`` (``pid -> name``) name the processes the
-    evidence shows by pid."""
+    evidence shows by pid; ``engine`` (the trace's) says how its requests are named where the
+    inputs name none."""
     if incident is None:
         return Verdict(
             incident_class="none",
@@ -267,7 +270,7 @@ def build_verdict(
         incident_class=cls,
         label=incident_label(cls),
         headline=headline,
-        paragraph=_paragraph(cls, incident),
+        paragraph=_paragraph(cls, incident, engine),
         figures=tuple(figures),
         culprits=culprit_table(culprits),
         evidence=tuple(_evidence_lines(incident.get("evidence"), names or {})),
@@ -276,7 +279,7 @@ def build_verdict(
     )
 
 
-def _paragraph(cls: str, incident: Mapping[str, Any]) -> str:
+def _paragraph(cls: str, incident: Mapping[str, Any], engine: str | None = None) -> str:
     explained = cls
     if cls == "transient_peak" and check_figures(incident).get("kv_usage_ratio") is None:
         explained = "transient_peak_kv_unseen"
@@ -303,7 +306,10 @@ def _paragraph(cls: str, incident: Mapping[str, Any]) -> str:
     coverage = incident.get("coverage")
     if _none_named(incident):
         # nothing to attribute: "0.0% explained" would read as requests that failed to explain
-        parts.append("The inputs name no request at the peak: no memory is attributed to one.")
+        parts.append(
+            "The inputs name no request at the peak: no memory is attributed to one. To name "
+            f"them next time: {how_to_name_requests(engine)}."
+        )
     elif coverage is not None:
         parts.append(
             f"Named requests explain {value_text(coverage, 'share')} of the peak; the rest is "

@@ -10,7 +10,16 @@ from pathlib import PurePath
 from typing import Final
 
 from oomtrace import escape
-from oomtrace.analysis.findings import NOT_REQUESTS, Culprit, Findings, Gap, Incident, Remedy
+from oomtrace.analysis.findings import (
+    NOT_REQUESTS,
+    Culprit,
+    Findings,
+    Gap,
+    Incident,
+    Remedy,
+    TraceSummary,
+)
+from oomtrace.analysis.request_logging import how_to_name_requests
 from oomtrace.isotime import iso_time
 from oomtrace.units import format_bytes
 
@@ -48,7 +57,7 @@ def render_summary(findings: Findings) -> str:
     if findings.remedies:
         lines += [*_remedies(findings.remedies), ""]
     for incident in findings.incidents[:1]:
-        lines += _incident(incident, named_any=findings.trace.requests > 0)
+        lines += _incident(incident, findings.trace)
     if findings.incidents and deaths:
         lines += ["", "Deaths no incident explains:", *deaths]
     others = findings.incidents[1:]
@@ -118,7 +127,7 @@ def _anchor(incident: Incident) -> str:
     }[incident.anchor]
 
 
-def _incident(incident: Incident, *, named_any: bool = True) -> list[str]:
+def _incident(incident: Incident, trace: TraceSummary) -> list[str]:
     where = escape.terminal(incident.node) + (
         f" GPU {incident.device}" if incident.device is not None else ""
     )
@@ -140,7 +149,7 @@ def _incident(incident: Incident, *, named_any: bool = True) -> list[str]:
     if incident.start is not None:
         peak += f"; the rise began at {when(incident.start)}"
     lines.append(peak)
-    lines.append(_coverage(incident) if named_any else NO_REQUESTS_NAMED)
+    lines.append(_coverage(incident) if trace.requests > 0 else no_requests_named(trace.engine))
     # Another process is worth a line when it matters: the class says so, or it holds 1 %.
     shown = [p for p in incident.processes if incident.cls == "foreign_memory" or p.share >= 0.01]
     for process in shown[:3]:
@@ -179,11 +188,11 @@ def _incident(incident: Incident, *, named_any: bool = True) -> list[str]:
 
 # Where the inputs name no request at all, a coverage of 0 % would read as requests that failed
 # to explain the memory: say what is missing and what names them.
-NO_REQUESTS_NAMED: Final = (
-    "  requests:  the inputs name no request, so no memory is attributed to one: turn on "
-    "vLLM's --enable-log-requests (SGLang's --log-requests), or run `oomtrace collect` beside "
-    "the server"
-)
+def no_requests_named(engine: str | None) -> str:
+    return (
+        "  requests:  the inputs name no request, so no memory is attributed to one: "
+        + how_to_name_requests(engine)
+    )
 
 
 def _coverage(incident: Incident) -> str:

@@ -1,0 +1,93 @@
+"""Incidents from public threads (a tenth set) whose cause a person reads at once and the rules
+misread or told unhelpfully, each rewritten from the thread named beside it in its real format
+(prefixes, figures and the order of the lines kept; unrelated lines left out): the hint for a
+trace that names no request, in each engine's own terms.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from oomtrace.analysis import analyze
+from oomtrace.analysis.findings import Findings
+from oomtrace.ingest import IngestOptions, load_any
+from oomtrace.report import ReportInputs, build_report
+from oomtrace.terminal.findings_text import render_summary
+from oomtrace.trace import Trace
+from tests.unit.analysis.test_field_incidents5 import TGI_2572
+from tests.unit.analysis.test_field_incidents9 import GALLOCR_749, TRTLLM_401
+from tests.unit.analysis.test_ollama_remedies import OLLAMA_3683, OLLAMA_6860
+
+
+def _trace(tmp_path: Path, files: dict[str, str]) -> Trace:
+    node = tmp_path / "gpu-node"
+    node.mkdir(parents=True)
+    for name, text in files.items():
+        (node / name).write_text(text, encoding="utf-8")
+    return load_any([node], IngestOptions(year=2026, tz="UTC"))
+
+
+def _findings(tmp_path: Path, files: dict[str, str]) -> Findings:
+    return analyze(_trace(tmp_path, files))
+
+
+# Each engine's own log, none naming a request: the hint names that engine's own way (or says
+# it has none oomtrace reads), never vLLM's flag.
+@pytest.mark.parametrize(
+    ("name", "text", "engine", "says"),
+    [
+        # https://github.com/huggingface/text-generation-inference/issues/2572
+        ("tgi.log", TGI_2572, "tgi", "TGI's router logs a request only once it succeeded"),
+        # https://github.com/ollama/ollama/issues/3683
+        ("server.log", OLLAMA_3683, "ollama", "Ollama's log states no request's tokens"),
+        # https://github.com/ikawrakow/ik_llama.cpp/issues/749
+        ("llama.log", GALLOCR_749, "llama.cpp", "keep llama-server's log from before the failure"),
+        # https://github.com/NVIDIA/TensorRT-LLM/issues/401
+        ("trtllm.log", TRTLLM_401, "tensorrt-llm", "TensorRT-LLM logs no request by id"),
+    ],
+)
+def test_the_no_request_hint_names_the_engines_own_way_to_log_requests(
+    tmp_path: Path, name: str, text: str, engine: str, says: str
+) -> None:
+    # GIVEN an engine's log that names no request
+    trace = _trace(tmp_path, {name: text})
+    findings = analyze(trace)
+    assert findings.trace.engine == engine
+    assert findings.trace.requests == 0
+    # THEN the terminal's line says that engine's way, not vLLM's flag
+    summary = render_summary(findings)
+    assert "the inputs name no request" in summary
+    assert says in summary
+    assert "--enable-log-requests" not in summary
+    # AND where the report's verdict says no request is named (a failure with a peak), it says
+    # the same way, never vLLM's flag
+    paragraph = build_report(ReportInputs(findings.to_json(), trace)).verdict.paragraph
+    if "The inputs name no request at the peak" in paragraph:
+        assert f"To name them next time: {says}" in paragraph
+    assert "--enable-log-requests" not in paragraph
+
+
+def test_an_ollama_context_remedy_is_a_smaller_context_with_its_arithmetic(
+    tmp_path: Path,
+) -> None:
+    # GIVEN https://github.com/ollama/ollama/issues/6860: the runner ran --ctx-size 8192 over
+    # --parallel 4, its 5.00 GiB KV cache fit, and a 144.00 MiB compute buffer on CUDA4 did not
+    findings = _findings(tmp_path, {"ollama.log": OLLAMA_6860})
+    assert findings.primary is not None and findings.primary.cls == "startup_misfit"
+    # THEN no remedy sets the context the runner already uses (8,192 in all, 2,048 a request)
+    assert not any(r.value in ("8192", "2048") for r in findings.remedies), findings.remedies
+    context = next(r for r in findings.remedies if r.setting == "OLLAMA_CONTEXT_LENGTH")
+    # AND the context remedy is a smaller num_ctx, or fewer parallel requests, with its sums:
+    # 144 MiB / 640 KiB a token = 231 tokens, 256 in whole steps, 8,192 - 256 = 7,936 in all,
+    # 1,984 a request, 1,792 in whole steps of 256
+    assert context.action == (
+        "lower num_ctx (OLLAMA_CONTEXT_LENGTH) from 2,048 to 1,792, or OLLAMA_NUM_PARALLEL "
+        "from 4 to 3"
+    )
+    assert context.value == "1792"
+    assert "231 tokens of the 5.00 GiB KV cache (640.00 KiB a token)" in context.detail
+    assert "8,192 - 256 = 7,936 tokens in all" in context.detail
+    # AND the buffer's own fixes still come first
+    assert findings.remedies[0].setting == "OLLAMA_GPU_OVERHEAD"
