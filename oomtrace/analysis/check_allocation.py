@@ -194,7 +194,7 @@ def one_allocation(event: dict[str, Any]) -> ClassCheck:
     of_total = f" of {format_bytes(total)}" if total is not None else ""
     asked = f"a single allocation of {format_bytes(wanted)}"
     allocated = event.get("allocated_bytes")
-    if full := _full_device(wanted, free, total, allocated):
+    if full := _full_device(wanted, free, total, allocated, phase):
         # what filled the device first: the allocation that failed is only the one that came
         # when nothing was left, a last straw a person would not call the cause
         reason = full
@@ -237,7 +237,9 @@ def one_allocation(event: dict[str, Any]) -> ClassCheck:
     )
 
 
-def _full_device(wanted: int, free: int, total: int | None, allocated: int | None) -> str | None:
+def _full_device(
+    wanted: int, free: int, total: int | None, allocated: int | None, phase: str | None = None
+) -> str | None:
     """The reason of an allocation that failed on a device already full (under
     :data:`_FULL_SHARE` of it free), what filled it first; None where the device was not full
     or the allocation is a large share of what was held (:data:`_STRAW`). An engine fills the
@@ -251,12 +253,18 @@ def _full_device(wanted: int, free: int, total: int | None, allocated: int | Non
     held = f"{format_bytes(total - free)} of {format_bytes(total)} in use"
     if allocated is not None:
         held += f" ({format_bytes(allocated)} allocated by PyTorch)"
+    step = "a step's temporary memory (such as a long prompt's prefill activations or logits)"
+    smaller = "a smaller step"
+    if phase == "mm_encode":
+        # the vision encoder's activations grow with the images' pixels, not with any KV or
+        # batch setting (vllm#9356: its patch embedding's im2col asked 3.59 GiB)
+        step = "the vision encoder's temporary memory for a request's images (it grows with pixels)"
+        smaller = "fewer or smaller images"
     return (
         f"the device was full: {held}, {format_bytes(free)} free; a temporary allocation of "
-        f"{format_bytes(wanted)} did not fit in the headroom left: a step's temporary memory "
-        "(such as a long prompt's prefill activations or logits), the last straw; what filled "
-        "the device is the engine's own share (weights, KV cache) by design, so the fix is more "
-        "headroom or a smaller step"
+        f"{format_bytes(wanted)} did not fit in the headroom left: {step}, the last straw; what "
+        "filled the device is the engine's own share (weights, KV cache) by design, so the fix "
+        f"is more headroom or {smaller}"
     )
 
 

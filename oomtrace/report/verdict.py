@@ -49,6 +49,13 @@ CLASS_EXPLANATIONS: Final[dict[str, str]] = {
         "buffer) did not fit beside what was already held. Nothing in the inputs shows how "
         "full the KV cache was then."
     ),
+    # the same class where the failure came through the vision encoder (its frames): the step
+    # was a request's images, which no KV or batch setting bounds
+    "transient_peak_vision": (
+        "One allocation asked for more than the device could give at that moment: the vision "
+        "encoder's temporary memory for a request's images, which grows with their number and "
+        "pixels, did not fit beside what was already held."
+    ),
     "startup_misfit": (
         "The configuration could not work: the model weights, the KV cache and the runtime "
         "reserve together do not fit the device, or the cache cannot hold one request of the "
@@ -283,6 +290,8 @@ def _paragraph(cls: str, incident: Mapping[str, Any], engine: str | None = None)
     explained = cls
     if cls == "transient_peak" and check_figures(incident).get("kv_usage_ratio") is None:
         explained = "transient_peak_kv_unseen"
+    if cls == "transient_peak" and check_figures(incident).get("phase") == "mm_encode":
+        explained = "transient_peak_vision"
     if cls == "startup_misfit" and check_figures(incident).get("library") == "nccl":
         explained = "startup_misfit_library"
     parts = [CLASS_EXPLANATIONS.get(explained, CLASS_EXPLANATIONS["unknown"])]

@@ -86,10 +86,15 @@ MARKERS: Final[tuple[Marker, ...]] = (
         r"|determine_num_available_blocks)\b",
         before=_TRACEBACK,
     ),
+    # the vision tower's own frames too (LLaVA's _image_pixels_to_features, Qwen2-VL's
+    # patch_embed, mllama's vision_model) and its patch embedding's im2col, F.unfold in
+    # torch/nn/functional.py, which a language model's own layers never call (vllm#9356: the
+    # excerpt ends in unfold, 3.59 GiB)
     Marker(
         "mm_encode",
         _FRAME + r"(?:_execute_mm_encoder|get_multimodal_embeddings|_process_image_input"
-        r"|_process_video_input)\b",
+        r"|_process_video_input|_image_pixels_to_features|get_image_features|encode_images"
+        r"|vision_tower|vision_model|patch_embed\w*|unfold)\b",
         before=_TRACEBACK,
     ),
     Marker(

@@ -91,3 +91,57 @@ def test_an_ollama_context_remedy_is_a_smaller_context_with_its_arithmetic(
     assert "8,192 - 256 = 7,936 tokens in all" in context.detail
     # AND the buffer's own fixes still come first
     assert findings.remedies[0].setting == "OLLAMA_GPU_OVERHEAD"
+
+
+# https://github.com/vllm-project/vllm/issues/9356: Llama-3.2-11B-Vision on a 32 GB GPU; the
+# excerpt's last frames are the vision encoder's patch embedding (nn.Unfold, im2col)
+UNFOLD_9356 = (
+    "    return forward_call(*args, **kwargs)\n"
+    "           ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\n"
+    '  File "/model/anaconda3/envs/llm/lib/python3.11/site-packages/torch/nn/modules/fold.py", '
+    "line 298, in forward\n"
+    "    return F.unfold(input, self.kernel_size, self.dilation,\n"
+    '  File "/model/anaconda3/envs/llm/lib/python3.11/site-packages/torch/nn/functional.py", '
+    "line 4853, in unfold\n"
+    "    return torch._C._nn.im2col(input, _pair(kernel_size), _pair(dilation), _pair(padding), "
+    "_pair(stride))\n"
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.59 GiB. GPU 0 has a total "
+    "capacity of 31.73 GiB of which 3.11 GiB is free. Including non-PyTorch memory, this process "
+    "has 28.62 GiB memory in use. Of the allocated memory 28.12 GiB is allocated by PyTorch, and "
+    "80.04 MiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is "
+    "large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.\n"
+)
+
+
+def test_a_vision_encoders_patch_embedding_is_the_encoders_step_with_its_fix(
+    tmp_path: Path,
+) -> None:
+    # GIVEN an OOM whose frames end in the vision encoder's patch embedding (F.unfold)
+    trace = _trace(tmp_path, {"vllm.log": UNFOLD_9356})
+    findings = analyze(trace)
+    primary = findings.primary
+    assert primary is not None and primary.cls == "transient_peak"
+    # THEN its phase is the vision encoder's, said in the reason, and not a prefill's step
+    assert primary.reason.startswith("the encoding of a request's image or video")
+    assert "the vision encoder's temporary memory for a request's images" in primary.reason
+    assert "prefill" not in primary.reason
+    assert primary.reason.endswith("more headroom or fewer or smaller images")
+    # AND the first fix bounds the images, ahead of the share
+    assert "--limit-mm-per-prompt" in findings.remedies[0].action
+    assert "max_pixels in --mm-processor-kwargs" in findings.remedies[0].action
+    # AND the report's paragraph tells the encoder's story
+    paragraph = build_report(ReportInputs(findings.to_json(), trace)).verdict.paragraph
+    assert paragraph.startswith("One allocation asked for more than the device could give")
+    assert "the vision encoder's temporary memory for a request's images" in paragraph
+
+
+def test_a_language_models_own_step_is_not_read_as_the_vision_encoder(tmp_path: Path) -> None:
+    # GIVEN the same failure without the encoder's frames (a plain traceback's message)
+    message = UNFOLD_9356[UNFOLD_9356.index("torch.OutOfMemoryError") :]
+    findings = _findings(tmp_path, {"vllm.log": message})
+    primary = findings.primary
+    assert primary is not None and primary.cls == "transient_peak"
+    # THEN it stays a step's temporary memory, with no image fix
+    assert "vision encoder" not in primary.reason
+    assert "a step's temporary memory" in primary.reason
+    assert not any("--limit-mm-per-prompt" in r.action for r in findings.remedies)
