@@ -48,7 +48,7 @@ from oomtrace.analysis.remedy_base import (
 )
 from oomtrace.analysis.remedy_context import ENGINES, smaller_context
 from oomtrace.analysis.remedy_kv import kv_remedies
-from oomtrace.analysis.remedy_startup import phase_remedies
+from oomtrace.analysis.remedy_startup import phase_remedies, trtllm_buffers
 from oomtrace.analysis.remedy_transient import transient_remedies
 from oomtrace.analysis.workspace import workspace_remedies
 from oomtrace.units import format_bytes
@@ -98,23 +98,9 @@ def _ggml_sizeless(incident: Incident) -> Remedy:
 
 def _trtllm_runtime(incident: Incident) -> Remedy:
     """TensorRT-LLM's runtime failed to allocate a buffer with no size or phase stated
-    (https://github.com/NVIDIA/TensorRT-LLM/issues/401: ``cudaMallocAsync`` in
-    ``BufferManager::gpu`` for an engine built with max_batch_size 192): what its memory is made
-    of are the settings to lower, the log states none of their values."""
-    check = ClassCheck("unknown", False, incident.reason)
-    return remedy(
-        incident,
-        check,
-        "lower kv_cache_free_gpu_mem_fraction, or build the engine with a smaller "
-        "max_batch_size / max_num_tokens",
-        setting=None,
-        value=None,
-        basis="budget",
-        detail="TensorRT-LLM's runtime buffers grow with the max_batch_size and max_num_tokens "
-        "the engine was built with, and its KV cache takes kv_cache_free_gpu_mem_fraction of "
-        "what the weights and those buffers leave; a buffer that finds no room asks less of "
-        "either (the log states neither, so no value is computed)",
-    )
+    (https://github.com/NVIDIA/TensorRT-LLM/issues/401): the start-up's remedy of the same
+    failure, for an incident no class explains."""
+    return trtllm_buffers(incident, ClassCheck("unknown", False, incident.reason))
 
 
 def _nccl_room(incident: Incident) -> Remedy:

@@ -127,6 +127,8 @@ def phase_remedies(incident: Incident, check: ClassCheck, facts: RemedyFacts) ->
         return _capture(incident, check, facts, wanted, free)
     if phase == "load_weights":
         return [_weights(incident, check, facts if llama else None, wanted, free)]
+    if phase == "engine_create":
+        return [trtllm_buffers(incident, check)]
     return []
 
 
@@ -169,9 +171,51 @@ def _refusal(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> list[
     :mod:`oomtrace.analysis.remedies` from the refusal's figures)."""
     if check.figure("refusal") == "startup_no_kv_memory":
         return [_no_kv_memory(incident, check, facts)]
-    if (warmup := _TGI_WARMUP.search(str(check.figure("refusal_detail") or ""))) is not None:
+    detail = str(check.figure("refusal_detail") or "")
+    if (warmup := _TGI_WARMUP.search(detail)) is not None:
         return [_tgi_warmup(incident, check, warmup)]
+    if detail.startswith("TensorRT-LLM"):
+        return [_trtllm_refusal(incident, check)]
     return []
+
+
+def _trtllm_refusal(incident: Incident, check: ClassCheck) -> Remedy:
+    """TensorRT-LLM's "maxTokensInPagedKvCache must be large enough to process at least 1
+    sequence to completion": its KV cache, kv_cache_free_gpu_mem_fraction of what the weights and
+    buffers leave (or max_tokens_in_paged_kv_cache), holds less than one sequence of the length
+    the engine was built for (tensorrtllm_backend#168: a fraction of 0.2)."""
+    return remedy(
+        incident,
+        check,
+        "raise kv_cache_free_gpu_mem_fraction (or max_tokens_in_paged_kv_cache), or build the "
+        "engine with a shorter max_seq_len (max_input_len + max_output_len)",
+        setting="kv_cache_free_gpu_mem_fraction",
+        value=None,
+        basis="budget",
+        detail="the KV cache must hold one sequence of the engine's maximum length (its blocks "
+        "per sequence times the tokens per block); where the refusal states the cache's tokens "
+        "the length that fits is computed beside this",
+    )
+
+
+def trtllm_buffers(incident: Incident, check: ClassCheck) -> Remedy:
+    """TensorRT-LLM's runtime failed to allocate a buffer, no size stated (TensorRT-LLM#401:
+    ``cudaMallocAsync`` in ``BufferManager::gpu`` for an engine built with max_batch_size 192;
+    #260 and tensorrtllm_backend#281: the model instance's creation under Triton): what its
+    memory is made of are the settings to lower, the log states none of their values."""
+    return remedy(
+        incident,
+        check,
+        "lower kv_cache_free_gpu_mem_fraction, or build the engine with a smaller "
+        "max_batch_size / max_num_tokens",
+        setting=None,
+        value=None,
+        basis="budget",
+        detail="TensorRT-LLM's runtime buffers grow with the max_batch_size and max_num_tokens "
+        "the engine was built with, and its KV cache takes kv_cache_free_gpu_mem_fraction of "
+        "what the weights and those buffers leave; a buffer that finds no room asks less of "
+        "either (the log states neither, so no value is computed)",
+    )
 
 
 def _scaled(

@@ -56,6 +56,8 @@ REFUSAL: Final = (
     r"maxTokensInPagedKvCache(?: \((\d+)\))? must be large enough to process at least 1 sequence"
 )
 _CUDA_OOM: Final = r"out of memory \(\S*tensorrt_llm\S*:\d+\)"
+# Triton creating the model instance (the runtime's buffers and KV cache), on the failure's line
+_CREATION: Final = r"Failed to create instance: |when creating modelInstanceState: |loading failed"
 _EXECUTOR_OOM: Final = r"Executor creation failed due to insufficient GPU memory"
 _COMPONENT: Final = r"^The following component could not be created: (.+?)\s*$"
 _TOTAL: Final = r"^Total GPU memory \(GiB\): ([0-9.]+)"
@@ -74,6 +76,7 @@ LINES: Final = "|".join(
         _SERVE_LIMITS,
         REFUSAL,
         _CUDA_OOM,
+        _CREATION,
         _EXECUTOR_OOM,
         _COMPONENT,
         _TOTAL,
@@ -153,10 +156,18 @@ def events(lines: pl.DataFrame) -> pl.DataFrame:
         detail=pl.lit("TensorRT-LLM: the paged KV cache cannot hold one sequence to completion")
         + pl.format(" (maxTokensInPagedKvCache {})", text.str.extract(REFUSAL, 1)).fill_null(""),
     )
-    cuda = lines.filter(text.str.contains(_CUDA_OOM)).select(
-        "ts",
-        kind=pl.lit("oom"),
-        detail=pl.lit("TensorRT-LLM: a CUDA allocation failed, out of memory (no size stated)"),
+    # Triton names the model instance's creation on the failure's line, which a terminal may
+    # wrap once (TensorRT-LLM#260): the runtime's buffers and KV cache, at start-up
+    creating = text.str.contains(_CREATION) | text.shift(1).str.contains(_CREATION).fill_null(False)
+    cuda = (
+        lines.with_columns(_creating=creating)
+        .filter(text.str.contains(_CUDA_OOM))
+        .select(
+            "ts",
+            kind=pl.lit("oom"),
+            detail=pl.lit("TensorRT-LLM: a CUDA allocation failed, out of memory (no size stated)"),
+            phase=pl.when("_creating").then(pl.lit("engine_create")),
+        )
     )
     ahead = [text.shift(-i) for i in range(1, _ACCOUNT_LINES + 1)]
     executor = lines.filter(text.str.contains(_EXECUTOR_OOM).fill_null(value=False))

@@ -75,7 +75,8 @@ def test_an_ollama_context_remedy_is_a_smaller_context_with_its_arithmetic(
     # GIVEN https://github.com/ollama/ollama/issues/6860: the runner ran --ctx-size 8192 over
     # --parallel 4, its 5.00 GiB KV cache fit, and a 144.00 MiB compute buffer on CUDA4 did not
     findings = _findings(tmp_path, {"ollama.log": OLLAMA_6860})
-    assert findings.primary is not None and findings.primary.cls == "startup_misfit"
+    assert findings.primary is not None
+    assert findings.primary.cls == "startup_misfit"
     # THEN no remedy sets the context the runner already uses (8,192 in all, 2,048 a request)
     assert not any(r.value in ("8192", "2048") for r in findings.remedies), findings.remedies
     context = next(r for r in findings.remedies if r.setting == "OLLAMA_CONTEXT_LENGTH")
@@ -120,7 +121,8 @@ def test_a_vision_encoders_patch_embedding_is_the_encoders_step_with_its_fix(
     trace = _trace(tmp_path, {"vllm.log": UNFOLD_9356})
     findings = analyze(trace)
     primary = findings.primary
-    assert primary is not None and primary.cls == "transient_peak"
+    assert primary is not None
+    assert primary.cls == "transient_peak"
     # THEN its phase is the vision encoder's, said in the reason, and not a prefill's step
     assert primary.reason.startswith("the encoding of a request's image or video")
     assert "the vision encoder's temporary memory for a request's images" in primary.reason
@@ -140,8 +142,65 @@ def test_a_language_models_own_step_is_not_read_as_the_vision_encoder(tmp_path: 
     message = UNFOLD_9356[UNFOLD_9356.index("torch.OutOfMemoryError") :]
     findings = _findings(tmp_path, {"vllm.log": message})
     primary = findings.primary
-    assert primary is not None and primary.cls == "transient_peak"
+    assert primary is not None
+    assert primary.cls == "transient_peak"
     # THEN it stays a step's temporary memory, with no image fix
     assert "vision encoder" not in primary.reason
     assert "a step's temporary memory" in primary.reason
     assert not any("--limit-mm-per-prompt" in r.action for r in findings.remedies)
+
+
+# https://github.com/NVIDIA/TensorRT-LLM/issues/260: Triton's TensorRT-LLM backend failing to
+# create the model instance (max_batch_size 24 on two V100s), the line wrapped by the terminal
+TRTLLM_260 = (
+    "[TensorRT-LLM][INFO] [MemUsageChange] TensorRT-managed allocation in IExecutionContext "
+    "creation: CPU +0, GPU +0, now: CPU 0, GPU 12569 (MiB)\n"
+    "E1103 02:59:01.152656 81041 backend_model.cc:553] ERROR: Failed to create instance: "
+    "unexpected error when creating modelInstanceState: [TensorRT-LLM][ERROR] CUDA runtime error "
+    "in ::cudaMallocAsync(ptr, n, mCudaSt\n"
+    "ream->get()): out of memory (/app/tensorrt_llm/cpp/tensorrt_llm/runtime/tllmBuffers.h:112)\n"
+    "1       0x7f5fe6888d85 /opt/tritonserver/backends/tensorrtllm/libtriton_tensorrtllm.so"
+    "(+0x35d85) [0x7f5fe6888d85]\n"
+)
+# https://github.com/triton-inference-server/tensorrtllm_backend/issues/168: the refusal as its
+# title states it (kv_cache_free_gpu_mem_fraction 0.2), no figures
+REFUSAL_168 = (
+    "ERROR: Failed to create instance: unexpected error when creating modelInstanceState: "
+    "maxTokensInPagedKvCache must be large enough to process at least 1 sequence to completion "
+    "(i.e. must be larger than beam_width * tokensPerBlock * maxBlocksPerSeq)\n"
+)
+
+
+def test_a_tensorrt_llm_instance_that_could_not_be_created_is_a_startup_misfit(
+    tmp_path: Path,
+) -> None:
+    # GIVEN Triton failing to create the instance, its OOM wrapped onto the next line
+    trace = _trace(tmp_path, {"triton.log": TRTLLM_260})
+    events = trace.events
+    # THEN ingest places the failure in the instance's creation
+    assert events["phase"].to_list() == ["engine_create"]
+    findings = analyze(trace)
+    primary = findings.primary
+    assert primary is not None
+    assert primary.cls == "startup_misfit"
+    assert "the creation of the engine's runtime (its buffers and KV cache) at start-up" in (
+        primary.reason
+    )
+    # AND the fix is the engine's build limits or its KV fraction (the thread's: max_batch_size)
+    assert findings.remedies[0].action == (
+        "lower kv_cache_free_gpu_mem_fraction, or build the engine with a smaller "
+        "max_batch_size / max_num_tokens"
+    )
+
+
+def test_a_tensorrt_llm_refusal_without_figures_still_names_its_settings(tmp_path: Path) -> None:
+    # GIVEN TensorRT-LLM's refusal with no pool figure
+    findings = _findings(tmp_path, {"trtllm.log": REFUSAL_168})
+    primary = findings.primary
+    assert primary is not None
+    assert primary.cls == "startup_misfit"
+    # THEN the remedy names what sizes the cache and what one sequence needs, no value invented
+    (fix,) = findings.remedies
+    assert fix.action.startswith("raise kv_cache_free_gpu_mem_fraction")
+    assert "shorter max_seq_len" in fix.action
+    assert fix.value is None
