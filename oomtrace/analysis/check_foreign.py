@@ -136,9 +136,16 @@ def _judge(ctx: Context, processes: list[ProcessUse]) -> ClassCheck | None:
     own = siblings(processes)
     if own is not None:
         reasons.append(own)
+    oom = ctx.oom if ctx.anchor == "oom" else None
+    helper = failing_helper(oom, processes) if stated and own is None and oom else None
+    if helper is not None:
+        # the largest "other" process is the engine's model process; the failing one is small
+        reasons = [helper[0]]
+        held = helper[1]
     rows = _evidence(ctx, processes, stated)
     figures: tuple[tuple[str, Any], ...] = (
         *((("holder", "siblings"),) if own is not None else ()),
+        *((("holder", "beside_engine"), ("engine_pid", top.pid)) if helper is not None else ()),
         ("pid", top.pid),
         ("process_name", top.name),
         ("foreign_bytes", held),
@@ -147,6 +154,44 @@ def _judge(ctx: Context, processes: list[ProcessUse]) -> ClassCheck | None:
         ("left_for_others_bytes", left),
     )
     return ClassCheck("foreign_memory", True, "; ".join(reasons), tuple(rows), figures)
+
+
+def failing_helper(oom: dict[str, Any], processes: list[ProcessUse]) -> tuple[str, int] | None:
+    """Where the OOM message lists every process by id, its own too (a container's pid
+    namespace: no "this process has" clause), and the failing process's own PyTorch memory is far
+    below the largest listed, the failing process is one of the small ones and the largest is
+    most likely the engine's model process (https://github.com/sgl-project/sglang/issues/6082:
+    1.44 GiB of PyTorch memory in the failing process, four processes of 1.81-1.91 GiB and one of
+    16.12 GiB, the TP0 scheduler, on GPU 0). What the model process had not counted on is then
+    the small processes beside it: the words, and their bytes."""
+    if not processes or oom.get("process_bytes") is not None:
+        return None
+    allocated = oom.get("allocated_bytes")
+    if allocated is None:
+        return None
+    mine = int(allocated) + int(oom.get("reserved_unallocated_bytes") or 0)
+    top = max(processes, key=lambda p: p.bytes)
+    # the failing process's footprint: its PyTorch memory plus no more than a context's overhead
+    like_mine = [p for p in processes if mine <= p.bytes <= mine + UNNAMED_FLOOR and p is not top]
+    if not like_mine or top.bytes <= mine + UNNAMED_FLOOR:
+        return None
+    small = [p for p in processes if p is not top]
+    held = sum(p.bytes for p in small)
+    ids = ", ".join(str(p.pid) for p in small if p.pid is not None)
+    least, most = min(p.bytes for p in small), max(p.bytes for p in small)
+    sizes = f"{format_bytes(least)} to {format_bytes(most)}"
+    words = (
+        f"the failing process held only {format_bytes(mine)} of PyTorch memory, so it is one of "
+        f"the {len(small)} small processes on the device ({ids}; {sizes} each), not process "
+        f"{top.pid} ({format_bytes(top.bytes)}), which is most likely the engine's model "
+        f"process; the {format_bytes(held)} the small ones held together is what the model's "
+        "share had not counted on: processes of the server's own beside its model (such as one "
+        "preprocessing images on the GPU) or other jobs"
+    )
+    return (
+        words,
+        held,
+    )
 
 
 def _what_failed(anchor: str) -> str:

@@ -232,6 +232,8 @@ def _foreign(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> list[
         out.append(_find_holder(incident, check, held, where))
     elif held and check.figure("holder") == "outside_pytorch":
         out.append(_outside_pytorch(incident, check, held, where))
+    elif held and check.figure("holder") == "beside_engine":
+        out.append(_beside_engine(incident, check, held, where))
     elif held and check.figure("holder") == "siblings":
         # the engine's own workers: they stay; the engine's share leaves them room
         out.append(
@@ -298,6 +300,28 @@ def _foreign(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> list[
                 )
             )
     return out
+
+
+def _beside_engine(incident: Incident, check: ClassCheck, held: int, where: str) -> Remedy:
+    """Small processes beside the engine's model process filled its GPU (one of them failed):
+    they are found and moved, the model process stays (sglang#6082: SGLang's fast image
+    processor put the requests' pixels on GPU 0; its fix, --disable-fast-image-processor)."""
+    engine = as_int(check.figure("engine_pid"))
+    stays = f" (not process {engine}, the model's)" if engine is not None else ""
+    return remedy(
+        incident,
+        check,
+        f"keep the small processes off {where}{stays}: find them (`nvidia-smi "
+        "--query-compute-apps=pid,process_name,used_memory --format=csv`); where they are the "
+        "server's own, move their work to the CPU (SGLang: --disable-fast-image-processor keeps "
+        "image preprocessing off the GPU)",
+        setting=None,
+        value=None,
+        basis="process",
+        detail=f"they held {format_bytes(held)} beside the model's process, which sized its share "
+        "of the device without them",
+        figures={"foreign_bytes": held},
+    )
 
 
 def _outside_pytorch(incident: Incident, check: ClassCheck, held: int, where: str) -> Remedy:

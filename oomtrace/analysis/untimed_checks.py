@@ -17,7 +17,12 @@ from oomtrace.analysis.check_allocation import (
     pool_not_short,
     stated_fragmentation,
 )
-from oomtrace.analysis.check_foreign import outside_allocator, outside_pytorch, siblings
+from oomtrace.analysis.check_foreign import (
+    failing_helper,
+    outside_allocator,
+    outside_pytorch,
+    siblings,
+)
 from oomtrace.analysis.check_startup import (
     MISFIT_KINDS,
     engine_figures,
@@ -118,8 +123,13 @@ def _foreign(
     own = siblings(processes)
     if own is not None:
         reason += f"; {own}"
+    helper = failing_helper(event, processes) if own is None else None
+    if helper is not None:
+        # the largest "other" process is the engine's model process (sglang#6082)
+        reason, held = f"{when}: {helper[0]}", helper[1]
     figures = (
         *((("holder", "siblings"),) if own is not None else ()),
+        *((("holder", "beside_engine"), ("engine_pid", top.pid)) if helper is not None else ()),
         ("pid", top.pid),
         ("process_name", top.name),
         ("foreign_bytes", held),

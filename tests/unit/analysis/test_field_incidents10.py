@@ -204,3 +204,38 @@ def test_a_tensorrt_llm_refusal_without_figures_still_names_its_settings(tmp_pat
     assert fix.action.startswith("raise kv_cache_free_gpu_mem_fraction")
     assert "shorter max_seq_len" in fix.action
     assert fix.value is None
+
+
+# https://github.com/sgl-project/sglang/issues/6082: SGLang with qwen2.5vl-72b-awq on four RTX
+# 4090s, GPU 0's memory growing until this OOM; in a container the message lists every process
+# by id, the failing one's too
+SGLANG_6082 = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 38.00 MiB. GPU 0 has a total "
+    "capacity of 23.65 GiB of which 39.44 MiB is free. Process 20909 has 1.81 GiB memory in use. "
+    "Process 21069 has 1.87 GiB memory in use. Process 21071 has 1.87 GiB memory in use. Process "
+    "21068 has 16.12 GiB memory in use. Process 21070 has 1.91 GiB memory in use. Of the allocated "
+    "memory 1.22 GiB is allocated by PyTorch, and 220.57 MiB is reserved by PyTorch but "
+    "unallocated. If reserved but unallocated memory is large try setting "
+    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.\n"
+)
+
+
+def test_a_small_failing_process_beside_the_engines_model_process_does_not_blame_the_model(
+    tmp_path: Path,
+) -> None:
+    # GIVEN an OOM in a process holding 1.44 GiB of PyTorch memory, one of four small processes
+    # beside a 16.12 GiB one on GPU 0
+    findings = _findings(tmp_path, {"sglang.log": SGLANG_6082})
+    primary = findings.primary
+    assert primary is not None
+    assert primary.cls == "foreign_memory"
+    # THEN the large process is read as the engine's model process, the small ones as the cause
+    assert "the failing process held only 1.44 GiB of PyTorch memory" in primary.reason
+    assert "not process 21068 (16.12 GiB), which is most likely the engine's model" in (
+        primary.reason
+    )
+    assert "the 7.46 GiB the small ones held together" in primary.reason
+    # AND the fix moves the small ones, never the model's process
+    first = findings.remedies[0]
+    assert first.action.startswith("keep the small processes off GPU 0 (not process 21068")
+    assert not any(r.action.startswith("move process 21068") for r in findings.remedies)
