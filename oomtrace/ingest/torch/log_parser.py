@@ -98,7 +98,7 @@ _ENGINE_SHAPES = re.compile(
 # llama.cpp's), so that a remedy names that engine's own settings.
 _ENGINES: Final = (
     ("ollama", llamacpp_log.OLLAMA_MARKERS),
-    ("tgi", rf"{tgi_log.LINES}|text_generation_(?:launcher|router)\b"),
+    ("tgi", rf"{tgi_log.LINES}|text_generation_(?:launcher|router|client)\b"),
     ("tensorrt-llm", trtllm_log.MARKERS),
     (
         "llama.cpp",

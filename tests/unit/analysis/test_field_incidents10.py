@@ -239,3 +239,25 @@ def test_a_small_failing_process_beside_the_engines_model_process_does_not_blame
     first = findings.remedies[0]
     assert first.action.startswith("keep the small processes off GPU 0 (not process 21068")
     assert not any(r.action.startswith("move process 21068") for r in findings.remedies)
+
+
+# https://github.com/huggingface/text-generation-inference/issues/1356: TGI's router relaying the
+# shard's OOM during a one-request prefill, the device filled by TGI's own KV cache
+TGI_1356 = (
+    "2023-12-18T02:36:47.730476Z ERROR batch{batch_size=1}:prefill:prefill{id=7570 size=1}:"
+    "prefill{id=7570 size=1}: text_generation_client: router/client/src/lib.rs:33: Server error: "
+    "CUDA out of memory. Tried to allocate 18.00 MiB. GPU 0 has a total capacty of 79.11 GiB of "
+    "which 14.62 MiB is free. Process 124797 has 79.08 GiB memory in use. Of the allocated memory "
+    "78.11 GiB is allocated by PyTorch, and 131.85 MiB is reserved by PyTorch but unallocated. If "
+    "reserved but unallocated memory is large try setting max_split_size_mb to avoid "
+    "fragmentation.  See documentation for Memory Management and PYTORCH_CUDA_ALLOC_CONF\n"
+)
+
+
+def test_tgis_router_relaying_an_oom_is_tgis_and_its_fix_is_in_tgis_terms(tmp_path: Path) -> None:
+    # GIVEN only the router's relay of the shard's OOM (text_generation_client)
+    findings = _findings(tmp_path, {"tgi.log": TGI_1356})
+    # THEN the trace is TGI's, and the headroom fix names TGI's own setting alone
+    assert findings.trace.engine == "tgi"
+    assert findings.remedies[0].action.startswith("lower --cuda-memory-fraction by")
+    assert "--gpu-memory-utilization" not in findings.remedies[0].action
