@@ -274,7 +274,10 @@ EVENT_PHASES: Final[Mapping[str, str]] = {
     # TensorRT-LLM under Triton: the model instance's creation allocates the runtime's buffers
     # (sized by the engine's build limits) and the KV cache before anything is served
     "engine_create": "the creation of the engine's runtime (its buffers and KV cache) at start-up",
-    "compute_realloc": "a re-allocation of the compute buffers while serving (a KV cache update)",
+    "compute_realloc": (
+        "a re-allocation of the compute buffers while serving (a KV cache update, or a batch "
+        "larger than the one reserved at start, such as an image's)"
+    ),
     "dummy_batch": "a dummy batch an idle data-parallel rank runs while serving",
     "mm_encode": "the encoding of a request's image or video (the vision encoder) while serving",
 }

@@ -155,6 +155,20 @@ _OLLAMA_SCALES: dict[str, tuple[str, str, str]] = {
 }
 
 
+def llama_compute(incident: Incident, check: ClassCheck, facts: RemedyFacts) -> list[Remedy]:
+    """llama.cpp's (or Ollama's runner's) compute buffers reserved again while serving, for a
+    batch larger than the one reserved at start (https://github.com/ollama/ollama/issues/10753:
+    an image's 1953.40 MiB on the second of two GPUs): the same settings as at start-up, the
+    micro-batch and, on a device of several, its share of the layers."""
+    scales = _OLLAMA_SCALES if facts.engine == "ollama" else _LLAMA_SCALES
+    wanted = as_int(check.figure("requested_bytes"))
+    free = as_int(check.figure("free_bytes"))
+    out = [_scaled(incident, check, facts, scales["compute_reserve"], wanted, free)]
+    if incident.device:
+        out.insert(0, _split(incident, check, facts, incident.device, wanted))
+    return out
+
+
 def _within_share(phase: str, engine: object) -> str | None:
     """What failed, where the phase lives on the engine's share of the device: vLLM's and
     SGLang's KV pools (llama.cpp's cache is sized by its context instead), and vLLM's warm-up,

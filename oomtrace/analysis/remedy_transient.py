@@ -18,6 +18,7 @@ from oomtrace.analysis.remedy_base import (
     set_flag,
     set_utilisation,
 )
+from oomtrace.analysis.remedy_startup import llama_compute
 from oomtrace.units import format_bytes
 
 # No step of a transformer needs more per token than vocabulary-wide logits of a very large
@@ -30,6 +31,8 @@ def transient_remedies(incident: Incident, check: ClassCheck, facts: RemedyFacts
     out = _chunking(incident, check, facts)
     if check.figure("phase") == "mm_encode":
         out.append(_encoder(incident, check))
+    if check.figure("phase") == "compute_realloc" and check.figure("engine") == "llama.cpp":
+        out += llama_compute(incident, check, facts)
     share = _shrink(incident, check, facts)
     if share is not None:
         out.append(share)

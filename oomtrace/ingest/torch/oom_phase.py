@@ -105,6 +105,10 @@ MARKERS: Final[tuple[Marker, ...]] = (
         r"|failed to reserve graph after the memory update",
         after=_ACCOUNT,
     ),
+    # Ollama's runner assigning a request to a cache slot right before the failure: the compute
+    # buffers were reserved again for that request's batch while serving, not at start-up
+    # (https://github.com/ollama/ollama/issues/10753: a 720p image's 1953.40 MiB on device 1)
+    Marker("compute_realloc", r'msg="loading cache slot"', before=3),
     Marker(
         "compute_reserve",
         r"\b(?:graph_reserve|sched_reserve): |(?:llama_new_context_with_model|llama_init_from_model"

@@ -261,3 +261,38 @@ def test_tgis_router_relaying_an_oom_is_tgis_and_its_fix_is_in_tgis_terms(tmp_pa
     assert findings.trace.engine == "tgi"
     assert findings.remedies[0].action.startswith("lower --cuda-memory-fraction by")
     assert "--gpu-memory-utilization" not in findings.remedies[0].action
+
+
+# https://github.com/ollama/ollama/issues/10753: Qwen2.5-VL 32b split 33/32 layers over a 16 GB
+# and a 12 GB GPU; a request with a 720p image, then the compute buffer fails on device 1
+OLLAMA_10753 = (
+    "time=2025-05-18T08:35:01.882Z level=INFO source=server.go:168 msg=offload library=cuda "
+    "layers.requested=-1 layers.model=65 layers.offload=65 layers.split=33,32 "
+    'memory.available="[15.2 GiB 12.2 GiB]" memory.gpu_overhead="0 B" '
+    'memory.required.full="25.7 GiB" memory.graph.full="853.3 MiB"\n'
+    'time=2025-05-18T08:36:01.003Z level=DEBUG source=cache.go:136 msg="loading cache slot" id=0 '
+    "cache=57 prompt=1227 used=20 remaining=1207\n"
+    "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 1953.40 MiB on device 1: cudaMalloc "
+    "failed: out of memory\n"
+    "ggml_gallocr_reserve_n: failed to allocate CUDA1 buffer of size 2048290048\n"
+    "SIGSEGV: segmentation violation\n"
+)
+
+
+def test_ollamas_compute_buffer_failing_for_a_request_is_while_serving_with_ollamas_fixes(
+    tmp_path: Path,
+) -> None:
+    # GIVEN the runner taking a request into a cache slot, then the compute buffer failing
+    trace = _trace(tmp_path, {"ollama.log": OLLAMA_10753})
+    assert trace.events["phase"].to_list() == ["compute_realloc"]
+    findings = analyze(trace)
+    primary = findings.primary
+    assert primary is not None
+    # THEN it is a step while serving, not a start-up misfit
+    assert primary.cls == "transient_peak"
+    assert primary.reason.startswith("a re-allocation of the compute buffers while serving")
+    # AND the fixes are Ollama's: room on the failing GPU of two, then the batch
+    actions = [r.action for r in findings.remedies]
+    assert actions[0].startswith("reserve room on each GPU with OLLAMA_GPU_OVERHEAD")
+    assert "CUDA1" in actions[0]
+    assert "lower num_batch" in actions
