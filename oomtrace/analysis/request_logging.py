@@ -4,7 +4,8 @@ reads (the engine names are those ingest records in the manifest's ``engine.name
 
 * vLLM logs each request only under ``--enable-log-requests`` (off by default since
   ``vllm-project/vllm#21739``, 2025; earlier releases logged them unless
-  ``--disable-log-requests``); the oomtrace vLLM plugin records them from inside the engine.
+  ``--disable-log-requests``); the oomtrace vLLM plugin records them from inside the engine once
+  ``OOMTRACE_VLLM_DIR`` points it at a capture directory (README, "oomtrace collect").
 * SGLang logs no request by default: ``--log-requests`` (``--log-requests-level`` for how much),
   docs.sglang.io "Observability".
 * llama.cpp's ``llama-server`` prints a slot line per request (``slot launch_slot_: id 0 | task
@@ -23,7 +24,10 @@ from typing import Final
 
 _COLLECT: Final = "run `oomtrace collect` beside the server"
 _HOW: Final = {
-    "vllm": f"start vLLM with --enable-log-requests, or {_COLLECT} with the vLLM plugin",
+    "vllm": (
+        "start vLLM with --enable-log-requests, or with oomtrace's vLLM plugin "
+        "(OOMTRACE_VLLM_DIR set to a capture directory)"
+    ),
     "sglang": f"start SGLang with --log-requests, or {_COLLECT}",
     "llama.cpp": (
         "keep llama-server's log from before the failure: it prints a slot line per request "
