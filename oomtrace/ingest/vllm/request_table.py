@@ -72,10 +72,19 @@ def drop_told_additions(rows: pl.DataFrame) -> pl.DataFrame:
     Only rows with a full time (``outer_ts``, ``arrival_ts``) go: one whose printed time turns
     out to place nothing is counted as such first."""
     added = (pl.col("event") == "admitted") & pl.coalesce("arrival_ts", "outer_ts").is_not_null()
-    arrived = rows.filter(pl.col("event") == "arrived").get_column("request_id")
-    if arrived.len() == 0 or not rows.select(added.any()).item():
+    if not rows.select(added.any()).item():
         return rows
-    return rows.filter(~(added & pl.col("request_id").is_in(arrived.implode())))
+    return rows.filter(~_told(rows, added))
+
+
+def _told(rows: pl.DataFrame, added: pl.Expr) -> pl.Expr:
+    """``added`` rows whose id a "Received request" row of ``rows`` names too. The additions
+    left are few (the scanner drops those it saw told), the arrivals many: only the ids of
+    the additions are hashed, and only the arrivals that share one are looked up again."""
+    ids = pl.col("request_id")
+    added_ids = rows.filter(added).get_column("request_id").implode()
+    told = rows.filter((pl.col("event") == "arrived") & ids.is_in(added_ids))
+    return added & ids.is_in(told.get_column("request_id").implode())
 
 
 def _one_arrival(rows: pl.DataFrame) -> pl.DataFrame:
@@ -85,13 +94,10 @@ def _one_arrival(rows: pl.DataFrame) -> pl.DataFrame:
     added = pl.col("event") == "admitted"
     if not rows.select(added.any()).item():
         return rows
-    told = pl.col("request_id").is_in(
-        rows.filter(pl.col("event") == "arrived").get_column("request_id").implode()
-    )
     bare = pl.all_horizontal(
         pl.col(c).is_null() for c in ("prompt_tokens", "max_tokens", "output_tokens")
     )
-    return rows.filter(~(added & told & bare)).with_columns(
+    return rows.filter(~(_told(rows, added) & bare)).with_columns(
         event=pl.when(added).then(pl.lit("arrived")).otherwise(pl.col("event"))
     )
 
@@ -101,23 +107,34 @@ def _one_ending(rows: pl.DataFrame) -> pl.DataFrame:
     failed (engine dead).") is one event: a repeat of the same ending for the same id within
     :data:`ENDING_WINDOW_S` is dropped. Later ones are kept (ids can be reused after a
     restart)."""
-    ending = pl.col("event").is_in(["aborted", "rejected"])
+    ending = _one_of("event", "aborted", "rejected")
     endings = rows.filter(ending).select("_row", "record_seq", "request_id", "event", "ts")
     if endings.height == 0:
         return rows
-    previous = pl.col("ts").shift(1).over("request_id", "event", order_by="record_seq")
-    repeat = (pl.col("ts") - previous).dt.total_seconds() <= ENDING_WINDOW_S
+    # Each id's endings of one kind in file order, the one before on the row above: a sort of
+    # the few endings (a window over them orders each group apart, several times the cost).
+    endings = endings.sort("request_id", "event", "record_seq")
+    same = (pl.col("request_id") == pl.col("request_id").shift(1)) & (
+        pl.col("event") == pl.col("event").shift(1)
+    )
+    repeat = same & ((pl.col("ts") - pl.col("ts").shift(1)).dt.total_seconds() <= ENDING_WINDOW_S)
     dropped = endings.filter(repeat.fill_null(value=False)).get_column("_row")
     if dropped.len() == 0:
         return rows
     return rows.filter(~pl.col("_row").is_in(dropped.implode()))
 
 
+def _one_of(column: str, *values: str) -> pl.Expr:
+    """``column`` is one of ``values``: a comparison per value (``is_in`` hashes every row's
+    string, several times the cost on a day's request rows)."""
+    return pl.any_horizontal(pl.col(column) == value for value in values)
+
+
 def _join_internal_ids(rows: pl.DataFrame) -> pl.DataFrame:
-    named = pl.col("line_kind").is_in(["arrived", "details"])
+    named = _one_of("line_kind", "arrived", "details")
     # Only an id with the engine's suffix, that the request lines never named, can be an
-    # internal one: the suffix test (anchored at the end) rules out most rows cheaply.
-    suffixed = rows.filter(~named & pl.col("request_id").str.contains(_INTERNAL_SUFFIX))
+    # internal one: the suffix test (anchored at the end) runs on the few rows left.
+    suffixed = rows.filter(~named).filter(pl.col("request_id").str.contains(_INTERNAL_SUFFIX))
     if suffixed.height == 0:
         return rows
     external = rows.filter(named).get_column("request_id")
