@@ -83,3 +83,8 @@ def write_views(
 ) -> None:
     """Arrow string views (16 bytes each, rows of ``views``) of ``b[starts[k]:stops[k]]``: the
     text stays where it is, in buffer 0 (short strings are copied into their view)."""
+
+def set_wide(on: bool, /) -> bool:
+    """Read 32 bytes a step (AVX2) where the processor can (the default there), or 16 (SSE2):
+    the tests' way to hold both to the same result. Returns whether 32 are now read. Not to be
+    called while a scan runs."""

@@ -451,6 +451,48 @@ def test_the_scanner_accounts_for_every_line_of_any_bytes_within_its_bounds(
     assert int(runs[scan.RUN_WEIGHT, :n_runs].sum()) == n_records
 
 
+_ANY_BYTES: Final = st.one_of(
+    st.binary(max_size=600),
+    _mixed_text().map(str.encode),
+    st.tuples(_mixed_text(), st.binary(max_size=8), st.integers(0, 10**4)).map(
+        lambda t: t[0].encode()[: t[2]] + t[1] + t[0].encode()[t[2] :]
+    ),  # bytes of any value put into real lines (invalid UTF-8 among them)
+)
+
+
+def _both_widths(data: bytes) -> tuple[Any, Any]:
+    """``data`` scanned 32 bytes a step (AVX2) and 16 (SSE2)."""
+    from oomtrace.ingest.vllm import _line_scan as scan
+
+    if not scan.set_wide(True):
+        pytest.skip("this processor has no AVX2: the scanner reads 16 bytes a step only")
+    try:
+        wide = _scan(data)
+        scan.set_wide(False)
+        narrow = _scan(data)
+    finally:
+        scan.set_wide(True)
+    return wide, narrow
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=_ANY_BYTES)
+def test_the_scanner_reads_the_same_32_or_16_bytes_a_step(compiled: None, data: bytes) -> None:
+    # WHEN any bytes are scanned with AVX2 and with SSE2 alone THEN every output is the same
+    (wide, wide_out), (narrow, narrow_out) = _both_widths(data)
+    assert wide == narrow
+    for ours, theirs in zip(wide_out, narrow_out, strict=True):
+        np.testing.assert_array_equal(ours, theirs)
+
+
+@pytest.mark.parametrize("path", list(_files()), ids=lambda p: p.name)
+def test_every_real_log_scans_the_same_32_or_16_bytes_a_step(compiled: None, path: Path) -> None:
+    (wide, wide_out), (narrow, narrow_out) = _both_widths(path.read_bytes())
+    assert wide == narrow
+    for ours, theirs in zip(wide_out, narrow_out, strict=True):
+        np.testing.assert_array_equal(ours, theirs)
+
+
 def test_the_scanner_refuses_outputs_of_the_wrong_shape_type_or_size(compiled: None) -> None:
     from oomtrace.ingest.vllm import _line_scan as scan
 
