@@ -531,11 +531,20 @@ WIDE_FN static i64 body_bytes_wide(text_t b, i64 k, body_pass *s, i64 *row)
 {
     const __m256i eq = _mm256_set1_epi8(61), colon = _mm256_set1_epi8(58);
     const __m256i bracket = _mm256_set1_epi8(93), esc = _mm256_set1_epi8(27);
+    /* the last letters of the KEYS (param_at): an "=" after any other byte is no key's */
+    const __m256i s_ = _mm256_set1_epi8(115), n_ = _mm256_set1_epi8(110);
+    const __m256i f_ = _mm256_set1_epi8(102);
     const i64 stop = s->stop;
     for (; k + 32 <= stop && !s->unusual; k += 32) {
         __m256i v = _mm256_loadu_si256((const __m256i *)(b + k));
+        /* the byte before each (the record's header is before its body: k >= 1) */
+        __m256i before = _mm256_loadu_si256((const __m256i *)(b + k - 1));
+        __m256i key_end = _mm256_or_si256(
+            _mm256_cmpeq_epi8(before, s_),
+            _mm256_or_si256(_mm256_cmpeq_epi8(before, n_), _mm256_cmpeq_epi8(before, f_)));
         __m256i hit = _mm256_or_si256(
-            _mm256_or_si256(_mm256_cmpeq_epi8(v, eq), _mm256_cmpeq_epi8(v, colon)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_cmpeq_epi8(v, eq), key_end),
+                            _mm256_cmpeq_epi8(v, colon)),
             _mm256_or_si256(_mm256_cmpeq_epi8(v, bracket), _mm256_cmpeq_epi8(v, esc)));
         unsigned mask = (unsigned)_mm256_movemask_epi8(hit);
         while (mask && !s->unusual) {
