@@ -62,15 +62,19 @@ class SplitRecords:
     width: int | None
 
 
-def find_split_records(lines: pl.Series, *, starts: str, opens: str | None = None) -> SplitRecords:
+def find_split_records(
+    lines: pl.Series, *, starts: str, opens: str | None = None, widest: int = 0
+) -> SplitRecords:
     """Find and join the records of ``lines`` split at a fixed width or (after a line matching
     ``opens``) re-flowed at spaces. ``starts`` matches a line that begins a record: such a line
-    is never a continuation. Costs two length scans over the chunk when nothing is split."""
+    is never a continuation. ``widest``: where ``lines`` are some of a chunk's (those a faster
+    reader left), the characters of the chunk's longest line, the only width a fold can have.
+    Costs two length scans over the chunk when nothing is split."""
     frame = pl.DataFrame({"line": lines}).with_columns(n=pl.col("line").str.len_chars())
     none = SplitRecords(lines, pl.Series("continued", [False] * lines.len()), 0, None)
     if frame.height < 2:
         return none
-    width = int(frame.select(pl.col("n").max().fill_null(0)).item())
+    width = max(int(frame.select(pl.col("n").max().fill_null(0)).item()), widest)
     # Cheap first: a fold leaves several lines of the very same, longest, length.
     folds = int((frame.get_column("n") == width).sum()) if width >= MIN_WIDTH else 0
     if folds < MIN_FOLDS and opens is None:

@@ -817,6 +817,7 @@ static int told(text_t b, const outputs *out, i64 k, i64 start, i64 stop)
 typedef struct {
     i64 general, access, records, runs, lines;
     int non_ascii;
+    i64 widest; /* the longest line's bytes (its newline and one CR before it left out) */
 } counts;
 
 /* Every line of b, counted, and whether b holds a byte that is not ASCII (then the caller
@@ -840,6 +841,8 @@ static int scan(text_t b, i64 size, const outputs *out, counts *n)
         start = e + 1;
         if (e > p && b[e - 1] == 13)
             e--;
+        if (e - p > n->widest)
+            n->widest = e - p;
         int kind = read_line(b, p, e, row, &cache);
         if (kind == GENERAL || kind == ACCESS) {
             i64 *lines = kind == GENERAL ? out->general : out->access;
@@ -991,9 +994,10 @@ static PyObject *py_scan_lines(PyObject *self, PyObject *args)
                 Py_INCREF(Py_None); /* no room: the caller counts the lines and gives more */
                 result = Py_None;
             } else {
-                result = Py_BuildValue("(LLLLLO)", (long long)n.general, (long long)n.access,
+                result = Py_BuildValue("(LLLLLOL)", (long long)n.general, (long long)n.access,
                                        (long long)n.records, (long long)n.runs,
-                                       (long long)n.lines, n.non_ascii ? Py_True : Py_False);
+                                       (long long)n.lines, n.non_ascii ? Py_True : Py_False,
+                                       (long long)n.widest);
             }
         }
     }
@@ -1087,7 +1091,7 @@ static PyMethodDef methods[] = {
      "counts)."},
     {"scan_lines", py_scan_lines, METH_VARARGS,
      "scan_lines(b, general, access, records, runs, ids) -> (n_general, n_access, n_records, "
-     "n_runs, n_lines, non_ascii), or None where the outputs have no room: every line of b "
+     "n_runs, n_lines, non_ascii, widest), or None where the outputs have no room: every line of b "
      "read, the outputs written column by column."},
     {"write_views", py_write_views, METH_VARARGS,
      "write_views(b, starts, stops, views) -> None: Arrow string views of b[starts[k]:stops[k]] "

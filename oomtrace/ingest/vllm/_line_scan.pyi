@@ -56,7 +56,7 @@ def scan_lines(
     runs: np.ndarray,
     ids: np.ndarray,
     /,
-) -> tuple[int, int, int, int, int, bool] | None:
+) -> tuple[int, int, int, int, int, bool, int] | None:
     """Read every line of ``b`` (uint8); the int64 outputs need a column per line
     (:func:`count_lines`), ``ids`` (uint8) as many bytes as ``b`` at most. Writes, column by
     column:
@@ -72,8 +72,9 @@ def scan_lines(
       second): a run's last record (:data:`RUN_LAST`) and how many it holds
       (:data:`RUN_WEIGHT`).
 
-    Returns how many of each it wrote, how many lines ``b`` holds (as :func:`count_lines`) and
-    whether a byte of it is not ASCII (in one pass with the rest); None where the outputs have
+    Returns how many of each it wrote, how many lines ``b`` holds (as :func:`count_lines`),
+    whether a byte of it is not ASCII (in one pass with the rest) and how many bytes its longest
+    line holds (without its newline and one CR before it); None where the outputs have
     too little room (nothing is written out of bounds: count the lines, give more, read again).
     ValueError where an array has the wrong shape or item size. The GIL is released
     meanwhile."""

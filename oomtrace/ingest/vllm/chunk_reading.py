@@ -170,8 +170,9 @@ def _read_pieces(pieces: list[tuple[TextChunk, int]], tz: str, index: int) -> Re
 def _read_scanned(scanned: ScannedChunk, tz: str, index: int) -> ReadChunk:
     """Everything one chunk of scanned pieces yields."""
     records, rest, info, runs = build_records(
-        scanned.general, flags(), chunk=index, first_line=0, tz=tz, scanned=scanned.runs
-    )
+        scanned.general, flags(), chunk=index, first_line=0, tz=tz, scanned=scanned.runs,
+        widest=scanned.widest,
+    )  # fmt: skip
     info.bracketed += scanned.bracketed
     info.header_lines += scanned.records
     requests = None

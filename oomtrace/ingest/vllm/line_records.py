@@ -96,13 +96,15 @@ def build_records(
     first_line: int,
     tz: str,
     scanned: pl.DataFrame | None = None,
+    widest: int = 0,
 ) -> tuple[pl.DataFrame, pl.DataFrame, ChunkInfo, pl.DataFrame | None]:
     """One chunk read: ``(records, rest, info, scanned)``.
 
     ``lines`` are the chunk's lines from ``first_line`` on, or (with a ``record_seq`` column)
     the lines of it the scanner left (:mod:`._line_scan`); ``scanned`` are the runs of the
     records it read (:data:`~.frames.SCANNED_RUNS`), placed here with the others and given back
-    with ``year_offset``.
+    with ``year_offset``; ``widest``, the characters of the chunk's longest line where the scanner
+    took it (the lines of a fold are as long as the chunk's longest, not as the longest left).
 
     ``records`` (:data:`~.frames.RECORDS`) are the lines that were parsed, in file order: the
     printed time (:data:`~.frames.RECORD_TIME`), ``line``,
@@ -117,7 +119,7 @@ def build_records(
     if "record_seq" not in lines.columns:
         seq = pl.int_range(first_line, first_line + lines.height, dtype=pl.Int64) * 256
         lines = lines.with_columns(record_seq=seq)
-    split = find_split_records(lines.get_column("line"), starts=RECORD_START)
+    split = find_split_records(lines.get_column("line"), starts=RECORD_START, widest=widest)
     if split.joined:
         # Records folded at a fixed width: read whole on their first line; the pieces counted.
         lines = lines.with_columns(split.lines).filter(~split.continued)
@@ -131,7 +133,7 @@ def build_records(
     bare = pl.col("is_candidate") & pl.col("header_at").is_null()
     headerless = frame.select(bare.any()).item()
     if headerless and frame.select((bare & pl.col("may_be_oom")).any()).item():
-        frame = _rejoin_reflowed_oom(frame, flags, info)
+        frame = _rejoin_reflowed_oom(frame, flags, info, widest)
     if headerless:
         frame = _not_access_lines(frame, bare)
         headerless = frame.select(bare.any()).item()
@@ -201,14 +203,16 @@ def _own_glog_times(records: pl.DataFrame, bare: pl.Expr) -> pl.DataFrame:
 
 
 def _rejoin_reflowed_oom(
-    frame: pl.DataFrame, flags: Mapping[str, pl.Expr], info: ChunkInfo
+    frame: pl.DataFrame, flags: Mapping[str, pl.Expr], info: ChunkInfo, widest: int
 ) -> pl.DataFrame:
     """``frame`` with a PyTorch OOM message pasted without a header and re-flowed at spaces (a
     sentence a line, as vllm issue 52871 quotes it) joined back onto its first line, as the
     PyTorch reader joins it; rare, so only run where a headerless line may be an OOM."""
     # An exception's name starts a record here too, as in the PyTorch reader.
     starts = f"{RECORD_START}|{LOG_RECORD_START}"
-    split = find_split_records(frame.get_column("line"), starts=starts, opens=OOM_SHAPES)
+    split = find_split_records(
+        frame.get_column("line"), starts=starts, opens=OOM_SHAPES, widest=widest
+    )
     if not split.joined:
         return frame
     info.rejoined += split.joined

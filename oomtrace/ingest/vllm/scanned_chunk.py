@@ -49,7 +49,10 @@ class ScannedChunk:
       ``request_table.drop_told_additions``); ``records``: how many records there were;
     * ``access``: the count of access lines it read, and in ``access_head`` the few of them
       (``record_seq``, ``line``, ``has_header``) to choose the skipped-line example from;
-    * ``lines``: how many lines it held, ``invalid_lines`` how many held invalid UTF-8.
+    * ``lines``: how many lines it held, ``invalid_lines`` how many held invalid UTF-8;
+    * ``widest``: the characters of its longest line, all kinds (0: unknown, a piece not all
+      ASCII): the fold test of the lines left needs the chunk's
+      (``text.split_records.find_split_records``).
     """
 
     general: pl.DataFrame
@@ -61,6 +64,7 @@ class ScannedChunk:
     access_head: pl.DataFrame
     lines: int
     invalid_lines: int = 0
+    widest: int = 0
 
 
 def scan_piece(piece: TextChunk, number: int) -> tuple[ScannedChunk, bool]:
@@ -97,6 +101,7 @@ def joined(parts: list[ScannedChunk]) -> ScannedChunk:
         access_head=pl.concat([part.access_head for part in parts]),
         lines=sum(part.lines for part in parts),
         invalid_lines=sum(part.invalid_lines for part in parts),
+        widest=max(part.widest for part in parts),
     )
 
 
@@ -112,7 +117,7 @@ def scan_chunk(piece: TextChunk, first_line: int) -> tuple[ScannedChunk, bool] |
         scanned = scanner.scan_lines(buf, *outputs)
         if scanned is None:
             raise AssertionError("the scanner's outputs hold a column per line")
-    n_general, n_access, n_records, n_runs, n, non_ascii = scanned
+    n_general, n_access, n_records, n_runs, n, non_ascii, widest = scanned
     if non_ascii and not _valid_utf8(piece):
         return None
     general, access = general[:, :n_general], access[:, :n_access]
@@ -137,6 +142,7 @@ def scan_chunk(piece: TextChunk, first_line: int) -> tuple[ScannedChunk, bool] |
             {"record_seq": _seq(head[scanner.L_LINE], first_line), "line": head_lines}
         ).with_columns(has_header=pl.lit(value=False)),
         lines=n,
+        widest=0 if non_ascii else widest,  # bytes are characters where all are ASCII
     ), held
 
 

@@ -387,7 +387,9 @@ def test_random_mixes_of_lines_and_noise_read_the_same_with_the_scanner(
     _same(path, piece_bytes)
 
 
-def _scan(data: bytes) -> tuple[tuple[int, int, int, int, int, bool], tuple[np.ndarray, ...]]:
+def _scan(
+    data: bytes,
+) -> tuple[tuple[int, int, int, int, int, bool, int], tuple[np.ndarray, ...]]:
     from oomtrace.ingest.vllm import _line_scan as scan
 
     buf = np.frombuffer(data, np.uint8)
@@ -421,7 +423,7 @@ def test_the_scanner_accounts_for_every_line_of_any_bytes_within_its_bounds(
 
     # WHEN the scanner reads any bytes at all (the parser never hands it invalid UTF-8, but
     # nothing it reads may take it out of bounds)
-    (n_general, n_access, n_records, n_runs, n_lines, non_ascii), outputs = _scan(data)
+    (n_general, n_access, n_records, n_runs, n_lines, non_ascii, widest), outputs = _scan(data)
     general, access, records, runs, ids = outputs
     # THEN every line is one of its outputs, once, in order, within the text, and counted
     lines = data.split(b"\n")
@@ -430,6 +432,8 @@ def test_the_scanner_accounts_for_every_line_of_any_bytes_within_its_bounds(
     assert n_general + n_access + n_records == len(lines) == n_lines == scan.count_lines(data)
     # AND it says whether any byte is not ASCII (only then is the text checked for UTF-8)
     assert non_ascii == any(byte >= 0x80 for byte in data)
+    # AND how long its longest line is (without its newline and one CR before it)
+    assert widest == max((len(line.removesuffix(b"\r")) for line in lines), default=0)
     taken = np.concatenate(
         [general[scan.L_LINE, :n_general], access[scan.L_LINE, :n_access],
          records[scan.R_LINE, :n_records]]
@@ -508,7 +512,7 @@ def test_the_scanner_refuses_outputs_of_the_wrong_shape_type_or_size(compiled: N
             np.zeros(ids, np.uint8),
         ]
 
-    assert scan.scan_lines(buf, *outputs()) == (0, 0, 3, 1, 3, False)
+    assert scan.scan_lines(buf, *outputs()) == (0, 0, 3, 1, 3, False, len(text) // 3 - 1)
     # Too little room is no error: None, and the caller counts the lines and gives more.
     assert scan.scan_lines(buf, *outputs(columns=2)) is None  # a column short
     assert scan.scan_lines(buf, *outputs(ids=2)) is None  # no room for the ids
@@ -606,12 +610,6 @@ def test_chunks_of_many_scanned_pieces_read_what_lines_read(compiled: None, tmp_
     )  # fmt: skip
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known: the fixed-width fold test (text/split_records.py) runs on the lines the "
-    "scanner leaves, whose longest line and neighbours are not the chunk's; the fix needs "
-    "the scanner to report every line's width and neighbours (see CHANGELOG)",
-)
 def test_lines_left_by_the_scanner_are_not_taken_for_a_fold_the_whole_chunk_has_not(
     compiled: None, tmp_path: Path
 ) -> None:
