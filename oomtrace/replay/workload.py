@@ -98,6 +98,10 @@ def _per_request(requests: pl.DataFrame, engine: Engine = "auto") -> pl.DataFram
     trace that replays compiled is grouped compiled (:mod:`oomtrace.replay.kernel.grouping`),
     a smaller one by Polars."""
     frame = requests if requests["ts"].is_sorted() else requests.sort("ts", maintain_order=True)
+    # The times are gathered four times by row number: from one chunk rather than a chunk per
+    # Parquet row group (a day's 67) a gather costs about a third of the CPU; on a day this
+    # function took 0.2-0.3 CPU s less (side by side in one process), for a 64 MiB copy
+    frame = frame.with_columns(frame["ts"].rechunk())
     rows = _compiled_rows(frame, engine) if frame["ts"].null_count() == 0 else None
     per = _polars_rows(frame) if rows is None else rows
     out = per.select(
