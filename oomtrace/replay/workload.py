@@ -98,14 +98,20 @@ def _per_request(requests: pl.DataFrame, engine: Engine = "auto") -> pl.DataFram
     trace that replays compiled is grouped compiled (:mod:`oomtrace.replay.kernel.grouping`),
     a smaller one by Polars."""
     frame = requests if requests["ts"].is_sorted() else requests.sort("ts", maintain_order=True)
+    # The times are gathered four times by row number: from one chunk rather than a chunk per
+    # Parquet row group (a day's 67) a gather costs about a third of the CPU; on a day this
+    # function took 0.2-0.3 CPU s less (side by side in one process), for a 64 MiB copy
+    frame = frame.with_columns(frame["ts"].rechunk())
     rows = _compiled_rows(frame, engine) if frame["ts"].null_count() == 0 else None
     per = _polars_rows(frame) if rows is None else rows
     out = per.select(
         "request_id",
         "arrival",
-        frame["prompt_tokens"].gather(per["_prompt"]),
-        frame["max_tokens"].gather(per["_max"]),
-        frame["output_tokens"].gather(per["_output"]).alias("recorded_output"),
+        # each column made one chunk just for its gather (a copy held only while it runs): on a
+        # day 0.07-0.13 CPU s less for the four gathers
+        frame["prompt_tokens"].rechunk().gather(per["_prompt"]),
+        frame["max_tokens"].rechunk().gather(per["_max"]),
+        frame["output_tokens"].rechunk().gather(per["_output"]).alias("recorded_output"),
         *("admitted", "first_token", "ended", "server_rejected"),
     )
     # The groups come in the order of their first row, which is arrival order; only ties (and
@@ -172,7 +178,7 @@ def _compiled_rows(frame: pl.DataFrame, engine: Engine) -> pl.DataFrame | None:
     ts = frame["ts"]
     return pl.DataFrame(
         {
-            "request_id": frame["request_id"].gather(first),
+            "request_id": frame["request_id"].rechunk().gather(first),
             "arrival": ts.gather(first),
             "_prompt": rows_of(grouping.G_PROMPT),
             "_max": rows_of(grouping.G_MAX),
