@@ -53,6 +53,7 @@ import polars as pl
 
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.ingest.text.input_file import first_line
+from oomtrace.ingest.text.outer_prefixes import ANSI
 from oomtrace.ingest.torch import oom_backends, oom_fraction, oom_mps, workspace
 from oomtrace.ingest.torch.oom_processes import (
     SIZE,
@@ -121,6 +122,11 @@ _UNALLOCATED: Final = r"and " + SIZE + r" is reserved by PyTorch but unallocated
 # (c10/cuda/CUDACachingAllocator.cpp's reportProcessMemoryInfo asserts NVML_SUCCESS == r; NVML
 # does not answer it on a MIG slice or in some containers, vllm#5107).
 NCCL_OOM: Final = r"Cuda failure (?:2 )?'out of memory'"
+# Ollama relays its runner's death with ggml's last words, no size: ``msg="error loading llama
+# server" error="llama runner process has terminated: signal: aborted (core dumped) cudaMalloc
+# failed: out of memory"`` (https://github.com/ollama/ollama/issues/5113); where ggml's sized
+# line is in the log too, the relay is that failure told again (TOLD_AGAIN).
+OLLAMA_RELAY: Final = r"cudaMalloc failed: out of memory"
 NVML_REPORT: Final = r"NVML_SUCCESS == r INTERNAL ASSERT FAILED at \S*CUDACachingAllocator\.cpp"
 SIZELESS: Final = (
     NCCL_OOM + "|" + NVML_REPORT + "|"
@@ -130,7 +136,7 @@ SIZELESS: Final = (
     r"CUDNN_STATUS_ALLOC_FAILED|"
     r"Tried to allocate more than 1EB memory|Allocation was preemptively rejected|"
     r"(?:CUDA|HIP|XPU|NPU) out of memory|cuda runtime error \(2\) : out of memory|"
-    r"THCudaCheck FAIL .*error=2 : out of memory|" + oom_backends.SIZELESS
+    r"THCudaCheck FAIL .*error=2 : out of memory|" + OLLAMA_RELAY + "|" + oom_backends.SIZELESS
 )
 # What a message cut short still states: the size it tried to allocate.
 _CUT: Final = r"out of memory\. Tried to allocate " + SIZE
@@ -180,7 +186,7 @@ OOM_SHAPES: Final = "|".join(
 
 EVENT_COLUMNS: Final = [
     "ts", "device", "pid", "kind", "requested_bytes", "total_bytes", "free_bytes",
-    "allocated_bytes", "reserved_unallocated_bytes", "process_bytes", "detail", "phase",
+    "allocated_bytes", "reserved_unallocated_bytes", "process_bytes", "detail", "phase", "proc",
 ]  # fmt: skip
 
 
@@ -189,7 +195,9 @@ def extract_ooms(
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """OOM events and per-process samples from ``lines`` (columns ``ts`` and ``text``, in file
     order; an optional ``pid`` column is the pid of the process that printed each line, where
-    the parser knows it; an optional ``phase`` column, the phase the lines around it state:
+    the parser knows it; an optional ``proc`` column, the process prefixes that printed it
+    (:func:`oomtrace.ingest.text.outer_prefixes.strip_prefixes`), kept on the event as printed,
+    colour codes removed; an optional ``phase`` column, the phase the lines around it state:
     :func:`oomtrace.ingest.torch.oom_phase.failure_phases`).
 
     Returns ``(events, samples)`` with canonical column names (without ``node``/``source``).
@@ -221,6 +229,8 @@ def extract_ooms(
         keep.append(pl.col("pid").cast(pl.Int64, strict=False))
     if "phase" in lines.columns:
         keep.append(pl.col("phase"))
+    if "proc" in lines.columns:
+        keep.append(pl.col("proc").str.replace_all(ANSI, "").str.strip_chars(" "))
     if "shards" in lines.columns:
         keep.append(pl.col("shards"))
     hits = lines.select(keep).filter(pl.col("_t").str.contains(PREFILTER))
@@ -409,7 +419,7 @@ def _one_size(
     return found.select(
         "ts",
         "_t",
-        *(["phase"] if "phase" in found.columns else []),
+        *(c for c in ("phase", "proc") if c in found.columns),
         _layout=pl.lit(layout),
         device=device.cast(pl.Int32, strict=False),
         requested_bytes=bytes_expr(pl.col("n"), pl.col("u")),
@@ -437,7 +447,11 @@ def _empty_events() -> pl.DataFrame:
 # The size-less OOMs the PyTorch-log reader takes for a wrapper of a sized one (the messages that
 # restate an allocator's failure), rather than a failure of their own: a raw "CUDA error: out of
 # memory" is another failure (a kernel's or a library's), kept.
-TOLD_AGAIN: Final = r"^(?:CUDA out of memory|unable to allocate \w+ buffer) \(no size stated\)"
+TOLD_AGAIN: Final = (
+    r"^(?:CUDA out of memory|unable to allocate \w+ buffer|"
+    + OLLAMA_RELAY
+    + r") \(no size stated\)"
+)
 
 
 def fold_wrappers(events: pl.DataFrame, told_again: str | None = None) -> pl.DataFrame:

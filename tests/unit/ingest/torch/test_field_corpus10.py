@@ -1,0 +1,155 @@
+"""Shapes the round-10 leftovers and held-out excerpts taught (public threads, named per test),
+read by the ``pytorch-log`` reader: journald's prefix without its host and with a lower-case
+month, Ollama's relay of its runner's ``cudaMalloc failed: out of memory``."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import polars as pl
+
+from oomtrace.ingest import IngestOptions, ingest_paths
+from oomtrace.trace import Trace
+from oomtrace.units import MiB
+from tests.factories import file_at
+
+MTIME = datetime(2026, 12, 1, tzinfo=UTC)
+
+
+def _trace(tmp_path: Path, text: str) -> Trace:
+    raw = tmp_path / "raw.log"
+    raw.write_text(text)
+    return ingest_paths([file_at(tmp_path / "server.log", MTIME, copy_of=raw)], IngestOptions())
+
+
+def _ooms(trace: Trace) -> pl.DataFrame:
+    return trace.events.filter(pl.col("kind") == "oom")
+
+
+# --- Ollama under journald ----------------------------------------------------------------------
+
+# https://github.com/ollama/ollama/issues/5113 (journalctl under a locale that prints "jun", the
+# host cut from the paste; the runner's failure only as Ollama relays it)
+OLLAMA_5113 = (
+    "jun 18 13:23:17 ollama[22256]: llm_load_print_meta: arch             = deepseek2\n"
+    "jun 18 13:23:17 ollama[22256]: llm_load_print_meta: n_layer          = 27\n"
+    "jun 18 13:23:19 ollama[22256]: time=2024-06-18T13:23:19.008+02:00 level=ERROR "
+    'source=sched.go:388 msg="error loading llama server" error="llama runner process has '
+    'terminated: signal: aborted (core dumped) cudaMalloc failed: out of memory"\n'
+    "jun 18 13:23:19 ollama[22256]: [GIN] 2024/06/18 - 13:23:19 | 500 |  3.168403177s |       "
+    '127.0.0.1 | POST     "/api/chat"\n'
+)
+
+
+def test_ollamas_relay_of_its_runners_failure_is_an_oom(tmp_path: Path) -> None:
+    trace = _trace(tmp_path, OLLAMA_5113)
+    assert trace.manifest.engine.get("name") == "ollama"
+    ooms = _ooms(trace)
+    assert ooms.height == 1
+    assert ooms["requested_bytes"].to_list() == [None]
+    assert "cudaMalloc failed: out of memory (no size stated)" in ooms["detail"][0]
+    # Ollama's own zoned time, not the journald prefix's year-less local one
+    assert ooms["ts"].to_list() == [datetime(2024, 6, 18, 11, 23, 19, 8000, tzinfo=UTC)]
+
+
+def test_a_lower_case_month_in_journalds_prefix_is_read(tmp_path: Path) -> None:
+    text = OLLAMA_5113.replace(
+        "time=2024-06-18T13:23:19.008+02:00 level=ERROR", "level=ERROR"
+    ).replace("[GIN] 2024/06/18 - 13:23:19", "[GIN]")
+    trace = ingest_paths(
+        [file_at(tmp_path / "server.log", MTIME, text=text)], IngestOptions(tz="UTC")
+    )
+    # the year from the file's time (2026), the month and day from journald's "jun 18"
+    assert _ooms(trace)["ts"].to_list() == [datetime(2026, 6, 18, 13, 23, 19, tzinfo=UTC)]
+
+
+def test_the_relay_after_ggmls_sized_failure_is_that_failure_told_again(tmp_path: Path) -> None:
+    # https://github.com/ollama/ollama/issues/3683 (ggml's sized line, then Ollama's relay)
+    trace = _trace(
+        tmp_path,
+        "Apr 17 01:25:10 ai-pc ollama[56169]: ggml_backend_cuda_buffer_type_alloc_buffer: "
+        "allocating 24289.03 MiB on device 0: cudaMalloc failed: out of memory\n"
+        "Apr 17 01:25:11 ai-pc ollama[56169]: llama_model_load: error loading model: unable to "
+        "allocate backend buffer\n"
+        "Apr 17 01:25:11 ai-pc ollama[56169]: time=2024-04-17T01:25:11.819+04:00 level=ERROR "
+        'source=routes.go:120 msg="error loading llama server" error="llama runner process no '
+        'longer running: -1 cudaMalloc failed: out of memory"\n',
+    )
+    ooms = _ooms(trace)
+    assert ooms["requested_bytes"].to_list() == [round(24289.03 * MiB)]
+    assert ooms["device"].to_list() == [0]
+
+
+# --- The process that printed an OOM, and its own wrapper's phase -------------------------------
+
+_OOM = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.74 GiB. GPU {gpu} has a "
+    "total capacity of 23.57 GiB of which {free} MiB is free. Process {host_pid} has 22.97 GiB "
+    "memory in use. Of the allocated memory 20.21 GiB is allocated by PyTorch, with 128.00 MiB "
+    "allocated in private pools (e.g., CUDA Graphs), and 185.98 MiB is reserved by PyTorch but "
+    "unallocated."
+)
+_RANK = "(VllmWorker rank={rank} pid={pid}) ERROR 03-19 07:27:53 [multiproc_executor.py:375] "
+# https://github.com/vllm-project/vllm/issues/15105: two ranks' OOMs, then one rank's chained
+# wrapper (in vLLM 0.8's words, as https://github.com/vllm-project/vllm/issues/14452 prints them)
+VLLM_15105 = "".join(
+    _RANK.format(rank=rank, pid=pid) + body + "\n"
+    for rank, pid, body in (
+        (1, 2978, _OOM.format(gpu=1, free="605.88", host_pid=133288)),
+        (0, 2961, _OOM.format(gpu=0, free="594.88", host_pid=133267)),
+        (1, 2978, ""),
+        (1, 2978, "The above exception was the direct cause of the following exception:"),
+        (1, 2978, ""),
+        (1, 2978, "Traceback (most recent call last):"),
+        (1, 2978, "    raise RuntimeError("),
+        (
+            1,
+            2978,
+            (
+                "RuntimeError: CUDA out of memory occurred when warming up sampler with 1024 "
+                "dummy requests. Please try lowering `max_num_seqs` or `gpu_memory_utilization` "
+                "when initializing the engine."
+            ),
+        ),
+    )
+)
+
+
+def test_an_oom_takes_the_phase_of_its_own_processs_wrapper(tmp_path: Path) -> None:
+    trace = ingest_paths(
+        [file_at(tmp_path / "vllm.log", MTIME, text=VLLM_15105)], IngestOptions(year=2025)
+    )
+    assert trace.manifest.sources[0].parser == "vllm-log"
+    ooms = _ooms(trace).sort("device")
+    assert ooms["requested_bytes"].to_list() == [round(1.74 * 2**30)] * 2
+    # rank 1 printed the wrapper: its OOM was the sampler's warm-up; rank 0's own lines say none
+    assert ooms.select("device", "phase", "proc", "pid").rows() == [
+        (0, None, "(VllmWorker rank=0 pid=2961)", 133267),
+        (1, "profile_sampler", "(VllmWorker rank=1 pid=2978)", 133288),
+    ]
+
+
+def test_another_processs_wrapper_names_no_phase_of_this_oom(tmp_path: Path) -> None:
+    # the same lines, the wrapper printed by rank 0 only: rank 1's OOM has no phase then
+    text = VLLM_15105.replace(
+        "rank=1 pid=2978) ERROR 03-19 07:27:53 [multiproc_executor.py:375] R",
+        "rank=0 pid=2961) ERROR 03-19 07:27:53 [multiproc_executor.py:375] R",
+    )
+    trace = _trace(tmp_path, text)
+    ooms = _ooms(trace).sort("device")
+    assert ooms.select("device", "phase").rows() == [(0, "profile_sampler"), (1, None)]
+
+
+def test_the_pytorch_log_reader_keeps_the_printing_process(tmp_path: Path) -> None:
+    # the process prefixes without vLLM's level and source, behind docker's timestamps: read by
+    # the pytorch-log reader
+    text = VLLM_15105.replace(" ERROR 03-19 07:27:53 [multiproc_executor.py:375]", "")
+    text = "".join(f"2025-03-19T07:27:53.5Z {line}\n" for line in text.splitlines())
+    trace = _trace(tmp_path, text)
+    assert trace.manifest.sources[0].parser == "pytorch-log"
+    ooms = _ooms(trace).sort("device")
+    assert ooms.select("phase", "proc").rows() == [
+        (None, "(VllmWorker rank=0 pid=2961)"),
+        ("profile_sampler", "(VllmWorker rank=1 pid=2978)"),
+    ]
