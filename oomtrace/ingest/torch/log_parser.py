@@ -39,6 +39,7 @@ from oomtrace.ingest.alignment.anchoring import line_instant, untimed_rows
 from oomtrace.ingest.nvidia_smi import table_parser
 from oomtrace.ingest.parser_api import ParseContext, ParseResult
 from oomtrace.ingest.text.input_file import InputFile, first_line
+from oomtrace.ingest.text.outer_prefixes import strip_prefixes
 from oomtrace.ingest.text.split_records import LOG_RECORD_START, find_split_records
 from oomtrace.ingest.text.timestamps import SEARCH_CHARS, StampForms, line_stamps, tz_hint
 from oomtrace.ingest.torch import (
@@ -237,7 +238,13 @@ class _Acc:
             if other
             else None,
         )
-        timed = oom_phase.failure_phases(kept.drop_nulls("ts"), OOM_SHAPES)
+        # the process prefixes of each line ("(VllmWorker rank=0 pid=10672) "): each process's
+        # lines are read apart for their phase, and the events keep the process that printed them
+        timed = kept.drop_nulls("ts")
+        timed = timed.with_columns(
+            proc=strip_prefixes(timed.select(line="text")).get_column("proc")
+        )
+        timed = oom_phase.failure_phases(timed, OOM_SHAPES, by="proc")
         events, samples = extract_ooms(timed, diag=self.diag)
         events = fold_wrappers(events, TOLD_AGAIN) if events.height else events
         texts = timed.select("ts", "text")
