@@ -55,7 +55,8 @@ _SUPERVISOR: Final = (
 _OLLAMA_LINES: Final = (
     r'\bsource=\w+\.go:\d+ msg="?(?:system memory|inference compute|looking for compatible '
     r"GPUs|evaluating|new model will fit|loaded runners|waiting for llama runner|llama runner "
-    r"started|starting llama server|error loading llama server)"
+    r"started|starting llama server|error loading llama server|Listening on \S+ \(version "
+    r"|Dynamic LLM libraries|total blobs:)"
 )
 # What marks Ollama's log (its runner's llama.cpp lines aside): the engine a remedy names; also
 # journald's prefix naming Ollama's unit (``Apr 17 01:25:09 ai-pc ollama[56169]: ``, ollama

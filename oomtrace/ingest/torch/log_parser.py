@@ -82,10 +82,19 @@ _SNIFF_OOM = re.compile(
     f"{OOM_SHAPES}|{BUFFER_FAILURE}|{tgi_log.WARMUP}|{host_kill.LINE}|{gpu_xid.LINE}|"
     f"{alloc_retry.SNIFF}|{oom_backends.GGML_LOAD}"
 )
+# LMDeploy's lines: its Python logger ("01/19 15:19:51 - turbomind - WARNING - ...", the date
+# without its year) and TurboMind's C++ ones ("[TM][ERROR] CUDA runtime error: out of memory
+# /lmdeploy/src/turbomind/utils/allocator.h:231", https://github.com/InternLM/lmdeploy/issues/1019,
+# https://github.com/InternLM/lmdeploy/issues/1001).
+LMDEPLOY_MARKERS: Final = (
+    r"\d\d/\d\d \d\d:\d\d:\d\d - (?:turbomind|lmdeploy) - (?:DEBUG|INFO|WARNING|ERROR)\b"
+    r"|\[TM\]\[(?:DEBUG|INFO|WARNING|ERROR)\]"
+)
 # A server log this parser reads even when its head holds no failure.
 _SNIFF_SERVER = re.compile(
     f"{llamacpp_log.MARKERS.pattern}|{tgi_log.MARKERS}|{llamacpp_log.KV_SNIFF}|"
-    f"{trtllm_log.MARKERS}|{llamacpp_slots.MARKERS}",
+    f"{trtllm_log.MARKERS}|{llamacpp_slots.MARKERS}|{llamacpp_log.OLLAMA_MARKERS}|"
+    f"{LMDEPLOY_MARKERS}",
     re.MULTILINE,
 )
 # Line shapes another parser owns: a log that has them belongs to that parser.
@@ -108,6 +117,7 @@ _ENGINES: Final = (
             f"{llamacpp_log.STARTUP}|ggml_(?:backend_cuda_buffer_type_alloc_buffer|gallocr)"
         ),
     ),
+    ("lmdeploy", LMDEPLOY_MARKERS),
 )
 _NOT_RELEVANT = "no out-of-memory message (not relevant)"
 # A record's first line: a log's, or the kernel's (``kernel: NVRM: ...``, journald's ``-o cat``),

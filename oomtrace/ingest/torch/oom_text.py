@@ -127,6 +127,13 @@ NCCL_OOM: Final = r"Cuda failure (?:2 )?'out of memory'"
 # failed: out of memory"`` (https://github.com/ollama/ollama/issues/5113); where ggml's sized
 # line is in the log too, the relay is that failure told again (TOLD_AGAIN).
 OLLAMA_RELAY: Final = r"cudaMalloc failed: out of memory"
+# TensorRT's default allocator (TensorRT-LLM's engines under Triton): the failure, then the size
+# on the next line as a warning ("[TensorRT-LLM][ERROR] 1: [defaultAllocator.cpp::allocate::20]
+# Error Code 1: Cuda Runtime (out of memory)", "[TensorRT-LLM][WARNING] Requested amount of GPU
+# memory (14434380600 bytes) could not be allocated.",
+# https://github.com/triton-inference-server/tensorrtllm_backend/issues/274): one failure, sized.
+TRT_RUNTIME: Final = r"Cuda Runtime \(out of memory\)"
+_TRT_REQUESTED: Final = r"Requested amount of GPU memory \((\d+) (bytes)\) could not be allocated"
 NVML_REPORT: Final = r"NVML_SUCCESS == r INTERNAL ASSERT FAILED at \S*CUDACachingAllocator\.cpp"
 SIZELESS: Final = (
     NCCL_OOM + "|" + NVML_REPORT + "|"
@@ -136,7 +143,8 @@ SIZELESS: Final = (
     r"CUDNN_STATUS_ALLOC_FAILED|"
     r"Tried to allocate more than 1EB memory|Allocation was preemptively rejected|"
     r"(?:CUDA|HIP|XPU|NPU) out of memory|cuda runtime error \(2\) : out of memory|"
-    r"THCudaCheck FAIL .*error=2 : out of memory|" + OLLAMA_RELAY + "|" + oom_backends.SIZELESS
+    r"THCudaCheck FAIL .*error=2 : out of memory|" + OLLAMA_RELAY + "|" + TRT_RUNTIME + "|"
+    r"CUDA runtime error: out of memory|" + oom_backends.SIZELESS
 )
 # What a message cut short still states: the size it tried to allocate.
 _CUT: Final = r"out of memory\. Tried to allocate " + SIZE
@@ -159,7 +167,7 @@ _XLA: Final = (
 # the lines worth keeping.
 PREFILTER: Final = (
     r"out of memory|ALLOC_FAILED|preemptively rejected|total capacity; |has a total capac|"
-    r"Out of memory while trying|buffer of size \d|NVML_SUCCESS == r|"
+    r"Out of memory while trying|buffer of size \d|NVML_SUCCESS == r|Requested amount of GPU mem|"
     + oom_backends.PREFILTER
     + "|"
     + oom_fraction.PARTS
@@ -177,6 +185,7 @@ OOM_SHAPES: Final = "|".join(
         oom_mps.HEAD,
         _GGML,
         _XLA,
+        _TRT_REQUESTED,
         oom_backends.VULKAN,
         SIZELESS,
         workspace.LINE,
@@ -249,6 +258,7 @@ def extract_ooms(
         _one_size(anonymous, _GGML, "ggml"),
         _one_size(anonymous.filter(~pl.col("_told")), BUFFER_FAILURE, "ggml", bytes_first=False),
         _one_size(anonymous, _XLA, "xla"),
+        _one_size(anonymous, _TRT_REQUESTED, "tensorrt"),
         _one_size(anonymous, oom_backends.VULKAN, "vulkan"),
         # not an OOM: FlashInfer's fixed workspace ran out (kind workspace_overflow, below)
         workspace.overflows(hits),
@@ -325,6 +335,8 @@ def _detail(events: pl.DataFrame) -> pl.Expr:
         .then(pl.lit("llama.cpp (ggml) Vulkan device memory allocation failed"))
         .when(layout == "nccl")
         .then(pl.format("{} (NCCL's own allocation)", pl.col("_what")))
+        .when(layout == "tensorrt")
+        .then(pl.lit("TensorRT's allocator could not get the GPU memory requested"))
         .when(layout == "xla")
         .then(pl.lit("JAX/XLA RESOURCE_EXHAUSTED: out of memory (the request only)"))
         .when(layout == "fraction")
@@ -450,6 +462,8 @@ def _empty_events() -> pl.DataFrame:
 TOLD_AGAIN: Final = (
     r"^(?:CUDA out of memory|unable to allocate \w+ buffer|"
     + OLLAMA_RELAY
+    + "|"
+    + TRT_RUNTIME
     + r") \(no size stated\)"
 )
 

@@ -1,6 +1,8 @@
 """Shapes the round-10 leftovers and held-out excerpts taught (public threads, named per test),
 read by the ``pytorch-log`` reader: journald's prefix without its host and with a lower-case
-month, Ollama's relay of its runner's ``cudaMalloc failed: out of memory``."""
+month, Ollama's relay of its runner's ``cudaMalloc failed: out of memory`` and its start-up lines,
+the process that printed an OOM and its own wrapper's phase, TGI's router client, LMDeploy's
+TurboMind, TensorRT's default allocator under Triton."""
 
 from __future__ import annotations
 
@@ -153,3 +155,79 @@ def test_the_pytorch_log_reader_keeps_the_printing_process(tmp_path: Path) -> No
         (None, "(VllmWorker rank=0 pid=2961)"),
         ("profile_sampler", "(VllmWorker rank=1 pid=2978)"),
     ]
+
+
+# --- Round 10's held-out excerpts -----------------------------------------------------------------
+
+
+def test_ollamas_start_up_lines_alone_are_ollamas_log(tmp_path: Path) -> None:
+    # https://github.com/ollama/ollama/issues/2835 (Windows, no failure yet in the lines posted)
+    trace = _trace(
+        tmp_path,
+        'time=2024-03-02T10:57:13.946+08:00 level=INFO source=images.go:710 msg="total blobs: 17"\n'
+        "time=2024-03-02T10:57:13.961+08:00 level=INFO source=routes.go:1019 "
+        'msg="Listening on [::]:1123 (version 0.1.27)"\n'
+        "time=2024-03-02T10:57:14.141+08:00 level=INFO source=payload_common.go:146 "
+        'msg="Dynamic LLM libraries [cpu_avx2 cpu cuda_v11.3 cpu_avx]"\n',
+    )
+    assert trace.manifest.engine.get("name") == "ollama"
+    assert _ooms(trace).height == 0
+
+
+def test_tgis_router_client_names_tgi(tmp_path: Path) -> None:
+    # https://github.com/huggingface/text-generation-inference/issues/1356
+    trace = _trace(
+        tmp_path,
+        "2023-12-18T02:36:47.730476Z ERROR batch{batch_size=1}:prefill:prefill{id=7570 size=1}:"
+        "prefill{id=7570 size=1}: text_generation_client: router/client/src/lib.rs:33: Server "
+        "error: CUDA out of memory. Tried to allocate 18.00 MiB. GPU 0 has a total capacty of "
+        "79.11 GiB of which 14.62 MiB is free. Process 124797 has 79.08 GiB memory in use. Of "
+        "the allocated memory 78.11 GiB is allocated by PyTorch, and 131.85 MiB is reserved by "
+        "PyTorch but unallocated.\n",
+    )
+    assert trace.manifest.engine.get("name") == "tgi"
+    assert _ooms(trace)["requested_bytes"].to_list() == [18 * MiB]
+
+
+def test_turbominds_cuda_runtime_error_is_an_oom_of_lmdeploy(tmp_path: Path) -> None:
+    # https://github.com/InternLM/lmdeploy/issues/1019
+    trace = _trace(
+        tmp_path,
+        "Traceback (most recent call last):\n"
+        '  File "/home/khj/.local/lib/python3.8/site-packages/lmdeploy/turbomind/turbomind.py", '
+        "line 486, in _create_model_instance\n"
+        "    model_inst = self.tm_model.model_comm.create_model_instance(\n"
+        "RuntimeError: [TM][ERROR] CUDA runtime error: out of memory "
+        "/lmdeploy/src/turbomind/utils/allocator.h:231\n",
+    )
+    assert trace.manifest.engine.get("name") == "lmdeploy"
+    assert _ooms(trace)["detail"].to_list() == [
+        "CUDA runtime error: out of memory (no size stated)"
+    ]
+
+
+def test_lmdeploys_own_lines_alone_are_lmdeploys_log(tmp_path: Path) -> None:
+    # https://github.com/InternLM/lmdeploy/issues/1001 (the date without its year)
+    trace = _trace(
+        tmp_path,
+        "01/19 15:19:51 - turbomind - WARNING - loading from workspace, ignore args "
+        "['cache_max_entry_count', 'tp'] please use TurbomindEngineConfig or modify config.ini\n",
+    )
+    assert trace.manifest.engine.get("name") == "lmdeploy"
+
+
+def test_tensorrts_default_allocator_failure_and_its_size_are_one_oom(tmp_path: Path) -> None:
+    # https://github.com/triton-inference-server/tensorrtllm_backend/issues/274 (Triton's glog
+    # line above places it; the size's line is cut as the thread cuts it)
+    trace = _trace(
+        tmp_path,
+        "I0102 22:06:30.085833 160 cuda_memory_manager.cc:107] CUDA memory pool is created on "
+        "device 0 with size 67108864\n"
+        "[TensorRT-LLM][INFO] Loaded engine size: 13768 MiB\n"
+        "[TensorRT-LLM][ERROR] 1: [defaultAllocator.cpp::allocate::20] Error Code 1: Cuda Runtime "
+        "(out of memory)\n"
+        "[TensorRT-LLM][WARNING] Requested amount of GPU memory (14434380600 bytes) could not be "
+        "allocated. There may not be enough free memory for allocation to succ",
+    )
+    assert trace.manifest.engine.get("name") == "tensorrt-llm"
+    assert _ooms(trace)["requested_bytes"].to_list() == [14434380600]
