@@ -127,6 +127,8 @@ NCCL_OOM: Final = r"Cuda failure (?:2 )?'out of memory'"
 # failed: out of memory"`` (https://github.com/ollama/ollama/issues/5113); where ggml's sized
 # line is in the log too, the relay is that failure told again (TOLD_AGAIN).
 OLLAMA_RELAY: Final = r"cudaMalloc failed: out of memory"
+# How many lines below ggml's sized failure Ollama's relay of it may come (ollama#3683: five).
+_RELAY_REACH: Final = 12
 # TensorRT's default allocator (TensorRT-LLM's engines under Triton): the failure, then the size
 # on the next line as a warning ("[TensorRT-LLM][ERROR] 1: [defaultAllocator.cpp::allocate::20]
 # Error Code 1: Cuda Runtime (out of memory)", "[TensorRT-LLM][WARNING] Requested amount of GPU
@@ -233,6 +235,18 @@ def extract_ooms(
             pl.col(text).shift(n).str.contains(f"{_GGML}|{BUFFER_FAILURE}").fill_null(value=False)
             for n in range(1, 4)
         ).alias("_buffer_told"),
+        # Ollama's relay of ggml's failure a few lines below it (the loader's and the runner's
+        # last words between): that failure told again, whatever times the two lines print
+        (
+            pl.int_range(pl.len())
+            - pl.when(pl.col(text).str.contains(f"{_GGML}|{BUFFER_FAILURE}"))
+            .then(pl.int_range(pl.len()))
+            .forward_fill()
+            .shift(1)
+            <= _RELAY_REACH
+        )
+        .fill_null(value=False)
+        .alias("_relay_told"),
     ]
     if "pid" in lines.columns:
         keep.append(pl.col("pid").cast(pl.Int64, strict=False))
@@ -270,6 +284,7 @@ def extract_ooms(
             pl.col("_t").str.contains(SIZELESS)
             | (pl.col("_t").str.contains(oom_backends.GGML_LOAD) & ~pl.col("_buffer_told"))
         )
+        .filter(~(pl.col("_t").str.contains(OLLAMA_RELAY) & pl.col("_relay_told")))
         .with_columns(
             _what=pl.col("_t").str.extract(f"({SIZELESS}|{oom_backends.GGML_LOAD})", 1),
             device=pl.coalesce(

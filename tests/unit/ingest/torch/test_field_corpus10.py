@@ -83,6 +83,22 @@ def test_the_relay_after_ggmls_sized_failure_is_that_failure_told_again(tmp_path
     assert ooms["device"].to_list() == [0]
 
 
+def test_the_relay_is_told_again_even_where_the_two_lines_times_disagree(tmp_path: Path) -> None:
+    # the same lines read with --tz UTC: journald's local times and Ollama's "+04:00" are then four
+    # hours apart, and the relay is still ggml's failure told again (it is a few lines below it)
+    text = (
+        "Apr 17 01:25:10 ai-pc ollama[56169]: ggml_backend_cuda_buffer_type_alloc_buffer: "
+        "allocating 24289.03 MiB on device 0: cudaMalloc failed: out of memory\n"
+        "Apr 17 01:25:11 ai-pc ollama[56169]: time=2024-04-17T01:25:11.819+04:00 level=ERROR "
+        'source=routes.go:120 msg="error loading llama server" error="llama runner process no '
+        'longer running: -1 cudaMalloc failed: out of memory"\n'
+    )
+    trace = ingest_paths(
+        [file_at(tmp_path / "server.log", MTIME, text=text)], IngestOptions(tz="UTC")
+    )
+    assert _ooms(trace)["requested_bytes"].to_list() == [round(24289.03 * MiB)]
+
+
 # --- The process that printed an OOM, and its own wrapper's phase -------------------------------
 
 _OOM = (
