@@ -172,6 +172,7 @@ WRAPPERS: Final = r"out of memory occurred when warming up sampler"
 # all, kept on a failure within _SHARDS_NEAR lines of it (the ``shards`` column, "1/37").
 SHARD_PROGRESS: Final = r"checkpoint shards:\s+\d{1,3}% Completed \| (\d+/\d+)"
 _SHARDS_NEAR: Final = 3
+_TQDM: Final = "checkpoint shards:"
 # Any line that may state a phase: what a parser keeps beside the failures.
 LINES: Final = "|".join(f"(?:{m.pattern})" for m in MARKERS)
 # Literal text one of the traceback markers holds, for a parser that picks its candidate lines
@@ -214,7 +215,13 @@ def failure_phases(lines: pl.DataFrame, failure: str, by: str | None = None) -> 
     failed = pl.when("_fail").then(pl.col("line"))
     following, preceding = failed.backward_fill(), failed.forward_fill()
     if by is not None:
-        following, preceding = following.over(by), preceding.over(by)
+        # tqdm prints its progress without the process's prefix: offered to the nearest
+        # failure of any process (vllm#31273)
+        unnamed = pl.col(by).is_null() & text.str.contains(_TQDM, literal=True)
+        following, preceding = (
+            pl.when(unnamed).then(following).otherwise(following.over(by)),
+            pl.when(unnamed).then(preceding).otherwise(preceding.over(by)),
+        )
     # tqdm prints its progress without the process's prefix: it counts for the nearest failure
     # of any process (vllm#31273)
     frame = frame.with_columns(
