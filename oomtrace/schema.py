@@ -40,6 +40,12 @@ Versions. A trace of an older version is read as a current one:
   nullable column: ``events.phase``, what the engine was doing when the failure came
   (:data:`EVENT_PHASES`, as the lines around it state it: llama.cpp's account of the failed
   buffer, a traceback's frames); a trace written before it reads with it null ("not stated").
+  Later, as a nullable column: ``events.proc``, the process that printed the event as its log
+  line's prefixes name it (vLLM's ``(VllmWorker rank=1 pid=2978)``, ``(EngineCore_DP0 pid=494)``,
+  Ray's nested ones, journald's unit pid, a compose service; the parts joined by ``|``, colour
+  codes removed), so that an OOM is matched with the lines of its own process; not ``pid``,
+  which is the process the row is about, in the driver's pid namespace (a container's worker
+  prints its own). A trace written before it reads with it null.
   Later, a word: event kind ``workspace_overflow`` (FlashInfer's attention workspace, a fixed
   buffer, too small for a batch: ``oomtrace/ingest/torch/workspace.py``).
 
@@ -151,6 +157,8 @@ EVENTS: Final = _schema(
         "clock": CLOCK,
         # what the engine was doing (EVENT_PHASES); null where nothing states it
         "phase": pl.String,
+        # the process that printed the event, as the log line's prefixes name it; null where none
+        "proc": pl.String,
     }
 )
 

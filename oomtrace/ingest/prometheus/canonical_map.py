@@ -367,7 +367,7 @@ def _convert(labels: Mapping[str, str], diag: SourceDiagnostics) -> dict[str, An
             out[key] = (
                 (text == "True") if kind is bool else kind(float(text) if kind is int else text)
             )
-        except ValueError:
+        except (ValueError, OverflowError):  # "inf" is a float no integer holds
             diag.note(
                 f"{d.CACHE_CONFIG_INFO}: {label}={text!r} is not a {kind.__name__}; left out",
                 lost=True,

@@ -164,9 +164,13 @@ POOL_TOKENS: Final = r"(\d+) tokens asked, (\d+) available"
 # line of its own, "Try to allocate N tokens." and the pool's room: "Avaliable tokens: N" (0.4,
 # misspelt), "Available tokens: N (available_size=A + evictable_size=E)", "Available full
 # tokens: N (...)" (a hybrid SWA pool).
+# retract_decode's assertion when the one request left cannot grow is the decode's KV-pool OOM:
+# "AssertionError: No space left for only one request,
+# self.token_to_kv_pool_allocator.available_size()=0" (https://github.com/sgl-project/sglang/pull/14948).
 _POOL_HEAD: Final = r"((?:Prefill|Decode) out|\bOut) of memory\. Try to lower"
+_RETRACT_HEAD: Final = r"No space left for only one request"
 _ASKED: Final = r"Try to allocate (\d+) tokens\."
-_AVAILABLE: Final = r"Ava(?:i)?liable (?:full )?tokens: (\d+)"
+_AVAILABLE: Final = r"Ava(?:i)?liable (?:full )?tokens: (\d+)|available_size\(\)=(\d+)"
 
 
 def kv_pool_oom_events(oom_text: pl.DataFrame) -> pl.DataFrame:
@@ -176,9 +180,14 @@ def kv_pool_oom_events(oom_text: pl.DataFrame) -> pl.DataFrame:
         return pl.DataFrame()
     line = pl.col("line")
     frame = oom_text.sort("ts", maintain_order=True).with_columns(
-        _head=line.str.extract(_POOL_HEAD, 1),
+        _head=pl.coalesce(
+            line.str.extract(_POOL_HEAD, 1),
+            pl.when(line.str.contains(_RETRACT_HEAD)).then(pl.lit("Decode out")),
+        ),
         _asked=line.str.extract(_ASKED, 1).cast(pl.Int64, strict=False),
-        _available=line.str.extract(_AVAILABLE, 1).cast(pl.Int64, strict=False),
+        _available=pl.coalesce(
+            line.str.extract(_AVAILABLE, 1), line.str.extract(_AVAILABLE, 2)
+        ).cast(pl.Int64, strict=False),
     )
     frame = frame.with_columns(_failure=pl.col("_head").is_not_null().cum_sum())
     figures = (

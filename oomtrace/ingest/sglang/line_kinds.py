@@ -17,6 +17,7 @@ from oomtrace.ingest.torch.oom_text import PREFILTER
 _KV_POOL_OOM_LITERALS: Final = [
     " out of memory. Try to lower your batch size",
     "Out of memory. Try to lower your batch size",
+    "No space left for only one request",
 ]
 # The lines after it: "Try to allocate N tokens.", "Avaliable tokens: N" (0.4's spelling),
 # "Available tokens: N (...)", "Available full tokens: N (...)".

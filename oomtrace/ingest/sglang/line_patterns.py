@@ -154,9 +154,12 @@ KINDS: Final[tuple[Kind, ...]] = (
         starts=("Decode out of memory happened", "KV cache pool is full"),
     ),
     Kind(
-        # "Out of memory." without the phase since 0.5 (mem_cache/common.py)
+        # "Out of memory." without the phase since 0.5 (mem_cache/common.py); retract_decode's
+        # assertion when the one request left cannot grow (schedule_batch.py, "No space left for
+        # only one request", https://github.com/sgl-project/sglang/pull/14948)
         "kv_pool_oom",
-        r"(?:(?:Prefill|Decode) out|\bOut) of memory\. Try to lower your batch size",
+        r"(?:(?:Prefill|Decode) out|\bOut) of memory\. Try to lower your batch size"
+        r"|No space left for only one request",
         "[2025-05-01 12:00:00 TP0] Prefill out of memory. Try to lower your batch size.",
     ),
     Kind(

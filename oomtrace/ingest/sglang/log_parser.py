@@ -91,6 +91,7 @@ _SNIFF_BARE = re.compile(
     # 0.1.x, which printed no prefix at all
     r"|new fill batch\. #seq: \d+\. |#running-req: \d+, #token: \d+, token usage: )"
     r"|(?:Prefill|Decode) out of memory\. Try to lower your batch size"
+    r"|No space left for only one request, self\.token_to_kv_pool"
     r"|Not enough memory\. Please try to increase --mem-fraction-static"
 )
 # Kinds whose pattern is tested on the whole line (they have no SGLang prefix, or it varies).

@@ -50,10 +50,12 @@ _COLOUR: Final = r"(?:\x1b\[[0-9;]*m)?"
 # lazy quantifiers), and this one runs on every line.
 _TS_ISO: Final = r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9.,]+(?:Z|[+-][0-9:]+)"
 # journald: a unit with a [pid] is required so that "Process SpawnProcess-1: " after a kubectl
-# timestamp is never taken for a journald host and unit.
+# timestamp is never taken for a journald host and unit. The host may be cut from a paste and
+# the month printed lower-case by the viewer's locale (``jun 18 13:23:17 ollama[22256]: ``,
+# https://github.com/ollama/ollama/issues/5113).
 _JOURNALD: Final = (
-    r"(?:(?P<jd_short>[A-Z][a-z]{2} [ 0-9][0-9] [0-9:.]+)|(?P<jd_iso>" + _TS_ISO + r")) "
-    r"(?P<host>[^\s\[\]:]+) [^\s\[\]:]+\[(?P<unit_pid>[0-9]+)\]: "
+    r"(?:(?P<jd_short>[A-Za-z][a-z]{2} [ 0-9][0-9] [0-9:.]+)|(?P<jd_iso>" + _TS_ISO + r")) "
+    r"(?:(?P<host>[^\s\[\]:]+) )?[^\s\[\]:]+\[(?P<unit_pid>[0-9]+)\]: "
 )
 # Cloud Logging's severities (LogSeverity), then the entry's time and any summary fields shown.
 _CLOUD_LOGGING: Final = (
@@ -103,7 +105,7 @@ TIME_SOURCES: Final[tuple[tuple[str, PrefixKind, str], ...]] = (
 # Capture-free tests that tell which kinds a chunk holds (a kind a chunk lacks costs nothing).
 _DETECT: Final[dict[PrefixKind, str]] = {
     "cloud_logging": r"^[A-Z]{4,9} [0-9]{4}-[0-9]{2}-[0-9]{2}T",
-    "journald": r"^(?:[A-Z][a-z]{2} [ 0-9][0-9] [0-9]{2}:|"
+    "journald": r"^(?:[A-Za-z][a-z]{2} [ 0-9][0-9] [0-9]{2}:|"
     r"[0-9]{4}-[0-9]{2}-[0-9]{2}T\S+ [^\s\[\]:]+ [^\s\[\]:]+\[[0-9]+\]: )",
     "kube_prefix": r"^\[po",
     "timestamp": r"^(?:\[\S+\] )?\[?[0-9]{4}-[0-9]{2}-[0-9]{2}T",

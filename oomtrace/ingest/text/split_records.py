@@ -37,7 +37,7 @@ import polars as pl
 # What begins a record in most logs, for parsers with no sharper test: a date or a syslog time,
 # a level word, a Python exception or traceback head, a bracketed or parenthesised prefix.
 LOG_RECORD_START: Final = (
-    r"^(?:\d{4}-\d\d-\d\d[T ]|[A-Z][a-z]{2} [ \d]\d \d\d:|(?:DEBUG|INFO|WARNING|WARN|ERROR|"
+    r"^(?:\d{4}-\d\d-\d\d[T ]|[A-Za-z][a-z]{2} [ \d]\d \d\d:|(?:DEBUG|INFO|WARNING|WARN|ERROR|"
     r"CRITICAL|FATAL)\b|[\w.]+(?:Error|Exception)\b|Traceback|\[|\()"
 )
 # A fold narrower than this is no terminal's; a shorter line before a piece is no wrapped line.

@@ -46,8 +46,11 @@ _ZONED_LATER: Final = (
 # ``[07/08/2025-19:47:15] [TRT-LLM] [I] ...``, https://github.com/NVIDIA/TensorRT-LLM/issues/5872),
 # read as form 2.
 SLASHED: Final = r"\[(?<um>\d{2})/(?<ud>\d{2})/(?<uy>\d{4})-(?<utime>\d{2}:\d{2}:\d{2})\]"
+# The month as C's English abbreviation, in either case: journalctl under some locales prints
+# it lower-case (``jun 18 13:23:17 ollama[22256]: ``, https://github.com/ollama/ollama/issues/5113).
 SYSLOG: Final = (
-    r"(?:^|[^A-Za-z])(?<mon>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) {1,2}(?<day>\d{1,2}) "
+    r"(?:^|[^A-Za-z])(?<mon>(?i:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)) {1,2}"
+    r"(?<day>\d{1,2}) "
     r"(?<stime>\d{2}:\d{2}:\d{2})(?:[^0-9]|$)"
 )
 # glog's and c10's level letter, month and day (the month unpadded in c10's), time, fraction.
@@ -172,7 +175,7 @@ def line_stamps(
     if syslog_year is None:
         syslog = pl.lit(None, dtype=TS)
     else:
-        month = pl.col("mon").replace(_MONTHS)
+        month = pl.col("mon").str.to_titlecase().replace(_MONTHS)
         date = pl.concat_str(
             [pl.lit(f"{syslog_year}-"), month, pl.lit("-"), pl.col("day").str.zfill(2)]
         )

@@ -47,13 +47,16 @@ RELATIVE: Final = (
 )
 # The supervisor's prefix a runner's lines may carry: journald's (``Dec 31 01:58:01 host
 # ollama[555324]: ``, Ollama under systemd) or docker compose's (``ollama  | ``).
-_SUPERVISOR: Final = r"(?:[A-Z][a-z]{2} [ 0-9]\d [\d:.]+ \S+ [^\s\[\]:]+\[\d+\]: |[\w.-]+ +\| )?"
+_SUPERVISOR: Final = (
+    r"(?:[A-Za-z][a-z]{2} [ 0-9]\d [\d:.]+ (?:\S+ )?[^\s\[\]:]+\[\d+\]: |[\w.-]+ +\| )?"
+)
 # Ollama's own start-up lines in Go's logfmt (``source=file.go:N msg=...``), which mark its log
 # before any runner line: GPU discovery and the memory it plans with.
 _OLLAMA_LINES: Final = (
     r'\bsource=\w+\.go:\d+ msg="?(?:system memory|inference compute|looking for compatible '
     r"GPUs|evaluating|new model will fit|loaded runners|waiting for llama runner|llama runner "
-    r"started|starting llama server|error loading llama server)"
+    r"started|starting llama server|error loading llama server|Listening on \S+ \(version "
+    r"|Dynamic LLM libraries|total blobs:)"
 )
 # What marks Ollama's log (its runner's llama.cpp lines aside): the engine a remedy names; also
 # journald's prefix naming Ollama's unit (``Apr 17 01:25:09 ai-pc ollama[56169]: ``, ollama
@@ -62,7 +65,7 @@ _OLLAMA_LINES: Final = (
 OLLAMA_MARKERS: Final = (
     _OLLAMA_LINES
     + r'|\bmsg="?offload(?: to \w+"| library=\w+) '
-    + r"|^[A-Z][a-z]{2} [ 0-9]\d [\d:.]+ \S+ ollama(?:\.[\w-]+)?\[\d+\]: "
+    + r"|^[A-Za-z][a-z]{2} [ 0-9]\d [\d:.]+ (?:\S+ )?ollama(?:\.[\w-]+)?\[\d+\]: "
     + r"|^Error: llama runner process has terminated"
 )
 # Lines only llama.cpp prints (model loading, the server's start), for sniffing a log whose

@@ -39,6 +39,7 @@ from oomtrace.ingest.alignment.anchoring import line_instant, untimed_rows
 from oomtrace.ingest.nvidia_smi import table_parser
 from oomtrace.ingest.parser_api import ParseContext, ParseResult
 from oomtrace.ingest.text.input_file import InputFile, first_line
+from oomtrace.ingest.text.outer_prefixes import strip_prefixes
 from oomtrace.ingest.text.split_records import LOG_RECORD_START, find_split_records
 from oomtrace.ingest.text.timestamps import SEARCH_CHARS, StampForms, line_stamps, tz_hint
 from oomtrace.ingest.torch import (
@@ -81,10 +82,19 @@ _SNIFF_OOM = re.compile(
     f"{OOM_SHAPES}|{BUFFER_FAILURE}|{tgi_log.WARMUP}|{host_kill.LINE}|{gpu_xid.LINE}|"
     f"{alloc_retry.SNIFF}|{oom_backends.GGML_LOAD}"
 )
+# LMDeploy's lines: its Python logger ("01/19 15:19:51 - turbomind - WARNING - ...", the date
+# without its year) and TurboMind's C++ ones ("[TM][ERROR] CUDA runtime error: out of memory
+# /lmdeploy/src/turbomind/utils/allocator.h:231", https://github.com/InternLM/lmdeploy/issues/1019,
+# https://github.com/InternLM/lmdeploy/issues/1001).
+LMDEPLOY_MARKERS: Final = (
+    r"\d\d/\d\d \d\d:\d\d:\d\d - (?:turbomind|lmdeploy) - (?:DEBUG|INFO|WARNING|ERROR)\b"
+    r"|\[TM\]\[(?:DEBUG|INFO|WARNING|ERROR)\]"
+)
 # A server log this parser reads even when its head holds no failure.
 _SNIFF_SERVER = re.compile(
     f"{llamacpp_log.MARKERS.pattern}|{tgi_log.MARKERS}|{llamacpp_log.KV_SNIFF}|"
-    f"{trtllm_log.MARKERS}|{llamacpp_slots.MARKERS}",
+    f"{trtllm_log.MARKERS}|{llamacpp_slots.MARKERS}|{llamacpp_log.OLLAMA_MARKERS}|"
+    f"{LMDEPLOY_MARKERS}",
     re.MULTILINE,
 )
 # Line shapes another parser owns: a log that has them belongs to that parser.
@@ -107,6 +117,7 @@ _ENGINES: Final = (
             f"{llamacpp_log.STARTUP}|ggml_(?:backend_cuda_buffer_type_alloc_buffer|gallocr)"
         ),
     ),
+    ("lmdeploy", LMDEPLOY_MARKERS),
 )
 _NOT_RELEVANT = "no out-of-memory message (not relevant)"
 # A record's first line: a log's, or the kernel's (``kernel: NVRM: ...``, journald's ``-o cat``),
@@ -237,7 +248,13 @@ class _Acc:
             if other
             else None,
         )
-        timed = oom_phase.failure_phases(kept.drop_nulls("ts"), OOM_SHAPES)
+        # the process prefixes of each line ("(VllmWorker rank=0 pid=10672) "): each process's
+        # lines are read apart for their phase, and the events keep the process that printed them
+        timed = kept.drop_nulls("ts")
+        timed = timed.with_columns(
+            proc=strip_prefixes(timed.select(line="text")).get_column("proc")
+        )
+        timed = oom_phase.failure_phases(timed, OOM_SHAPES, by="proc")
         events, samples = extract_ooms(timed, diag=self.diag)
         events = fold_wrappers(events, TOLD_AGAIN) if events.height else events
         texts = timed.select("ts", "text")

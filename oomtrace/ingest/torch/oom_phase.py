@@ -166,10 +166,13 @@ MARKERS: Final[tuple[Marker, ...]] = (
         before=_TRACEBACK,
     ),
 )
+# The wrappers an engine raises from an OOM, printed after it, whose phase the OOM takes.
+WRAPPERS: Final = r"out of memory occurred when warming up sampler"
 # tqdm's "Loading safetensors checkpoint shards:   3% Completed | 1/37 [...]": the shards loaded of
 # all, kept on a failure within _SHARDS_NEAR lines of it (the ``shards`` column, "1/37").
 SHARD_PROGRESS: Final = r"checkpoint shards:\s+\d{1,3}% Completed \| (\d+/\d+)"
 _SHARDS_NEAR: Final = 3
+_TQDM: Final = "checkpoint shards:"
 # Any line that may state a phase: what a parser keeps beside the failures.
 LINES: Final = "|".join(f"(?:{m.pattern})" for m in MARKERS)
 # Literal text one of the traceback markers holds, for a parser that picks its candidate lines
@@ -212,7 +215,13 @@ def failure_phases(lines: pl.DataFrame, failure: str, by: str | None = None) -> 
     failed = pl.when("_fail").then(pl.col("line"))
     following, preceding = failed.backward_fill(), failed.forward_fill()
     if by is not None:
-        following, preceding = following.over(by), preceding.over(by)
+        # tqdm prints its progress without the process's prefix: offered to the nearest
+        # failure of any process (vllm#31273)
+        unnamed = pl.col(by).is_null() & text.str.contains(_TQDM, literal=True)
+        following, preceding = (
+            pl.when(unnamed).then(following).otherwise(following.over(by)),
+            pl.when(unnamed).then(preceding).otherwise(preceding.over(by)),
+        )
     # tqdm prints its progress without the process's prefix: it counts for the nearest failure
     # of any process (vllm#31273)
     frame = frame.with_columns(
@@ -250,7 +259,7 @@ def failure_phases(lines: pl.DataFrame, failure: str, by: str | None = None) -> 
         ]
     ).unique("_at", keep="first", maintain_order=True)
     phases = {i: m.phase for i, m in enumerate(MARKERS)}
-    return (
+    out = (
         frame.join(best, left_on="line", right_on="_at", how="left", maintain_order="left")
         .join(near, left_on="line", right_on="_at", how="left", maintain_order="left")
         .with_columns(
@@ -258,5 +267,41 @@ def failure_phases(lines: pl.DataFrame, failure: str, by: str | None = None) -> 
                 pl.col("_best").replace_strict(phases, default=None, return_dtype=pl.String)
             )
         )
-        .drop("_fail", "_rank", "_next", "_prev", "_next_any", "_prev_any", "_best")
+        .drop("_rank", "_next", "_prev", "_next_any", "_prev_any", "_best")
+    )
+    return _wrapped_phases(out, by).drop("_fail")
+
+
+def _wrapped_phases(frame: pl.DataFrame, by: str | None) -> pl.DataFrame:
+    """A failure without a phase takes the phase of the wrapper its process printed next (within
+    a traceback's reach): Python prints the exception that wraps an OOM after it ("The above
+    exception was the direct cause of the following exception:"), and only the wrapper names the
+    phase (vLLM's sampler warm-up; ranks interleave their lines, so only the failure's own
+    process's wrapper counts: https://github.com/vllm-project/vllm/issues/15105)."""
+    fails = frame.filter("_fail")
+    if fails.height < 2 or not fails.select(pl.col("text").str.contains(WRAPPERS).any()).item():
+        return frame
+    wrapper_phase = pl.when(pl.col("text").str.contains(WRAPPERS)).then(pl.col("phase"))
+    after = pl.col("line").shift(-1)
+    told = wrapper_phase.shift(-1)
+    if by is not None:
+        after, told = after.over(by, order_by="line"), told.over(by, order_by="line")
+    followed = (
+        fails.select(
+            "line",
+            _after=after,
+            _told=told,
+            _self=pl.col("text").str.contains(WRAPPERS),
+        )
+        .filter(
+            pl.col("_told").is_not_null()
+            & ~pl.col("_self")
+            & (pl.col("_after") - pl.col("line") <= _TRACEBACK)
+        )
+        .select("line", "_told")
+    )
+    return (
+        frame.join(followed, on="line", how="left", maintain_order="left")
+        .with_columns(phase=pl.coalesce("phase", "_told"))
+        .drop("_told")
     )

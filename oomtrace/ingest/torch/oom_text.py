@@ -53,6 +53,7 @@ import polars as pl
 
 from oomtrace.diagnostics import SourceDiagnostics
 from oomtrace.ingest.text.input_file import first_line
+from oomtrace.ingest.text.outer_prefixes import ANSI
 from oomtrace.ingest.torch import oom_backends, oom_fraction, oom_mps, workspace
 from oomtrace.ingest.torch.oom_processes import (
     SIZE,
@@ -121,6 +122,20 @@ _UNALLOCATED: Final = r"and " + SIZE + r" is reserved by PyTorch but unallocated
 # (c10/cuda/CUDACachingAllocator.cpp's reportProcessMemoryInfo asserts NVML_SUCCESS == r; NVML
 # does not answer it on a MIG slice or in some containers, vllm#5107).
 NCCL_OOM: Final = r"Cuda failure (?:2 )?'out of memory'"
+# Ollama relays its runner's death with ggml's last words, no size: ``msg="error loading llama
+# server" error="llama runner process has terminated: signal: aborted (core dumped) cudaMalloc
+# failed: out of memory"`` (https://github.com/ollama/ollama/issues/5113); where ggml's sized
+# line is in the log too, the relay is that failure told again (TOLD_AGAIN).
+OLLAMA_RELAY: Final = r"cudaMalloc failed: out of memory"
+# How many lines below ggml's sized failure Ollama's relay of it may come (ollama#3683: five).
+_RELAY_REACH: Final = 12
+# TensorRT's default allocator (TensorRT-LLM's engines under Triton): the failure, then the size
+# on the next line as a warning ("[TensorRT-LLM][ERROR] 1: [defaultAllocator.cpp::allocate::20]
+# Error Code 1: Cuda Runtime (out of memory)", "[TensorRT-LLM][WARNING] Requested amount of GPU
+# memory (14434380600 bytes) could not be allocated.",
+# https://github.com/triton-inference-server/tensorrtllm_backend/issues/274): one failure, sized.
+TRT_RUNTIME: Final = r"Cuda Runtime \(out of memory\)"
+_TRT_REQUESTED: Final = r"Requested amount of GPU memory \((\d+) (bytes)\) could not be allocated"
 NVML_REPORT: Final = r"NVML_SUCCESS == r INTERNAL ASSERT FAILED at \S*CUDACachingAllocator\.cpp"
 SIZELESS: Final = (
     NCCL_OOM + "|" + NVML_REPORT + "|"
@@ -130,7 +145,8 @@ SIZELESS: Final = (
     r"CUDNN_STATUS_ALLOC_FAILED|"
     r"Tried to allocate more than 1EB memory|Allocation was preemptively rejected|"
     r"(?:CUDA|HIP|XPU|NPU) out of memory|cuda runtime error \(2\) : out of memory|"
-    r"THCudaCheck FAIL .*error=2 : out of memory|" + oom_backends.SIZELESS
+    r"THCudaCheck FAIL .*error=2 : out of memory|" + OLLAMA_RELAY + "|" + TRT_RUNTIME + "|"
+    r"CUDA runtime error: out of memory|" + oom_backends.SIZELESS
 )
 # What a message cut short still states: the size it tried to allocate.
 _CUT: Final = r"out of memory\. Tried to allocate " + SIZE
@@ -153,7 +169,7 @@ _XLA: Final = (
 # the lines worth keeping.
 PREFILTER: Final = (
     r"out of memory|ALLOC_FAILED|preemptively rejected|total capacity; |has a total capac|"
-    r"Out of memory while trying|buffer of size \d|NVML_SUCCESS == r|"
+    r"Out of memory while trying|buffer of size \d|NVML_SUCCESS == r|Requested amount of GPU mem|"
     + oom_backends.PREFILTER
     + "|"
     + oom_fraction.PARTS
@@ -171,6 +187,7 @@ OOM_SHAPES: Final = "|".join(
         oom_mps.HEAD,
         _GGML,
         _XLA,
+        _TRT_REQUESTED,
         oom_backends.VULKAN,
         SIZELESS,
         workspace.LINE,
@@ -180,7 +197,7 @@ OOM_SHAPES: Final = "|".join(
 
 EVENT_COLUMNS: Final = [
     "ts", "device", "pid", "kind", "requested_bytes", "total_bytes", "free_bytes",
-    "allocated_bytes", "reserved_unallocated_bytes", "process_bytes", "detail", "phase",
+    "allocated_bytes", "reserved_unallocated_bytes", "process_bytes", "detail", "phase", "proc",
 ]  # fmt: skip
 
 
@@ -189,7 +206,9 @@ def extract_ooms(
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """OOM events and per-process samples from ``lines`` (columns ``ts`` and ``text``, in file
     order; an optional ``pid`` column is the pid of the process that printed each line, where
-    the parser knows it; an optional ``phase`` column, the phase the lines around it state:
+    the parser knows it; an optional ``proc`` column, the process prefixes that printed it
+    (:func:`oomtrace.ingest.text.outer_prefixes.strip_prefixes`), kept on the event as printed,
+    colour codes removed; an optional ``phase`` column, the phase the lines around it state:
     :func:`oomtrace.ingest.torch.oom_phase.failure_phases`).
 
     Returns ``(events, samples)`` with canonical column names (without ``node``/``source``).
@@ -216,11 +235,25 @@ def extract_ooms(
             pl.col(text).shift(n).str.contains(f"{_GGML}|{BUFFER_FAILURE}").fill_null(value=False)
             for n in range(1, 4)
         ).alias("_buffer_told"),
+        # Ollama's relay of ggml's failure a few lines below it (the loader's and the runner's
+        # last words between): that failure told again, whatever times the two lines print
+        (
+            pl.int_range(pl.len())
+            - pl.when(pl.col(text).str.contains(f"{_GGML}|{BUFFER_FAILURE}"))
+            .then(pl.int_range(pl.len()))
+            .forward_fill()
+            .shift(1)
+            <= _RELAY_REACH
+        )
+        .fill_null(value=False)
+        .alias("_relay_told"),
     ]
     if "pid" in lines.columns:
         keep.append(pl.col("pid").cast(pl.Int64, strict=False))
     if "phase" in lines.columns:
         keep.append(pl.col("phase"))
+    if "proc" in lines.columns:
+        keep.append(pl.col("proc").str.replace_all(ANSI, "").str.strip_chars(" "))
     if "shards" in lines.columns:
         keep.append(pl.col("shards"))
     hits = lines.select(keep).filter(pl.col("_t").str.contains(PREFILTER))
@@ -239,6 +272,7 @@ def extract_ooms(
         _one_size(anonymous, _GGML, "ggml"),
         _one_size(anonymous.filter(~pl.col("_told")), BUFFER_FAILURE, "ggml", bytes_first=False),
         _one_size(anonymous, _XLA, "xla"),
+        _one_size(anonymous, _TRT_REQUESTED, "tensorrt"),
         _one_size(anonymous, oom_backends.VULKAN, "vulkan"),
         # not an OOM: FlashInfer's fixed workspace ran out (kind workspace_overflow, below)
         workspace.overflows(hits),
@@ -250,6 +284,7 @@ def extract_ooms(
             pl.col("_t").str.contains(SIZELESS)
             | (pl.col("_t").str.contains(oom_backends.GGML_LOAD) & ~pl.col("_buffer_told"))
         )
+        .filter(~(pl.col("_t").str.contains(OLLAMA_RELAY) & pl.col("_relay_told")))
         .with_columns(
             _what=pl.col("_t").str.extract(f"({SIZELESS}|{oom_backends.GGML_LOAD})", 1),
             device=pl.coalesce(
@@ -315,6 +350,8 @@ def _detail(events: pl.DataFrame) -> pl.Expr:
         .then(pl.lit("llama.cpp (ggml) Vulkan device memory allocation failed"))
         .when(layout == "nccl")
         .then(pl.format("{} (NCCL's own allocation)", pl.col("_what")))
+        .when(layout == "tensorrt")
+        .then(pl.lit("TensorRT's allocator could not get the GPU memory requested"))
         .when(layout == "xla")
         .then(pl.lit("JAX/XLA RESOURCE_EXHAUSTED: out of memory (the request only)"))
         .when(layout == "fraction")
@@ -409,7 +446,7 @@ def _one_size(
     return found.select(
         "ts",
         "_t",
-        *(["phase"] if "phase" in found.columns else []),
+        *(c for c in ("phase", "proc") if c in found.columns),
         _layout=pl.lit(layout),
         device=device.cast(pl.Int32, strict=False),
         requested_bytes=bytes_expr(pl.col("n"), pl.col("u")),
@@ -437,7 +474,13 @@ def _empty_events() -> pl.DataFrame:
 # The size-less OOMs the PyTorch-log reader takes for a wrapper of a sized one (the messages that
 # restate an allocator's failure), rather than a failure of their own: a raw "CUDA error: out of
 # memory" is another failure (a kernel's or a library's), kept.
-TOLD_AGAIN: Final = r"^(?:CUDA out of memory|unable to allocate \w+ buffer) \(no size stated\)"
+TOLD_AGAIN: Final = (
+    r"^(?:CUDA out of memory|unable to allocate \w+ buffer|"
+    + OLLAMA_RELAY
+    + "|"
+    + TRT_RUNTIME
+    + r") \(no size stated\)"
+)
 
 
 def fold_wrappers(events: pl.DataFrame, told_again: str | None = None) -> pl.DataFrame:

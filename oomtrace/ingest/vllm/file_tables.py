@@ -355,7 +355,7 @@ def oom_rows(ooms: pl.DataFrame, ledger: Ledger) -> tuple[pl.DataFrame, pl.DataF
     # The pid of the process prefix ("(EngineCore_DP0 pid=494) ") names the failing process.
     pid = pl.col("proc").str.extract(r"\bpid=(\d+)", 1).cast(pl.Int64, strict=False)
     events, samples = extract_ooms(
-        ooms.select("ts", "phase", "shards", text="body", pid=pid), diag=ledger.diag
+        ooms.select("ts", "phase", "shards", "proc", text="body", pid=pid), diag=ledger.diag
     )
     events = fold_wrappers(events)
     if retried is not None and retried.height:

@@ -411,6 +411,11 @@ BARE_SNIFF: Final = (
     r"|is larger than the maximum number of tokens that can be stored in KV cache"
     # The engine's death, by the names only vLLM gives it (an OOM above it is then vLLM's).
     r"|EngineDeadError: EngineCore encountered|MQEngineDeadError: Engine loop is not running"
+    # V1's process prefixes on a traceback's frames pasted without the logger's header
+    # (https://github.com/vllm-project/vllm/issues/24814); an OOM line alone under such a prefix
+    # stays PyTorch's reader's, which reads tqdm's shard progress beside it
+    r"|(?m:^\((?:EngineCore(?:_DP\d+)?|APIServer|Worker(?:_[TPDE]P\d+)*|VllmWorker rank=\d+) "
+    r"pid=\d+\) +File \"[^\"]+\", line \d+, in )"
 )
 SNIFF_MARKERS: Final = (
     STATS_LITERAL,

@@ -75,3 +75,13 @@ def test_each_version_family_is_recognised_from_its_names(family: object) -> Non
 
 def test_wanted_names_cover_the_table_for_collectors() -> None:
     assert {s.name for s in SERIES} | {"vllm:cache_config_info"} == WANTED_NAMES
+
+
+def test_an_infinite_block_count_in_the_cache_config_labels_is_left_out_with_a_note() -> None:
+    # found by tests/integration/test_fuzz.py (a number damaged to "inf"): int(float("inf"))
+    # raised OverflowError instead of the note a label no integer holds gets
+    from oomtrace.ingest.prometheus.canonical_map import _convert
+
+    diag = SourceDiagnostics("sample", "prometheus", "n")
+    assert _convert({"num_gpu_blocks": "inf", "block_size": "16"}, diag) == {"block_size": 16}
+    assert any("num_gpu_blocks='inf'" in note for note in diag.notes)

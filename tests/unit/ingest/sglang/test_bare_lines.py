@@ -115,3 +115,19 @@ def test_prose_that_names_sglang_messages_is_not_claimed(tmp_path: Path) -> None
     path.write_text("We looked at the Decode batch lines and the KV Cache is allocated line.\n")
     sniffed = sniff(InputFile(path, path.name), explicit=True)
     assert sniffed.parser is None or sniffed.parser.name != "sglang-log"
+
+
+def test_retract_decodes_assertion_is_the_decodes_kv_pool_oom(tmp_path: Path) -> None:
+    # https://github.com/sgl-project/sglang/pull/14948 (the one request left cannot grow)
+    path = _excerpt(
+        tmp_path,
+        "assert.txt",
+        "AssertionError: No space left for only one request, "
+        "self.token_to_kv_pool_allocator.available_size()=0\n"
+        '  File "/sgl-workspace/sglang/python/sglang/srt/managers/schedule_batch.py", line 1627, '
+        "in retract_decode\n",
+    )
+    trace = ingest_paths([path], IngestOptions())
+    assert trace.manifest.engine.get("name") == "sglang"
+    (detail,) = trace.events.filter(pl.col("kind") == "oom")["detail"].to_list()
+    assert detail == "SGLang could not allocate KV cache slots (Decode out of memory): 0 available"

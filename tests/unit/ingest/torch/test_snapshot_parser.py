@@ -180,6 +180,7 @@ def test_the_oom_entry_becomes_an_event_with_the_allocator_state_at_that_moment(
             "process_bytes": [None],
             "detail": ["PyTorch memory snapshot: allocator OOM trace entry (device_free, size)"],
             "phase": [None],
+            "proc": [None],
         },
         schema=events.schema,
     )

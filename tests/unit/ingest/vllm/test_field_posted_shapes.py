@@ -243,3 +243,18 @@ def test_the_0_8_engine_cores_exception_is_its_death(tmp_path: Path) -> None:
     )
     deaths = trace.events.filter(pl.col("kind") == "engine_dead")
     assert deaths["detail"].to_list() == ["EngineCore hit an exception"]
+
+
+def test_a_v1_traceback_pasted_without_its_headers_is_vllms(tmp_path: Path) -> None:
+    # https://github.com/vllm-project/vllm/issues/24814 (the engine core's frames, each line
+    # behind its process prefix and nothing else)
+    trace = _trace(
+        tmp_path,
+        "(EngineCore_DP0 pid=150254)     engine_core = EngineCoreProc(*args, **kwargs)\n"
+        "(EngineCore_DP0 pid=150254)                   ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\n"
+        '(EngineCore_DP0 pid=150254)   File "/mnt/vllm/vllm/v1/engine/core.py", line 91, in '
+        "__init__\n"
+        "(EngineCore_DP0 pid=150254)     self._initialize_kv_caches(vllm_config)\n",
+    )
+    assert trace.manifest.sources[0].parser == "vllm-log"
+    assert trace.events.filter(pl.col("kind") == "oom").height == 0
