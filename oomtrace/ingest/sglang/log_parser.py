@@ -283,7 +283,10 @@ class _Acc:
         self.keep(
             "requests", extract.requests(used.filter(kinds.is_in(["receive", "finish"])), self.diag)
         )
-        not_oom = used.filter((kinds == "torch_oom") & ~pl.col("line").str.contains(OOM_SHAPES))
+        # the OOM shapes' pattern on the few candidate lines only: on every line it cost about a
+        # third of a millisecond each (0.66 s for a sample incident's 2,000 lines)
+        oom_lines = used.filter(kinds == "torch_oom")
+        not_oom = oom_lines.filter(~pl.col("line").str.contains(OOM_SHAPES))
         self.diag.skip(
             "mentions memory but is no known out-of-memory message",
             not_oom.height,
