@@ -128,7 +128,8 @@ def phase_remedies(incident: Incident, check: ClassCheck, facts: RemedyFacts) ->
     if phase == "load_weights":
         return [_weights(incident, check, facts if llama else None, wanted, free)]
     if phase == "engine_create":
-        return [trtllm_buffers(incident, check)]
+        buffers = turbomind_buffers if facts.engine == "lmdeploy" else trtllm_buffers
+        return [buffers(incident, check)]
     return []
 
 
@@ -229,6 +230,26 @@ def trtllm_buffers(incident: Incident, check: ClassCheck) -> Remedy:
         "the engine was built with, and its KV cache takes kv_cache_free_gpu_mem_fraction of "
         "what the weights and those buffers leave; a buffer that finds no room asks less of "
         "either (the log states neither, so no value is computed)",
+    )
+
+
+def turbomind_buffers(incident: Incident, check: ClassCheck) -> Remedy:
+    """LMDeploy's TurboMind failed to create a model instance: its KV cache was allocated first,
+    cache_max_entry_count of the GPU's memory (of the total in LMDeploy 0.2.0, of what the
+    weights leave since), and the instance's buffers found no room in the rest
+    (https://github.com/InternLM/lmdeploy/issues/1019, answered with cache_max_entry_count 0.2;
+    the log states neither figure, so no value is computed)."""
+    return remedy(
+        incident,
+        check,
+        "lower cache_max_entry_count (--cache-max-entry-count, or TurbomindEngineConfig's "
+        "cache_max_entry_count), for example to 0.2",
+        setting=None,
+        value=None,
+        basis="budget",
+        detail="TurboMind gives its KV cache cache_max_entry_count of the GPU's memory before it "
+        "creates the model instance, whose runtime buffers need the rest; a smaller share leaves "
+        "them room (the log states neither the share nor the buffers' size)",
     )
 
 

@@ -129,6 +129,10 @@ MARKERS: Final[tuple[Marker, ...]] = (
         after=_ACCOUNT,
     ),
     Marker("load_weights", _FRAME + r"(?:load_model|load_weights)\b", before=_TRACEBACK),
+    # LMDeploy's TurboMind creating a model instance (lmdeploy/turbomind/turbomind.py,
+    # _create_model_instance): its runtime buffers are allocated there, after the KV cache took
+    # cache_max_entry_count of the GPU (https://github.com/InternLM/lmdeploy/issues/1019)
+    Marker("engine_create", _FRAME + r"_create_model_instance\b", before=_TRACEBACK),
     # vLLM V0's worker wrapper names the method on the failure's own line ("Exception in worker
     # VllmWorkerProcess while processing method determine_num_available_blocks: CUDA out of
     # memory ...", vllm/executor/multiproc_worker_utils.py; vllm#8903)

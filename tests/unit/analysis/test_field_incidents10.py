@@ -296,3 +296,39 @@ def test_ollamas_compute_buffer_failing_for_a_request_is_while_serving_with_olla
     assert actions[0].startswith("reserve room on each GPU with OLLAMA_GPU_OVERHEAD")
     assert "CUDA1" in actions[0]
     assert "lower num_batch" in actions
+
+
+# https://github.com/InternLM/lmdeploy/issues/1019 (LMDeploy 0.2.x TurboMind, internlm2-chat-7b on
+# a 24 GB RTX 3090; the maintainers' answer: the KV cache's cache_max_entry_count left the model
+# instance's buffers too little, lower it to 0.2)
+LMDEPLOY_1019 = (
+    "[WARNING] gemm_config.in is not found; using default GEMM algo\n"
+    "Exception in thread Thread-21:\n"
+    "Traceback (most recent call last):\n"
+    '  File "/usr/lib/python3.8/threading.py", line 932, in _bootstrap_inner\n'
+    "    self.run()\n"
+    '  File "/usr/lib/python3.8/threading.py", line 870, in run\n'
+    "    self._target(*self._args, **self._kwargs)\n"
+    '  File "/home/khj/.local/lib/python3.8/site-packages/lmdeploy/turbomind/turbomind.py", '
+    "line 486, in _create_model_instance\n"
+    "    model_inst = self.tm_model.model_comm.create_model_instance(\n"
+    "RuntimeError: [TM][ERROR] CUDA runtime error: out of memory "
+    "/lmdeploy/src/turbomind/utils/allocator.h:231\n"
+)
+
+
+def test_turbomind_failing_to_create_its_model_instance_is_a_startup_misfit_of_its_kv_share(
+    tmp_path: Path,
+) -> None:
+    # GIVEN TurboMind's OOM inside its model instance's creation
+    trace = _trace(tmp_path, {"lmdeploy.log": LMDEPLOY_1019})
+    # THEN ingest places the failure in the engine's creation
+    assert trace.events["phase"].to_list() == ["engine_create"]
+    findings = analyze(trace)
+    primary = findings.primary
+    assert primary is not None
+    assert primary.cls == "startup_misfit"
+    # AND the fix is LMDeploy's own: a smaller KV share, not TensorRT-LLM's settings
+    action = findings.remedies[0].action
+    assert action.startswith("lower cache_max_entry_count (--cache-max-entry-count")
+    assert "kv_cache_free_gpu_mem_fraction" not in action

@@ -217,9 +217,13 @@ def test_turbominds_cuda_runtime_error_is_an_oom_of_lmdeploy(tmp_path: Path) -> 
         "/lmdeploy/src/turbomind/utils/allocator.h:231\n",
     )
     assert trace.manifest.engine.get("name") == "lmdeploy"
-    assert _ooms(trace)["detail"].to_list() == [
-        "CUDA runtime error: out of memory (no size stated)"
-    ]
+    # its frame, the model instance's creation, is the engine's creation at start-up
+    detail = (
+        "CUDA runtime error: out of memory (no size stated); during the creation of the engine's "
+        "runtime (its buffers and KV cache) at start-up"
+    )
+    assert _ooms(trace)["detail"].to_list() == [detail]
+    assert _ooms(trace)["phase"].to_list() == ["engine_create"]
 
 
 def test_lmdeploys_own_lines_alone_are_lmdeploys_log(tmp_path: Path) -> None:
