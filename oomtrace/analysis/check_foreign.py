@@ -188,10 +188,7 @@ def failing_helper(oom: dict[str, Any], processes: list[ProcessUse]) -> tuple[st
         "share had not counted on: processes of the server's own beside its model (such as one "
         "preprocessing images on the GPU) or other jobs"
     )
-    return (
-        words,
-        held,
-    )
+    return words, held
 
 
 def _what_failed(anchor: str) -> str:

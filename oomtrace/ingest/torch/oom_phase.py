@@ -219,15 +219,14 @@ def failure_phases(lines: pl.DataFrame, failure: str, by: str | None = None) -> 
     failed = pl.when("_fail").then(pl.col("line"))
     following, preceding = failed.backward_fill(), failed.forward_fill()
     if by is not None:
-        # tqdm prints its progress without the process's prefix: offered to the nearest
-        # failure of any process (vllm#31273)
+        # tqdm prints its progress (a load_weights marker) without the process's prefix:
+        # offered to the nearest failure of any process (vllm#31273)
         unnamed = pl.col(by).is_null() & text.str.contains(_TQDM, literal=True)
         following, preceding = (
             pl.when(unnamed).then(following).otherwise(following.over(by)),
             pl.when(unnamed).then(preceding).otherwise(preceding.over(by)),
         )
-    # tqdm prints its progress without the process's prefix: it counts for the nearest failure
-    # of any process (vllm#31273)
+    # _next_any/_prev_any: the nearest failures of any process, for the shard counts below
     frame = frame.with_columns(
         _next=following,
         _prev=preceding,

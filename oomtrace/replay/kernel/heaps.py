@@ -85,5 +85,4 @@ def _heap_top(h: Any, size: int, st: Any) -> tuple[int, int]:
     The event loop calls it three times an event."""
     while size > 0 and h[2, 0] != st[h[1, 0], S_VER]:
         size = _heap_pop(h, size)
-    top = h[0, 0]  # read whatever the size: a use on one branch only costs refcounting
-    return size, int(top) if size > 0 else INF
+    return size, int(h[0, 0]) if size > 0 else INF
